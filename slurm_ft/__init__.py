@@ -1,0 +1,3 @@
+"""slurm-ft: keep large synchronous GPU training jobs alive on Slurm clusters."""
+
+__version__ = "0.1.0"

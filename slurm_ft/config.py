@@ -1,0 +1,143 @@
+"""YAML -> typed, frozen config. Unknown keys and wrong types are errors that name the file and key.
+
+Each part of slurm-ft owns one section dataclass here; `load_config` builds them all, filling defaults
+for absent keys. The file must not be writable by others (these programs run as root).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import yaml
+
+from slurm_ft.errors import ConfigError
+from slurm_ft.fsutil import refuse_unsafe
+
+DEFAULT_PATH = "/etc/slurm-ft/slurm-ft.yaml"
+ENV_VAR = "SLURM_FT_CONFIG"
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """What a healthy node of one type looks like."""
+    gpus: int = 8
+    nvlinks_per_gpu: int = 18
+    pcie_gen: int = 5
+    pcie_width: int = 16
+    tflops_bf16: float = 0.0        # expected burn-in matmul TFLOPS per GPU; 0 = compare within node only
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    temperature_warn_c: int = 85
+    temperature_fail_c: int = 95
+    nvlink_crc_errors_warn: int = 100
+    nvlink_replay_errors_warn: int = 100
+    ecc_corrected_volatile_warn: int = 1000
+    retired_pages_fail: int = 63
+    disk_free_fail_pct: float = 5.0
+    disk_free_warn_pct: float = 10.0
+    burnin_relative_min: float = 0.9   # a GPU below this share of the node's best fails burn-in
+    burnin_absolute_min: float = 0.8   # ... or below this share of the node type's expected TFLOPS
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    node_types: Dict[str, NodeType] = field(default_factory=lambda: {"default": NodeType()})
+    node_type_of: Dict[str, str] = field(default_factory=dict)   # hostlist expression -> type name
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    deadline_s: Dict[str, float] = field(default_factory=lambda: {
+        "quick": 5.0, "prolog": 20.0, "epilog": 30.0, "full": 120.0, "burnin": 900.0})
+    disk_paths: Tuple[str, ...] = ("/tmp",)
+    sysfs_root: str = "/"
+    kmsg_path: str = "/dev/kmsg"
+    xid_lookback_s: float = 7200.0
+    state_file: str = "/run/slurm-ft/node-state.json"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Optional[str] = None
+    state_dir: str = "/var/lib/slurm-ft"
+    health: HealthConfig = field(default_factory=HealthConfig)
+
+
+def load_config(path: Optional[str] = None) -> Config:
+    """Read the config named by `path`, $SLURM_FT_CONFIG or the default path; absent default -> defaults."""
+    explicit = path or os.environ.get(ENV_VAR)
+    p = Path(explicit or DEFAULT_PATH)
+    if not p.exists():
+        if explicit:
+            raise ConfigError(f"{p}: config file not found")
+        return Config()
+    refuse_unsafe(p, "config file")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{p}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: top level must be a mapping, not {type(data).__name__}")
+    if "path" in data:
+        raise ConfigError(f"{p}: unknown key path")
+    return build(Config, {**data, "path": str(p)}, str(p), "")
+
+
+def build(cls, data: Any, file: str, where: str):
+    """Convert a mapping into the dataclass `cls`, strictly: unknown keys and wrong types raise."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: {where or 'top level'} must be a mapping")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{file}: unknown key {_key(where, unknown[0])} (valid: {', '.join(sorted(names))})")
+    kwargs = {k: _convert(hints[k], v, file, _key(where, k)) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _key(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else str(name)
+
+
+def _convert(tp, value, file: str, key: str):
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, file, key)
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, file, key)
+    if tp is Any:
+        return value
+    if origin in (dict, Dict):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{file}: {key} must be a mapping")
+        kt, vt = args or (Any, Any)
+        return {_convert(kt, k, file, key): _convert(vt, v, file, f"{key}.{k}") for k, v in value.items()}
+    if origin in (tuple, Tuple):
+        if not isinstance(value, list):
+            raise ConfigError(f"{file}: {key} must be a list")
+        return tuple(_convert(args[0], v, file, f"{key}[{i}]") for i, v in enumerate(value))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{file}: {key} must be true or false, not {value!r}")
+        return value
+    if tp in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (tp is int and not isinstance(value, int)):
+            raise ConfigError(f"{file}: {key} must be a number{' (integer)' if tp is int else ''}, not {value!r}")
+        if value < 0:
+            raise ConfigError(f"{file}: {key} must not be negative, got {value!r}")
+        return tp(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{file}: {key} must be a string, not {value!r}")
+        return str(value)
+    return value

@@ -1,0 +1,46 @@
+"""File helpers shared by every seam that writes state: atomic writes and the root-safety check."""
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from slurm_ft.errors import ConfigError
+
+
+def refuse_unsafe(path: str | os.PathLike, what: str = "file") -> None:
+    """Refuse a file (or directory) that others may write: these programs run as root.
+
+    A world-writable path, or one writable by a group while owned by somebody else than root or
+    the current user, lets any local user change what root executes or decides.
+    """
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return
+    if st.st_mode & stat.S_IWOTH:
+        raise ConfigError(f"{p}: {what} is writable by others; run `chmod o-w {p}`")
+    if st.st_uid not in (0, os.geteuid()):
+        raise ConfigError(f"{p}: {what} is owned by uid {st.st_uid}, not root or the current user")
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes, mode: int = 0o644) -> None:
+    """Write through a temporary file in the same directory and rename: readers never see half a file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
