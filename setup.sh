@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install what slurm-ft needs on a fresh Debian/Ubuntu machine, as root:
+#   apt: slurm-wlm, munge, a C compiler (for the lab's fake NVML), python3 with venv
+#   pip: slurm-ft with its test extras, into ./.venv (Debian's system Python refuses pip installs)
+# Safe to run again: it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup.sh: run as root: it installs apt packages and the lab starts Slurm daemons" >&2
+  exit 4
+fi
+
+missing=()
+command -v slurmctld >/dev/null || missing+=(slurm-wlm)
+command -v munged >/dev/null || missing+=(munge)
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+command -v python3 >/dev/null || missing+=(python3)
+if command -v python3 >/dev/null && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+  missing+=(python3-venv)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup.sh: apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+echo "setup.sh: ready ($(.venv/bin/slurm-ft --version), $(slurmctld -V))"
