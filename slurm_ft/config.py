@@ -23,22 +23,29 @@ ENV_VAR = "SLURM_FT_CONFIG"
 
 @dataclass(frozen=True)
 class NodeType:
-    """What a healthy node of one type looks like."""
+    """What a healthy node of one type looks like (0 for a count means "do not check")."""
     gpus: int = 8
     nvlinks_per_gpu: int = 18
     pcie_gen: int = 5
     pcie_width: int = 16
     tflops_bf16: float = 0.0        # expected burn-in matmul TFLOPS per GPU; 0 = compare within node only
+    ib_ports: int = 0               # InfiniBand ports that must be ACTIVE/LinkUp; 0 = no IB check
+    ib_rate_gbps: int = 0           # ... at this rate or better; 0 = any rate
 
 
 @dataclass(frozen=True)
 class Thresholds:
     temperature_warn_c: int = 85
     temperature_fail_c: int = 95
+    ecc_corrected_volatile_warn: int = 1000
+    remap_uncorrectable_warn: int = 512      # DCGM_LIMIT_MAX_ROW_REMAP_UNCORRECTABLE
+    retired_pages_fail: int = 63             # DCGM_LIMIT_MAX_RETIRED_PAGES
     nvlink_crc_errors_warn: int = 100
     nvlink_replay_errors_warn: int = 100
-    ecc_corrected_volatile_warn: int = 1000
-    retired_pages_fail: int = 63
+    nvlink_recovery_errors_warn: int = 1
+    xid_app_recurrence_warn: int = 3         # same app-class XID on one GPU in this many jobs -> warn
+    clock_event_samples: int = 5             # full level: HW slowdown in every one of these samples -> fail
+    clock_event_window_s: float = 2.0        # ... taken over this many seconds
     disk_free_fail_pct: float = 5.0
     disk_free_warn_pct: float = 10.0
     burnin_relative_min: float = 0.9   # a GPU below this share of the node's best fails burn-in
@@ -46,17 +53,27 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
+class BurninConfig:
+    seconds: float = 10.0            # stress time per GPU
+    matrix_n: int = 8192             # square bf16 matmul size on a real GPU
+    backend: str = "auto"            # auto | torch | cupy | dcgmi | lab | none
+
+
+@dataclass(frozen=True)
 class HealthConfig:
     node_types: Dict[str, NodeType] = field(default_factory=lambda: {"default": NodeType()})
-    node_type_of: Dict[str, str] = field(default_factory=dict)   # hostlist expression -> type name
+    node_type_of: Dict[str, str] = field(default_factory=dict)   # hostlist expression or glob -> type name
     thresholds: Thresholds = field(default_factory=Thresholds)
     deadline_s: Dict[str, float] = field(default_factory=lambda: {
         "quick": 5.0, "prolog": 20.0, "epilog": 30.0, "full": 120.0, "burnin": 900.0})
+    levels: Dict[str, Tuple[str, ...]] = field(default_factory=dict)  # level -> checks, overrides the built-in
     disk_paths: Tuple[str, ...] = ("/tmp",)
     sysfs_root: str = "/"
     kmsg_path: str = "/dev/kmsg"
     xid_lookback_s: float = 7200.0
     state_file: str = "/run/slurm-ft/node-state.json"
+    ignore_processes: Tuple[str, ...] = ("nvidia-persistenced", "nv-hostengine", "dcgmi", "nvidia-smi")
+    burnin: BurninConfig = field(default_factory=BurninConfig)
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,7 @@ class Config:
     path: Optional[str] = None
     state_dir: str = "/var/lib/slurm-ft"
     health: HealthConfig = field(default_factory=HealthConfig)
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
 
 
 def load_config(path: Optional[str] = None) -> Config:
