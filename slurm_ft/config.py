@@ -77,10 +77,24 @@ class HealthConfig:
 
 
 @dataclass(frozen=True)
+class ControllerConfig:
+    """The requeue controller (slurm-ft controller run|once); its journal lives in Config.state_dir."""
+    interval_s: float = 2.0             # seconds between cycles of `controller run`
+    spare_partition: str = "spares"     # the reserved pool
+    job_partitions: Tuple[str, ...] = ()  # partitions whose FT jobs are recovered; () = all but the pool
+    slurm_fault_reasons: Tuple[str, ...] = ("Prolog error", "Epilog error", "Kill task failed")
+    poll_s: float = 0.1                 # re-read period while a recovery waits on Slurm
+    cycle_budget_s: float = 60.0        # one cycle stops polling after this long (the next one goes on)
+    running_timeout_s: float = 120.0    # a requeued job not running after this long is noted on its incident
+    read_progress: bool = True          # read the latest checkpoint step (max-restarts counts only no-progress faults)
+
+
+@dataclass(frozen=True)
 class Config:
     path: Optional[str] = None
     state_dir: str = "/var/lib/slurm-ft"
     health: HealthConfig = field(default_factory=HealthConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
 
 
