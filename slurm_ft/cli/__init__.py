@@ -16,6 +16,7 @@ from slurm_ft.errors import EXIT_USAGE, SlurmFTError
 
 # name -> "module:attribute"; each attribute is a click command or group.
 COMMANDS = {
+    "ckpt": "slurm_ft.cli.ckpt:ckpt",
 }
 
 

@@ -1,0 +1,49 @@
+"""`slurm-ft ckpt`: the checkpoint contract from the command line (and `ckpt plan` when installed)."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from slurm_ft.errors import EXIT_NEGATIVE
+from slurm_ft.recovery import ckpt as ckptlib
+
+
+@click.group("ckpt")
+def ckpt() -> None:
+    """Checkpoints: find the newest complete one."""
+
+
+@ckpt.command("latest")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: path, step, layout, skipped (with reasons).")
+@click.option("--verify", is_flag=True, help="Also check sha256 of every file against the slurm-ft manifest.")
+@click.option("-v", "--verbose", is_flag=True, help="List skipped checkpoints and why on stderr.")
+def latest_cmd(directory: str, as_json: bool, verify: bool, verbose: bool) -> int:
+    """Print the newest COMPLETE checkpoint in DIRECTORY; exit 1 with the reason if there is none.
+
+    Layouts: slurm-ft (step_N/ + COMPLETE manifest), PyTorch DCP (.metadata), Megatron
+    (latest_checkpointed_iteration.txt), DeepSpeed (latest), Lightning (last.ckpt). Half-written
+    checkpoints are skipped, never returned.
+    """
+    result = ckptlib.latest(directory, verify=verify)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    elif result.path is not None:
+        click.echo(result.path)
+    if verbose or (result.path is None and not as_json):
+        for s in result.skipped:
+            click.echo(f"skipped {s.path}: {s.reason}", err=True)
+    if result.path is None:
+        if not as_json:
+            click.echo(f"slurm-ft: {result.reason}", err=True)
+        return EXIT_NEGATIVE
+    return 0
+
+
+try:  # the planning engineer's `ckpt plan` (optional module)
+    from slurm_ft.cli.ckpt_plan import plan as _plan
+except ImportError:
+    _plan = None
+if _plan is not None:
+    ckpt.add_command(_plan, "plan")
