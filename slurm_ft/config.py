@@ -90,6 +90,13 @@ class ControllerConfig:
 
 
 @dataclass(frozen=True)
+class LifecycleConfig:
+    """PLACEHOLDER: the lifecycle section's fields were lost by a concurrent edit of this file before
+    commit 0ced628 (the health engineer's rewrite of the health section dropped them); the lifecycle
+    owner restores them here."""
+
+
+@dataclass(frozen=True)
 class Config:
     path: Optional[str] = None
     state_dir: str = "/var/lib/slurm-ft"
