@@ -19,7 +19,8 @@ def ckpt() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: path, step, layout, skipped (with reasons).")
 @click.option("--verify", is_flag=True, help="Also check sha256 of every file against the slurm-ft manifest.")
 @click.option("-v", "--verbose", is_flag=True, help="List skipped checkpoints and why on stderr.")
-def latest_cmd(directory: str, as_json: bool, verify: bool, verbose: bool) -> int:
+@click.pass_context
+def latest_cmd(ctx: click.Context, directory: str, as_json: bool, verify: bool, verbose: bool) -> None:
     """Print the newest COMPLETE checkpoint in DIRECTORY; exit 1 with the reason if there is none.
 
     Layouts: slurm-ft (step_N/ + COMPLETE manifest), PyTorch DCP (.metadata), Megatron
@@ -37,8 +38,7 @@ def latest_cmd(directory: str, as_json: bool, verify: bool, verbose: bool) -> in
     if result.path is None:
         if not as_json:
             click.echo(f"slurm-ft: {result.reason}", err=True)
-        return EXIT_NEGATIVE
-    return 0
+        ctx.exit(EXIT_NEGATIVE)
 
 
 try:  # the planning engineer's `ckpt plan` (optional module)

@@ -245,7 +245,7 @@ def _megatron(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], List
     text = (raw or b"").decode("utf-8", "replace").strip()
     if text == "release":
         path = _join(d, "release")
-        cands.append(_Cand(path, None, lambda: _check_megatron_iter(fs, path)))
+        cands.append(_Cand(path, None, lambda p=path: _check_megatron_iter(fs, p)))
     elif text.isdigit():
         tracked = int(text)
     else:
@@ -292,7 +292,7 @@ def _deepspeed(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], Lis
         skipped.append(Skipped(_join(d, tag), "tracker points at a missing directory", tag_step))
     else:
         path = _join(d, tag)
-        cands.append(_Cand(path, tag_step, lambda: _check_deepspeed_tag(fs, path)))
+        cands.append(_Cand(path, tag_step, lambda p=path: _check_deepspeed_tag(fs, p)))
     for name, e in kids.items():
         if not e.is_dir or name == tag or not name.startswith("global_step"):
             continue
@@ -367,7 +367,8 @@ def _lightning(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], Lis
         step = _step_of(os.path.basename(last.link)) if last.link else None
         path = _join(d, "last.ckpt")
         # last.ckpt is by definition the newest: rank it above every step-named file.
-        cands.append(_Cand(path, step if step is not None else 1 << 62, lambda: _check_zip(fs, path, last.size)))
+        cands.append(_Cand(path, step if step is not None else 1 << 62,
+                           lambda p=path, n=last.size: _check_zip(fs, p, n)))
     for name, e in kids.items():
         if name == "last.ckpt" or e.is_dir or not name.endswith(".ckpt"):
             continue

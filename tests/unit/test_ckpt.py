@@ -1,0 +1,311 @@
+"""The checkpoint contract: newest complete checkpoint per layout, half-written ones skipped with a reason."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_ft.cli import cli
+from slurm_ft.recovery import ckpt
+from slurm_ft.recovery.ckpt import FS, Entry
+
+
+class MemFS(FS):
+    """A directory tree in a dict: path -> bytes (file) or None (directory); links: path -> target."""
+
+    def __init__(self, files: dict, links: dict | None = None):
+        self.files = {}
+        for path, data in files.items():
+            self.files[path] = data
+            parent = posixpath.dirname(path)
+            while parent not in ("/", ""):
+                self.files.setdefault(parent, None)
+                parent = posixpath.dirname(parent)
+        self.links = links or {}
+
+    def list(self, path):
+        if self.files.get(path, b"") is not None:      # missing, or a file
+            return None
+        out = []
+        for p, data in self.files.items():
+            if posixpath.dirname(p) == path:
+                out.append(Entry(posixpath.basename(p), data is None, 0 if data is None else len(data),
+                                 self.links.get(p)))
+        return out
+
+    def read(self, path, limit=1 << 20):
+        data = self.files.get(path)
+        return None if data is None else data[:limit]
+
+    def read_tail(self, path, n):
+        data = self.files.get(path)
+        return None if data is None else data[-n:]
+
+    def sha256(self, path):
+        data = self.files.get(path)
+        return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def marker(step, files, fmt=ckpt.FORMAT):
+    return json.dumps({"format": fmt, "version": 1, "step": step,
+                       "files": {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+                                 for n, d in files.items()}}).encode()
+
+
+def ours(root, step, files, mark=True, marker_files=None):
+    out = {f"{root}/step_{step:06d}/{n}": d for n, d in files.items()}
+    if mark:
+        out[f"{root}/step_{step:06d}/COMPLETE"] = marker(step, marker_files or files)
+    return out
+
+
+ZIP = b"PK\x03\x04" + b"\0" * 100 + b"PK\x05\x06" + b"\0" * 18
+
+
+# --- slurm-ft layout ----------------------------------------------------------------------------
+
+def test_newest_complete_of_our_layout():
+    fs = MemFS({**ours("/c", 100, {"r0": b"aa"}), **ours("/c", 200, {"r0": b"bb", "r1": b"cc"})})
+    r = ckpt.latest("/c", fs)
+    assert (r.path, r.step, r.layout, r.skipped) == ("/c/step_000200", 200, "slurm-ft", ())
+
+
+def test_missing_marker_is_skipped_and_previous_returned():
+    fs = MemFS({**ours("/c", 100, {"r0": b"aa"}), **ours("/c", 200, {"r0": b"bb"}, mark=False)})
+    r = ckpt.latest("/c", fs)
+    assert r.path == "/c/step_000100" and r.step == 100
+    assert [(s.path, s.step) for s in r.skipped] == [("/c/step_000200", 200)]
+    assert "no COMPLETE marker" in r.skipped[0].reason
+
+
+def test_truncated_file_against_manifest_is_skipped():
+    files = ours("/c", 200, {"r0": b"bbbb"})
+    files["/c/step_000200/r0"] = b"bb"                 # shorter than the manifest says
+    fs = MemFS({**ours("/c", 100, {"r0": b"aa"}), **files})
+    r = ckpt.latest("/c", fs)
+    assert r.step == 100
+    assert "truncated" in r.skipped[0].reason and "r0" in r.skipped[0].reason
+
+
+def test_file_named_in_manifest_but_missing():
+    fs = MemFS({**ours("/c", 100, {"r0": b"aa"}),
+                **ours("/c", 200, {"r0": b"bb"}, marker_files={"r0": b"bb", "r1": b"x"})})
+    r = ckpt.latest("/c", fs)
+    assert r.step == 100 and "r1" in r.skipped[0].reason and "missing" in r.skipped[0].reason
+
+
+@pytest.mark.parametrize("bad", [b"", b"{", b'{"format": "other", "files": {}}', b'{"format": "slurm-ft-ckpt"}'])
+def test_corrupt_marker_is_skipped(bad):
+    files = ours("/c", 200, {"r0": b"bb"})
+    files["/c/step_000200/COMPLETE"] = bad
+    r = ckpt.latest("/c", MemFS({**ours("/c", 100, {"r0": b"a"}), **files}))
+    assert r.step == 100 and r.skipped[0].path == "/c/step_000200"
+
+
+def test_marker_step_must_match_directory():
+    files = ours("/c", 200, {"r0": b"bb"})
+    files["/c/step_000200/COMPLETE"] = marker(300, {"r0": b"bb"})
+    r = ckpt.latest("/c", MemFS({**ours("/c", 100, {"r0": b"a"}), **files}))
+    assert r.step == 100 and "step 300" in r.skipped[0].reason
+
+
+def test_staging_directory_reported_never_returned():
+    fs = MemFS({**ours("/c", 100, {"r0": b"aa"}), "/c/.step_000200.partial-77.0/r0": b"bb"})
+    r = ckpt.latest("/c", fs)
+    assert r.step == 100
+    assert r.skipped[0].reason == "staging directory of an unfinished write"
+
+
+def test_checksum_checked_only_with_verify():
+    files = ours("/c", 200, {"r0": b"bb"})
+    files["/c/step_000200/r0"] = b"XX"                 # same size, other bytes
+    fs = MemFS({**ours("/c", 100, {"r0": b"aa"}), **files})
+    assert ckpt.latest("/c", fs).step == 200
+    r = ckpt.latest("/c", fs, verify=True)
+    assert r.step == 100 and "sha256" in r.skipped[0].reason
+
+
+def test_nothing_complete_gives_reason():
+    r = ckpt.latest("/c", MemFS(ours("/c", 100, {"r0": b"aa"}, mark=False)))
+    assert r.path is None and r.reason == "no complete slurm-ft checkpoint in /c"
+    assert len(r.skipped) == 1
+
+
+def test_missing_and_empty_directory():
+    assert "does not exist" in ckpt.latest("/nope", MemFS({})).reason
+    assert "no known layout" in ckpt.latest("/c", MemFS({"/c/readme.txt": b"hi"})).reason
+
+
+# --- Megatron -----------------------------------------------------------------------------------
+
+def mega(root, it, ok=True):
+    return {f"{root}/iter_{it:07d}/mp_rank_00/model_optim_rng.pt": b"w" if ok else b""}
+
+
+def test_megatron_follows_tracker():
+    fs = MemFS({**mega("/m", 100), **mega("/m", 200), "/m/latest_checkpointed_iteration.txt": b"200\n"})
+    r = ckpt.latest("/m", fs)
+    assert (r.path, r.step, r.layout) == ("/m/iter_0000200", 200, "megatron")
+
+
+def test_megatron_dir_newer_than_tracker_is_in_progress():
+    fs = MemFS({**mega("/m", 100), **mega("/m", 200), "/m/latest_checkpointed_iteration.txt": b"100"})
+    r = ckpt.latest("/m", fs)
+    assert r.step == 100 and "write in progress" in r.skipped[0].reason
+
+
+def test_megatron_tracker_at_missing_dir_falls_back():
+    fs = MemFS({**mega("/m", 100), "/m/latest_checkpointed_iteration.txt": b"300"})
+    r = ckpt.latest("/m", fs)
+    assert r.step == 100
+    assert r.skipped[0].path == "/m/iter_0000300" and "missing directory" in r.skipped[0].reason
+
+
+def test_megatron_tracker_at_partial_dir_falls_back():
+    fs = MemFS({**mega("/m", 100), **mega("/m", 200, ok=False), "/m/latest_checkpointed_iteration.txt": b"200"})
+    r = ckpt.latest("/m", fs)
+    assert r.step == 100 and "empty" in r.skipped[0].reason
+
+
+def test_megatron_torch_dist_format():
+    fs = MemFS({"/m/iter_0000050/.metadata": b"\x80\x04..__0_0.distcp..", "/m/iter_0000050/__0_0.distcp": b"d",
+                "/m/latest_checkpointed_iteration.txt": b"50"})
+    assert ckpt.latest("/m", fs).step == 50
+
+
+# --- DeepSpeed ----------------------------------------------------------------------------------
+
+def ds(root, step, ok=True):
+    return {f"{root}/global_step{step}/mp_rank_00_model_states.pt": b"m",
+            f"{root}/global_step{step}/zero_pp_rank_0_mp_rank_00_optim_states.pt": b"o" if ok else b""}
+
+
+def test_deepspeed_follows_latest():
+    fs = MemFS({**ds("/d", 10), **ds("/d", 20), "/d/latest": b"global_step20"})
+    r = ckpt.latest("/d", fs)
+    assert (r.path, r.step, r.layout) == ("/d/global_step20", 20, "deepspeed")
+
+
+def test_deepspeed_partial_tag_falls_back():
+    fs = MemFS({**ds("/d", 10), **ds("/d", 20, ok=False), "/d/latest": b"global_step20"})
+    r = ckpt.latest("/d", fs)
+    assert r.step == 10 and "optim_states.pt is empty" in r.skipped[0].reason
+
+
+def test_deepspeed_tag_missing():
+    fs = MemFS({**ds("/d", 10), "/d/latest": b"global_step30"})
+    r = ckpt.latest("/d", fs)
+    assert r.step == 10 and "missing directory" in r.skipped[0].reason
+
+
+# --- PyTorch DCP --------------------------------------------------------------------------------
+
+def test_dcp_directory_itself():
+    fs = MemFS({"/p/step_7/.metadata": b"..__0_0.distcp..__1_0.distcp", "/p/step_7/__0_0.distcp": b"a",
+                "/p/step_7/__1_0.distcp": b"b"})
+    r = ckpt.latest("/p/step_7", fs)
+    assert (r.path, r.layout) == ("/p/step_7", "dcp")
+
+
+def test_dcp_subdirs_without_metadata_are_partial():
+    fs = MemFS({"/p/ckpt_5/.metadata": b"__0_0.distcp", "/p/ckpt_5/__0_0.distcp": b"a",
+                "/p/ckpt_9/__0_0.distcp": b"a", "/p/ckpt_9/.metadata.tmp": b"x"})
+    r = ckpt.latest("/p", fs)
+    assert (r.step, r.layout) == (5, "dcp")
+    assert r.skipped[0].path == "/p/ckpt_9" and "no .metadata" in r.skipped[0].reason
+
+
+def test_dcp_storage_file_named_in_metadata_missing():
+    fs = MemFS({"/p/ckpt_5/.metadata": b"__0_0.distcp", "/p/ckpt_5/__0_0.distcp": b"a",
+                "/p/ckpt_9/.metadata": b"__0_0.distcp __1_0.distcp", "/p/ckpt_9/__0_0.distcp": b"a"})
+    r = ckpt.latest("/p", fs)
+    assert r.step == 5 and "__1_0.distcp" in r.skipped[0].reason
+
+
+# --- Lightning ----------------------------------------------------------------------------------
+
+def test_lightning_last_ckpt():
+    fs = MemFS({"/l/last.ckpt": ZIP, "/l/epoch=0-step=100.ckpt": ZIP})
+    r = ckpt.latest("/l", fs)
+    assert (r.path, r.layout) == ("/l/last.ckpt", "lightning")
+
+
+@pytest.mark.parametrize("bad,why", [(b"", "empty"), (ZIP[:60], "truncated"), (b"garbage!", "not a zip")])
+def test_lightning_bad_last_ckpt_falls_back(bad, why):
+    fs = MemFS({"/l/last.ckpt": bad, "/l/epoch=0-step=100.ckpt": ZIP, "/l/epoch=0-step=50.ckpt": ZIP})
+    r = ckpt.latest("/l", fs)
+    assert (r.path, r.step) == ("/l/epoch=0-step=100.ckpt", 100)
+    assert why in r.skipped[0].reason
+
+
+def test_lightning_last_symlink_gives_step():
+    fs = MemFS({"/l/last.ckpt": ZIP, "/l/epoch=1-step=300.ckpt": ZIP},
+               links={"/l/last.ckpt": "epoch=1-step=300.ckpt"})
+    assert ckpt.latest("/l", fs).step == 300
+
+
+# --- the writer, on the real filesystem ---------------------------------------------------------
+
+def test_write_checkpoint_round_trip(tmp_path):
+    d = str(tmp_path)
+    p1 = ckpt.write_checkpoint(d, 1, {"a": b"1"})
+    p2 = ckpt.write_checkpoint(d, 2, {"a": b"22", "b": b"x"}, meta={"world": 2})
+    assert sorted(os.listdir(d)) == ["step_000001", "step_000002"]      # no staging left behind
+    r = ckpt.latest(d, verify=True)
+    assert (r.path, r.step) == (p2, 2)
+    manifest = json.loads(open(os.path.join(p2, "COMPLETE")).read())
+    assert manifest["files"]["a"]["size"] == 2 and manifest["meta"] == {"world": 2}
+    # truncate a file of the newest: the previous one is returned
+    with open(os.path.join(p2, "a"), "wb") as fh:
+        fh.write(b"2")
+    assert ckpt.latest(d).path == p1
+
+
+def test_sharded_write_commit_requires_every_shard(tmp_path):
+    d = str(tmp_path)
+    ckpt.write_shard(d, 5, "job7.0", "rank_00000", b"r0")
+    with pytest.raises(FileNotFoundError):
+        ckpt.commit(d, 5, "job7.0", expect=["rank_00000", "rank_00001"])
+    assert ckpt.latest(d).path is None                  # only staging: nothing to resume from
+    ckpt.write_shard(d, 5, "job7.0", "rank_00001", b"r1")
+    assert ckpt.commit(d, 5, "job7.0", expect=["rank_00000", "rank_00001"]) == os.path.join(d, "step_000005")
+    assert ckpt.latest(d).step == 5
+
+
+def test_rewrite_of_same_step_replaces(tmp_path):
+    d = str(tmp_path)
+    ckpt.write_checkpoint(d, 3, {"a": b"old"})
+    ckpt.write_checkpoint(d, 3, {"a": b"newer"})
+    assert open(os.path.join(d, "step_000003", "a"), "rb").read() == b"newer"
+    assert os.listdir(d) == ["step_000003"]
+
+
+def test_prune_keeps_newest_complete(tmp_path):
+    d = str(tmp_path)
+    for s in (1, 2, 3, 4):
+        ckpt.write_checkpoint(d, s, {"a": b"x"})
+    os.remove(os.path.join(d, "step_000004", "COMPLETE"))
+    ckpt.prune(d, keep=2)
+    assert sorted(os.listdir(d)) == ["step_000002", "step_000003", "step_000004"]
+    assert ckpt.latest(d).step == 3
+
+
+# --- the command --------------------------------------------------------------------------------
+
+def test_cli_latest_plain_json_and_exit_codes(tmp_path):
+    runner = CliRunner()
+    d = str(tmp_path)
+    r = runner.invoke(cli, ["ckpt", "latest", d])
+    assert r.exit_code == 1 and "no known layout" in r.output
+    ckpt.write_checkpoint(d, 10, {"a": b"x"})
+    os.makedirs(os.path.join(d, "step_000020"))
+    r = runner.invoke(cli, ["ckpt", "latest", d])
+    assert r.exit_code == 0 and r.stdout.strip() == os.path.join(d, "step_000010")
+    r = runner.invoke(cli, ["ckpt", "latest", "--json", d])
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and doc["step"] == 10 and doc["layout"] == "slurm-ft"
+    assert doc["skipped"][0]["path"].endswith("step_000020")
