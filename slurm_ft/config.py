@@ -91,9 +91,24 @@ class ControllerConfig:
 
 @dataclass(frozen=True)
 class LifecycleConfig:
-    """PLACEHOLDER: the lifecycle section's fields were lost by a concurrent edit of this file before
-    commit 0ced628 (the health engineer's rewrite of the health section dropped them); the lifecycle
-    owner restores them here."""
+    """Node lifecycle: the drain-rate breaker, the lemon rule, sweeps, metrics (see docs/runbook.md)."""
+    breaker_max_share: float = 0.1      # at most this share of all nodes drained by slurm-ft per window
+    breaker_max_nodes: int = 0          # ... and at most this many (0 = no count limit, only the share)
+    breaker_window_s: float = 3600.0
+    lemon_incidents: int = 3            # K incidents (faults or failed validations) ...
+    lemon_window_days: float = 30.0     # ... within W days put a node on the RMA list
+    spare_partition: str = "spares"
+    job_partitions: Tuple[str, ...] = ("train",)
+    validate_levels: Tuple[str, ...] = ("full", "burnin")   # run on a repaired node before it is a spare
+    spare_recheck_levels: Tuple[str, ...] = ("full",)
+    spare_recheck_s: float = 86400.0    # re-check an idle spare whose last pass is older; 0 = never
+    validate_command: Tuple[str, ...] = ()  # argv that runs `check` on the node; () = this python -m slurm_ft
+    validate_timeout_s: float = 1800.0  # time limit of the validation job
+    validate_wait_s: float = 900.0      # how long one sweep waits for its validation jobs; later sweeps pick up
+    quarantine_grace_s: float = 120.0   # leave a fresh slurm-ft drain to the controller this long
+    maintenance_reservation: str = "slurm-ft-maint"   # prefix; one reservation per validated node
+    pool_target: int = 0                # spares wanted; 0 = from `slurm-ft spares plan` when available
+    metrics_path: str = "/var/lib/prometheus/node-exporter/slurm_ft.prom"
 
 
 @dataclass(frozen=True)
