@@ -97,8 +97,7 @@ class LifecycleConfig:
     breaker_window_s: float = 3600.0
     lemon_incidents: int = 3            # K incidents (faults or failed validations) ...
     lemon_window_days: float = 30.0     # ... within W days put a node on the RMA list
-    spare_partition: str = "spares"
-    job_partitions: Tuple[str, ...] = ("train",)
+    # the spare and job partitions are the controller's (controller.spare_partition, .job_partitions)
     validate_levels: Tuple[str, ...] = ("full", "burnin")   # run on a repaired node before it is a spare
     spare_recheck_levels: Tuple[str, ...] = ("full",)
     spare_recheck_s: float = 86400.0    # re-check an idle spare whose last pass is older; 0 = never
