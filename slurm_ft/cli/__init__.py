@@ -16,6 +16,7 @@ from slurm_ft.errors import EXIT_USAGE, SlurmFTError
 
 # name -> "module:attribute"; each attribute is a click command or group.
 COMMANDS = {
+    "xid": "slurm_ft.cli.xid:xid_group",
     "ckpt": "slurm_ft.cli.ckpt:ckpt",
 }
 

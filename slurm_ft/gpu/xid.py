@@ -1,0 +1,145 @@
+"""The XID catalog: what an Xid code means and what to do about it (pure: data in, verdict out).
+
+The table is package data (`slurm_ft/data/xid_catalog.csv`) so that an admin can read and diff it;
+this module only loads it and answers questions. Two rules live in code because they are policy:
+
+* an application-caused Xid (category `user_app`: 13, 31, 43, 45, 68, 69) never drains a node,
+  whatever a row says;
+* an Xid missing from the catalog is treated as a hardware fault (`UNKNOWN_POLICY`): a code we do not
+  know most likely comes from a driver newer than the table, and NVIDIA's own device plugin marks a
+  GPU unhealthy on every Xid outside its short application list. Missing a real fault costs a whole
+  job; a needless drain costs one node for one validation cycle, and the drain-rate breaker bounds
+  how many nodes a bad rule can take out.
+
+NVLink5 Xids 144-150 carry a `Fatal`/`Nonfatal` token in the log line; it decides their verdict.
+"""
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, Optional
+
+from slurm_ft.model import Action, XidEvent
+
+CATALOG_PATH = Path(__file__).resolve().parent.parent / "data" / "xid_catalog.csv"
+
+SEVERITIES = ("ignore", "warn", "fail")
+ACTIONS = tuple(a.value for a in Action)
+
+# What the admin does next, per action (printed by `slurm-ft xid explain`).
+ADVICE = {
+    "none": "no action on the node; note it and watch this GPU for repeats",
+    "reset_gpu": "drain; reset the GPU once idle (nvidia-smi -r -i N) or reboot; RMA if it recurs",
+    "reboot": "drain and reboot the node; RMA if it recurs after reboot",
+    "rma": "drain; run the field diagnostic and open an RMA",
+    "drain": "drain and inspect the node before returning it",
+}
+
+NVLINK5_XIDS = range(144, 151)
+_FATAL_TOKEN = re.compile(r"\b(Fatal|Nonfatal)\b")
+
+
+@dataclass(frozen=True)
+class XidInfo:
+    xid: int
+    name: str
+    category: str          # hardware, driver, memory, nvlink, user_app, other, unknown
+    severity: str          # ignore | warn | fail
+    action: str            # none | reset_gpu | reboot | rma | drain
+    drains: bool
+    source: str = ""
+    known: bool = True
+
+    @property
+    def user_caused(self) -> bool:
+        return self.category == "user_app"
+
+    @property
+    def advice(self) -> str:
+        if self.severity == "ignore":
+            return ("caused by the application (or a follow-on of another Xid): no action on the node; "
+                    "if the job died, look at its code and the Xid logged before this one")
+        return ADVICE[self.action]
+
+    def to_dict(self) -> dict:
+        return {
+            "xid": self.xid, "name": self.name, "category": self.category, "severity": self.severity,
+            "action": self.action, "drains": self.drains, "user_caused": self.user_caused,
+            "known": self.known, "advice": self.advice, "source": self.source,
+        }
+
+
+def unknown_policy(xid: int) -> XidInfo:
+    """The verdict for a code missing from the catalog (see the module docstring for why)."""
+    return XidInfo(xid, f"Xid {xid} (not in the slurm-ft catalog; newer driver?)", "unknown", "fail",
+                   "drain", True, "slurm-ft default for unknown Xids", known=False)
+
+
+class CatalogError(ValueError):
+    pass
+
+
+def load_catalog(path: Path = CATALOG_PATH) -> Dict[int, XidInfo]:
+    """Read and check the catalog file; a malformed row raises CatalogError naming the line."""
+    table: Dict[int, XidInfo] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        lines = [ln for ln in fh if not ln.startswith("#")]
+    for lineno, row in enumerate(csv.DictReader(lines), start=2):
+        try:
+            info = XidInfo(
+                xid=int(row["xid"]), name=row["name"].strip(), category=row["category"].strip(),
+                severity=row["severity"].strip(), action=row["action"].strip(),
+                drains={"yes": True, "no": False}[row["drains"].strip()], source=row.get("source") or "",
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CatalogError(f"{path}: row {lineno}: {exc!r}") from exc
+        if info.severity not in SEVERITIES or info.action not in ACTIONS:
+            raise CatalogError(f"{path}: row {lineno}: bad severity/action {info.severity}/{info.action}")
+        if info.drains != (info.severity == "fail"):
+            raise CatalogError(f"{path}: row {lineno}: drains must be yes exactly when severity is fail")
+        if info.xid in table:
+            raise CatalogError(f"{path}: row {lineno}: Xid {info.xid} listed twice")
+        if info.user_caused and info.drains:  # the policy in the module docstring, enforced on load
+            raise CatalogError(f"{path}: row {lineno}: user_app Xid {info.xid} must not drain")
+        table[info.xid] = info
+    return table
+
+
+@lru_cache(maxsize=1)
+def catalog() -> Dict[int, XidInfo]:
+    return load_catalog()
+
+
+def lookup(xid: int) -> XidInfo:
+    """Catalog entry for a code; the unknown-Xid policy when it is not listed."""
+    return catalog().get(xid) or unknown_policy(xid)
+
+
+def is_known(xid: int) -> bool:
+    return xid in catalog()
+
+
+def verdict(event: XidEvent) -> XidInfo:
+    """What one logged Xid means, using the line's detail where the code alone does not decide."""
+    info = lookup(event.xid)
+    if event.kind == "sxid":
+        # NVSwitch errors are not GPU Xids; the catalog does not cover them, report without draining.
+        fatal = bool(re.search(r"\bFatal\b", event.detail))
+        return XidInfo(event.xid, f"NVSwitch SXid {event.xid} ({'fatal' if fatal else 'non-fatal'})",
+                       "nvswitch", "warn", "none", False, "NVSwitch kernel log (not a GPU Xid)", known=False)
+    if event.xid in NVLINK5_XIDS:
+        m = _FATAL_TOKEN.search(event.detail)
+        if m and m.group(1) == "Nonfatal":
+            return replace(info, severity="warn", action="none", drains=False)
+        if m and m.group(1) == "Fatal":
+            return replace(info, severity="fail", action="reset_gpu", drains=True)
+    return info
+
+
+def drains(event: XidEvent) -> Optional[str]:
+    """The action name when this event should drain its node, else None."""
+    v = verdict(event)
+    return v.action if v.drains else None

@@ -1,0 +1,55 @@
+"""`slurm-ft xid explain` as an admin runs it: exit codes, text, JSON."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "kmsg"
+
+
+def run(*args, stdin=None, env=None):
+    import os
+    e = dict(os.environ)
+    e.pop("LD_LIBRARY_PATH", None)   # no fake NVML: explain must work on a machine without a driver
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "slurm_ft", "xid", "explain", *args], input=stdin,
+                          capture_output=True, text=True, timeout=30, env=e)
+
+
+def test_explain_one_code():
+    r = run("79")
+    assert r.returncode == 0
+    assert "fallen off the bus" in r.stdout and "reboot" in r.stdout
+
+
+def test_explain_code_json():
+    r = run("31", "--json")
+    d = json.loads(r.stdout)
+    assert d["xid"] == 31 and d["user_caused"] and d["drains"] is False
+
+
+def test_unknown_code_is_usage_error():
+    r = run("999")
+    assert r.returncode == 2
+    assert r.stderr.startswith("slurm-ft: error:") and "999" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_unreadable_file():
+    r = run("/nonexistent/kern.log")
+    assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_file_with_draining_xid_exits_1():
+    r = run(str(DATA / "dmesg-mono.txt"))
+    assert r.returncode == 1
+    assert "Xid 74" in r.stdout and "Xid 45" in r.stdout and "1 drain" in r.stdout
+
+
+def test_stdin_user_xids_only_exit_0_json():
+    r = run("-", "--json", stdin=(DATA / "journal-iso.txt").read_text())
+    assert r.returncode == 0
+    d = json.loads(r.stdout)
+    assert [e["xid"] for e in d["events"]] == [68, 43] and d["drains"] is False
+    assert all(e["pci_bus_id"] == "0000:18:00" for e in d["events"])
