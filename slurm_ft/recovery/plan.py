@@ -1,0 +1,282 @@
+"""The controller's decisions, pure: one snapshot + the journal's incidents -> the steps to run now.
+
+No subprocess, no clock: `now` comes in as an argument, so every rule here is a unit test away.
+
+For a fault-tolerant job with a failed node, an incident runs these steps, each idempotent:
+
+  open        the incident is journaled (job, failed nodes, their reasons, restart count)
+  requeue     `scontrol requeue` at once (held when it must wait for a spare, or gives up)
+  quarantine  the failed nodes leave the job partitions and stay drained with their reason
+  swap        the best healthy spares move from the pool into the job's partition
+  exclude     ExcNodeList += failed nodes (NumNodes lowered when an elastic job shrinks)
+  start       StartTime=now once Slurm shows PENDING/BeginTime (or release when held)
+  confirm     the job runs again on healthy nodes: the incident closes as recovered
+
+The plan never looks at what a step *did*: it reads Slurm's state from the snapshot, so a step whose
+result never reached the journal (a killed controller) is simply planned again, and its act finds
+the work done. `poll` means "wait a moment and read again"; `wait` parks an incident until a spare
+turns up; `give_up` stops a job that keeps failing without progress; `abandon` closes an incident
+whose job ended.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from slurm_ft.model import Incident, Job, Node, Step
+from slurm_ft.recovery.snapshot import Snapshot
+
+FAIL_PREFIX = "slurm-ft:"
+TERMINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL",
+            "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
+HELD_REASONS = ("launch failed requeued held", "JobHeldAdmin", "JobHeldUser", "job requeued in held state")
+# Slurm requeued the job itself: the fault happened while it ran, so it is ours to finish.
+SLURM_REQUEUED_REASONS = ("launch failed requeued held", "BeginTime", "NodeDown", "job requeued in held state")
+
+
+@dataclass(frozen=True)
+class Policy:
+    spare_partition: str = "spares"
+    job_partitions: Tuple[str, ...] = ()          # () = every partition but the pool
+    fail_prefix: str = FAIL_PREFIX
+    slurm_fault_reasons: Tuple[str, ...] = ("Prolog error", "Epilog error", "Kill task failed")
+    running_timeout_s: float = 120.0
+
+    @classmethod
+    def from_config(cls, cc) -> "Policy":
+        return cls(spare_partition=cc.spare_partition, job_partitions=tuple(cc.job_partitions),
+                   slurm_fault_reasons=tuple(cc.slurm_fault_reasons), running_timeout_s=cc.running_timeout_s)
+
+    def is_job_partition(self, name: str) -> bool:
+        if name == self.spare_partition:
+            return False
+        return not self.job_partitions or name in self.job_partitions
+
+
+# --- what counts as a failed node ------------------------------------------------------------------
+
+def failure(node: Optional[Node], policy: Policy) -> Optional[str]:
+    """Why the node counts as failed, or None: a slurm-ft fail drain, a Slurm fault drain, DOWN, NOT_RESPONDING.
+
+    An admin's drain with any other reason is not a fault: the jobs on it run to their end.
+    """
+    if node is None:
+        return None
+    if node.down:
+        state = "+".join([node.state, *sorted(f for f in node.flags if f in ("NOT_RESPONDING", "FAIL"))])
+        return f"{state}: {node.reason}" if node.reason else state
+    if node.drained:
+        if node.reason.startswith(policy.fail_prefix):
+            return node.reason
+        if any(node.reason.startswith(r) for r in policy.slurm_fault_reasons):
+            return node.reason
+    return None
+
+
+def parse_slurm_time(text: str) -> Optional[float]:
+    """Slurm's `2026-11-29T16:30:05` (local time) as epoch seconds; None when absent or unknown."""
+    if not text or text in ("None", "Unknown", "(null)", "N/A"):
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def spare_pool(snap: Snapshot, policy: Policy, taken: Set[str], faults: Dict[str, int]) -> List[str]:
+    """Healthy idle spares, best first: fewest past faults, then name (a lemon is the last to be used)."""
+    part = snap.partitions.get(policy.spare_partition)
+    if part is None:
+        return []
+    good = []
+    for name in part.nodes:
+        node = snap.nodes.get(name)
+        if name in taken or node is None or not node.available or node.state != "IDLE":
+            continue
+        if "RESERVED" in node.flags or "COMPLETING" in node.flags:
+            continue
+        good.append(name)
+    return sorted(good, key=lambda n: (faults.get(n, 0), n))
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
+    """The steps to run now: open incidents carried on first (they own their spares), then new ones."""
+    steps: List[Step] = []
+    open_ = [i for i in incidents if i.open]
+    faults: Dict[str, int] = {}
+    for inc in incidents:
+        for n in inc.nodes:
+            faults[n] = faults.get(n, 0) + 1
+    taken: Set[str] = {s for i in open_ for s in i.spares}
+    pool = spare_pool(snap, policy, taken, faults)
+    for inc in sorted(open_, key=lambda i: i.id):
+        steps.extend(_advance(inc, snap, incidents, policy, now, pool))
+    if not snap.breaker_open:
+        busy = {i.job_id for i in open_}
+        claimed = {n for i in open_ for n in i.nodes}
+        for job in sorted(snap.jobs.values(), key=lambda j: j.job_id):
+            if job.job_id in busy or job.job_id not in snap.specs:
+                continue
+            step = _detect(job, snap, incidents, policy, claimed)
+            if step:
+                steps.append(step)
+                claimed.update(step.nodes)
+    return steps
+
+
+def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Policy,
+            claimed: Set[str]) -> Optional[Step]:
+    """An `open` step when this FT job has a failed node that no incident has handled yet."""
+    part = _job_partition(job, snap, policy)
+    if part is None:
+        return None
+    if job.state == "RUNNING":
+        failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
+        # The same fault seen again through a stale read: an incident already requeued this run.
+        handled = {n for i in incidents if i.job_id == job.job_id and i.restart_count == job.restart_count
+                   for n in i.nodes}
+        failed = [n for n in failed if n not in handled]
+    elif job.state in ("PENDING", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD") and _slurm_requeued(job):
+        # Slurm requeued it (launch failed, node failure): the failed nodes are those still in its
+        # partition, drained or down, that no job is using; a held job will wait for us.
+        cands = job.nodes or snap.partitions[part].nodes
+        failed = [n for n in cands if n not in job.excluded_nodes and failure(snap.nodes.get(n), policy)
+                  and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
+    else:
+        return None
+    failed = [n for n in failed if n not in claimed]
+    if not failed:
+        return None
+    reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed)
+    return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason="; ".join(reasons))
+
+
+def _slurm_requeued(job: Job) -> bool:
+    if job.state in ("NODE_FAIL", "REQUEUED", "REQUEUE_HOLD"):
+        return True
+    return job.restart_count > 0 and any(job.reason.startswith(r) for r in SLURM_REQUEUED_REASONS)
+
+
+def _job_partition(job: Job, snap: Snapshot, policy: Policy) -> Optional[str]:
+    for name in job.partition.split(","):
+        if name in snap.partitions and policy.is_job_partition(name):
+            return name
+    return None
+
+
+def fault_time(snap: Snapshot, nodes: Iterable[str]) -> Optional[float]:
+    """The earliest drain time among the failed nodes, when Slurm gave one."""
+    times = [parse_slurm_time(snap.nodes[n].reason_time) for n in nodes if n in snap.nodes]
+    times = [t for t in times if t is not None]
+    return min(times) if times else None
+
+
+def restarts_without_progress(inc: Incident, incidents: Sequence[Incident]) -> int:
+    """Earlier recoveries of this job that found the same latest checkpoint (no step saved since)."""
+    return sum(1 for i in incidents
+               if i.job_id == inc.job_id and i.id < inc.id and i.status == "recovered"
+               and i.ckpt_step == inc.ckpt_step)
+
+
+def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float,
+             pool: List[str]) -> List[Step]:
+    """The next step of one open incident, read off Slurm's current state."""
+    job = snap.jobs.get(inc.job_id)
+    base = dict(job_id=inc.job_id, incident_id=inc.id, nodes=inc.nodes, partition=inc.partition)
+    ended = job is None or job.state in TERMINAL
+    spec = snap.specs.get(inc.job_id)
+    max_restarts = spec.max_restarts if spec else 0
+    giving_up = restarts_without_progress(inc, incidents) >= max_restarts
+
+    def quarantined() -> bool:
+        return not any(n in p.nodes for n in inc.nodes
+                       for p in snap.partitions.values() if policy.is_job_partition(p.name))
+
+    if ended:
+        if not quarantined():
+            return [Step("quarantine", **base, reason="job ended; the failed nodes still leave the partition")]
+        state = job.state if job else "gone"
+        return [Step("abandon", **base, reason=f"job {inc.job_id} is {state}")]
+
+    # requeue: only a job still running on the fault needs it (Slurm may have requeued it already)
+    if not inc.done("requeue"):
+        short = _shortfall(inc, pool)
+        hold = giving_up or (short > 0 and not _can_shrink(inc, spec, short))
+        why = ("gives up: " + _give_up_reason(inc, incidents, max_restarts)) if giving_up else (
+            "held until a spare is free" if hold else "at once, without waiting for a collective timeout")
+        return [Step("requeue", **base, hold=hold, reason=why)]
+    if not quarantined():
+        return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
+    if giving_up:
+        return [Step("give_up", **base, reason=_give_up_reason(inc, incidents, max_restarts))]
+
+    if not inc.done("swap"):
+        need = len(inc.nodes) - len(inc.spares)
+        chosen = list(inc.spares)
+        fresh = [s for s in pool if s not in chosen][:max(need, 0)]
+        for s in fresh:
+            pool.remove(s)
+        chosen += fresh
+        short = len(inc.nodes) - len(chosen)
+        if short <= 0:
+            return [Step("swap", **{**base, "spares": tuple(chosen)},
+                         reason=f"{len(chosen)} spare(s) from {policy.spare_partition} into {inc.partition}")]
+        if _can_shrink(inc, spec, short):
+            size = inc.job_nodes - short
+            return [Step("swap", **{**base, "spares": tuple(chosen)}, num_nodes=size,
+                         reason=f"pool short by {short}: shrink the job to {size} nodes (min_nodes "
+                                f"{spec.min_nodes})")]
+        for s in fresh:  # not enough: take none, so the pool serves whoever can run
+            pool.insert(0, s)
+        pool.sort()
+        if inc.status != "waiting":
+            return [Step("wait", **base, reason=f"waiting for a spare: {policy.spare_partition} has "
+                                                  f"{len(chosen)} healthy idle node(s), {len(inc.nodes)} needed")]
+        return []
+
+    if job.state == "RUNNING":
+        if _restarted(inc, job):
+            if any(n in job.nodes for n in inc.nodes):
+                return [Step("poll", **base, reason="running again, but on a failed node")]
+            return [Step("confirm", **base, reason=f"running on {len(job.nodes)} nodes")]
+        return [Step("poll", **base, reason="requeue not seen by Slurm yet")]
+    if job.state != "PENDING":
+        return [Step("poll", **base, reason=f"job is {job.state}")]
+    if not inc.done("exclude"):
+        return [Step("exclude", **base, num_nodes=inc.shrink_to,
+                     reason="exclude the failed nodes" + (f", NumNodes={inc.shrink_to}" if inc.shrink_to else ""))]
+    if job.held or any(job.reason.startswith(r) for r in HELD_REASONS):
+        return [Step("start", **base, hold=True, reason=f"release ({job.reason or 'held'})")]
+    if job.reason == "BeginTime":
+        return [Step("start", **base, reason="StartTime=now: skip Slurm's requeue delay")]
+    started = inc.step("start")
+    waited = now - (started.done_at or started.intent_at) if started else 0.0
+    if waited > policy.running_timeout_s and "not running after" not in inc.note:
+        return [Step("note", **base, reason=f"not running after {waited:.0f} s: pending ({job.reason})")]
+    return [Step("poll", **base, reason=f"pending ({job.reason})")]
+
+
+def _restarted(inc: Incident, job: Job) -> bool:
+    """The job runs again after the incident's requeue: its restart count moved if we requeued it;
+    if Slurm had requeued it before us (the requeue step was skipped), running at all is enough."""
+    requeue = inc.step("requeue")
+    if requeue is not None and requeue.outcome == "ok":
+        return job.restart_count > inc.restart_count
+    return True
+
+
+def _shortfall(inc: Incident, pool: Sequence[str]) -> int:
+    return max(0, len(inc.nodes) - len(inc.spares) - len([s for s in pool if s not in inc.spares]))
+
+
+def _can_shrink(inc: Incident, spec, short: int) -> bool:
+    return bool(spec and spec.min_nodes and inc.job_nodes - short >= spec.min_nodes)
+
+
+def _give_up_reason(inc: Incident, incidents: Sequence[Incident], max_restarts: int) -> str:
+    n = restarts_without_progress(inc, incidents)
+    where = f"checkpoint step {inc.ckpt_step}" if inc.ckpt_step is not None else "no checkpoint"
+    return f"{n} restart(s) without progress ({where}), max_restarts={max_restarts}"

@@ -1,0 +1,25 @@
+"""One read of the cluster, as the pure plan sees it (the controller fills it through the Slurm client)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from slurm_ft.model import Job, Node, Partition
+from slurm_ft.recovery.tag import FtSpec
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: Mapping[str, Node]
+    jobs: Mapping[int, Job]
+    partitions: Mapping[str, Partition]
+    specs: Mapping[int, FtSpec] = field(default_factory=dict)   # fault-tolerant jobs only (decoded tags)
+    progress: Mapping[int, Optional[int]] = field(default_factory=dict)  # latest complete ckpt step per FT job
+    breaker_open: bool = False       # the lifecycle drain-rate breaker: no new recoveries while it is open
+    taken_at: float = 0.0
+
+    @classmethod
+    def of(cls, nodes, jobs, partitions, **kw) -> "Snapshot":
+        """Build from lists (tests, the controller)."""
+        return cls(nodes={n.name: n for n in nodes}, jobs={j.job_id: j for j in jobs},
+                   partitions={p.name: p for p in partitions}, **kw)

@@ -1,0 +1,107 @@
+"""The journal: SQLite file, root-only permissions, intent/result records, one open incident per job."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+
+import pytest
+
+from slurm_ft.errors import ConfigError
+from slurm_ft.recovery import journal as jn
+
+
+def _open(conn, job_id=7, now=100.0):
+    return jn.open_incident(conn, job_id=job_id, nodes=["gpu002"], faults=["gpu002: slurm-ft: XID79 gpu3"],
+                            partition="train", restart_count=0, job_nodes=64, ckpt_step=40, fault_at=99.5,
+                            now=now)
+
+
+def test_creates_root_only_dir_and_file_in_wal_mode(tmp_path):
+    path = tmp_path / "state" / "journal.db"
+    conn = jn.connect(path)
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert jn.schema_version(conn) == len(jn.MIGRATIONS)
+
+
+def test_refuses_world_writable_state_dir(tmp_path):
+    d = tmp_path / "state"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    with pytest.raises(ConfigError, match="writable by others"):
+        jn.connect(d / "journal.db")
+
+
+def test_refuses_a_file_that_is_not_a_journal(tmp_path):
+    p = tmp_path / "journal.db"
+    p.write_bytes(b"this is not sqlite" * 100)
+    os.chmod(p, 0o600)
+    with pytest.raises(ConfigError, match="not a usable slurm-ft journal"):
+        jn.connect(p)
+
+
+def test_incident_round_trip_with_intent_and_result(tmp_path):
+    conn = jn.connect(tmp_path / "j.db")
+    iid = _open(conn)
+    sid = jn.record_intent(conn, iid, "requeue", 101.0, "at once")
+    inc = jn.incidents(conn)[0]
+    assert inc.open and inc.status == "open" and inc.nodes == ("gpu002",) and inc.job_nodes == 64
+    assert inc.step("requeue").outcome == "" and not inc.done("requeue")    # intent only: a crash here redoes it
+    jn.record_result(conn, sid, "ok", 101.2)
+    jn.update_incident(conn, iid, spares=["gpu065"], shrink_to=None)
+    jn.close_incident(conn, iid, "recovered", 103.0)
+    inc = jn.incidents(conn)[0]
+    assert inc.done("requeue") and inc.step("requeue").done_at == 101.2 and inc.step("requeue").detail == "at once"
+    assert inc.spares == ("gpu065",) and inc.status == "recovered" and inc.closed_at == 103.0
+    assert [s.name for s in inc.steps] == ["open", "requeue"]
+
+
+def test_never_two_open_incidents_for_one_job(tmp_path):
+    conn = jn.connect(tmp_path / "j.db")
+    first = _open(conn)
+    with pytest.raises(jn.AlreadyOpen):
+        _open(conn)
+    _open(conn, job_id=8)                   # another job is fine
+    jn.close_incident(conn, first, "recovered", 110.0)
+    _open(conn, now=200.0)                  # and the same job again once the first closed
+    assert [i.job_id for i in jn.incidents(conn, open_only=True)] == [8, 7]
+
+
+def test_survives_a_reopen_and_other_components_add_tables(tmp_path):
+    path = tmp_path / "j.db"
+    conn = jn.connect(path)
+    _open(conn)
+    conn.close()
+    conn = jn.connect(path)
+    assert len(jn.incidents(conn)) == 1
+    v = jn.ensure_schema(conn, "lifecycle", ["CREATE TABLE node_history (node TEXT, state TEXT, at REAL)"])
+    assert v == 1 and jn.schema_version(conn, "lifecycle") == 1
+    assert jn.ensure_schema(conn, "lifecycle", ["CREATE TABLE node_history (node TEXT, state TEXT, at REAL)"]) == 1
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "j.db"
+    conn = jn.connect(path)
+    conn.execute("UPDATE schema SET version = 99 WHERE component = 'recovery'")
+    conn.close()
+    with pytest.raises(ConfigError, match="newer than this slurm-ft"):
+        jn.connect(path)
+
+
+def test_state_keeps_open_and_recent_incidents(tmp_path):
+    conn = jn.connect(tmp_path / "j.db")
+    old = _open(conn, job_id=1, now=10.0)
+    jn.close_incident(conn, old, "recovered", 11.0)
+    _open(conn, job_id=2, now=5.0)          # open, however old
+    recent = _open(conn, job_id=3, now=1000.0)
+    jn.close_incident(conn, recent, "recovered", 1001.0)
+    assert sorted(i.job_id for i in jn.state(conn, now=1100.0, history_s=500)) == [2, 3]
+
+
+def test_bad_outcome_is_a_bug(tmp_path):
+    conn = jn.connect(tmp_path / "j.db")
+    sid = jn.record_intent(conn, _open(conn), "swap", 1.0)
+    with pytest.raises(ValueError):
+        jn.record_result(conn, sid, "maybe", 2.0)

@@ -1,0 +1,254 @@
+"""The controller's pure plan: from one snapshot and the journal's incidents to the next steps."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from slurm_ft.model import Incident, Job, Node, Partition, StepRecord
+from slurm_ft.recovery.plan import Policy, failure, plan, restarts_without_progress
+from slurm_ft.recovery.snapshot import Snapshot
+from slurm_ft.recovery.tag import FtSpec
+
+P = Policy()
+NOW = 1_000_000.0
+TRAIN = [f"gpu{i:03d}" for i in range(1, 5)]
+SPARES = ["gpu005", "gpu006"]
+
+
+def node(name, state="ALLOCATED", flags=(), reason=""):
+    return Node(name=name, state=state, flags=frozenset(flags), reason=reason)
+
+
+def cluster(train_nodes=None, spare_nodes=None, jobs=(), specs=None, **kw):
+    nodes = train_nodes or [node(n) for n in TRAIN]
+    spares = spare_nodes if spare_nodes is not None else [node(n, "IDLE") for n in SPARES]
+    parts = [Partition("train", tuple(n.name for n in nodes), default=True),
+             Partition("spares", tuple(n.name for n in spares))]
+    jobs = list(jobs) or [job()]
+    if specs is None:
+        specs = {j.job_id: FtSpec(ckpt_dir="/ck") for j in jobs}
+    return Snapshot.of(nodes + spares, jobs, parts, specs=specs, **kw)
+
+
+def job(state="RUNNING", nodes=tuple(TRAIN), restart=0, reason="None", job_id=7, held=False, excluded=()):
+    return Job(job_id=job_id, name="train", state=state, reason=reason, partition="train", nodes=nodes,
+               num_nodes=4, restart_count=restart, requeue=True, held=held, excluded_nodes=excluded)
+
+
+def failed(name, reason="slurm-ft: XID79 gpu3 fell off the bus"):
+    return node(name, "ALLOCATED", {"DRAIN"}, reason)
+
+
+def incident(steps=(), **kw):
+    base = dict(id=1, job_id=7, status="open", nodes=("gpu002",), partition="train", restart_count=0,
+                job_nodes=4, opened_at=NOW - 5, ckpt_step=100)
+    base.update(kw)
+    recs = tuple(StepRecord(name, NOW - 4, NOW - 4, outcome) for name, outcome in steps)
+    return Incident(**base, steps=(StepRecord("open", NOW - 5, NOW - 5, "ok"),) + recs)
+
+
+def kinds(steps):
+    return [s.kind for s in steps]
+
+
+# --- what is a failed node ----------------------------------------------------------------------
+
+def test_fail_drain_down_and_not_responding_are_failures_admin_drain_is_not():
+    assert failure(failed("a"), P).startswith("slurm-ft: XID79")
+    assert failure(node("a", "DOWN", reason="Not responding"), P)
+    assert failure(node("a", "ALLOCATED", {"NOT_RESPONDING"}), P)
+    assert failure(node("a", "ALLOCATED", {"DRAIN"}, "Prolog error"), P) == "Prolog error"
+    assert failure(node("a", "ALLOCATED", {"DRAIN"}, "bios update friday"), P) is None
+    assert failure(node("a"), P) is None
+
+
+# --- detection --------------------------------------------------------------------------------------
+
+def test_failed_node_of_running_ft_job_opens_one_incident():
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")])
+    steps = plan(snap, [], P, NOW)
+    assert kinds(steps) == ["open"]
+    assert steps[0].job_id == 7 and steps[0].nodes == ("gpu002",) and steps[0].partition == "train"
+    assert "XID79" in steps[0].reason
+
+
+def test_two_failed_nodes_of_one_job_open_one_incident_with_both():
+    snap = cluster([failed("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")])
+    steps = plan(snap, [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu001", "gpu002")
+
+
+def test_job_without_ft_tag_or_admin_drain_opens_nothing():
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], specs={})
+    assert plan(snap, [], P, NOW) == []
+    snap = cluster([node("gpu001"), node("gpu002", "ALLOCATED", {"DRAIN"}, "admin: replace fan"),
+                    node("gpu003"), node("gpu004")])
+    assert plan(snap, [], P, NOW) == []
+
+
+def test_fault_on_node_without_ft_job_is_left_drained():
+    nodes = [node("gpu001"), node("gpu002"), node("gpu003", "IDLE"), node("gpu004", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu0 x")]
+    snap = cluster(nodes, jobs=[job(nodes=("gpu001", "gpu002"))])
+    assert plan(snap, [], P, NOW) == []
+
+
+def test_breaker_open_blocks_new_incidents():
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], breaker_open=True)
+    assert plan(snap, [], P, NOW) == []
+
+
+def test_job_with_open_incident_is_not_opened_twice():
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")])
+    steps = plan(snap, [incident()], P, NOW)
+    assert "open" not in kinds(steps)
+
+
+def test_same_fault_already_requeued_is_not_requeued_again():
+    """A closed incident for this run (same restart count) covers a stale read of the same node."""
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")])
+    done = incident(status="recovered", closed_at=NOW - 1)
+    assert plan(snap, [done], P, NOW) == []
+
+
+def test_launch_failed_held_job_opens_incident_on_prolog_drained_node():
+    nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "Prolog error"),
+             node("gpu003", "IDLE"), node("gpu004", "IDLE")]
+    j = job("PENDING", nodes=(), restart=1, reason="launch failed requeued held", held=True)
+    steps = plan(cluster(nodes, jobs=[j]), [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
+
+
+# --- carrying an incident on ----------------------------------------------------------------------
+
+def test_requeue_comes_first_then_quarantine():
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")])
+    steps = plan(snap, [incident()], P, NOW)
+    assert kinds(steps) == ["requeue"] and not steps[0].hold
+    steps = plan(snap, [incident([("requeue", "ok")])], P, NOW)
+    assert kinds(steps) == ["quarantine"]
+
+
+def test_swap_takes_best_spare_fewest_past_faults_first():
+    j = job("PENDING", restart=1, reason="BeginTime", nodes=())
+    snap = replace(cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[j]))
+    old = incident(id=0, nodes=("gpu005",), status="recovered", closed_at=NOW - 100, job_id=3)
+    steps = plan(snap, [old, incident([("requeue", "ok")])], P, NOW)
+    assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu006",)
+
+
+def test_after_swap_exclude_then_start_with_starttime_now():
+    j = job("PENDING", restart=1, reason="BeginTime", nodes=())
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")],
+                   spare_nodes=[node("gpu006", "IDLE")], jobs=[j])
+    inc = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok")], spares=("gpu005",))
+    steps = plan(snap, [inc], P, NOW)
+    assert kinds(steps) == ["exclude"]
+    inc = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok"), ("exclude", "ok")], spares=("gpu005",))
+    steps = plan(snap, [inc], P, NOW)
+    assert kinds(steps) == ["start"] and not steps[0].hold
+
+
+def test_job_still_running_old_run_after_requeue_polls():
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")],
+                   jobs=[job("RUNNING", nodes=("gpu001", "gpu002", "gpu003", "gpu004"))])
+    inc = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok")], spares=("gpu005",))
+    assert kinds(plan(snap, [inc], P, NOW)) == ["poll"]
+
+
+def test_running_again_with_new_restart_count_confirms():
+    run_nodes = ("gpu001", "gpu003", "gpu004", "gpu005")
+    snap = cluster([node(n) for n in run_nodes], jobs=[job("RUNNING", nodes=run_nodes, restart=1)])
+    inc = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok"), ("exclude", "ok"), ("start", "ok")],
+                   spares=("gpu005",))
+    assert kinds(plan(snap, [inc], P, NOW)) == ["confirm"]
+
+
+def test_empty_pool_requeues_held_and_waits_once():
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], spare_nodes=[])
+    steps = plan(snap, [incident()], P, NOW)
+    assert kinds(steps) == ["requeue"] and steps[0].hold
+    j = job("PENDING", restart=1, reason="JobHeldAdmin", held=True, nodes=())
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], spare_nodes=[], jobs=[j])
+    inc = incident([("requeue", "ok"), ("quarantine", "ok")])
+    steps = plan(snap, [inc], P, NOW)
+    assert kinds(steps) == ["wait"] and "waiting for a spare" in steps[0].reason
+    assert plan(snap, [replace(inc, status="waiting")], P, NOW) == []
+    # a spare comes back: swap, and the held job will be released after the exclude
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], spare_nodes=[node("gpu006", "IDLE")], jobs=[j])
+    steps = plan(snap, [replace(inc, status="waiting")], P, NOW)
+    assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu006",)
+    inc2 = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok"), ("exclude", "ok")], spares=("gpu006",))
+    steps = plan(snap, [inc2], P, NOW)
+    assert kinds(steps) == ["start"] and steps[0].hold
+
+
+def test_empty_pool_elastic_job_shrinks_instead():
+    spec = {7: FtSpec(ckpt_dir="/ck", min_nodes=3)}
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], spare_nodes=[], specs=spec)
+    steps = plan(snap, [incident()], P, NOW)
+    assert kinds(steps) == ["requeue"] and not steps[0].hold
+    j = job("PENDING", restart=1, reason="BeginTime", nodes=())
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], spare_nodes=[], jobs=[j], specs=spec)
+    steps = plan(snap, [incident([("requeue", "ok"), ("quarantine", "ok")])], P, NOW)
+    assert kinds(steps) == ["swap"] and steps[0].spares == () and steps[0].num_nodes == 3
+
+
+def test_elastic_job_never_below_min_nodes():
+    spec = {7: FtSpec(ckpt_dir="/ck", min_nodes=4)}
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], spare_nodes=[], specs=spec)
+    assert plan(snap, [incident()], P, NOW)[0].hold
+
+
+def test_gives_up_after_max_restarts_without_progress():
+    spec = {7: FtSpec(ckpt_dir="/ck", max_restarts=2)}
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], specs=spec,
+                   jobs=[job(restart=2)])
+    past = [incident(id=i, status="recovered", closed_at=NOW - 50, ckpt_step=100, restart_count=i - 1)
+            for i in (1, 2)]
+    cur = incident(id=3, restart_count=2, ckpt_step=100)
+    assert restarts_without_progress(cur, past + [cur]) == 2
+    steps = plan(snap, past + [cur], P, NOW)
+    assert kinds(steps) == ["requeue"] and steps[0].hold and "gives up" in steps[0].reason
+    cur = incident([("requeue", "ok"), ("quarantine", "ok")], id=3, restart_count=2, ckpt_step=100)
+    held = cluster([node("gpu001"), node("gpu003"), node("gpu004")], specs=spec,
+                   jobs=[job("PENDING", nodes=(), restart=3, reason="JobHeldAdmin", held=True)])
+    assert kinds(plan(held, past + [cur], P, NOW)) == ["give_up"]
+    # progress since (a newer checkpoint) resets the count
+    cur = incident(id=3, restart_count=2, ckpt_step=200)
+    assert not plan(snap, past + [cur], P, NOW)[0].hold
+
+
+def test_incident_of_ended_job_is_abandoned():
+    snap = cluster([node("gpu001", "IDLE"), node("gpu003", "IDLE"), node("gpu004", "IDLE")],
+                   jobs=[job("CANCELLED", nodes=())])
+    inc = incident([("requeue", "ok"), ("quarantine", "ok")])
+    assert kinds(plan(snap, [inc], P, NOW)) == ["abandon"]
+
+
+def test_two_jobs_do_not_get_the_same_spare():
+    a = job(job_id=1, nodes=("gpu001", "gpu002"), state="PENDING", reason="BeginTime", restart=1)
+    b = job(job_id=2, nodes=("gpu003", "gpu004"), state="PENDING", reason="BeginTime", restart=1)
+    snap = cluster([node("gpu001"), node("gpu003")], jobs=[a, b])
+    i1 = incident([("requeue", "ok"), ("quarantine", "ok")], id=1, job_id=1, nodes=("gpu002",))
+    i2 = incident([("requeue", "ok"), ("quarantine", "ok")], id=2, job_id=2, nodes=("gpu004",))
+    steps = plan(snap, [i1, i2], P, NOW)
+    assert kinds(steps) == ["swap", "swap"]
+    assert steps[0].spares == ("gpu005",) and steps[1].spares == ("gpu006",)
+
+
+def test_a_chosen_spare_is_reused_after_a_crash():
+    """The swap's intent saved the spare on the incident: a restarted controller takes the same one."""
+    j = job("PENDING", restart=1, reason="BeginTime", nodes=())
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu006", "IDLE")],
+                   spare_nodes=[node("gpu005", "IDLE")], jobs=[j])
+    inc = incident([("requeue", "ok"), ("quarantine", "ok")], spares=("gpu006",))
+    inc = replace(inc, steps=inc.steps + (StepRecord("swap", NOW - 1),))
+    steps = plan(snap, [inc], P, NOW)
+    assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu006",)
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "PENDING"])
+def test_plan_is_pure_and_repeatable(state):
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")])
+    assert plan(snap, [], P, NOW) == plan(snap, [], P, NOW)
