@@ -1,0 +1,33 @@
+"""Free space on the checkpoint and scratch file systems (`health.disk_paths`).
+
+A full /tmp or checkpoint disk kills the next job at its first save; a path that cannot be read
+(a hung or missing mount) fails too. Readings: `extra["disk"]` = [{path, total_bytes, free_bytes} | {path, error}].
+"""
+from __future__ import annotations
+
+from typing import List
+
+from slurm_ft.model import Action, Finding, NodeSample, Severity
+
+CHECK = "disk"
+
+
+def probe(sample: NodeSample, ctx) -> List[Finding]:
+    out: List[Finding] = []
+    t = ctx.thresholds
+    for d in sample.extra.get("disk", ()) or ():
+        path = d.get("path", "?")
+        if d.get("error"):
+            out.append(Finding(CHECK, Severity.FAIL, f"{path}: {d['error']}", "DISK_UNREADABLE", None, Action.DRAIN))
+            continue
+        total, free = d.get("total_bytes") or 0, d.get("free_bytes") or 0
+        if total <= 0:
+            continue
+        pct = 100.0 * free / total
+        if t.disk_free_fail_pct and pct < t.disk_free_fail_pct:
+            out.append(Finding(CHECK, Severity.FAIL, f"{path} {pct:.1f}% free < {t.disk_free_fail_pct:g}%",
+                               "DISK_FULL", None, Action.DRAIN))
+        elif t.disk_free_warn_pct and pct < t.disk_free_warn_pct:
+            out.append(Finding(CHECK, Severity.WARN, f"{path} {pct:.1f}% free < {t.disk_free_warn_pct:g}%",
+                               "DISK_FULL"))
+    return out
