@@ -18,6 +18,7 @@ from slurm_ft.errors import EXIT_USAGE, SlurmFTError
 COMMANDS = {
     "xid": "slurm_ft.cli.xid:xid_group",
     "ckpt": "slurm_ft.cli.ckpt:ckpt",
+    "sbatch": "slurm_ft.cli.sbatch:sbatch",
 }
 
 

@@ -1,0 +1,58 @@
+"""`slurm-ft sbatch`: submit a fault-tolerant job (requeueable, tagged, {ckpt} resolved at every start)."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import click
+
+from slurm_ft.errors import UsageError
+from slurm_ft.recovery import submit as sub
+
+
+def _directives(script: str) -> list:
+    try:
+        with open(script, "rb") as fh:
+            text = fh.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return []
+    return sub.script_directives(text)
+
+
+def _client():
+    from slurm_ft.slurm.client import SlurmClient
+    return SlurmClient()
+
+
+@click.command("sbatch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
+                                          "help_option_names": ["--help"]})
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def sbatch(argv) -> None:
+    """Submit SCRIPT as a fault-tolerant job.
+
+    \b
+    slurm-ft sbatch [--ckpt-dir DIR] [--min-nodes M] [--max-restarts K] [SBATCH-OPTIONS...] SCRIPT [ARGS...]
+
+    The job is submitted with --requeue and a slurm-ft tag in its comment, so the controller may requeue it
+    on a spare node. Every `{ckpt}` in SCRIPT or ARGS becomes, at every (re)start, the newest complete
+    checkpoint in DIR (empty on the first start); SLURM_FT_CKPT holds the same. SCRIPT and ARGS are passed
+    as an argv array, never through a shell. #SBATCH lines at the top of SCRIPT are honoured as by sbatch.
+    Prints `Submitted batch job N` (only N with --parsable).
+    """
+    req = sub.parse(list(argv), cwd=os.getcwd())
+    directives = _directives(req.script) if os.path.isabs(req.script) else []
+    if os.path.isabs(req.script):
+        with open(req.script, "rb") as fh:
+            head = fh.read(2)
+        if head != b"#!" and not os.access(req.script, os.X_OK):
+            raise UsageError(f"{req.script}: a batch script must start with #! (or be executable)")
+    # sbatch copies the script's contents into the job at submit time, so the file is only needed until then.
+    fd, path = tempfile.mkstemp(prefix="slurm-ft-start-", suffix=".py")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(sub.starter_script(directives))
+        os.chmod(path, 0o700)
+        job_id = _client().submit(sub.sbatch_argv(req, path))
+    finally:
+        os.unlink(path)
+    click.echo(str(job_id) if req.parsable else f"Submitted batch job {job_id}")

@@ -1,0 +1,104 @@
+"""The job starter `slurm-ft sbatch` submits: runs at every (re)start of the batch step.
+
+    python -m slurm_ft.recovery.jobstart --ckpt-dir DIR -- SCRIPT [ARGS...]
+
+Replaces ``{ckpt}`` in SCRIPT/ARGS with the newest complete checkpoint in DIR ("" when there is none),
+exports SLURM_FT_CKPT / SLURM_FT_CKPT_STEP / SLURM_FT_CKPT_DIR for scripts that prefer the environment,
+appends one JSON line to DIR/slurm-ft-starts.jsonl, and execs SCRIPT. Nothing here goes through a shell.
+Kept to the standard library plus ckpt.py: it runs on the batch host at every restart.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import List, Optional, Sequence, Tuple
+
+from slurm_ft.recovery import ckpt
+
+PLACEHOLDER = "{ckpt}"
+STARTS_LOG = "slurm-ft-starts.jsonl"
+
+
+def resolve(argv: Sequence[str], ckpt_dir: str) -> Tuple[List[str], Optional[ckpt.Latest]]:
+    """argv with every {ckpt} replaced by the latest complete checkpoint (or "")."""
+    found = ckpt.latest(ckpt_dir) if ckpt_dir else None
+    value = found.path if found is not None and found.path else ""
+    return [a.replace(PLACEHOLDER, value) for a in argv], found
+
+
+def exec_argv(script: str, args: Sequence[str], access=os.access, read_head=None) -> List[str]:
+    """What to exec for SCRIPT: itself when executable, else its #! interpreter (as sbatch would run it)."""
+    if "/" not in script or access(script, os.X_OK):
+        return [script, *args]
+    head = (read_head or _read_head)(script)
+    if not head.startswith("#!"):
+        raise OSError(f"{script} is not executable and has no #! line")
+    interp = head[2:].strip().split(None, 1)            # like the kernel: interpreter + at most one argument
+    if not interp:
+        raise OSError(f"{script}: empty #! line")
+    return [*interp, script, *args]
+
+
+def _read_head(path: str) -> str:
+    with open(path, "rb") as fh:
+        return fh.readline(4096).decode("utf-8", "replace")
+
+
+def _log_start(ckpt_dir: str, record: dict) -> None:
+    try:
+        os.makedirs(ckpt_dir, exist_ok=True)
+        fd = os.open(os.path.join(ckpt_dir, STARTS_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, (json.dumps(record, sort_keys=True) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:                              # a log line is not worth failing the job for
+        print(f"slurm-ft: cannot write {STARTS_LOG}: {exc}", file=sys.stderr)
+
+
+def main(argv: Sequence[str]) -> int:
+    argv = list(argv)
+    ckpt_dir = ""
+    if len(argv) >= 2 and argv[0] == "--ckpt-dir":
+        ckpt_dir, argv = argv[1], argv[2:]
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR -- SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    t0 = time.time()
+    resolved, found = resolve(argv, ckpt_dir)
+    job = os.environ.get("SLURM_JOB_ID", "")
+    restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    env_ckpt = found.path if found is not None and found.path else ""
+    os.environ["SLURM_FT_CKPT"] = env_ckpt
+    os.environ["SLURM_FT_CKPT_DIR"] = ckpt_dir
+    os.environ["SLURM_FT_CKPT_STEP"] = "" if found is None or found.step is None else str(found.step)
+    if ckpt_dir:
+        if env_ckpt:
+            print(f"slurm-ft: job {job} start {restart}: resuming from {env_ckpt} "
+                  f"(step {found.step}, {found.layout})", file=sys.stderr)
+        else:
+            print(f"slurm-ft: job {job} start {restart}: no complete checkpoint ({found.reason}); "
+                  f"starting from scratch", file=sys.stderr)
+        for s in (found.skipped if found else ()):
+            print(f"slurm-ft: skipped {s.path}: {s.reason}", file=sys.stderr)
+        _log_start(ckpt_dir, {
+            "event": "jobstart", "t": t0, "job": job, "restart": restart,
+            "nodes": os.environ.get("SLURM_JOB_NODELIST", ""), "ckpt": env_ckpt,
+            "step": found.step if found else None,
+        })
+    sys.stderr.flush()
+    try:
+        target = exec_argv(resolved[0], resolved[1:])
+        os.execvp(target[0], target)
+    except OSError as exc:
+        print(f"slurm-ft jobstart: cannot run {resolved[0]}: {exc}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,137 @@
+"""`slurm-ft sbatch` command-line splitting, the sbatch argv it builds, and the job starter's {ckpt} resolution."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from slurm_ft.errors import UsageError
+from slurm_ft.recovery import ckpt, jobstart
+from slurm_ft.recovery.submit import parse, sbatch_argv, script_directives, starter_script
+from slurm_ft.recovery.tag import FtSpec, decode
+
+NOFILE = lambda p: False  # noqa: E731  (no script files exist: SCRIPT is a command name)
+
+
+def test_ours_vs_sbatch_options_and_script_args():
+    r = parse(["--ckpt-dir", "ck", "--min-nodes=3", "-N", "4", "--gres=gpu:8", "-p", "train", "--time", "10",
+               "--max-restarts", "2", "python", "-m", "trainer", "--resume", "{ckpt}", "-N", "9"],
+              cwd="/work", file_exists=NOFILE)
+    assert r.spec == FtSpec(ckpt_dir="/work/ck", min_nodes=3, max_restarts=2)
+    assert r.sbatch_options == ("-N", "4", "--gres=gpu:8", "-p", "train", "--time", "10")
+    assert r.script == "python"
+    assert r.args == ("-m", "trainer", "--resume", "{ckpt}", "-N", "9")     # after SCRIPT: the job's, untouched
+    assert r.nodes == 4
+
+
+@pytest.mark.parametrize("words,opts", [
+    (["-N4"], ("-N", "4")),
+    (["-N", "4"], ("-N", "4")),
+    (["--nodes=4"], ("--nodes=4",)),
+    (["--nodes", "4"], ("--nodes", "4")),
+    (["-vv"], ("-v", "-v")),
+    (["-kHN2"], ("-k", "-H", "-N", "2")),
+    (["--exclusive", "--hold"], ("--exclusive", "--hold")),
+    (["--exclusive=user"], ("--exclusive=user",)),
+    (["-J", "my job"], ("-J", "my job")),
+    (["--job-name", "-weird-"], ("--job-name", "-weird-")),      # a value may start with '-'
+])
+def test_value_forms(words, opts):
+    r = parse(words + ["x"], file_exists=NOFILE)
+    assert r.sbatch_options == opts and r.script == "x"
+
+
+def test_requeue_and_parsable_are_ours():
+    r = parse(["--requeue", "--parsable", "x"], file_exists=NOFILE)
+    assert r.sbatch_options == () and r.parsable
+
+
+def test_argv_built_for_sbatch_carries_tag_requeue_and_user_argv_verbatim():
+    evil = ["it's", '"q"', "$(touch /tmp/pwned)", "a;b", "`id`", "line1\nline2", "{ckpt}"]
+    r = parse(["--ckpt-dir", "/c d", "-N", "2", "job.sh", *evil], cwd="/w", file_exists=lambda p: p == "/w/job.sh")
+    argv = sbatch_argv(r, "/tmp/start.py")
+    assert argv[:2] == ["-N", "2"]
+    assert "--requeue" in argv and "--job-name=job.sh" in argv
+    tag = [a for a in argv if a.startswith("--comment=")][0][len("--comment="):]
+    assert decode(tag) == FtSpec(ckpt_dir="/c d")
+    i = argv.index("/tmp/start.py")
+    assert argv[i + 1:] == ["--ckpt-dir", "/c d", "--", "/w/job.sh", *evil]
+
+
+def test_job_name_not_added_when_given():
+    argv = sbatch_argv(parse(["-Jx", "s"], file_exists=NOFILE), "/st")
+    assert not any(a.startswith("--job-name") for a in argv)
+
+
+@pytest.mark.parametrize("words,msg", [
+    (["--comment=hi", "x"], "--comment"),
+    (["--no-requeue", "x"], "requeueable"),
+    (["--wrap", "echo hi"], "shell"),
+    (["-W", "x"], "--wait"),
+    (["--bogus", "x"], "unknown sbatch option --bogus"),
+    (["-Z", "x"], "unknown sbatch option -Z"),
+    (["-N"], "needs a value"),
+    (["--ckpt-dir"], "needs a value"),
+    (["-N", "4"], "no SCRIPT"),
+    (["--min-nodes", "0", "x"], ">= 1"),
+    (["--max-restarts", "many", "x"], "integer"),
+    (["--min-nodes", "5", "-N", "4", "x"], "larger than"),
+    (["x", "{ckpt}"], "needs --ckpt-dir"),
+    (["./missing.sh"], "no such file"),
+])
+def test_bad_input_is_a_usage_error(words, msg):
+    with pytest.raises(UsageError, match=msg):
+        parse(words, file_exists=NOFILE)
+
+
+def test_double_dash_ends_options():
+    r = parse(["-N", "1", "--", "-script-starting-with-dash"], file_exists=NOFILE)
+    assert r.script == "-script-starting-with-dash"
+
+
+def test_script_directives_copied_until_first_command():
+    text = "#!/bin/bash\n#SBATCH -N 4\n\n# note\n#SBATCH --gres=gpu:8\nsrun x\n#SBATCH -N 9\n"
+    assert script_directives(text) == ["#SBATCH -N 4", "#SBATCH --gres=gpu:8"]
+    s = starter_script(["#SBATCH -N 4"], python="/usr/bin/python3")
+    assert s.startswith("#!/usr/bin/python3\n#SBATCH -N 4\n")
+    compile(s, "starter", "exec")
+
+
+# --- the starter ---------------------------------------------------------------------------------
+
+def test_resolve_empty_then_latest(tmp_path):
+    d = str(tmp_path)
+    argv, found = jobstart.resolve(["t", "--resume", "{ckpt}", "--x={ckpt}/rank0"], d)
+    assert argv == ["t", "--resume", "", "--x=/rank0"] and found.path is None
+    ckpt.write_checkpoint(d, 7, {"a": b"x"})
+    argv, found = jobstart.resolve(["t", "--resume", "{ckpt}"], d)
+    assert argv == ["t", "--resume", os.path.join(d, "step_000007")] and found.step == 7
+
+
+def test_exec_argv_uses_shebang_for_non_executable(tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash -e\necho hi\n")
+    os.chmod(script, 0o644)
+    assert jobstart.exec_argv(str(script), ["a"]) == ["/bin/bash", "-e", str(script), "a"]
+    os.chmod(script, 0o755)
+    assert jobstart.exec_argv(str(script), ["a"]) == [str(script), "a"]
+    assert jobstart.exec_argv("python3", ["-c", "1"]) == ["python3", "-c", "1"]
+
+
+def test_starter_execs_with_resolved_argv(tmp_path):
+    """Run the real starter in a child: it resolves {ckpt}, logs the start and execs the command."""
+    import subprocess
+    import sys
+    d = tmp_path / "ck"
+    ckpt.write_checkpoint(str(d), 3, {"a": b"x"})
+    out = tmp_path / "argv.json"
+    code = "import json,sys,os; json.dump([sys.argv[1:], os.environ['SLURM_FT_CKPT_STEP']], open(sys.argv[1], 'w'))"
+    p = subprocess.run([sys.executable, "-m", "slurm_ft.recovery.jobstart", "--ckpt-dir", str(d), "--",
+                        sys.executable, "-c", code, str(out), "{ckpt}", "$(id);`x`\n"],
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "SLURM_RESTART_COUNT": "2"})
+    assert p.returncode == 0, p.stderr
+    assert "resuming from" in p.stderr
+    assert json.loads(out.read_text()) == [[str(out), str(d / "step_000003"), "$(id);`x`\n"], "3"]
+    start = json.loads((d / "slurm-ft-starts.jsonl").read_text().splitlines()[-1])
+    assert start["restart"] == 2 and start["step"] == 3
