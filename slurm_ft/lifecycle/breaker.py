@@ -1,0 +1,104 @@
+"""The drain-rate breaker, as a pure decision: may slurm-ft drain one more node now?
+
+A bad probe or a driver update must not drain the fleet. slurm-ft drains at most `limit` nodes within
+a sliding window (the smaller of a share of all nodes and a count). The drain that would pass the
+limit trips the breaker instead: the node is not drained, checks keep reporting, and every later drain
+is refused until an admin runs `slurm-ft breaker reset` (drains before the reset no longer count).
+
+The state lives in the journal (see store.py); this module only decides.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Optional, Tuple
+
+
+@dataclass(frozen=True)
+class BreakerState:
+    drains: Tuple[Tuple[str, float], ...] = ()   # (node, unix time) of drains slurm-ft let through
+    open_since: Optional[float] = None           # set when tripped; cleared only by an admin's reset
+    open_reason: str = ""
+    reset_at: float = 0.0                        # drains before this no longer count
+
+    @property
+    def open(self) -> bool:
+        return self.open_since is not None
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str                  # one line for a log, a check's output or `slurm-ft status`
+    count: int                   # nodes drained within the window (before this one)
+    limit: int
+    tripped: bool = False        # this call opened the breaker
+    counted: bool = False        # this call added a drain to the window (the caller must record it)
+
+    def to_dict(self) -> dict:
+        return {"allowed": self.allowed, "reason": self.reason, "count": self.count,
+                "limit": self.limit, "tripped": self.tripped}
+
+
+def limit(total_nodes: int, max_share: float, max_nodes: int) -> int:
+    """Nodes slurm-ft may drain per window: floor(share x fleet) and the count, whichever is smaller.
+
+    At least 1 while any limit is set, so that a small lab or cluster can still drain one node.
+    Both 0 means no breaker (unlimited).
+    """
+    caps = []
+    if max_share > 0:
+        caps.append(max(1, math.floor(max_share * max(total_nodes, 0))))
+    if max_nodes > 0:
+        caps.append(max_nodes)
+    return min(caps) if caps else 1 << 30
+
+
+def in_window(state: BreakerState, now: float, window_s: float) -> Tuple[str, ...]:
+    """Distinct nodes drained within the window and since the last reset, oldest first."""
+    seen: dict = {}
+    for node, t in sorted(state.drains, key=lambda d: d[1]):
+        if t >= state.reset_at and now - t <= window_s:
+            seen.setdefault(node, t)
+    return tuple(seen)
+
+
+def decide(state: BreakerState, node: str, now: float, *, total_nodes: int, max_share: float,
+           max_nodes: int, window_s: float) -> Tuple[Decision, BreakerState]:
+    """Decide one drain of `node`; return the decision and the state to store."""
+    cap = limit(total_nodes, max_share, max_nodes)
+    nodes = in_window(state, now, window_s)
+    count = len(nodes)
+    if state.open:
+        return Decision(False, f"drain-rate breaker open since {_stamp(state.open_since)}: {state.open_reason}; "
+                               f"not draining {node} (reset with `slurm-ft breaker reset`)", count, cap), state
+    if node in nodes:   # the same node again (check then controller): no new drain for the window
+        return Decision(True, f"{node} already counted ({count}/{cap} in window)", count, cap), state
+    if count + 1 > cap:
+        why = (f"{count} nodes drained within {_span(window_s)} (limit {cap}); "
+               f"{node} would be one more")
+        new = replace(state, open_since=now, open_reason=why)
+        return Decision(False, f"drain-rate breaker tripped: {why}; not draining {node}", count, cap,
+                        tripped=True), new
+    new = replace(state, drains=state.drains + ((node, now),))
+    return Decision(True, f"drain {count + 1}/{cap} within {_span(window_s)}", count, cap, counted=True), new
+
+
+def reset(state: BreakerState, now: float) -> BreakerState:
+    """An admin's reset: close the breaker and forget the drains so far."""
+    return BreakerState(drains=state.drains, open_since=None, open_reason="", reset_at=now)
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 86400 and seconds % 86400 == 0:
+        return f"{seconds / 86400:g} d"
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
+def _stamp(t: Optional[float]) -> str:
+    import time as _time   # formatting only; decisions never read the clock
+    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(t)) if t is not None else "?"

@@ -1,0 +1,59 @@
+"""A non-blocking fcntl lock in the state directory, so two sweeps never overlap.
+
+The kernel drops the lock when its holder dies (even by SIGKILL), so a crashed sweep never leaves a
+stale lock behind; the pid and start time written into the file only serve the message.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+from slurm_ft.errors import Busy, EnvironmentProblem
+
+
+class FileLock:
+    def __init__(self, path: str | os.PathLike, what: str = "sweep"):
+        self.path = Path(path)
+        self.what = what
+        self._fd: Optional[int] = None
+
+    def acquire(self) -> "FileLock":
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise EnvironmentProblem(f"{self.path}: cannot open the lock file: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read(fd)
+            os.close(fd)
+            raise Busy(f"another {self.what} is running{holder}; it holds {self.path}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {time.time():.0f}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "FileLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read(fd: int) -> str:
+    try:
+        pid, started = os.pread(fd, 64, 0).decode().split()
+        return f" (pid {pid}, started {time.strftime('%H:%M:%S', time.localtime(float(started)))})"
+    except (ValueError, OSError):
+        return ""
