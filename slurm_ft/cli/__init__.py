@@ -16,6 +16,8 @@ from slurm_ft.errors import EXIT_USAGE, SlurmFTError
 
 # name -> "module:attribute"; each attribute is a click command or group.
 COMMANDS = {
+    "controller": "slurm_ft.cli.controller:controller",
+    "incidents": "slurm_ft.cli.incidents:incidents",
     "xid": "slurm_ft.cli.xid:xid_group",
     "ckpt": "slurm_ft.cli.ckpt:ckpt",
     "sbatch": "slurm_ft.cli.sbatch:sbatch",

@@ -1,0 +1,87 @@
+"""`slurm-ft controller run|once`: the requeue controller (systemd runs `run`; `once` for cron or a test)."""
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+
+import click
+
+from slurm_ft.config import load_config
+
+log = logging.getLogger("slurm_ft.controller")
+
+
+def make_client(config):
+    """The Slurm client for this config (the lab's slurm.conf when the config names one)."""
+    from slurm_ft.slurm.client import SlurmClient
+    if hasattr(SlurmClient, "from_config"):
+        return SlurmClient.from_config(config)
+    return SlurmClient()
+
+
+def _setup(ctx):
+    from slurm_ft.recovery import journal as jn
+    from slurm_ft.recovery.controller import Controller, Lock
+    config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
+    lock = Lock(config.state_dir)
+    return config, lock, lambda: Controller(make_client(config), jn.connect(jn.path_in(config.state_dir)), config)
+
+
+@click.group("controller")
+def controller() -> None:
+    """Recover fault-tolerant jobs: quarantine the failed node, swap a spare in, requeue at once."""
+
+
+@controller.command("once")
+@click.option("--budget", type=click.FloatRange(min=0), default=None,
+              help="Seconds to keep polling an incident in progress (default: controller.cycle_budget_s).")
+@click.option("--json", "as_json", is_flag=True, help="Print the steps taken as JSON.")
+@click.pass_context
+def once(ctx: click.Context, budget, as_json: bool) -> None:
+    """Run one cycle: observe, plan, act, until nothing is left to do now."""
+    config, lock, build = _setup(ctx)
+    with lock:
+        result = build().cycle(budget)
+    steps = [{"kind": s.kind, "job_id": s.job_id, "incident": s.incident_id, "nodes": list(s.nodes),
+              "spares": list(s.spares), "reason": s.reason} for s in result.steps]
+    if as_json:
+        click.echo(json.dumps({"steps": steps, "open_incidents": result.open_incidents,
+                               "elapsed_s": round(result.elapsed_s, 3)}, indent=2))
+        return
+    for s in steps:
+        click.echo(f"job {s['job_id']}: {s['kind']} {','.join(s['nodes'])}"
+                   f"{' -> ' + ','.join(s['spares']) if s['spares'] else ''}  {s['reason']}")
+    click.echo(f"{len(steps)} step(s), {result.open_incidents} incident(s) open, {result.elapsed_s:.2f} s")
+
+
+@controller.command("run")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=None,
+              help="Seconds between cycles (default: controller.interval_s).")
+@click.pass_context
+def run(ctx: click.Context, interval) -> None:
+    """Run cycles until SIGTERM/SIGINT (the systemd service)."""
+    config, lock, build = _setup(ctx)
+    every = interval if interval is not None else config.controller.interval_s
+    stop = {"now": False}
+
+    def _stop(signum, frame):
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    with lock:
+        ctl = build()
+        log.warning("controller started (interval %.2f s, journal in %s)", every, config.state_dir)
+        while not stop["now"]:
+            started = time.monotonic()
+            try:
+                ctl.cycle()
+            except Exception as exc:   # one bad cycle (Slurm down, a timeout) must not end the daemon
+                log.error("cycle failed: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
+            rest = every - (time.monotonic() - started)
+            while rest > 0 and not stop["now"]:
+                time.sleep(min(rest, 0.2))
+                rest -= 0.2
+        log.warning("controller stopped")

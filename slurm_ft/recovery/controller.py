@@ -1,0 +1,321 @@
+"""The controller's cycle: observe one snapshot, plan, act; every act journaled before and after.
+
+Stateless between cycles except for the journal: a controller killed at any moment (SIGKILL included)
+and started again reads the open incidents back and the plan carries them on. Each act re-reads what
+it changes from Slurm just before writing (partition node lists above all), and does nothing when the
+work is already done, so an intent whose result never reached the journal is safe to redo.
+
+Testing hook: SLURM_FT_CRASH_AT=<step>:<intent|result> makes the controller SIGKILL itself right after
+that step's intent or result is journaled (the crash-consistency test kills it at every step this way).
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from slurm_ft.config import Config
+from slurm_ft.errors import Busy, CommandError
+from slurm_ft.model import Incident, Step
+from slurm_ft.recovery import journal as jn
+from slurm_ft.recovery.plan import Policy, fault_time, plan
+from slurm_ft.recovery.snapshot import Snapshot
+from slurm_ft.recovery.tag import decode
+from slurm_ft.slurm.hostlist import compress
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV = "SLURM_FT_CRASH_AT"
+WAITING = ("poll",)
+
+
+@dataclass
+class CycleResult:
+    steps: List[Step] = field(default_factory=list)   # steps acted on (polls not counted)
+    open_incidents: int = 0
+    elapsed_s: float = 0.0
+
+
+class Controller:
+    """One controller over one journal. `cycle()` runs until nothing is left to do now (or its budget ends)."""
+
+    def __init__(self, client, conn, config: Config, *, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep, on_step: Optional[Callable] = None):
+        self.client = client
+        self.conn = conn
+        self.config = config
+        self.cc = config.controller
+        self.policy = Policy.from_config(self.cc)
+        self.clock = clock
+        self.sleep = sleep
+        self.on_step = on_step          # called (step, outcome, detail, now) after each act: the demo's timeline
+        self._crash = _parse_crash(os.environ.get(CRASH_ENV, ""))
+
+    # --- observe -----------------------------------------------------------------------------------
+
+    def observe(self) -> Snapshot:
+        nodes = self.client.nodes()
+        jobs = self.client.jobs()
+        parts = self.client.partitions()
+        specs = {}
+        for j in jobs:
+            spec = decode(j.comment)
+            if spec is not None:
+                specs[j.job_id] = spec
+        return Snapshot.of(nodes, jobs, parts, specs=specs, breaker_open=self._breaker_open(),
+                           taken_at=self.clock())
+
+    def _breaker_open(self) -> bool:
+        """The lifecycle drain-rate breaker, when that part is installed: open -> no new recoveries."""
+        try:
+            from slurm_ft.lifecycle.store import Store
+        except ImportError:
+            return False
+        try:
+            with Store(self.config.state_dir) as store:
+                return store.breaker_state().open
+        except Exception as exc:  # a breaker we cannot read must not stop recoveries already decided
+            log.warning("cannot read the drain-rate breaker: %s", exc)
+            return False
+
+    # --- the cycle ------------------------------------------------------------------------------------
+
+    def cycle(self, budget_s: Optional[float] = None) -> CycleResult:
+        """Observe, plan, act until the plan has nothing but waits; poll quickly while Slurm catches up."""
+        budget = self.cc.cycle_budget_s if budget_s is None else budget_s
+        start = self.clock()
+        result = CycleResult()
+        while True:
+            snap = self.observe()
+            incidents = jn.state(self.conn, snap.taken_at)
+            steps = plan(snap, incidents, self.policy, snap.taken_at)
+            acts = [s for s in steps if s.kind not in WAITING]
+            failed = False
+            for step in acts:
+                failed |= self.act(step) == "failed"
+                result.steps.append(step)
+            result.open_incidents = len(jn.incidents(self.conn, open_only=True))
+            if not steps or self.clock() - start >= budget:
+                break
+            if acts and not failed:
+                continue            # read again at once: the next step depends on what this one did
+            self.sleep(self.cc.poll_s)
+        result.elapsed_s = self.clock() - start
+        return result
+
+    # --- act ------------------------------------------------------------------------------------------
+
+    def act(self, step: Step) -> str:
+        """Run one step with its intent and result journaled; return the outcome."""
+        now = self.clock()
+        if step.kind == "open":
+            self._open(step, now)
+            return "ok"
+        inc = _one(jn.incidents(self.conn, job_id=step.job_id, open_only=True))
+        if inc is None or inc.id != step.incident_id:
+            return "skipped"        # closed meanwhile (another cycle got there first)
+        if step.kind == "swap":     # the chosen spares are part of the intent: a restart reuses them
+            jn.update_incident(self.conn, inc.id, spares=step.spares, shrink_to=step.num_nodes)
+        sid = jn.record_intent(self.conn, inc.id, step.kind, now, step.reason)
+        self._maybe_crash(step.kind, "intent")
+        try:
+            outcome, detail = getattr(self, "_" + step.kind)(step, inc)
+        except CommandError as exc:
+            outcome, detail = "failed", str(exc)
+            log.warning("incident %s job %s: %s failed: %s", inc.id, inc.job_id, step.kind, exc)
+        done = self.clock()
+        jn.record_result(self.conn, sid, outcome, done, detail)
+        self._maybe_crash(step.kind, "result")
+        log.info("incident %s job %s: %s %s %s", inc.id, inc.job_id, step.kind, outcome, detail)
+        if self.on_step:
+            self.on_step(step, outcome, detail, done)
+        return outcome
+
+    def _open(self, step: Step, now: float) -> None:
+        job = self.client.job(step.job_id)
+        spec = decode(job.comment)
+        ckpt_step = self._progress(spec.ckpt_dir) if spec and self.cc.read_progress else None
+        snap_nodes = {n.name: n for n in self.client.nodes(list(step.nodes))}
+        fault_at = fault_time(Snapshot(nodes=snap_nodes, jobs={}, partitions={}), step.nodes)
+        try:
+            iid = jn.open_incident(
+                self.conn, job_id=step.job_id, nodes=step.nodes, faults=step.reason.split("; "),
+                partition=step.partition, restart_count=job.restart_count,
+                job_nodes=job.num_nodes or len(job.nodes), ckpt_step=ckpt_step, fault_at=fault_at, now=now,
+                detail=f"job {job.job_id} {job.state} on {len(job.nodes)} nodes; {step.reason}")
+        except jn.AlreadyOpen:
+            return
+        log.warning("incident %s: job %s, failed %s (%s)", iid, step.job_id, ",".join(step.nodes), step.reason)
+        self._maybe_crash("open", "intent")
+        self._maybe_crash("open", "result")
+        if self.on_step:
+            self.on_step(step, "ok", step.reason, now)
+
+    def _progress(self, ckpt_dir: str) -> Optional[int]:
+        if not ckpt_dir:
+            return None
+        try:
+            from slurm_ft.recovery import ckpt
+            return ckpt.latest(ckpt_dir).step
+        except Exception as exc:  # unreadable storage: progress unknown, the recovery goes on
+            log.warning("cannot read checkpoints in %s: %s", ckpt_dir, exc)
+            return None
+
+    def _requeue(self, step: Step, inc: Incident):
+        job = self.client.job(inc.job_id)
+        if job.state != "RUNNING" or job.restart_count > inc.restart_count:
+            return "skipped", f"already requeued ({job.state}, restart {job.restart_count})"
+        self.client.requeue(inc.job_id, hold=step.hold)
+        return "ok", ("held: " if step.hold else "") + step.reason
+
+    def _quarantine(self, step: Step, inc: Incident):
+        failed = set(inc.nodes)
+        moved = []
+        for part in self.client.partitions():       # a fresh read just before each write
+            if not self.policy.is_job_partition(part.name) or not failed & set(part.nodes):
+                continue
+            keep = [n for n in part.nodes if n not in failed]
+            self.client.set_partition_nodes(part.name, keep)
+            moved.append(part.name)
+        drained = []
+        for node in self.client.nodes(list(inc.nodes)):
+            if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
+                self.client.drain([node.name], f"slurm-ft: quarantined, {node.state.lower()} during job {inc.job_id}")
+                drained.append(node.name)
+        if not moved and not drained:
+            return "skipped", "already out of the job partitions"
+        return "ok", f"{compress(sorted(failed))} out of {','.join(moved) or '-'}" + (
+            f"; drained {compress(drained)}" if drained else "")
+
+    def _swap(self, step: Step, inc: Incident):
+        pool_name = self.policy.spare_partition
+        target = self.client.partition(inc.partition)
+        bad = []
+        for node in self.client.nodes(list(step.spares)) if step.spares else []:
+            if node.name not in target.nodes and not node.available:
+                bad.append(node.name)
+        if bad:
+            keep = [s for s in step.spares if s not in bad]
+            jn.update_incident(self.conn, inc.id, spares=keep)
+            return "failed", f"spare(s) {compress(bad)} no longer healthy; choosing again"
+        # Into the job partition first, out of the pool second: a crash in between leaves the spare in
+        # both (never in neither), and the redo finishes the move.
+        if any(s not in target.nodes for s in step.spares):
+            target = self.client.partition(inc.partition)
+            self.client.set_partition_nodes(inc.partition, list(target.nodes) + [s for s in step.spares if s not in target.nodes])
+        pool = self.client.partition(pool_name)
+        if any(s in pool.nodes for s in step.spares):
+            self.client.set_partition_nodes(pool_name, [n for n in pool.nodes if n not in step.spares])
+        if step.num_nodes:
+            jn.update_incident(self.conn, inc.id, status="open", note=f"shrunk to {step.num_nodes} nodes: pool short")
+        what = f"{compress(step.spares)} {pool_name} -> {inc.partition}" if step.spares else "no spare"
+        if inc.status == "waiting":
+            jn.update_incident(self.conn, inc.id, status="open")
+        return "ok", what + (f"; job shrinks to {step.num_nodes} nodes" if step.num_nodes else "")
+
+    def _exclude(self, step: Step, inc: Incident):
+        job = self.client.job(inc.job_id)
+        excl = sorted(set(job.excluded_nodes) | set(inc.nodes))
+        fields: Dict[str, str] = {}
+        if set(inc.nodes) - set(job.excluded_nodes):
+            fields["ExcNodeList"] = compress(excl)
+        if step.num_nodes and job.num_nodes != step.num_nodes:
+            fields["NumNodes"] = str(step.num_nodes)
+        if not fields:
+            return "skipped", "already excluded"
+        self.client.update_job(inc.job_id, **fields)
+        return "ok", " ".join(f"{k}={v}" for k, v in fields.items())
+
+    def _start(self, step: Step, inc: Incident):
+        job = self.client.job(inc.job_id)
+        if job.state != "PENDING":
+            return "skipped", f"job is {job.state}"
+        if job.held or step.hold:
+            self.client.release(inc.job_id)
+            return "ok", "released"
+        if job.reason == "BeginTime":
+            self.client.update_job(inc.job_id, StartTime="now")
+            return "ok", "StartTime=now"
+        return "skipped", f"pending ({job.reason})"
+
+    def _confirm(self, step: Step, inc: Incident):
+        job = self.client.job(inc.job_id)
+        if job.state != "RUNNING":
+            return "failed", f"job is {job.state} ({job.reason})"
+        now = self.clock()
+        jn.close_incident(self.conn, inc.id, "recovered", now,
+                          inc.note if inc.note.startswith("shrunk") else "")
+        return "ok", f"running on {compress(job.nodes)}"
+
+    def _wait(self, step: Step, inc: Incident):
+        jn.update_incident(self.conn, inc.id, status="waiting", note=step.reason)
+        self._admin_comment(inc.job_id, f"slurm-ft: {step.reason}")
+        log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
+        return "ok", step.reason
+
+    def _give_up(self, step: Step, inc: Incident):
+        self._admin_comment(inc.job_id, f"slurm-ft: held, not restarted again: {step.reason}")
+        jn.close_incident(self.conn, inc.id, "gave_up", self.clock(), step.reason)
+        log.error("incident %s job %s: gave up: %s", inc.id, inc.job_id, step.reason)
+        return "ok", step.reason
+
+    def _abandon(self, step: Step, inc: Incident):
+        jn.close_incident(self.conn, inc.id, "abandoned", self.clock(), step.reason)
+        return "ok", step.reason
+
+    def _note(self, step: Step, inc: Incident):
+        jn.update_incident(self.conn, inc.id, note=step.reason)
+        log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
+        return "ok", step.reason
+
+    def _admin_comment(self, job_id: int, text: str) -> None:
+        """Tell the job's owner why it waits (scontrol show job: AdminComment); best effort."""
+        try:
+            self.client.update_job(job_id, AdminComment=text[:200])
+        except CommandError as exc:
+            log.warning("job %s: cannot set AdminComment: %s", job_id, exc)
+
+    def _maybe_crash(self, kind: str, when: str) -> None:
+        if self._crash == (kind, when):
+            log.warning("%s=%s:%s: killing myself", CRASH_ENV, kind, when)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _one(items):
+    return items[0] if items else None
+
+
+def _parse_crash(text: str):
+    if not text:
+        return None
+    kind, _, when = text.partition(":")
+    return (kind, when or "result")
+
+
+class Lock:
+    """One controller per state dir: an flock the kernel drops when the process dies (SIGKILL included)."""
+
+    def __init__(self, state_dir: str):
+        self.path = Path(state_dir) / "controller.lock"
+        self.fd: Optional[int] = None
+
+    def __enter__(self):
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise Busy(f"another controller holds {self.path}") from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, f"{os.getpid()}\n".encode())
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
