@@ -1,0 +1,237 @@
+"""The controller's cycle over a small in-memory Slurm model (no daemons): steps, journal, crash + restart.
+
+The model is not a parser fake: it stands behind the SlurmClient interface and moves jobs the way the
+lab showed Slurm 22.05 does (requeue -> briefly COMPLETING -> PENDING/BeginTime; StartTime=now or
+release -> scheduled on idle, healthy nodes of the partition, minus the job's excluded nodes). The real
+daemons are exercised by tests/lab/test_controller_lab.py and test_crash_consistency.py.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from slurm_ft.config import Config, ControllerConfig
+from slurm_ft.model import Job, Node, Partition
+from slurm_ft.recovery import journal as jn
+from slurm_ft.recovery import controller as ctl_mod
+from slurm_ft.recovery.controller import Controller
+from slurm_ft.recovery.tag import FtSpec, encode
+
+
+class Crash(BaseException):
+    pass
+
+
+class ModelSlurm:
+    def __init__(self, n_train=4, n_spares=2, min_nodes=None, max_restarts=5):
+        names = [f"gpu{i:03d}" for i in range(1, n_train + n_spares + 1)]
+        self.n = {n: Node(n, "IDLE") for n in names}
+        self.p = {"train": names[:n_train], "spares": names[n_train:]}
+        self.j = {}
+        self.calls = []
+        self.pending_transition = set()
+        self.submit(n_train, FtSpec(ckpt_dir="", min_nodes=min_nodes, max_restarts=max_restarts))
+
+    # the client interface ----------------------------------------------------------------------
+    def nodes(self, names=None):
+        self._tick()
+        return [self.n[x] for x in (names or sorted(self.n))]
+
+    def node(self, name):
+        return self.n[name]
+
+    def jobs(self, job_ids=None):
+        self._tick()
+        return list(self.j.values())
+
+    def job(self, job_id):
+        self._tick()
+        return self.j[job_id]
+
+    def partitions(self):
+        return [Partition(k, tuple(v)) for k, v in self.p.items()]
+
+    def partition(self, name):
+        return Partition(name, tuple(self.p[name]))
+
+    def set_partition_nodes(self, name, nodes):
+        self.calls.append(("partition", name, tuple(nodes)))
+        self.p[name] = list(nodes)
+
+    def drain(self, nodes, reason):
+        for x in nodes:
+            self.n[x] = replace(self.n[x], flags=self.n[x].flags | {"DRAIN"}, reason=reason)
+
+    def requeue(self, job_id, hold=False):
+        self.calls.append(("requeue", job_id, hold))
+        j = self.j[job_id]
+        for x in j.nodes:
+            self.n[x] = replace(self.n[x], state="IDLE")
+        self.j[job_id] = replace(j, state="COMPLETING", nodes=(), restart_count=j.restart_count + 1,
+                                 held=hold, reason="JobHeldAdmin" if hold else "BeginTime")
+        self.pending_transition.add(job_id)
+
+    def release(self, job_id):
+        self.calls.append(("release", job_id))
+        self.j[job_id] = replace(self.j[job_id], held=False, reason="BeginTime")
+
+    def update_job(self, job_id, **fields):
+        self.calls.append(("update", job_id, tuple(sorted(fields.items()))))
+        j = self.j[job_id]
+        if "ExcNodeList" in fields:
+            j = replace(j, excluded_nodes=_expand(fields["ExcNodeList"]))
+        if "NumNodes" in fields:
+            j = replace(j, num_nodes=int(fields["NumNodes"]))
+        if fields.get("StartTime") == "now" and j.state == "PENDING":
+            j = replace(j, reason="None")
+        self.j[job_id] = j
+
+    # the model -----------------------------------------------------------------------------------
+    def submit(self, n, spec):
+        jid = 100 + len(self.j)
+        nodes = tuple(self.p["train"][:n])
+        for x in nodes:
+            self.n[x] = replace(self.n[x], state="ALLOCATED")
+        self.j[jid] = Job(jid, "train", "RUNNING", partition="train", nodes=nodes, num_nodes=n,
+                          comment=encode(spec), requeue=True)
+        return jid
+
+    def fail(self, name, reason="slurm-ft: XID79 gpu3 fell off the bus"):
+        self.n[name] = replace(self.n[name], flags=self.n[name].flags | {"DRAIN"}, reason=reason)
+
+    def _tick(self):
+        for jid in list(self.pending_transition):   # the requeue finishes asynchronously
+            self.pending_transition.discard(jid)
+            self.j[jid] = replace(self.j[jid], state="PENDING")
+            return
+        for jid, j in self.j.items():
+            if j.state == "PENDING" and not j.held and j.reason != "BeginTime":
+                free = [x for x in self.p["train"] if self.n[x].available and self.n[x].state == "IDLE"
+                        and x not in j.excluded_nodes]
+                if len(free) >= j.num_nodes:
+                    got = tuple(free[:j.num_nodes])
+                    for x in got:
+                        self.n[x] = replace(self.n[x], state="ALLOCATED")
+                    self.j[jid] = replace(j, state="RUNNING", nodes=got, reason="None")
+                else:
+                    self.j[jid] = replace(j, reason="Resources")
+
+
+def _expand(expr):
+    from slurm_ft.slurm.hostlist import expand
+    return tuple(expand(expr))
+
+
+def make(tmp_path, slurm, crash=None):
+    cfg = Config(state_dir=str(tmp_path / "state"), controller=ControllerConfig(poll_s=0.0, read_progress=False,
+                                                                                cycle_budget_s=5.0))
+    ctl = Controller(slurm, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=lambda s: None)
+    if crash:
+        def boom(kind, when, _c=crash):
+            if (kind, when) == _c:
+                raise Crash(f"{kind}:{when}")
+        ctl._maybe_crash = boom
+    return ctl
+
+
+def end_state(slurm, conn):
+    job = slurm.j[100]
+    incs = jn.incidents(conn)
+    return dict(job=(job.state, job.restart_count, job.nodes), parts={k: sorted(v) for k, v in slurm.p.items()},
+                incidents=[(i.status, i.nodes, i.spares) for i in incs])
+
+
+def test_one_fault_recovers_on_a_spare(tmp_path):
+    s = ModelSlurm()
+    s.fail("gpu002")
+    c = make(tmp_path, s)
+    c.cycle()
+    st = end_state(s, c.conn)
+    assert st["job"] == ("RUNNING", 1, ("gpu001", "gpu003", "gpu004", "gpu005"))
+    assert st["parts"] == {"train": ["gpu001", "gpu003", "gpu004", "gpu005"], "spares": ["gpu006"]}
+    assert st["incidents"] == [("recovered", ("gpu002",), ("gpu005",))]
+    inc = jn.incidents(c.conn)[0]
+    assert [x.name for x in inc.steps] == ["open", "requeue", "quarantine", "swap", "exclude", "start", "confirm"]
+    assert [c for c in s.calls if c[0] == "requeue"] == [("requeue", 100, False)]
+    c.cycle()                                   # nothing more to do: no second requeue for the same fault
+    assert len([c for c in s.calls if c[0] == "requeue"]) == 1
+
+
+STEPS = ["open", "requeue", "quarantine", "swap", "exclude", "start", "confirm"]
+
+
+@pytest.mark.parametrize("kind", STEPS)
+@pytest.mark.parametrize("when", ["intent", "result"])
+def test_crash_at_any_step_then_restart_ends_the_same(tmp_path, kind, when):
+    ref = ModelSlurm()
+    ref.fail("gpu002")
+    make(tmp_path / "ref", ref).cycle()
+    s = ModelSlurm()
+    s.fail("gpu002")
+    with pytest.raises(Crash):
+        make(tmp_path, s, crash=(kind, when)).cycle()
+    c = make(tmp_path, s)                       # a new controller over the same journal
+    c.cycle()
+    assert end_state(s, c.conn) == end_state(ref, make(tmp_path / "ref", ref).conn)
+    assert len([x for x in s.calls if x[0] == "requeue"]) == 1
+
+
+def test_two_failed_nodes_one_incident_two_spares(tmp_path):
+    s = ModelSlurm()
+    s.fail("gpu001")
+    s.fail("gpu003")
+    c = make(tmp_path, s)
+    c.cycle()
+    st = end_state(s, c.conn)
+    assert st["incidents"] == [("recovered", ("gpu001", "gpu003"), ("gpu005", "gpu006"))]
+    assert st["parts"]["spares"] == [] and st["job"][0] == "RUNNING"
+
+
+def test_empty_pool_waits_then_resumes_when_a_spare_returns(tmp_path):
+    s = ModelSlurm(n_spares=0)
+    s.fail("gpu002")
+    c = make(tmp_path, s)
+    c.cycle()
+    inc = jn.incidents(c.conn)[0]
+    assert inc.status == "waiting" and "waiting for a spare" in inc.note
+    assert s.j[100].state == "PENDING" and s.j[100].held
+    assert ("update", 100, (("AdminComment", "slurm-ft: " + inc.note),)) in s.calls
+    c.cycle()
+    assert [x for x in s.calls if x[0] == "requeue"] == [("requeue", 100, True)]
+    s.n["gpu009"] = Node("gpu009", "IDLE")      # an admin returns a node to the pool
+    s.p["spares"] = ["gpu009"]
+    c.cycle()
+    assert jn.incidents(c.conn)[0].status == "recovered" and "gpu009" in s.j[100].nodes
+
+
+def test_elastic_job_shrinks_when_pool_is_empty(tmp_path):
+    s = ModelSlurm(n_spares=0, min_nodes=3)
+    s.fail("gpu002")
+    c = make(tmp_path, s)
+    c.cycle()
+    assert s.j[100].state == "RUNNING" and s.j[100].num_nodes == 3 and len(s.j[100].nodes) == 3
+    inc = jn.incidents(c.conn)[0]
+    assert inc.status == "recovered" and inc.shrink_to == 3
+
+
+def test_stops_after_max_restarts_without_progress(tmp_path):
+    s = ModelSlurm(n_spares=4, max_restarts=2)
+    c = make(tmp_path, s)
+    for _ in range(3):
+        bad = s.j[100].nodes[0]
+        s.fail(bad)
+        c.cycle()
+    statuses = [i.status for i in jn.incidents(c.conn)]
+    assert statuses == ["recovered", "recovered", "gave_up"]
+    assert s.j[100].state == "PENDING" and s.j[100].held
+    c.cycle()
+    assert len(jn.incidents(c.conn)) == 3       # no loop
+
+
+def test_admin_drain_is_not_a_fault(tmp_path):
+    s = ModelSlurm()
+    s.fail("gpu002", reason="admin: new BIOS on friday")
+    c = make(tmp_path, s)
+    c.cycle()
+    assert jn.incidents(c.conn) == [] and s.j[100].state == "RUNNING" and not s.calls
