@@ -1,0 +1,435 @@
+"""A toy gang-synchronous trainer: the workload slurm-ft keeps alive in the lab.
+
+    srun python -m slurm_ft.lab.trainer --ckpt-dir DIR --resume {ckpt} [--steps N] [--step-time S]
+                                        [--ckpt-every K] [--collective-timeout 600] [--on-fault die|hang]
+
+One rank per task (SLURM_PROCID of SLURM_NTASKS). Like data-parallel training with NCCL:
+
+* every step each rank "computes" (sleeps --step-time), checks its node's GPUs through the real pynvml
+  (the lab's fake libnvidia-ml.so.1 via LD_LIBRARY_PATH), then all ranks meet at a barrier (TCP to
+  rank 0, which publishes its port in DIR/.rendezvous/);
+* a rank whose GPU is lost or reports a fatal Xid since the rank started dies like a CUDA error (exit 1)
+  or hangs (--on-fault hang); the other ranks block at the next barrier until --collective-timeout
+  (600 s, NCCL's default) and then exit non-zero -- unless something (slurm-ft) requeues the job first;
+* every K steps each rank writes its shard, a second barrier makes sure all did, and rank 0 seals the
+  checkpoint (COMPLETE marker last, see slurm_ft.recovery.ckpt);
+* rank 0 prints ``step=S t=... restart=R nodes=N`` per step and appends JSON lines to
+  DIR/trainer-log.jsonl (events start, step, ckpt, fault, timeout, done) for benchmarks.
+
+Kept cheap (stdlib + pynvml + ckpt.py): 64 ranks share two CPU cores in the lab.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from slurm_ft.recovery import ckpt
+
+LOG_NAME = "trainer-log.jsonl"
+RDV_DIR = ".rendezvous"
+PORT_BASE, PORT_SPAN = 30000, 20000
+# Xids after which the CUDA context of the job is gone (the process sees a CUDA error): hardware and
+# driver faults. App-caused ones (13, 31, 43, 45) are not in the list: they come from the app's own bug.
+FATAL_XIDS = frozenset({46, 48, 61, 62, 63, 64, 69, 74, 79, 92, 94, 95, 109, 119, 120, 121, 140, 143, 155, 156, 158})
+EXIT_CUDA = 1          # a CUDA error surfaces as a Python exception: exit status 1
+EXIT_TIMEOUT = 3       # a collective timed out (NCCL watchdog abort)
+
+
+class CollectiveTimeout(Exception):
+    pass
+
+
+# --- logging ------------------------------------------------------------------------------------
+
+class EventLog:
+    def __init__(self, ckpt_dir: str, base: dict):
+        self.path = os.path.join(ckpt_dir, LOG_NAME)
+        self.base = base
+
+    def write(self, event: str, **fields) -> None:
+        rec = {"event": event, "t": round(time.time(), 6), **self.base, **fields}
+        line = (json.dumps(rec, sort_keys=True) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line)          # one write of one line with O_APPEND: ranks never interleave
+        finally:
+            os.close(fd)
+
+
+def read_log(ckpt_dir: str) -> List[dict]:
+    """The trainer's events (for tests and benchmarks); a torn last line is ignored."""
+    out = []
+    try:
+        with open(os.path.join(ckpt_dir, LOG_NAME)) as fh:
+            for line in fh:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    except FileNotFoundError:
+        pass
+    return out
+
+
+# --- the GPU watch (real pynvml) ----------------------------------------------------------------
+
+class GpuWatch:
+    """Watches this node's GPUs for the faults that would kill a CUDA job: a lost GPU or a fatal Xid."""
+
+    def __init__(self, indices: Optional[List[int]], fatal_xids=FATAL_XIDS):
+        import pynvml
+        self.nv = pynvml
+        self.fatal = fatal_xids
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        self.indices = [i for i in (indices if indices is not None else range(count)) if i < count]
+        self.handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices}
+        self.events = None
+        try:
+            evset = pynvml.nvmlEventSetCreate()
+            for h in self.handles.values():
+                pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, evset)
+            self.events = evset
+        except pynvml.NVMLError as exc:      # no event support: liveness checks only
+            print(f"trainer: NVML Xid events unavailable ({exc}); checking GPU liveness only", file=sys.stderr)
+
+    def check(self) -> Optional[str]:
+        """A description of the first fatal fault seen since the last call, or None."""
+        nv = self.nv
+        if self.events is not None:
+            while True:
+                try:
+                    ev = nv.nvmlEventSetWait_v2(self.events, 0)
+                except nv.NVMLError_Timeout:
+                    break
+                except nv.NVMLError as exc:
+                    return f"NVML event wait failed: {exc}"
+                xid = int(ev.eventData)
+                if xid in self.fatal:
+                    try:
+                        idx = nv.nvmlDeviceGetIndex(ev.device)
+                    except nv.NVMLError:
+                        idx = "?"
+                    return f"Xid {xid} on GPU {idx}"
+        for i in self.indices:
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                nv.nvmlDeviceGetPciInfo(h)
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) == nv.NVML_ERROR_GPU_IS_LOST or isinstance(exc, nv.NVMLError_GpuIsLost):
+                    return f"GPU {i} is lost (fallen off the bus)"
+                if getattr(exc, "value", None) in (nv.NVML_ERROR_NOT_SUPPORTED,):
+                    continue
+                return f"GPU {i}: {exc}"
+        return None
+
+
+def visible_gpus() -> Optional[List[int]]:
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("SLURM_JOB_GPUS") or ""
+    try:
+        return [int(x) for x in raw.split(",")] if raw else None
+    except ValueError:             # GPU UUIDs: check every GPU of the node
+        return None
+
+
+# --- the barrier over TCP -----------------------------------------------------------------------
+
+def _send(sock: socket.socket, text: str) -> None:
+    sock.sendall(text.encode() + b"\n")
+
+
+class Rank0:
+    """Rank 0 is the hub: accepts every other rank once, then runs each barrier."""
+
+    def __init__(self, world: int, rdv_file: str, port: int, host: str):
+        self.world = world
+        self.srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.srv.bind((host, port))
+        except OSError:             # taken (another job, a leftover): any free port, published below
+            self.srv.bind((host, 0))
+        self.srv.listen(max(world, 8))
+        self.port = self.srv.getsockname()[1]
+        ckpt_tmp = rdv_file + ".tmp"
+        with open(ckpt_tmp, "w") as fh:
+            json.dump({"host": host, "port": self.port, "pid": os.getpid(), "t": time.time()}, fh)
+        os.replace(ckpt_tmp, rdv_file)
+        self.peers: Dict[int, socket.socket] = {}
+        self.bufs: Dict[int, bytes] = {}
+
+    def accept_all(self, deadline: float) -> None:
+        pending: Dict[socket.socket, bytes] = {}
+        while len(self.peers) < self.world - 1:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CollectiveTimeout(f"only {len(self.peers) + 1} of {self.world} ranks joined")
+            r, _, _ = select.select([self.srv, *pending], [], [], min(left, 1.0))
+            for s in r:
+                if s is self.srv:
+                    conn, _ = self.srv.accept()
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    pending[conn] = b""
+                    continue
+                data = s.recv(4096)
+                if not data:
+                    pending.pop(s).close()
+                    continue
+                pending[s] += data
+                if b"\n" in pending[s]:
+                    line, rest = pending.pop(s).split(b"\n", 1)
+                    rank = int(line.split()[1])          # "hello R"
+                    self.peers[rank] = s
+                    self.bufs[rank] = rest
+
+    def barrier(self, tag: str, timeout: float, wait_on_loss: bool = True) -> None:
+        deadline = time.monotonic() + timeout
+        waiting = set(self.peers)
+        lost = set()
+        want = tag.encode()
+        while waiting - lost:
+            for rank in list(waiting):
+                if b"\n" in self.bufs[rank]:
+                    line, self.bufs[rank] = self.bufs[rank].split(b"\n", 1)
+                    if line != want:
+                        raise CollectiveTimeout(f"rank {rank} is at {line.decode()!r}, expected {tag!r}")
+                    waiting.discard(rank)
+            if not waiting - lost:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CollectiveTimeout(f"{tag}: no answer from ranks {sorted(waiting)[:8]} in {timeout:g} s")
+            socks = {self.peers[r]: r for r in waiting - lost}
+            r, _, _ = select.select(list(socks), [], [], min(left, 1.0))
+            for s in r:
+                rank = socks[s]
+                data = s.recv(65536)
+                if not data:                # the peer died: like NCCL, nobody notices until the timeout
+                    lost.add(rank)
+                    if not wait_on_loss:
+                        raise CollectiveTimeout(f"{tag}: rank {rank} is gone")
+                    continue
+                self.bufs[rank] += data
+        if lost:
+            left = deadline - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+            raise CollectiveTimeout(f"{tag}: ranks {sorted(lost)[:8]} never arrived in {timeout:g} s")
+        for rank, s in self.peers.items():
+            _send(s, "go")
+
+
+class Peer:
+    def __init__(self, rank: int, rdv_file: str, deadline: float):
+        info = None
+        while info is None:
+            try:
+                with open(rdv_file) as fh:
+                    info = json.load(fh)
+            except (FileNotFoundError, ValueError):
+                if time.monotonic() > deadline:
+                    raise CollectiveTimeout("rank 0 never published its address")
+                time.sleep(0.05)
+        while True:
+            try:
+                self.sock = socket.create_connection((info["host"], int(info["port"])), timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise CollectiveTimeout(f"cannot reach rank 0 at {info['host']}:{info['port']}")
+                time.sleep(0.1)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.settimeout(None)
+        _send(self.sock, f"hello {rank}")
+        self.buf = b""
+
+    def barrier(self, tag: str, timeout: float, wait_on_loss: bool = True) -> None:
+        deadline = time.monotonic() + timeout
+        _send(self.sock, tag)
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CollectiveTimeout(f"{tag}: no go from rank 0 in {timeout:g} s")
+            r, _, _ = select.select([self.sock], [], [], min(left, 1.0))
+            if r:
+                data = self.sock.recv(4096)
+                if not data:
+                    if wait_on_loss:
+                        time.sleep(max(0.0, deadline - time.monotonic()))
+                    raise CollectiveTimeout(f"{tag}: rank 0 is gone")
+                self.buf += data
+        _, self.buf = self.buf.split(b"\n", 1)
+
+
+# --- state and checkpoints ----------------------------------------------------------------------
+
+def shard_name(rank: int) -> str:
+    return f"rank_{rank:05d}"
+
+
+def expected_value(step: int, rank: int) -> int:
+    """The toy model's parameter after ``step`` steps: lets a resumed run prove it got the right state."""
+    return step * (rank + 1)
+
+
+def load_resume(path: str, rank: int) -> Tuple[int, int, bool]:
+    """(step, value, state_ok) from a checkpoint directory written by this trainer."""
+    with open(os.path.join(path, ckpt.MARKER)) as fh:
+        manifest = json.load(fh)
+    step = int(manifest["step"])
+    old_world = int(manifest.get("meta", {}).get("world", 1)) or 1
+    name = shard_name(rank if rank < old_world else rank % old_world)   # a shrunk or grown job: toy remap
+    with open(os.path.join(path, name)) as fh:
+        state = json.loads(fh.readline())
+    value = int(state["value"])
+    src_rank = int(state["rank"])
+    ok = value == expected_value(step, src_rank)
+    # another rank's shard (the job changed size): this rank's own value follows from the step
+    return step, (value if src_rank == rank else expected_value(step, rank)), ok
+
+
+def shard_bytes(step: int, rank: int, world: int, value: int, pad: int) -> bytes:
+    head = json.dumps({"step": step, "rank": rank, "world": world, "value": value}).encode() + b"\n"
+    return head + b"\0" * max(0, pad - len(head))
+
+
+def _clean_stale(ckpt_dir: str, keep_run: str) -> None:
+    for name in os.listdir(ckpt_dir):
+        if ckpt.STAGING.match(name) and not name.endswith(keep_run):
+            shutil.rmtree(os.path.join(ckpt_dir, name), ignore_errors=True)
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m slurm_ft.lab.trainer", description=__doc__.split("\n\n")[0])
+    p.add_argument("--ckpt-dir", required=True, help="checkpoints, the event log and the rendezvous file")
+    p.add_argument("--resume", default="", help="checkpoint to resume from ('' = from scratch); pass {ckpt}")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--step-time", type=float, default=1.0, help="seconds of 'compute' per step")
+    p.add_argument("--ckpt-every", type=int, default=10, help="checkpoint every K steps (0 = never)")
+    p.add_argument("--keep", type=int, default=3, help="complete checkpoints to keep")
+    p.add_argument("--shard-bytes", type=int, default=4096)
+    p.add_argument("--collective-timeout", type=float, default=600.0, help="seconds (NCCL's default: 600)")
+    p.add_argument("--on-fault", choices=("die", "hang"), default="die")
+    p.add_argument("--on-peer-loss", choices=("wait", "exit"), default="wait",
+                   help="wait: a dead peer is noticed only at the collective timeout (NCCL); exit: at once")
+    p.add_argument("--gpu-check", choices=("auto", "on", "off"), default="auto",
+                   help="auto: check GPUs when NVML loads; on: fail if it does not")
+    p.add_argument("--fatal-xids", default="", help="comma-separated Xids that kill the rank (default: built in)")
+    p.add_argument("--master-addr", default="127.0.0.1")
+    a = p.parse_args(list(argv))
+    if a.steps < 0 or a.step_time < 0 or a.ckpt_every < 0 or a.collective_timeout <= 0 or a.keep < 1:
+        p.error("--steps, --step-time, --ckpt-every must be >= 0, --collective-timeout > 0, --keep >= 1")
+    return a
+
+
+def _fault(args, log: EventLog, rank: int, node: str, what: str) -> None:
+    msg = f"RuntimeError: CUDA error: unspecified launch failure ({what} on {node}, rank {rank})"
+    print(msg, file=sys.stderr, flush=True)
+    log.write("fault", rank=rank, node=node, reason=what, action=args.on_fault)
+    if args.on_fault == "hang":
+        while True:                  # a hung kernel: holds its sockets, never reaches the barrier
+            signal.pause()
+    os._exit(EXIT_CUDA)
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    args = parse_args(argv)
+    env = os.environ
+    rank = int(env.get("SLURM_PROCID", "0"))
+    world = int(env.get("SLURM_NTASKS", env.get("SLURM_NPROCS", "1")))
+    job = env.get("SLURM_JOB_ID", "0")
+    restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
+    step_id = env.get("SLURM_STEP_ID", "0")
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    run_id = f"{job}.{restart}.{step_id}"
+    os.makedirs(os.path.join(args.ckpt_dir, RDV_DIR), exist_ok=True)
+    log = EventLog(args.ckpt_dir, {"job": job, "restart": restart})
+    t_start = time.time()
+
+    watch = None
+    if args.gpu_check != "off":
+        fatal = frozenset(int(x) for x in args.fatal_xids.split(",") if x.strip()) or FATAL_XIDS
+        try:
+            watch = GpuWatch(visible_gpus(), fatal)
+        except Exception as exc:     # pynvml missing, or no libnvidia-ml: a toy can still train
+            if args.gpu_check == "on":
+                print(f"trainer: rank {rank}: cannot watch GPUs: {exc}", file=sys.stderr)
+                return 4
+            if rank == 0:
+                print(f"trainer: GPU checks off ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+    start_step, value, state_ok = 0, 0, True
+    if args.resume:
+        try:
+            start_step, value, state_ok = load_resume(args.resume, rank)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"trainer: rank {rank}: cannot resume from {args.resume}: {exc}", file=sys.stderr)
+            return 2
+
+    rdv = os.path.join(args.ckpt_dir, RDV_DIR, f"{run_id}.json")
+    deadline = time.monotonic() + args.collective_timeout
+    wait_on_loss = args.on_peer_loss == "wait"
+    try:
+        if rank == 0:
+            _clean_stale(args.ckpt_dir, run_id)     # staging of dead runs: never complete, never resumed
+            port = PORT_BASE + (int(job) * 31 + restart * 7 + int(step_id)) % PORT_SPAN if job.isdigit() else 0
+            hub = Rank0(world, rdv, port, args.master_addr)
+            hub.accept_all(deadline)
+            comm = hub
+            log.write("start", step=start_step, resumed_from=args.resume or None, state_ok=state_ok, world=world,
+                      nodes=env.get("SLURM_JOB_NODELIST", node), port=hub.port, startup_s=round(time.time() - t_start, 3))
+            print(f"start: resume={args.resume or '-'} step={start_step} world={world} "
+                  f"restart={restart} state_ok={state_ok}", flush=True)
+        else:
+            comm = Peer(rank, rdv, deadline)
+        comm.barrier("ready", args.collective_timeout, wait_on_loss)
+
+        for step in range(start_step + 1, args.steps + 1):
+            if args.step_time:
+                time.sleep(args.step_time)
+            value += rank + 1
+            if watch is not None:
+                fault = watch.check()
+                if fault:
+                    _fault(args, log, rank, node, fault)
+            comm.barrier(f"s {step}", args.collective_timeout, wait_on_loss)
+            if rank == 0:
+                now = time.time()
+                print(f"step={step} t={now:.3f} restart={restart} nodes={world}", flush=True)
+                log.write("step", step=step, nodes=world)
+            if args.ckpt_every and step % args.ckpt_every == 0:
+                ckpt.write_shard(args.ckpt_dir, step, run_id, shard_name(rank),
+                                 shard_bytes(step, rank, world, value, args.shard_bytes))
+                comm.barrier(f"c {step}", args.collective_timeout, wait_on_loss)
+                if rank == 0:
+                    path = ckpt.commit(args.ckpt_dir, step, run_id, expect=[shard_name(r) for r in range(world)],
+                                       meta={"world": world, "job": job, "restart": restart})
+                    ckpt.prune(args.ckpt_dir, args.keep)
+                    log.write("ckpt", step=step, path=path)
+        comm.barrier("done", args.collective_timeout, wait_on_loss)
+    except CollectiveTimeout as exc:
+        print(f"trainer: rank {rank}: collective timeout: {exc}", file=sys.stderr, flush=True)
+        if rank == 0:
+            log.write("timeout", rank=rank, reason=str(exc))
+        return EXIT_TIMEOUT
+    if rank == 0:
+        log.write("done", step=args.steps)
+        try:
+            os.unlink(rdv)
+        except FileNotFoundError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
