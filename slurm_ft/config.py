@@ -111,12 +111,27 @@ class LifecycleConfig:
 
 
 @dataclass(frozen=True)
+class PlanningConfig:
+    """Inputs of `slurm-ft spares plan|status` and `slurm-ft sim` that no flag gave (see docs/planning.md)."""
+    profile: str = "llama3"                     # failure profile, used when no rate below is set
+    node_mtbf_hours: Optional[float] = None     # or: one node's mean time between failures
+    interruptions_per_day: Optional[float] = None   # or: a rate observed ...
+    at_gpus: Optional[int] = None               # ... on this many GPUs
+    replace_fraction: Optional[float] = None    # share of faults that take a node out; None = the profile's
+    repair_hours: float = 72.0                  # time to return a failed node to service
+    target: float = 0.999                       # P(no more nodes out than spares)
+    checkpoint_cost_s: float = 10.0             # blocking part of one checkpoint save
+    restart_s: float = 300.0                    # fault to training again (ETTR of the plan)
+
+
+@dataclass(frozen=True)
 class Config:
     path: Optional[str] = None
     state_dir: str = "/var/lib/slurm-ft"
     health: HealthConfig = field(default_factory=HealthConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
+    planning: PlanningConfig = field(default_factory=PlanningConfig)
 
 
 def load_config(path: Optional[str] = None) -> Config:
