@@ -74,6 +74,7 @@ class HealthConfig:
     state_file: str = "/run/slurm-ft/node-state.json"
     ignore_processes: Tuple[str, ...] = ("nvidia-persistenced", "nv-hostengine", "dcgmi", "nvidia-smi")
     burnin: BurninConfig = field(default_factory=BurninConfig)
+    auto_resume: bool = True         # a healthy `check --drain` resumes a node that slurm-ft drained
 
 
 @dataclass(frozen=True)
