@@ -88,22 +88,32 @@ class GpuWatch:
         import pynvml
         self.nv = pynvml
         self.fatal = fatal_xids
-        pynvml.nvmlInit()
+        _nvml_init(pynvml)
         count = pynvml.nvmlDeviceGetCount()
         self.indices = [i for i in (indices if indices is not None else range(count)) if i < count]
-        self.handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices}
+        self.lost_at_start: Optional[str] = None
         self.events = None
         try:
             evset = pynvml.nvmlEventSetCreate()
-            for h in self.handles.values():
-                pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, evset)
-            self.events = evset
         except pynvml.NVMLError as exc:      # no event support: liveness checks only
             print(f"trainer: NVML Xid events unavailable ({exc}); checking GPU liveness only", file=sys.stderr)
+            return
+        for i in self.indices:
+            try:                             # Xids logged from now on (a rank's own history)
+                pynvml.nvmlDeviceRegisterEvents(pynvml.nvmlDeviceGetHandleByIndex(i),
+                                                pynvml.nvmlEventTypeXidCriticalError, evset)
+            except pynvml.NVMLError as exc:
+                if _is_lost(pynvml, exc):
+                    self.lost_at_start = f"GPU {i} is lost (fallen off the bus)"
+                elif not isinstance(exc, (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)):
+                    raise
+        self.events = evset
 
     def check(self) -> Optional[str]:
         """A description of the first fatal fault seen since the last call, or None."""
         nv = self.nv
+        if self.lost_at_start:
+            return self.lost_at_start
         if self.events is not None:
             while True:
                 try:
@@ -121,15 +131,32 @@ class GpuWatch:
                     return f"Xid {xid} on GPU {idx}"
         for i in self.indices:
             try:
-                h = nv.nvmlDeviceGetHandleByIndex(i)
-                nv.nvmlDeviceGetPciInfo(h)
+                nv.nvmlDeviceGetPciInfo(nv.nvmlDeviceGetHandleByIndex(i))
             except nv.NVMLError as exc:
-                if getattr(exc, "value", None) == nv.NVML_ERROR_GPU_IS_LOST or isinstance(exc, nv.NVMLError_GpuIsLost):
+                if _is_lost(nv, exc):
                     return f"GPU {i} is lost (fallen off the bus)"
-                if getattr(exc, "value", None) in (nv.NVML_ERROR_NOT_SUPPORTED,):
+                if isinstance(exc, (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound)):
                     continue
                 return f"GPU {i}: {exc}"
         return None
+
+
+def _is_lost(nv, exc) -> bool:
+    return getattr(exc, "value", None) == nv.NVML_ERROR_GPU_IS_LOST
+
+
+def _nvml_init(nv) -> None:
+    """nvmlInit; in the lab, fall back to the lab's fake library when LD_LIBRARY_PATH does not name it."""
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError_LibraryNotFound:
+        lab = os.environ.get("SLURM_FT_LAB_DIR")
+        lib = os.path.join(lab, "lib", "libnvidia-ml.so.1") if lab else ""
+        if not lib or not os.path.exists(lib):
+            raise
+        import ctypes
+        nv.nvmlLib = ctypes.CDLL(lib)
+        nv.nvmlInit()
 
 
 def visible_gpus() -> Optional[List[int]]:
