@@ -59,6 +59,9 @@ class Job:
     start_time: str = ""
     eligible_time: str = ""
     tres_per_node: str = ""
+    batch_host: str = ""            # the node running the batch script
+    exit_code: str = ""             # "exit:signal" as scontrol prints it
+    priority: int = 0               # 0 while held
 
 
 @dataclass(frozen=True)

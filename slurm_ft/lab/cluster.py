@@ -1,0 +1,519 @@
+"""The lab: a real Slurm 22.05 cluster on one machine (munged, slurmctld, one slurmd per node).
+
+Everything lives in one directory (default /tmp/slurm-ft-lab): slurm.conf, gres.conf, the lab's own
+munged (key, socket, pid, log), state, spool, logs, fake GPU device files, hook wrappers and a
+slurm-ft.yaml for the lab. Several labs run side by side in different directories on different
+port bases; `down` stops only the processes whose pid files are in its directory.
+
+Layout of <dir>:
+  lab.json                  the spec the lab was brought up with (nodes, spares, ports)
+  etc/slurm.conf gres.conf  written on every `up` of a stopped lab
+  munge/                    munge.key, munge.socket, munged.pid, munged.log
+  run/ log/ spool/ state/   pid files, daemon logs, slurmd spool dirs, slurmctld state
+  dev/nvidia0..N            character devices (1,3 = /dev/null) that gres.conf lists as GPUs
+  hooks/                    prolog, epilog, healthcheck: wrappers that run this repo's scripts
+  lib/                      the fake libnvidia-ml.so.1, when slurm_ft.lab.fake_nvml exists
+  nodes/<node>/             per-node fake GPU state and kernel log (written by lab inject)
+  slurm-ft.yaml             slurm-ft's config for the lab (SLURM_FT_CONFIG in the hooks)
+"""
+from __future__ import annotations
+
+import errno
+import importlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from slurm_ft.errors import CommandError, EnvironmentProblem, UsageError
+from slurm_ft.fsutil import atomic_write
+from slurm_ft.runner import run
+from slurm_ft.slurm.hostlist import compress
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DIR = "/tmp/slurm-ft-lab"
+DIR_ENV = "SLURM_FT_LAB"
+INSTALL_HINT = "apt-get install -y slurm-wlm munge"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HOOK_DIRS = {"prolog": "prolog.d", "epilog": "epilog.d", "healthcheck": "healthcheck"}
+REQUIRED_PROGRAMS = ("slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel", "munged", "mungekey")
+MARKER_ENV = "SLURM_FT_LAB_DIR"   # set on every daemon we start: finds our leftover slurmstepd at down
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    nodes: int = 64                 # workers, partition `train` (Default=YES)
+    spares: int = 4                 # the reserved pool, partition `spares`
+    gpus_per_node: int = 8
+    port_base: int = 17000          # slurmctld listens here, slurmd i on port_base + i
+    cpus_per_node: int = 16
+    health_interval_s: int = 30     # HealthCheckInterval (cycled over the nodes, so 68 nodes cost little)
+    slurmd_timeout_s: int = 10      # a dead slurmd is NOT_RESPONDING after about this long
+
+    def validate(self) -> "LabSpec":
+        if self.nodes < 1 or self.spares < 0:
+            raise UsageError("the lab needs at least 1 node and 0 or more spares")
+        if self.nodes + self.spares > 999:
+            raise UsageError("the lab supports at most 999 nodes (gpu001..gpu999)")
+        if not 1 <= self.gpus_per_node <= 64:
+            raise UsageError(f"--gpus-per-node must be 1..64, not {self.gpus_per_node}")
+        if not 1024 <= self.port_base <= 65535 - (self.nodes + self.spares):
+            raise UsageError(f"--port-base {self.port_base} leaves no room for {self.nodes + self.spares} slurmd ports")
+        return self
+
+    @property
+    def node_names(self) -> List[str]:
+        return [f"gpu{i:03d}" for i in range(1, self.nodes + self.spares + 1)]
+
+    @property
+    def train_nodes(self) -> List[str]:
+        return self.node_names[: self.nodes]
+
+    @property
+    def spare_nodes(self) -> List[str]:
+        return self.node_names[self.nodes:]
+
+
+@dataclass(frozen=True)
+class UpResult:
+    already_running: bool
+    elapsed_s: float
+    nodes: int
+
+
+class Lab:
+    """One lab directory and the daemons started from it."""
+
+    def __init__(self, directory: str | os.PathLike | None = None, spec: Optional[LabSpec] = None):
+        self.dir = Path(directory or os.environ.get(DIR_ENV) or DEFAULT_DIR).resolve()
+        saved = self._saved_spec()
+        self.spec = (spec or saved or LabSpec()).validate()
+
+    # --- paths ------------------------------------------------------------------------------------
+    @property
+    def conf(self) -> Path:
+        return self.dir / "etc" / "slurm.conf"
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "slurm-ft.yaml"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.dir / "munge" / "munge.socket"
+
+    def env(self, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        """Environment for Slurm commands talking to this lab."""
+        env = dict(os.environ if base is None else base)
+        env["SLURM_CONF"] = str(self.conf)
+        env["SLURM_FT_CONFIG"] = str(self.config_path)
+        env[MARKER_ENV] = str(self.dir)
+        return env
+
+    def _pidfiles(self) -> Dict[str, Path]:
+        files = {"munged": self.dir / "munge" / "munged.pid", "slurmctld": self.dir / "run" / "slurmctld.pid"}
+        for n in self.spec.node_names:
+            files[f"slurmd:{n}"] = self.dir / "run" / f"slurmd.{n}.pid"
+        return files
+
+    def _saved_spec(self) -> Optional[LabSpec]:
+        try:
+            data = json.loads((self.dir / "lab.json").read_text())
+            return LabSpec(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    # --- state ------------------------------------------------------------------------------------
+    def daemons(self) -> List[dict]:
+        """Every daemon of this lab with its pid (from its pid file) and whether it is alive."""
+        out = []
+        for key, pidfile in self._pidfiles().items():
+            name, _, node = key.partition(":")
+            pid = _read_pid(pidfile)
+            alive = pid is not None and _is_our_process(pid, name, self)
+            entry = {"name": name, "pid": pid if alive else None, "alive": alive}
+            if node:
+                entry["node"] = node
+            out.append(entry)
+        return out
+
+    def running(self) -> bool:
+        pid = _read_pid(self.dir / "run" / "slurmctld.pid")
+        return pid is not None and _is_our_process(pid, "slurmctld", self)
+
+    # --- up -----------------------------------------------------------------------------------------
+    def up(self, timeout: float = 60.0) -> UpResult:
+        """Bring the lab up and wait until every node is idle. A running lab is left as it is."""
+        t0 = time.monotonic()
+        check_environment()
+        saved = self._saved_spec()
+        if self.running():
+            if saved and saved != self.spec:
+                raise UsageError(f"a lab with {saved.nodes}+{saved.spares} nodes on port {saved.port_base} "
+                                 f"is up in {self.dir}; run `slurm-ft lab down --dir {self.dir}` first")
+            try:
+                self._start_missing_slurmds()
+            except CommandError as exc:
+                raise EnvironmentProblem(f"lab in {self.dir}: a slurmd did not start: {exc} "
+                                         f"(logs in {self.dir}/log)") from None
+            self.wait_idle(timeout)
+            return UpResult(True, time.monotonic() - t0, len(self.spec.node_names))
+        self.down(quiet=True)                 # half-started leftovers (a killed run of up)
+        self._check_ports()
+        self._write_files()
+        try:
+            self._start_munged()
+            self._start_slurmctld()
+            self._start_missing_slurmds()
+            self.wait_idle(timeout)
+        except (CommandError, EnvironmentProblem) as exc:
+            self.down(quiet=True)             # never leave half a lab running
+            raise EnvironmentProblem(f"lab in {self.dir} did not start: {exc} (logs in {self.dir}/log)") from None
+        return UpResult(False, time.monotonic() - t0, len(self.spec.node_names))
+
+    def _check_ports(self) -> None:
+        ports = {self.spec.port_base: "slurmctld"}
+        for i, n in enumerate(self.spec.node_names, start=1):
+            ports[self.spec.port_base + i] = f"slurmd {n}"
+        for port, who in ports.items():
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("0.0.0.0", port))
+                except OSError as exc:
+                    if exc.errno == errno.EADDRINUSE:
+                        raise EnvironmentProblem(
+                            f"port {port} (for {who}) is in use; choose another --port-base") from None
+                    raise
+
+    def _write_files(self) -> None:
+        spec = self.spec
+        for sub in ("etc", "munge", "run", "log", "spool", "state/ctld", "state/slurm-ft", "dev", "hooks", "lib", "nodes"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        for p in [self.dir] + [p for p in self.dir.rglob("*") if p.is_dir()]:
+            os.chmod(p, 0o755)                # munged and slurmd refuse group/world-writable dirs
+        atomic_write(self.dir / "lab.json", json.dumps(asdict(spec), indent=2) + "\n")
+        for i in range(spec.gpus_per_node):
+            dev = self.dir / "dev" / f"nvidia{i}"
+            if not dev.exists():
+                os.mknod(dev, 0o644 | 0o020000, os.makedev(1, 3))   # char device, like /dev/null
+        for n in spec.node_names:
+            ndir = self.dir / "nodes" / n
+            ndir.mkdir(exist_ok=True)
+            (ndir / "kmsg").touch(exist_ok=True)
+            (self.dir / "spool" / f"slurmd.{n}").mkdir(exist_ok=True)
+        atomic_write(self.conf, self._slurm_conf())
+        atomic_write(self.dir / "etc" / "gres.conf",
+                     f"# written by slurm-ft lab\nAutoDetect=off\nNodeName={compress(spec.node_names)} "
+                     f"Name=gpu File={self.dir}/dev/nvidia[0-{spec.gpus_per_node - 1}]\n")
+        for hook, repo_dir in HOOK_DIRS.items():
+            atomic_write(self.dir / "hooks" / hook, self._hook_wrapper(repo_dir), mode=0o755)
+        atomic_write(self.config_path, self._slurm_ft_yaml(), mode=0o644)
+        self._build_fake_nvml()
+
+    def _slurm_conf(self) -> str:
+        spec, d = self.spec, self.dir
+        names = compress(spec.node_names)
+        first, last = spec.port_base + 1, spec.port_base + len(spec.node_names)
+        host = socket.gethostname().split(".")[0]
+        return f"""\
+# Written by `slurm-ft lab up` for the lab in {d}. Rewritten on each start; edit the code, not this.
+ClusterName=slurmftlab
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={spec.port_base}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={self.munge_socket}
+StateSaveLocation={d}/state/ctld
+SlurmdSpoolDir={d}/spool/slurmd.%n
+SlurmctldPidFile={d}/run/slurmctld.pid
+SlurmdPidFile={d}/run/slurmd.%n.pid
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd.%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# No cgroups on this machine: processes are tracked by /proc, tasks are not confined.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+# The nodes advertise the CPUs and GPUs configured here, not what this machine has.
+SlurmdParameters=config_overrides
+JobRequeue=1
+ReturnToService=1
+KillWait=2
+MinJobAge=60
+InactiveLimit=0
+SlurmdTimeout={spec.slurmd_timeout_s}
+SlurmctldTimeout=30
+MessageTimeout=10
+# Slurm 22.05 has no SchedulerParameters=nohold_on_prolog_fail (23.02+): a job whose prolog fails is
+# requeued HELD here, and slurm-ft releases it.
+SchedulerType=sched/backfill
+PrologFlags=Alloc
+Prolog={d}/hooks/prolog
+Epilog={d}/hooks/epilog
+HealthCheckProgram={d}/hooks/healthcheck
+HealthCheckInterval={spec.health_interval_s}
+HealthCheckNodeState=ANY,CYCLE
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+NodeName={names} NodeHostname=localhost Port=[{first}-{last}] CPUs={spec.cpus_per_node} RealMemory=64000 Gres=gpu:{spec.gpus_per_node} State=UNKNOWN
+PartitionName=train Nodes={compress(spec.train_nodes)} Default=YES MaxTime=INFINITE State=UP
+PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} Default=NO MaxTime=INFINITE State=UP
+"""
+
+    def _hook_wrapper(self, repo_dir: str) -> str:
+        d = self.dir
+        bindir = Path(sys.executable).parent
+        return f"""\
+#!/bin/sh
+# Written by `slurm-ft lab up`: runs {REPO_ROOT}/{repo_dir}/* in name order with the lab's
+# environment; the first one that fails decides the exit status. No scripts there -> exit 0.
+export SLURM_FT_CONFIG={d}/slurm-ft.yaml
+export SLURM_FT_LAB_DIR={d}
+export SLURM_CONF={self.conf}
+export LD_LIBRARY_PATH={d}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}
+export PATH={bindir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+for f in {REPO_ROOT}/{repo_dir}/*; do
+    [ -f "$f" ] && [ -x "$f" ] || continue
+    "$f" "$@" || exit $?
+done
+exit 0
+"""
+
+    def _slurm_ft_yaml(self) -> str:
+        d = self.dir
+        return f"""\
+# slurm-ft config for the lab in {d} (written by `slurm-ft lab up`)
+state_dir: {d}/state/slurm-ft
+slurm:
+  conf: {self.conf}
+health:
+  kmsg_path: {d}/nodes/{{node}}/kmsg
+  state_file: {d}/nodes/{{node}}/state.json
+"""
+
+    def _build_fake_nvml(self) -> None:
+        try:
+            mod = importlib.import_module("slurm_ft.lab.fake_nvml")
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("slurm_ft.lab.fake_nvml"):
+                log.info("no slurm_ft.lab.fake_nvml yet: the lab runs without a fake NVML library")
+                return
+            raise
+        build = getattr(mod, "build", None)
+        if build is not None:
+            build(self.dir / "lib")
+
+    def _start_munged(self) -> None:
+        mdir = self.dir / "munge"
+        key = mdir / "munge.key"
+        if not key.exists():
+            run(["mungekey", "--create", "--keyfile", key], timeout=20)
+        os.chmod(key, 0o600)
+        if self.munge_socket.exists():
+            self.munge_socket.unlink()
+        run(["munged", f"--socket={self.munge_socket}", f"--key-file={key}",
+             f"--pid-file={mdir / 'munged.pid'}", f"--log-file={mdir / 'munged.log'}",
+             f"--seed-file={mdir / 'munged.seed'}", "--num-threads=4"],
+            timeout=20, env=self._daemon_env())
+
+    def _start_slurmctld(self) -> None:
+        # -c: a fresh cluster on every start (no jobs or node states from the last run)
+        run(["slurmctld", "-c", "-f", self.conf], timeout=30, env=self._daemon_env())
+
+    def _start_missing_slurmds(self) -> None:
+        missing = [d["node"] for d in self.daemons() if d["name"] == "slurmd" and not d["alive"]]
+        if not missing:
+            return
+        env = self._daemon_env()
+
+        def start(node: str) -> None:
+            run(["slurmd", "-f", self.conf, "-N", node], timeout=30, env=env)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(start, missing))
+
+    def _daemon_env(self) -> Dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env["SLURM_CONF"] = str(self.conf)
+        env[MARKER_ENV] = str(self.dir)
+        return env
+
+    def node_states(self) -> Dict[str, str]:
+        """node -> the state sinfo prints (idle, drained, alloc, idle*, ...)."""
+        res = run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=15, env=self.env())
+        out = {}
+        for line in res.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                out[parts[0]] = parts[1]
+        return out
+
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        want = set(self.spec.node_names)
+        states: Dict[str, str] = {}
+        while True:
+            try:
+                states = self.node_states()
+            except CommandError:
+                states = {}
+            idle = {n for n, s in states.items() if s == "idle"}
+            if want <= idle:
+                return
+            if time.monotonic() > deadline:
+                busy = sorted(want - idle)
+                sample = ", ".join(f"{n}={states.get(n, '?')}" for n in busy[:5])
+                raise EnvironmentProblem(
+                    f"lab in {self.dir}: {len(busy)} node(s) not idle after {timeout:g} s ({sample}); "
+                    f"see {self.dir}/log/")
+            time.sleep(0.2)
+
+    # --- down ---------------------------------------------------------------------------------------
+    def down(self, quiet: bool = False, timeout: float = 15.0) -> List[int]:
+        """Stop every daemon of this lab (and leftover job steps), by pid. Returns the pids stopped."""
+        if self.running():
+            try:                              # jobs first, so that no job step outlives its slurmd
+                jobs = run(["squeue", "-h", "-o", "%i"], timeout=15, env=self.env()).stdout.split()
+                if jobs:
+                    run(["scancel", "--quiet", *jobs], timeout=15, env=self.env(), check=False)
+            except CommandError:
+                pass
+        alive = [d for d in self.daemons() if d["alive"]]
+        rank = {"slurmd": 0, "slurmctld": 1, "munged": 2}
+        stopped = _terminate([d["pid"] for d in sorted(alive, key=lambda d: rank[d["name"]])], timeout)
+        stopped += _terminate(_leftover_steps(self.dir), timeout)
+        if not quiet:
+            log.info("stopped %d processes of the lab in %s", len(stopped), self.dir)
+        return stopped
+
+    # --- status ------------------------------------------------------------------------------------
+    def status(self) -> dict:
+        daemons = self.daemons()
+        out = {
+            "dir": str(self.dir),
+            "running": self.running(),
+            "conf": str(self.conf),
+            "config": str(self.config_path),
+            "spec": asdict(self.spec),
+            "daemons": daemons,
+            "alive": sum(1 for d in daemons if d["alive"]),
+            "sinfo": [],
+        }
+        if out["running"]:
+            try:
+                res = run(["sinfo", "-h", "-o", "%R|%a|%T|%D|%G|%N"], timeout=15, env=self.env())
+                for line in res.stdout.splitlines():
+                    part, avail, state, count, gres, nodes = line.split("|")
+                    out["sinfo"].append({"partition": part, "avail": avail, "state": state,
+                                         "nodes": int(count), "gres": gres, "nodelist": nodes})
+            except CommandError as exc:
+                out["sinfo_error"] = str(exc)
+        return out
+
+
+def check_environment() -> None:
+    """One-line reasons for what this machine lacks to run a lab."""
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("the lab must run as root (slurmd and munged need it)")
+    missing = [p for p in REQUIRED_PROGRAMS if shutil.which(p) is None and not Path("/usr/sbin", p).exists()]
+    if missing:
+        raise EnvironmentProblem(f"Slurm or munge missing ({', '.join(missing)}): run `{INSTALL_HINT}`")
+
+
+def _read_pid(path: Path) -> Optional[int]:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _proc_cmdline(pid: int) -> List[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def _proc_env(pid: int) -> Dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    return env
+
+
+def _is_our_process(pid: int, name: str, lab: Lab) -> bool:
+    """The pid runs `name` started for this lab (guards against a recycled pid)."""
+    argv = _proc_cmdline(pid)
+    if not argv or Path(argv[0]).name != name:
+        return False
+    if name == "munged":
+        return any(str(lab.munge_socket) in a for a in argv)
+    return str(lab.conf) in argv
+
+
+def _leftover_steps(directory: Path) -> List[int]:
+    """slurmstepd processes (and their children) that our slurmds left behind."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        argv = _proc_cmdline(pid)
+        if argv and argv[0].startswith("slurmstepd") and _proc_env(pid).get(MARKER_ENV) == str(directory):
+            pids.append(pid)
+    return pids
+
+
+def _terminate(pids: List[int], timeout: float) -> List[int]:
+    """SIGTERM, wait, then SIGKILL what is left. Returns the pids that were running."""
+    sent = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            sent.append(pid)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    alive = list(sent)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        if alive:
+            time.sleep(0.05)
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return sent
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False

@@ -1,0 +1,410 @@
+"""SlurmClient: the one seam through which slurm-ft reads and changes Slurm.
+
+Backend "commands": scontrol/sinfo/squeue/sbatch/scancel argv lists through `slurm_ft.runner.run`,
+a timeout on every call, pure parsers in `parse.py`. Reads prefer `sinfo --json`/`squeue --json`
+(unambiguous; 22.05 has them) and fall back to `scontrol show ... -o` where --json is missing.
+
+Input is checked before Slurm sees it: unknown nodes, malformed hostlists, partitions that do not
+exist, and strings Slurm would mangle are refused with a UsageError that names the value. What
+survives scontrol unchanged (tested against 22.05.8): quotes, `=`, `;`, `$`, backslashes, non-ASCII,
+and long reasons (100 000 characters came back intact). What does not: a newline splits the record
+in `scontrol show -o` and `sinfo -R`; so control characters are refused.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+import re
+import time
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+
+from slurm_ft.errors import CommandError, UsageError
+from slurm_ft.model import Job, Node, Partition, Reservation
+from slurm_ft.runner import Result, run
+from slurm_ft.slurm import parse
+from slurm_ft.slurm.hostlist import compress, expand
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+NodeSpec = Union[str, Iterable[str]]     # "gpu[001-004]" or ["gpu001", "gpu002"]
+
+DEFAULT_TIMEOUT_S = 30.0
+MAX_REASON_LEN = 1024   # ours, not Slurm's (22.05 has none): keeps `sinfo -R` and logs readable
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
+
+
+class SlurmError(CommandError):
+    """A Slurm command failed: `command` (argv), `returncode` (its exit status), `stderr`."""
+
+    @property
+    def command(self) -> List[str]:
+        return self.argv
+
+
+class JobNotFound(UsageError):
+    """The job id is not (or no longer) known to slurmctld."""
+
+
+class WaitTimeout(CommandError):
+    """A wait_* helper ran out of time; the message says what it waited for and what it saw."""
+
+    def __init__(self, what: str, timeout: float, last: object = None):
+        seen = f"; last seen: {last}" if last is not None else ""
+        super().__init__(["wait"], None, "", f"{what}: not reached within {timeout:g} s{seen}")
+
+
+class SlurmClient:
+    """Everything slurm-ft asks of Slurm, over the Slurm commands.
+
+    env: variables laid over os.environ for every command (the lab passes SLURM_CONF here);
+    timeout: seconds for each command (a hung slurmctld must not hang the caller).
+    """
+
+    backend = "commands"
+
+    def __init__(self, env: Optional[Mapping[str, str]] = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 conf: Optional[str] = None):
+        self.env: Dict[str, str] = dict(env or {})
+        if conf:
+            self.env["SLURM_CONF"] = str(conf)
+        self.timeout = float(timeout)
+        self._version: Optional[Tuple[int, int, int]] = None
+        self._json_ok = True
+
+    # --- plumbing ------------------------------------------------------------------------------
+    def _environ(self, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.env)
+        if extra:
+            env.update(extra)
+        return env
+
+    def _run(self, argv: Sequence[str], *, check: bool = True, input: Optional[str] = None,
+             env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+             timeout: Optional[float] = None) -> Result:
+        try:
+            res = run(argv, timeout=timeout or self.timeout, input=input, env=self._environ(env), cwd=cwd,
+                      check=False)
+        except CommandError as exc:          # timeout, or the program is missing
+            if exc.returncode is None and "cannot run" in str(exc):
+                raise SlurmError(exc.argv, None, exc.stderr,
+                                 f"cannot run `{exc.argv[0]}`: is Slurm installed? (apt-get install -y slurm-wlm)") from None
+            raise
+        if check and res.returncode != 0:
+            raise SlurmError(res.argv, res.returncode, res.stderr or res.stdout)
+        return res
+
+    def _parse(self, res: Result, parser: Callable[[str], T]) -> T:
+        try:
+            return parser(res.stdout)
+        except ValueError as exc:
+            raise SlurmError(res.argv, res.returncode, res.stderr,
+                             f"cannot read the output of `{' '.join(res.argv)}`: {exc}") from None
+
+    def version(self) -> Tuple[int, int, int]:
+        """Slurm's version, asked once per client (`scontrol --version`)."""
+        if self._version is None:
+            self._version = self._parse(self._run(["scontrol", "--version"]), parse.parse_version)
+        return self._version
+
+    # --- reads ---------------------------------------------------------------------------------
+    def nodes(self, names: Optional[NodeSpec] = None) -> List[Node]:
+        """Nodes in Slurm's order, or the named ones in the order given; an unknown name -> UsageError."""
+        wanted = _node_list(names) if names is not None else None
+        all_nodes = self._all_nodes()
+        if wanted is None:
+            return all_nodes
+        by_name = {n.name: n for n in all_nodes}
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            raise UsageError(f"unknown node{'s' if len(missing) > 1 else ''}: {compress(missing)}")
+        return [by_name[n] for n in wanted]
+
+    def _all_nodes(self) -> List[Node]:
+        if self._json_ok:
+            res = self._run(["sinfo", "--json"], check=False)
+            if res.returncode == 0 and res.stdout.lstrip().startswith("{"):
+                return self._parse(res, parse.parse_nodes_json)
+            self._json_ok = False            # an old Slurm without --json: -o from now on
+        return self._parse(self._run(["scontrol", "show", "node", "-o"]), parse.parse_nodes_kv)
+
+    def node(self, name: str) -> Node:
+        return self.nodes([name])[0]
+
+    def jobs(self, job_ids: Optional[Iterable[int]] = None) -> List[Job]:
+        """Jobs slurmctld still knows (pending, running, and finished within MinJobAge)."""
+        if self._json_ok:
+            res = self._run(["squeue", "--json"], check=False)
+            if res.returncode == 0 and res.stdout.lstrip().startswith("{"):
+                jobs = self._parse(res, parse.parse_jobs_json)
+            else:
+                self._json_ok = False
+        if not self._json_ok:
+            res = self._run(["scontrol", "show", "job", "-o"])
+            jobs = self._parse(res, parse.parse_jobs_kv)
+        if job_ids is None:
+            return jobs
+        wanted = [_job_id(j) for j in job_ids]
+        by_id = {j.job_id: j for j in jobs}
+        return [by_id[j] for j in wanted if j in by_id]
+
+    def job(self, job_id: int) -> Job:
+        """One job; unknown (or long finished) -> JobNotFound. Fills StdOut, which 22.05's JSON leaves empty."""
+        jid = _job_id(job_id)
+        found = self.jobs([jid])
+        if not found:
+            raise JobNotFound(f"job {jid} not found (unknown id, or finished more than MinJobAge ago)")
+        job = found[0]
+        if not job.std_out:
+            res = self._run(["scontrol", "show", "job", "-o", str(jid)], check=False)
+            if res.returncode == 0:
+                kv = self._parse(res, parse.parse_jobs_kv)
+                if kv and kv[0].std_out:
+                    job = replace(job, std_out=kv[0].std_out)
+        return job
+
+    def partitions(self) -> List[Partition]:
+        return self._parse(self._run(["scontrol", "show", "partition", "-o"]), parse.parse_partitions_kv)
+
+    def partition(self, name: str) -> Partition:
+        parts = self.partitions()
+        for p in parts:
+            if p.name == name:
+                return p
+        raise UsageError(f"no partition {name!r} (partitions: {', '.join(p.name for p in parts) or 'none'})")
+
+    def reservations(self) -> List[Reservation]:
+        return self._parse(self._run(["scontrol", "show", "reservation", "-o"]), parse.parse_reservations_kv)
+
+    # --- node changes --------------------------------------------------------------------------
+    def drain(self, nodes: NodeSpec, reason: str) -> List[str]:
+        """DRAIN the nodes with `reason`, which comes back from Slurm exactly as given."""
+        names = _node_list(nodes)
+        check_reason(reason)
+        self.nodes(names)                    # unknown names -> UsageError before anything changes
+        self._run(["scontrol", "update", f"NodeName={compress(names)}", "State=DRAIN", f"Reason={reason}"])
+        return names
+
+    def resume(self, nodes: NodeSpec) -> List[str]:
+        """Clear DRAIN/DOWN. Nodes that are neither are left alone (Slurm would refuse the whole call)."""
+        current = self.nodes(_node_list(nodes))
+        todo = [n.name for n in current if n.drained or n.down or n.state in ("DOWN", "FAIL")]
+        if todo:
+            self._run(["scontrol", "update", f"NodeName={compress(todo)}", "State=RESUME"])
+        return todo
+
+    def update_node(self, name: str, **fields: object) -> None:
+        """`scontrol update NodeName=name Key=Value...`, e.g. Comment="...", Weight=10."""
+        self.nodes([name])
+        if "Reason" in fields:
+            check_reason(str(fields["Reason"]))
+        self._run(["scontrol", "update", f"NodeName={name}", *_fields(fields)])
+
+    def set_partition_nodes(self, partition: str, nodes: NodeSpec) -> None:
+        """Replace the partition's node list (the spare swap); every node must exist."""
+        names = _node_list(nodes)
+        self.partition(partition)
+        if names:
+            self.nodes(names)
+        self._run(["scontrol", "update", f"PartitionName={partition}", f"Nodes={compress(names)}"])
+
+    # --- job changes ---------------------------------------------------------------------------
+    def requeue(self, job_id: int, hold: bool = False) -> None:
+        """Kill the job now and queue it again (`scontrol requeue`, or `requeuehold` with hold=True).
+
+        Slurm puts the requeued job behind a BeginTime of about 121 s; `start_now` clears that once
+        the requeue has finished. Slurm >= 25.11 has `scontrol requeue --expedite`, which would make
+        that second step unnecessary; `self.version()` tells which applies.
+        """
+        jid = _job_id(job_id)
+        self._run(["scontrol", "requeuehold" if hold else "requeue", str(jid)])
+
+    def release(self, job_id: int) -> None:
+        """Release a held job (after `requeuehold`, or a prolog failure). It still waits for its BeginTime."""
+        self._run(["scontrol", "release", str(_job_id(job_id))])
+
+    def update_job(self, job_id: int, **fields: object) -> None:
+        """`scontrol update JobId=N Key=Value...`: StartTime="now", ExcNodeList=[...], Comment="..."."""
+        self._run(["scontrol", "update", f"JobId={_job_id(job_id)}", *_fields(fields)])
+
+    def start_now(self, job_id: int, timeout: float = 15.0) -> float:
+        """After a requeue or release: wait until the job is PENDING on BeginTime, then StartTime=now.
+
+        Setting StartTime=now earlier does not stick: the requeue finishes asynchronously and then
+        sets the begin time again. Returns the seconds spent waiting.
+        """
+        jid = _job_id(job_id)
+        t0 = time.monotonic()
+        seen: List[Job] = []
+
+        def on_begin_time() -> Optional[Job]:
+            job = self.job(jid)
+            seen[:] = [job]
+            if job.held:
+                raise UsageError(f"job {jid} is held ({job.reason}); release it first")
+            return job if job.state == "PENDING" and job.reason == "BeginTime" else None
+
+        try:
+            self.wait_for(on_begin_time, timeout, f"job {jid} pending on BeginTime")
+        except WaitTimeout:
+            last = seen[0] if seen else None
+            raise WaitTimeout(f"job {jid} pending on BeginTime", timeout,
+                              f"{last.state} ({last.reason or 'no reason'})" if last else None) from None
+        for _ in range(5):                   # confirm it stuck: a late requeue step may reset it
+            self.update_job(jid, StartTime="now")
+            try:
+                self.wait_for(_begin_time_cleared(self, jid), 2.0, f"job {jid} BeginTime cleared")
+                return time.monotonic() - t0
+            except WaitTimeout:
+                continue
+        raise WaitTimeout(f"job {jid}: StartTime=now did not stick", time.monotonic() - t0)
+
+    def submit(self, argv_or_script: Union[Sequence[str], str], *, env: Optional[Mapping[str, str]] = None,
+               cwd: Optional[str] = None, timeout: Optional[float] = None) -> int:
+        """sbatch: a list is sbatch options + script + its arguments (no shell); a string with a
+        newline is a batch script given on stdin. env is laid over the client's environment."""
+        if isinstance(argv_or_script, str):
+            if "\n" not in argv_or_script:
+                raise UsageError("submit: give an argv list, or a whole batch script (text with #!)")
+            argv, stdin = ["sbatch", "--parsable"], argv_or_script
+        else:
+            argv, stdin = ["sbatch", "--parsable", *[str(a) for a in argv_or_script]], None
+        if cwd is not None and not os.path.isdir(cwd):
+            raise UsageError(f"submit: working directory {cwd} does not exist")
+        res = self._run(argv, input=stdin, env=env, cwd=cwd, timeout=timeout)
+        return self._parse(res, parse.parse_sbatch_parsable)
+
+    def cancel(self, job_id: int, signal: Optional[str] = None) -> None:
+        argv = ["scancel"]
+        if signal:
+            argv.append(f"--signal={signal}")
+        self._run([*argv, str(_job_id(job_id))])
+
+    # --- reservations --------------------------------------------------------------------------
+    def create_reservation(self, nodes: NodeSpec, *, name: Optional[str] = None, start: str = "now",
+                           duration: str = "UNLIMITED", users: Sequence[str] = ("root",),
+                           flags: Sequence[str] = ("MAINT", "IGNORE_JOBS")) -> str:
+        """Reserve nodes (e.g. for repair or burn-in); returns the reservation's name."""
+        names = _node_list(nodes)
+        self.nodes(names)
+        argv = ["scontrol", "create", "reservation"]
+        if name:
+            _check_value("reservation name", name)
+            argv.append(f"ReservationName={name}")
+        argv += [f"Nodes={compress(names)}", f"StartTime={start}", f"Duration={duration}",
+                 f"Users={','.join(users)}"]
+        if flags:
+            argv.append(f"Flags={','.join(flags)}")
+        res = self._run(argv)
+        m = re.search(r"Reservation created:\s*(\S+)", res.stdout)
+        if not m:
+            raise SlurmError(res.argv, res.returncode, res.stdout, "scontrol did not name the reservation")
+        return m.group(1)
+
+    def delete_reservation(self, name: str) -> None:
+        _check_value("reservation name", name)
+        self._run(["scontrol", "delete", f"ReservationName={name}"])
+
+    # --- waiting -------------------------------------------------------------------------------
+    def wait_for(self, predicate: Callable[[], T], timeout: float, what: str = "condition",
+                 interval: float = 0.2) -> T:
+        """Call predicate() until it returns something truthy; return that. WaitTimeout otherwise."""
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while True:
+            last = predicate()
+            if last:
+                return last
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(what, timeout)
+            time.sleep(interval)
+
+    def wait_job_state(self, job_id: int, states: Union[str, Iterable[str]], timeout: float = 30.0) -> Job:
+        wanted = {states} if isinstance(states, str) else set(states)
+        jid = _job_id(job_id)
+        seen: List[Job] = []
+
+        def check() -> Optional[Job]:
+            job = self.job(jid)
+            seen[:] = [job]
+            return job if job.state in wanted else None
+
+        try:
+            return self.wait_for(check, timeout, f"job {jid} in {'/'.join(sorted(wanted))}")
+        except WaitTimeout:
+            last = seen[0] if seen else None
+            raise WaitTimeout(f"job {jid} in {'/'.join(sorted(wanted))}", timeout,
+                              f"{last.state} ({last.reason})" if last else None) from None
+
+
+# --- input checks (pure) ----------------------------------------------------------------------------
+
+def check_reason(reason: str) -> str:
+    """A drain reason Slurm keeps exactly: non-empty, one line, no edge whitespace, bounded length."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise UsageError("a drain reason is required (Slurm refuses DRAIN without one)")
+    if _CONTROL_RE.search(reason):
+        raise UsageError(f"drain reason {reason!r} contains a newline or control character; "
+                         "Slurm would print it split across lines")
+    if reason != reason.strip():
+        raise UsageError(f"drain reason {reason!r} starts or ends with whitespace")
+    if len(reason) > MAX_REASON_LEN:
+        raise UsageError(f"drain reason is {len(reason)} characters; at most {MAX_REASON_LEN}")
+    return reason
+
+
+def _check_value(what: str, value: str) -> None:
+    if _CONTROL_RE.search(value):
+        raise UsageError(f"{what} {value!r} contains a newline or control character")
+
+
+def _fields(fields: Mapping[str, object]) -> List[str]:
+    if not fields:
+        raise UsageError("nothing to update: give at least one Field=value")
+    out = []
+    for key, value in fields.items():
+        if not _FIELD_RE.match(key):
+            raise UsageError(f"bad Slurm field name {key!r}")
+        if isinstance(value, (list, tuple, set, frozenset)):
+            names = [str(v) for v in value]
+            value = compress(names) if names else ""
+        text = str(value)
+        _check_value(key, text)
+        out.append(f"{key}={text}")
+    return out
+
+
+def _node_list(nodes: NodeSpec) -> List[str]:
+    """A hostlist string or names -> names (checked); an empty selection is an error."""
+    if isinstance(nodes, str):
+        names = expand(nodes)
+    else:
+        names = []
+        for n in nodes:
+            if not isinstance(n, str) or not _NAME_RE.match(n):
+                raise UsageError(f"bad node name {n!r}")
+            names.append(n)
+    if not names:
+        raise UsageError("no nodes given")
+    return names
+
+
+def _job_id(job_id: object) -> int:
+    try:
+        jid = int(str(job_id).strip())
+    except ValueError:
+        raise UsageError(f"bad job id {job_id!r}") from None
+    if jid <= 0:
+        raise UsageError(f"bad job id {job_id!r}")
+    return jid
+
+
+def _begin_time_cleared(client: "SlurmClient", jid: int) -> Callable[[], bool]:
+    def check() -> bool:
+        job = client.job(jid)
+        return not (job.state == "PENDING" and job.reason == "BeginTime")
+    return check

@@ -1,0 +1,381 @@
+"""Pure parsers of what Slurm prints: `scontrol show ... -o`, `squeue --json`, `sinfo --json`, sbatch.
+
+The JSON outputs (openapi v0.0.38 in 22.05) are unambiguous and preferred for nodes and jobs. The
+`scontrol show X -o` one-liners are stable across versions but free text (Reason=, Comment=,
+JobName=, Command= with arguments) may hold spaces and `=`; they are split only at the keys Slurm
+itself prints (collected from real 22.05 output), so `Comment=ft=1 note="a b"` stays one value.
+Every parser raises ValueError on input it cannot read; the client turns that into a SlurmError.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from slurm_ft.model import Job, Node, Partition, Reservation
+from slurm_ft.slurm.hostlist import expand
+
+# Keys of `scontrol show node -o` in 22.05 (plus a few other versions print), in print order.
+NODE_KEYS = frozenset("""
+NodeName Arch CoresPerSocket CPUAlloc CPUEfctv CPUTot CPULoad AvailableFeatures ActiveFeatures Gres
+GresDrain GresUsed NodeAddr NodeHostName Port Version OS RealMemory AllocMem FreeMem Sockets Boards
+MemSpecLimit State ThreadsPerCore TmpDisk Weight Owner MCS_label Partitions BootTime SlurmdStartTime
+LastBusyTime ResumeAfterTime CfgTRES AllocTRES CapWatts CurrentWatts AveWatts ExtSensorsJoules
+ExtSensorsWatts ExtSensorsTemp Reason Comment Extra NextState InstanceId InstanceType CpuBind
+CoreSpecCount CPUSpecList LowestJoules ConsumedJoules Features
+""".split())
+
+JOB_KEYS = frozenset("""
+JobId ArrayJobId ArrayTaskId ArrayTaskThrottle JobName UserId GroupId MCS_label Priority Nice Account
+QOS JobState Reason Dependency Requeue Restarts BatchFlag Reboot ExitCode DerivedExitCode RunTime
+TimeLimit TimeMin SubmitTime EligibleTime AccrueTime StartTime EndTime Deadline SuspendTime
+SecsPreSuspend LastSchedEval Scheduler Partition AllocNode:Sid ReqNodeList ExcNodeList NodeList
+BatchHost NumNodes NumCPUs NumTasks CPUs/Task ReqB:S:C:T TRES Socks/Node NtasksPerN:B:S:C CoreSpec
+MinCPUsNode MinMemoryNode MinMemoryCPU MinTmpDiskNode Features DelayBoot OverSubscribe Contiguous
+Licenses Network Command WorkDir Comment AdminComment SystemComment StdErr StdIn StdOut Power
+TresPerNode TresPerJob TresPerTask CpusPerTres MemPerTres TresBind TresFreq Reservation
+MailUser MailType Prefer ReqNodes ExcNodes Nodes CPU_IDs Mem GRES KillOInInvalidDependent
+CpusPerTask Container ContainerID HetJobId HetJobOffset HetJobIdSet Partitions
+""".split())
+
+PARTITION_KEYS = frozenset("""
+PartitionName AllowGroups AllowAccounts AllowQos AllocNodes Default QoS DefaultTime DisableRootJobs
+ExclusiveUser GraceTime Hidden MaxNodes MaxTime MinNodes LLN MaxCPUsPerNode Nodes PriorityJobFactor
+PriorityTier RootOnly ReqResv OverSubscribe OverTimeLimit PreemptMode State TotalCPUs TotalNodes
+SelectTypeParameters JobDefaults DefMemPerNode MaxMemPerNode TRES DenyAccounts DenyQos
+MaxCPUsPerSocket PowerDownOnIdle ResumeTimeout SuspendTimeout SuspendTime TRESBillingWeights
+""".split())
+
+RESERVATION_KEYS = frozenset("""
+ReservationName StartTime EndTime Duration Nodes NodeCnt CoreCnt Features PartitionName Flags TRES
+Users Groups Accounts Licenses State BurstBuffer Watts MaxStartDelay Comment
+""".split())
+
+# Node state suffixes of sinfo/scontrol short forms -> the flag they stand for.
+STATE_SUFFIX_FLAGS = {
+    "*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "%": "POWERING_DOWN",
+    "$": "MAINTENANCE", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED", "-": "PLANNED", "!": "POWER_DOWN",
+}
+# sinfo -o %T long names that fold a flag into the base state.
+SINFO_STATES = {
+    "alloc": ("ALLOCATED", ()), "allocated": ("ALLOCATED", ()), "mix": ("MIXED", ()), "mixed": ("MIXED", ()),
+    "drained": ("IDLE", ("DRAIN",)), "drain": ("IDLE", ("DRAIN",)), "draining": ("ALLOCATED", ("DRAIN",)),
+    "drng": ("ALLOCATED", ("DRAIN",)), "comp": ("IDLE", ("COMPLETING",)), "completing": ("IDLE", ("COMPLETING",)),
+    "maint": ("IDLE", ("MAINTENANCE",)), "resv": ("IDLE", ("RESERVED",)), "reserved": ("IDLE", ("RESERVED",)),
+    "unk": ("UNKNOWN", ()), "npc": ("ALLOCATED", ("NO_RESPOND",)),
+}
+_REASON_RE = re.compile(r"^(.*) \[([^@\]\s]*)@([^\]\s]*)\]$", re.S)
+_NULLS = {"(null)", "N/A", "None", "Unknown", "n/a"}
+
+
+# --- key=value one-liners --------------------------------------------------------------------------
+
+def parse_kv_line(line: str, keys: Iterable[str]) -> Dict[str, str]:
+    """Split a `scontrol show X -o` line at ` Key=` for the keys Slurm prints; values keep spaces.
+
+    A field a newer Slurm adds (a key not in `keys`) stays inside the previous value: harmless for
+    the fields slurm-ft reads, and the price of never splitting `Comment=a=b c=d` in two.
+    """
+    keyset = set(keys)
+    line = line.rstrip("\n")
+    starts: List[Tuple[int, int, str]] = []   # (key start, value start, key)
+    for m in re.finditer(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=", line):
+        key = m.group(1)
+        if key in keyset or (not starts and m.start() == 0):
+            starts.append((m.start(), m.end(), key))
+    if not starts or starts[0][0] != 0:
+        raise ValueError(f"not a key=value line: {line[:80]!r}")
+    out: Dict[str, str] = {}
+    for i, (_, vstart, key) in enumerate(starts):
+        vend = starts[i + 1][0] if i + 1 < len(starts) else len(line)
+        # fields are separated by one space, sometimes two (after CoresPerSocket=, Comment=)
+        out[key] = line[vstart:vend] if vend == len(line) else line[vstart:vend].rstrip(" ")
+    return out
+
+
+def parse_records(text: str, keys: Iterable[str]) -> List[Dict[str, str]]:
+    """One dict per non-empty line of `scontrol show X -o`. "No ... in the system" -> []."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("No ") and " in the system" in line:
+            continue
+        out.append(parse_kv_line(line, keys))
+    return out
+
+
+def _val(d: Dict[str, str], key: str) -> str:
+    v = d.get(key, "")
+    return "" if v in _NULLS else v
+
+
+def _int(text, default: int = 0) -> int:
+    try:
+        return int(str(text).split("-")[0])
+    except (TypeError, ValueError):
+        return default
+
+
+def _names(expr: str) -> Tuple[str, ...]:
+    expr = expr.strip()
+    if not expr or expr in _NULLS:
+        return ()
+    return tuple(expand(expr))
+
+
+# --- node states --------------------------------------------------------------------------------
+
+def parse_node_state(text: str) -> Tuple[str, frozenset]:
+    """`IDLE+DRAIN`, `MIXED+DRAIN+NOT_RESPONDING`, `DOWN*`, `drained*`, `idle~` -> (base, flags)."""
+    raw = text.strip()
+    if not raw:
+        raise ValueError("empty node state")
+    flags = set()
+    while raw and raw[-1] in STATE_SUFFIX_FLAGS:
+        flags.add(STATE_SUFFIX_FLAGS[raw[-1]])
+        raw = raw[:-1]
+    parts = [p for p in raw.split("+") if p]
+    if not parts:
+        raise ValueError(f"bad node state {text!r}")
+    base = parts[0]
+    if base.lower() in SINFO_STATES and not base.isupper():
+        base, extra = SINFO_STATES[base.lower()]
+        flags.update(extra)
+    flags.update(p.upper() for p in parts[1:])
+    base = base.upper()
+    if base == "ALLOC":
+        base = "ALLOCATED"
+    if base == "MIX":
+        base = "MIXED"
+    return base, frozenset(flags)
+
+
+def split_reason(text: str) -> Tuple[str, str, str]:
+    """`why it drained [root@2026-11-29T16:28:44]` -> (reason, user, time)."""
+    m = _REASON_RE.match(text)
+    if not m:
+        return text, "", ""
+    return m.group(1), m.group(2), m.group(3)
+
+
+# --- nodes ----------------------------------------------------------------------------------------
+
+def node_from_kv(d: Dict[str, str]) -> Node:
+    state, flags = parse_node_state(d.get("State", "UNKNOWN"))
+    reason, user, when = split_reason(d.get("Reason", ""))
+    return Node(
+        name=d["NodeName"],
+        state=state,
+        flags=flags,
+        reason=reason if reason not in _NULLS else "",
+        reason_user=user,
+        reason_time=when,
+        partitions=tuple(p for p in _val(d, "Partitions").split(",") if p),
+        gres=_val(d, "Gres"),
+        cpus=_int(d.get("CPUTot")),
+        real_memory_mb=_int(d.get("RealMemory")),
+        comment=_val(d, "Comment"),
+    )
+
+
+def parse_nodes_kv(text: str) -> List[Node]:
+    """`scontrol show node -o` -> nodes."""
+    return [node_from_kv(d) for d in parse_records(text, NODE_KEYS)]
+
+
+def node_from_json(n: dict) -> Node:
+    base = str(n.get("state", "unknown")).upper()
+    flags = frozenset(str(f).upper() for f in (n.get("state_flags") or ()))
+    return Node(
+        name=n["name"],
+        state=base,
+        flags=flags,
+        reason=n.get("reason") or "",
+        reason_user=n.get("reason_set_by_user") or "",
+        reason_time=format_epoch(n.get("reason_changed_at")),
+        partitions=tuple(n.get("partitions") or ()),
+        gres=n.get("gres") or "",
+        cpus=int(n.get("cpus") or 0),
+        real_memory_mb=int(n.get("real_memory") or 0),
+        comment=n.get("comment") or "",
+    )
+
+
+def parse_nodes_json(text: str) -> List[Node]:
+    """`sinfo --json` -> nodes (22.05 prints every node: filter afterwards)."""
+    data = _load_json(text, "nodes")
+    return [node_from_json(n) for n in data["nodes"]]
+
+
+# --- jobs -----------------------------------------------------------------------------------------
+
+def job_from_kv(d: Dict[str, str]) -> Job:
+    reason = _val(d, "Reason")
+    priority = _int(d.get("Priority"))
+    return Job(
+        job_id=int(d["JobId"]),
+        name=d.get("JobName", ""),
+        state=d.get("JobState", "UNKNOWN"),
+        reason=reason,
+        user=d.get("UserId", "").split("(")[0],
+        partition=_val(d, "Partition"),
+        nodes=_names(d.get("NodeList", "")),
+        num_nodes=_int(d.get("NumNodes")),
+        excluded_nodes=_names(d.get("ExcNodeList", "")),
+        comment=_val(d, "Comment"),
+        restart_count=_int(d.get("Restarts")),
+        requeue=d.get("Requeue") == "1",
+        held=_is_held(priority, reason, d.get("JobState", "")),
+        command=_val(d, "Command"),
+        work_dir=_val(d, "WorkDir"),
+        std_out=_val(d, "StdOut"),
+        submit_time=_val(d, "SubmitTime"),
+        start_time=_val(d, "StartTime"),
+        eligible_time=_val(d, "EligibleTime"),
+        tres_per_node=_val(d, "TresPerNode"),
+        batch_host=_val(d, "BatchHost"),
+        exit_code=d.get("ExitCode", ""),
+        priority=priority,
+    )
+
+
+def parse_jobs_kv(text: str) -> List[Job]:
+    """`scontrol show job -o` -> jobs."""
+    return [job_from_kv(d) for d in parse_records(text, JOB_KEYS)]
+
+
+def job_from_json(j: dict) -> Job:
+    reason = j.get("state_reason") or ""
+    if reason == "None":
+        reason = ""
+    priority = int(j.get("priority") or 0)
+    state = j.get("job_state") or "UNKNOWN"
+    return Job(
+        job_id=int(j["job_id"]),
+        name=j.get("name") or "",
+        state=state,
+        reason=reason,
+        user=j.get("user_name") or "",
+        partition=j.get("partition") or "",
+        nodes=_names(j.get("nodes") or ""),
+        num_nodes=int(j.get("node_count") or 0),
+        excluded_nodes=_names(j.get("excluded_nodes") or ""),
+        comment=j.get("comment") or "",
+        restart_count=int(j.get("restart_cnt") or 0),
+        requeue=bool(j.get("requeue")),
+        held=_is_held(priority, reason, state),
+        command=j.get("command") or "",
+        work_dir=j.get("current_working_directory") or "",
+        std_out=j.get("standard_output") or "",
+        submit_time=format_epoch(j.get("submit_time")),
+        start_time=format_epoch(j.get("start_time")),
+        eligible_time=format_epoch(j.get("eligible_time")),
+        tres_per_node=j.get("tres_per_node") or "",
+        batch_host=j.get("batch_host") or "",
+        exit_code=_exit_code_json(j.get("exit_code")),
+        priority=priority,
+    )
+
+
+def parse_jobs_json(text: str) -> List[Job]:
+    """`squeue --json` -> jobs (22.05 ignores squeue's filters with --json: filter afterwards)."""
+    data = _load_json(text, "jobs")
+    return [job_from_json(j) for j in data["jobs"]]
+
+
+def _is_held(priority: int, reason: str, state: str) -> bool:
+    # A held job is PENDING with priority 0 (JobHeldAdmin/JobHeldUser, or requeued held).
+    if state != "PENDING":
+        return False
+    return priority == 0 or reason.startswith("JobHeld") or "held" in reason.lower()
+
+
+def _exit_code_json(value) -> str:
+    """22.05 JSON gives the raw wait status; print it as scontrol does: `exit:signal`."""
+    if value is None or value == "":
+        return ""
+    status = int(value)
+    return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
+
+
+# --- partitions and reservations -----------------------------------------------------------------
+
+def parse_partitions_kv(text: str) -> List[Partition]:
+    out = []
+    for d in parse_records(text, PARTITION_KEYS):
+        out.append(Partition(
+            name=d["PartitionName"],
+            nodes=_names(d.get("Nodes", "")),
+            state=d.get("State", "UP"),
+            default=d.get("Default") == "YES",
+        ))
+    return out
+
+
+def parse_reservations_kv(text: str) -> List[Reservation]:
+    out = []
+    for d in parse_records(text, RESERVATION_KEYS):
+        out.append(Reservation(
+            name=d["ReservationName"],
+            nodes=_names(d.get("Nodes", "")),
+            flags=frozenset(f for f in _val(d, "Flags").split(",") if f),
+            start_time=_val(d, "StartTime"),
+            end_time=_val(d, "EndTime"),
+            state=_val(d, "State"),
+        ))
+    return out
+
+
+# --- small outputs ---------------------------------------------------------------------------------
+
+def parse_sbatch_parsable(text: str) -> int:
+    """`sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER` (possibly after warnings on stderr)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ValueError("sbatch printed no job id")
+    first = lines[-1].split(";")[0]
+    if not first.isdigit():
+        raise ValueError(f"sbatch printed {lines[-1]!r}, not a job id")
+    return int(first)
+
+
+def parse_version(text: str) -> Tuple[int, int, int]:
+    """`slurm 22.05.8` / `slurm-wlm 22.05.8` -> (22, 5, 8)."""
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        raise ValueError(f"no version in {text.strip()[:60]!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def format_epoch(value) -> str:
+    """Epoch seconds -> local `YYYY-MM-DDTHH:MM:SS`, as scontrol prints; 0/None -> ""."""
+    if value in (None, "", 0):
+        return ""
+    if isinstance(value, dict):                 # openapi >= 0.0.39: {"set":..., "number":...}
+        if not value.get("set", True):
+            return ""
+        value = value.get("number", 0)
+        if not value:
+            return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(int(value)))
+
+
+def _load_json(text: str, key: str) -> dict:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get(key), list):
+        raise ValueError(f"JSON without a {key!r} list")
+    errors = data.get("errors") or []
+    if errors:
+        raise ValueError(f"Slurm reported: {errors[0]}")
+    return data
+
+
+def slurm_release(meta_text: str) -> Optional[str]:
+    """The Slurm release named in a --json output's meta block, if any."""
+    try:
+        return json.loads(meta_text)["meta"]["Slurm"]["release"]
+    except (ValueError, KeyError, TypeError):
+        return None
