@@ -16,6 +16,10 @@ from slurm_ft.errors import EXIT_USAGE, SlurmFTError
 
 # name -> "module:attribute"; each attribute is a click command or group.
 COMMANDS = {
+    "node": "slurm_ft.cli.node:node",
+    "sweep": "slurm_ft.cli.sweep:sweep",
+    "status": "slurm_ft.cli.status:status",
+    "breaker": "slurm_ft.cli.breaker:breaker",
     "controller": "slurm_ft.cli.controller:controller",
     "incidents": "slurm_ft.cli.incidents:incidents",
     "xid": "slurm_ft.cli.xid:xid_group",

@@ -1,0 +1,346 @@
+"""`slurm-ft sweep`: one pass over the fleet for cron or a systemd timer.
+
+classify (pure, reconcile.py) -> act -> report only what changed:
+  1. record what the controller and the checks did to Slurm (faults, quarantines, swaps);
+     quarantine failed nodes nobody took out of the partitions (after a grace for the controller);
+  2. validate repaired nodes, and re-check idle spares on a schedule, each as a job in a maintenance
+     reservation of its own, so that nothing else lands on the node meanwhile;
+  3. a node that passes goes back to the spare pool, resumed; one that fails is drained and quarantined
+     again (or put on the RMA list by the lemon rule);
+  4. compare the pool with the plan and alert when short (once per change, not every run);
+  5. write the Prometheus textfile.
+A lock in the state directory keeps two sweeps from overlapping; the second exits 5.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from slurm_ft.config import Config
+from slurm_ft.errors import CommandError
+from slurm_ft.lifecycle import guard
+from slurm_ft.lifecycle.lock import FileLock
+from slurm_ft.lifecycle.reconcile import OWNER, Work, classify, drained_by_us
+from slurm_ft.lifecycle.states import Event, State, TransitionError, default_state
+from slurm_ft.lifecycle.store import Store
+from slurm_ft.model import Job, Node
+
+log = logging.getLogger(__name__)
+
+PASS_MARK = "slurm-ft-validate: PASS"
+FAIL_MARK = "slurm-ft-validate: FAIL"
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+         "DEADLINE", "PREEMPTED")
+REASON_MAX = 200   # keep drain reasons well inside what scontrol and sinfo show
+
+
+@dataclass
+class SweepReport:
+    started: float
+    finished: float = 0.0
+    changes: List[str] = field(default_factory=list)     # one line per change, for people and cron mail
+    alerts: List[str] = field(default_factory=list)
+    pool_size: int = 0
+    pool_target: int = 0
+    pool_target_source: str = ""
+    pending: List[str] = field(default_factory=list)     # validations still running when the sweep ended
+    errors: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"started": self.started, "finished": self.finished, "elapsed_s": round(self.finished - self.started, 3),
+                "changes": self.changes, "alerts": self.alerts, "pool": {"size": self.pool_size,
+                "target": self.pool_target, "target_source": self.pool_target_source},
+                "pending_validations": self.pending, "errors": self.errors}
+
+
+class Sweeper:
+    def __init__(self, config: Config, client, store: Store, *, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep, actor: str = "sweep"):
+        self.cfg = config
+        self.lc = config.lifecycle
+        self.client = client
+        self.store = store
+        self.clock = clock
+        self.sleep = sleep
+        self.actor = actor
+        self.spare = config.controller.spare_partition
+        self.lemon = dict(lemon_k=self.lc.lemon_incidents, lemon_window_s=self.lc.lemon_window_days * 86400.0)
+
+    # --- the pass ---------------------------------------------------------------------------
+
+    def run(self, wait_s: Optional[float] = None) -> SweepReport:
+        report = SweepReport(started=self.clock())
+        nodes = self.client.nodes()
+        job_parts = self.job_partitions()
+        records = self.store.records()
+        work = classify(nodes, {n: r.state for n, r in records.items()},
+                        {n: r.last_pass for n, r in records.items()}, self.clock(),
+                        spare_partition=self.spare, job_partitions=job_parts, grace_s=self.lc.quarantine_grace_s,
+                        recheck_s=self.lc.spare_recheck_s)
+        by_name = {n.name: n for n in nodes}
+        for change in work.changes:
+            self._guarded(report, change.node, lambda c=change: self._apply_change(report, c, by_name[c.node]))
+        running: Dict[str, int] = {}
+        for name in work.poll:
+            rec = self.store.record(name)
+            if rec and rec.validation_job:
+                running[name] = rec.validation_job
+            else:   # a sweep died between recording and submitting: start over
+                self._guarded(report, name, lambda n=name: running.update(self._start(report, by_name[n], recheck=False)))
+        for name in work.validate:
+            self._guarded(report, name, lambda n=name: running.update(self._start(report, by_name[n], recheck=False)))
+        for name in work.recheck:
+            self._guarded(report, name, lambda n=name: running.update(self._start(report, by_name[n], recheck=True)))
+        self._wait(report, running, self.lc.validate_wait_s if wait_s is None else wait_s)
+        self._pool(report)
+        report.finished = self.clock()
+        self.store.kv_set_json("last_sweep", {"time": report.finished, "elapsed_s": report.finished - report.started,
+                                              "changes": len(report.changes), "alerts": len(report.alerts)})
+        return report
+
+    def job_partitions(self) -> Tuple[str, ...]:
+        configured = tuple(self.cfg.controller.job_partitions)
+        if configured:
+            return configured
+        return tuple(p.name for p in self.client.partitions() if p.name != self.spare)
+
+    def _guarded(self, report: SweepReport, node: str, fn) -> None:
+        """One node's trouble (a Slurm error, a refused transition) must not stop the sweep."""
+        try:
+            fn()
+        except (CommandError, TransitionError) as exc:
+            report.errors.append(f"{node}: {exc}")
+            log.warning("%s: %s", node, exc)
+
+    # --- recording what others did ----------------------------------------------------------
+
+    def _apply_change(self, report: SweepReport, change, node: Node) -> None:
+        if change.act == "quarantine":
+            self.take_out(change.node)
+        entry = self._record(change.node, change.event, change.cause, node)
+        report.changes.append(f"{change.node}: {entry.from_state} -> {entry.to_state} ({_short(entry.cause)})")
+
+    def _record(self, name: str, event: Event, cause: str, node: Optional[Node] = None):
+        default = default_state(node.partitions if node else (), self.spare)
+        return self.store.apply(name, event, self.clock(), default=default, cause=cause, actor=self.actor,
+                                **self.lemon)
+
+    def take_out(self, name: str) -> List[str]:
+        """Remove a node from every job partition and the spare pool, each edit from a fresh read."""
+        removed = []
+        for part in self.client.partitions():
+            if name in part.nodes and (part.name == self.spare or part.name in self.job_partitions()):
+                fresh = self.client.partition(part.name)
+                if name in fresh.nodes:
+                    self.client.set_partition_nodes(part.name, [n for n in fresh.nodes if n != name])
+                    removed.append(part.name)
+        return removed
+
+    def put_in_pool(self, name: str) -> None:
+        fresh = self.client.partition(self.spare)
+        if name not in fresh.nodes:
+            self.client.set_partition_nodes(self.spare, list(fresh.nodes) + [name])
+
+    # --- validation jobs ----------------------------------------------------------------------
+
+    def reservation_name(self, node: str) -> str:
+        return f"{self.lc.maintenance_reservation}-{node}"
+
+    def _start(self, report: SweepReport, node: Node, *, recheck: bool) -> Dict[str, int]:
+        levels = self.lc.spare_recheck_levels if recheck else self.lc.validate_levels
+        name = node.name
+        resv = self.reservation_name(name)
+        # 1. reserve first: from here on nothing but our job can land on the node
+        self._drop_reservation(resv)
+        minutes = max(1, int(self.lc.validate_timeout_s // 60) + 5)
+        self.client.create_reservation(name=resv, nodes=[name], duration_min=minutes,
+                                       flags=("MAINT", "IGNORE_JOBS"), users=("root",))
+        # 2. a repaired node sits in no partition and is drained: put it in the pool's partition, resume it
+        if not recheck:
+            self.put_in_pool(name)
+            if node.drained:
+                self.client.resume([name])
+        script = validation_script(name, levels, self._check_argv())
+        out = self.out_dir() / f"{name}-{int(self.clock())}.out"
+        job_id = self.client.submit(
+            ["--job-name", f"slurm-ft-validate-{name}", "--partition", self.spare, "--reservation", resv,
+             "--nodelist", name, "--nodes", "1", "--exclusive", "--time", str(max(1, int(self.lc.validate_timeout_s // 60))),
+             "--output", str(out), "--no-requeue"], script=script)
+        entry = self._record(name, Event.VALIDATE,
+                             f"{'re-check' if recheck else 'validation'} job {job_id}: {' + '.join(levels)}", node)
+        self.store.set_validation(name, job_id, self.clock())
+        self.store.kv_set(f"validation_out:{name}", str(out))
+        report.changes.append(f"{name}: {entry.from_state} -> validating (job {job_id}, {' + '.join(levels)})")
+        return {name: job_id}
+
+    def _check_argv(self) -> List[str]:
+        argv = list(self.lc.validate_command) or [sys.executable, "-m", "slurm_ft"]
+        if self.cfg.path:
+            argv += ["--config", self.cfg.path]
+        return argv + ["check"]
+
+    def out_dir(self) -> Path:
+        d = Path(self.cfg.state_dir) / "validation"
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return d
+
+    def _wait(self, report: SweepReport, running: Dict[str, int], wait_s: float) -> None:
+        deadline = self.clock() + max(0.0, wait_s)
+        left = dict(running)
+        while left:
+            for name, job_id in list(left.items()):
+                verdict = self._verdict(name, job_id)
+                if verdict is not None:
+                    del left[name]
+                    self._guarded(report, name, lambda n=name, v=verdict, j=job_id: self._finish(report, n, j, *v))
+            if not left or self.clock() >= deadline:
+                break
+            self.sleep(0.5)
+        report.pending.extend(f"{n} (job {j})" for n, j in sorted(left.items()))
+
+    def _verdict(self, name: str, job_id: int) -> Optional[Tuple[bool, str]]:
+        """(passed, why) once the validation job has ended, None while it runs."""
+        out = Path(self.store.kv_get(f"validation_out:{name}") or "/nonexistent")
+        try:
+            job: Optional[Job] = self.client.job(job_id)
+        except CommandError:
+            job = None   # purged from slurmctld's memory (MinJobAge): the output file decides
+        if job is not None and job.state not in ENDED:
+            return None
+        text = out.read_text(errors="replace") if out.exists() else ""
+        return read_verdict(text, job.state if job else "gone", job_id)
+
+    def _finish(self, report: SweepReport, name: str, job_id: int, passed: bool, why: str) -> None:
+        rec = self.store.record(name)
+        recheck = bool(rec and rec.cause.startswith("re-check"))
+        self._drop_reservation(self.reservation_name(name))
+        node = self.client.node(name)
+        if passed:
+            self.put_in_pool(name)
+            if node.drained and node.reason.startswith(OWNER):
+                self.client.resume([name])
+            entry = self._record(name, Event.PASS, why, node)
+            if not recheck:   # a spare that passes its routine re-check is no news
+                report.changes.append(f"{name}: validating -> spare ({_short(why)})")
+            return
+        reason = _reason(f"{OWNER} validation failed: {why}")
+        if recheck:
+            decision = guard.may_drain(self.cfg, name, reason, client=self.client, actor=self.actor,
+                                       now=self.clock())
+            if not decision.allowed:
+                entry = self._record(name, Event.PASS, f"re-check failed ({why}) but not quarantined: {decision.reason}", node)
+                report.alerts.append(f"{name}: spare failed its re-check ({_short(why)}); {decision.reason}")
+                return
+        self.client.drain([name], reason)
+        self.take_out(name)
+        entry = self._record(name, Event.FAIL, why, node)
+        report.changes.append(f"{name}: validating -> {entry.to_state} ({_short(entry.cause)})")
+        if entry.to_state is State.RMA:
+            report.alerts.append(f"{name}: on the RMA list ({_short(entry.cause)})")
+
+    def _drop_reservation(self, resv: str) -> None:
+        if any(r.name == resv for r in self.client.reservations()):
+            self.client.delete_reservation(resv)
+
+    # --- the pool against the plan ------------------------------------------------------------
+
+    def _pool(self, report: SweepReport) -> None:
+        nodes = self.client.nodes()
+        records = self.store.records()
+        good = [n for n in nodes if self.spare in n.partitions and n.available
+                and (records[n.name].state if n.name in records else State.SPARE) is State.SPARE]
+        report.pool_size = len(good)
+        report.pool_target, report.pool_target_source = pool_target(self.cfg, nodes, self.job_partitions())
+        short = max(0, report.pool_target - report.pool_size)
+        was = int(self.store.kv_get("pool_short_alerted", "0") or 0)
+        if short > was:
+            report.alerts.append(f"spare pool short: {report.pool_size} of {report.pool_target} "
+                                 f"({report.pool_target_source})")
+        elif was and not short:
+            report.changes.append(f"spare pool back to {report.pool_size} of {report.pool_target}")
+        self.store.kv_set("pool_short_alerted", str(short))
+
+
+def pool_target(cfg: Config, nodes: Sequence[Node], job_partitions: Sequence[str]) -> Tuple[int, str]:
+    """The configured target, or `spares plan` for the job partitions' size (Llama 3 failure rates)."""
+    if cfg.lifecycle.pool_target:
+        return cfg.lifecycle.pool_target, "lifecycle.pool_target"
+    workers = [n for n in nodes if set(job_partitions) & set(n.partitions)]
+    gpn = next(iter(cfg.health.node_types.values())).gpus if cfg.health.node_types else 8
+    try:
+        from slurm_ft.planning.spares import plan_spares
+        plan = plan_spares(max(1, len(workers)) * gpn, gpn)
+    except (ImportError, Exception) as exc:   # the planner is optional here; say why the target is 0
+        log.warning("no spare plan: %s", exc)
+        return 0, f"no plan ({exc})"
+    return plan.spare_nodes, (f"spares plan for {len(workers)} nodes: {plan.rate_source}, "
+                              f"repair {plan.repair_hours:g} h, target {plan.target:g}")
+
+
+def validation_script(node: str, levels: Sequence[str], check_argv: Sequence[str]) -> str:
+    """The batch script: each level in turn, a marker line the sweep reads back, no shell evaluation of data."""
+    cmd = " ".join(shlex.quote(a) for a in check_argv)
+    lines = [
+        "#!/bin/sh",
+        f"# slurm-ft validation of {node}: {' + '.join(levels)} (submitted by `slurm-ft sweep`)",
+    ]
+    for level in levels:
+        q = shlex.quote(level)
+        lines += [
+            f"echo 'slurm-ft-validate: level {level}'",
+            f"{cmd} --level {q} --json --node {shlex.quote(node)}",
+            "rc=$?",
+            f'if [ "$rc" -ne 0 ]; then echo "{FAIL_MARK} {level} exit $rc"; exit 1; fi',
+        ]
+    lines.append(f"echo '{PASS_MARK}'")
+    return "\n".join(lines) + "\n"
+
+
+def read_verdict(text: str, job_state: str, job_id: int) -> Tuple[bool, str]:
+    """Pass only on the PASS marker; a failure names the failing findings when the output has them."""
+    if PASS_MARK in text and job_state in ("COMPLETED", "gone"):
+        return True, f"passed (job {job_id})"
+    fails: List[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        for f in doc.get("findings", []) if isinstance(doc, dict) else []:
+            if f.get("severity") == "fail":
+                gpu = f" gpu{f['gpu']}" if f.get("gpu") is not None else ""
+                fails.append(f"{f.get('code') or f.get('check')}{gpu} {f.get('reason', '')}".strip())
+    marker = next((ln for ln in text.splitlines() if ln.startswith(FAIL_MARK)), "")
+    if fails:
+        return False, "; ".join(fails[:3])
+    if marker:
+        return False, marker[len("slurm-ft-validate: "):]
+    return False, f"job {job_id} ended {job_state} without a verdict"
+
+
+def _reason(text: str) -> str:
+    return " ".join(text.split())[:REASON_MAX]
+
+
+def _short(text: str, n: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def sweep_locked(config: Config, client, *, wait_s: Optional[float] = None, clock=time.time) -> SweepReport:
+    """The whole sweep under the state directory's lock (Busy, exit 5, when another holds it)."""
+    with FileLock(Path(config.state_dir) / "sweep.lock", "sweep"):
+        with Store(config.state_dir) as store:
+            report = Sweeper(config, client, store, clock=clock).run(wait_s)
+            from slurm_ft.lifecycle import collect   # metrics after the pass, from the same store
+            collect.write_metrics(config, client, store, report=report)
+    return report
