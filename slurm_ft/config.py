@@ -126,6 +126,14 @@ class PlanningConfig:
 
 
 @dataclass(frozen=True)
+class SlurmConfig:
+    """How slurm-ft reaches Slurm (slurm_ft.slurm.client)."""
+    conf: str = ""                  # slurm.conf to use (SLURM_CONF); "" = Slurm's own default
+    timeout_s: float = 30.0         # limit for each scontrol/sinfo/squeue/sbatch call
+    backend: str = "auto"           # auto | commands | pyslurm
+
+
+@dataclass(frozen=True)
 class Config:
     path: Optional[str] = None
     state_dir: str = "/var/lib/slurm-ft"
@@ -133,6 +141,7 @@ class Config:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     planning: PlanningConfig = field(default_factory=PlanningConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
 
 def load_config(path: Optional[str] = None) -> Config:
