@@ -16,6 +16,8 @@ from slurm_ft.errors import EXIT_USAGE, SlurmFTError
 
 # name -> "module:attribute"; each attribute is a click command or group.
 COMMANDS = {
+    "spares": "slurm_ft.cli.spares:spares",
+    "sim": "slurm_ft.cli.sim:sim",
     "node": "slurm_ft.cli.node:node",
     "sweep": "slurm_ft.cli.sweep:sweep",
     "status": "slurm_ft.cli.status:status",

@@ -1,0 +1,172 @@
+"""`slurm-ft sim`: simulate a training job's effective training time under a failure profile and policy."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import click
+
+from slurm_ft.errors import EnvironmentProblem, UsageError
+from slurm_ft.planning import profiles as pr
+from slurm_ft.planning import sim as simlib
+from slurm_ft.planning import sim_report
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _yaml(path: str):
+    import yaml
+    try:
+        return yaml.safe_load(_read(path))
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+
+
+def choose_policy(name: str, policy_file: Optional[str], recovery_figures: Optional[str]) -> pr.Policy:
+    if policy_file and name not in ("custom", None):
+        raise UsageError("--policy-file goes with --policy custom")
+    if name == "custom" or policy_file:
+        if not policy_file:
+            raise UsageError("--policy custom needs --policy-file FILE")
+        return pr.policy_from_dict(_yaml(policy_file), policy_file)
+    if recovery_figures:
+        if name != "slurm-ft":
+            raise UsageError("--recovery-figures goes with --policy slurm-ft")
+        det, rec = pr.recovery_figures(_read(recovery_figures), recovery_figures)
+        return pr.slurm_ft_policy(det, rec, source=f"measured by bench/recovery.py ({recovery_figures}): "
+                                                   f"detection p50 {det:g} s, recovery p50 {rec:g} s")
+    return pr.builtin_policy(name)
+
+
+@click.command("sim")
+@click.option("--profile", default=None, help="Failure profile (built-in: llama3). Default: the config's, llama3.")
+@click.option("--profile-file", type=click.Path(dir_okay=False), default=None, help="A failure profile in YAML.")
+@click.option("--policy", type=click.Choice(pr.POLICIES), default="slurm-ft", show_default=True,
+              help="Recovery: Slurm alone, slurm-ft, Llama-3-like automation, or custom (--policy-file).")
+@click.option("--policy-file", type=click.Path(dir_okay=False), default=None,
+              help="Custom policy YAML: detect_s: {crash, node, hang}, requeue_s, swap_s, optional restart_s.")
+@click.option("--recovery-figures", type=click.Path(dir_okay=False), default=None,
+              help="JSON written by `bench/recovery.py --json`: slurm-ft's measured detection/recovery p50.")
+@click.option("--gpus", type=int, default=None, help="GPUs in the job (default: the profile's, 16,384 for llama3).")
+@click.option("--gpus-per-node", type=int, default=None, help="Default: the profile's (8).")
+@click.option("--days", type=float, default=None, help="Elapsed days to simulate (default: the profile's window).")
+@click.option("--seed", type=int, default=0, show_default=True, help="First random seed.")
+@click.option("--seeds", "n_seeds", type=int, default=10, show_default=True,
+              help="How many seeds (seed, seed+1, ...), summarised with their spread.")
+@click.option("--spares", type=int, default=None, help="Hot spare nodes (default: the Poisson plan's count).")
+@click.option("--target", type=float, default=None, help="Target of that plan (default 0.999).")
+@click.option("--repair-hours", type=float, default=None, help="Mean time to return a node (default 72).")
+@click.option("--repair-dist", type=click.Choice(["exp", "fixed"]), default="exp", show_default=True)
+@click.option("--checkpoint-interval", "ckpt_interval_min", type=float, default=None,
+              help="Minutes of compute between checkpoints (default: Daly's optimum).")
+@click.option("--checkpoint-cost-s", "ckpt_cost_s", type=float, default=None,
+              help="Blocking seconds per checkpoint (default 10).")
+@click.option("--restart-s", type=float, default=simlib.DEFAULT_RESTART_S, show_default=True,
+              help="Relaunch of all ranks plus checkpoint load, in seconds.")
+@click.option("--elastic-min-nodes", type=int, default=None,
+              help="Elastic job: run on as few as this many nodes instead of waiting for a spare.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG of ETTR against spare count and checkpoint interval (needs matplotlib).")
+@click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
+@click.pass_context
+def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery_figures, gpus, gpus_per_node, days,
+        seed, n_seeds, spares, target, repair_hours, repair_dist, ckpt_interval_min, ckpt_cost_s, restart_s,
+        elastic_min_nodes, plot_path, as_json) -> None:
+    """Discrete-event simulation of a synchronous training job: faults by class, detection, recovery,
+    spare pool with repairs, checkpoints and lost work. Prints ETTR, time lost by cause, interruptions
+    and pool exhaustion events, over several seeds with their spread."""
+    from slurm_ft.config import load_config
+    cfg = load_config((ctx.obj or {}).get("config_path")).planning
+    if profile and profile_file:
+        raise UsageError("give --profile or --profile-file, not both")
+    if profile_file:
+        prof = pr.profile_from_dict(_yaml(profile_file), profile_file)
+    else:
+        prof = pr.get_profile(profile or cfg.profile)
+    pol = choose_policy(policy, policy_file, recovery_figures)
+    if n_seeds < 1:
+        raise UsageError(f"--seeds must be at least 1, got {n_seeds}")
+    if ckpt_interval_min is not None and not ckpt_interval_min > 0:
+        raise UsageError(f"--checkpoint-interval must be positive, got {ckpt_interval_min}")
+    if plot_path:
+        _need_matplotlib()
+    s = sim_report.setup(
+        prof, pol, gpus=gpus if gpus is not None else prof.gpus,
+        gpus_per_node=gpus_per_node if gpus_per_node is not None else prof.gpus_per_node,
+        days=days if days is not None else prof.days, spares=spares,
+        repair_hours=repair_hours if repair_hours is not None else cfg.repair_hours,
+        ckpt_interval_s=None if ckpt_interval_min is None else ckpt_interval_min * 60,
+        ckpt_cost_s=ckpt_cost_s if ckpt_cost_s is not None else cfg.checkpoint_cost_s,
+        restart_s=restart_s, repair_dist=repair_dist, elastic_min_nodes=elastic_min_nodes,
+        target=target if target is not None else cfg.target)
+    seeds = list(range(seed, seed + n_seeds))
+    results = simlib.run_seeds(s.profile, s.policy, s.params, seeds)
+    out = sim_report.to_dict(s, results)
+    if plot_path:
+        data = _sweep(s, seeds)
+        _plot(data, s, plot_path)
+        out["plot"] = {"path": plot_path, **data}
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo("\n".join(sim_report.render(s, results)))
+        if plot_path:
+            click.echo(f"\nPlot written to {plot_path} (ETTR against spare count and checkpoint interval; "
+                       f"means over {len(seeds[:5])} seed(s))")
+
+
+def _need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise EnvironmentProblem("--plot needs matplotlib: pip install 'slurm-ft[plot]' (or pip install matplotlib)") from None
+
+
+def _sweep(s: sim_report.SimSetup, seeds) -> dict:
+    p = s.params
+    top = max(2 * p.spares, 8)
+    step = max(1, top // 16)
+    counts = sorted(set(range(0, top + 1, step)) | {p.spares})
+    base = p.ckpt_interval_s
+    intervals = [base * f for f in (0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)]
+    return simlib.sweep(s.profile, s.policy, p, seeds[:5], spares=counts, intervals_s=intervals)
+
+
+def _plot(data: dict, s: sim_report.SimSetup, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p = s.params
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    xs = [r["spares"] for r in data["spares"]]
+    a1.plot(xs, [100 * r["mean"] for r in data["spares"]], marker="o")
+    a1.fill_between(xs, [100 * r["min"] for r in data["spares"]], [100 * r["max"] for r in data["spares"]], alpha=0.2)
+    a1.axvline(p.spares, linestyle="--", color="grey", label=f"{p.spares} ({s.spares_from})")
+    a1.set_xlabel("hot spare nodes")
+    a1.set_ylabel("ETTR (%)")
+    a1.set_title(f"ETTR vs spares (repair {p.repair_hours:g} h)")
+    a1.legend(loc="lower right")
+    xi = [r["interval_s"] / 60 for r in data["interval_s"]]
+    a2.plot(xi, [100 * r["mean"] for r in data["interval_s"]], marker="o")
+    a2.fill_between(xi, [100 * r["min"] for r in data["interval_s"]], [100 * r["max"] for r in data["interval_s"]],
+                    alpha=0.2)
+    a2.axvline(p.ckpt_interval_s / 60, linestyle="--", color="grey", label=f"{p.ckpt_interval_s / 60:.1f} min")
+    a2.set_xscale("log")
+    a2.set_xlabel("checkpoint interval (minutes, log)")
+    a2.set_title(f"ETTR vs checkpoint interval (cost {p.ckpt_cost_s:g} s)")
+    a2.legend(loc="lower center")
+    fig.suptitle(f"{s.profile.name}, policy {s.policy.name}: {p.gpus:,} GPUs, {p.days:g} days")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the plot: {exc.strerror}") from None
+    finally:
+        plt.close(fig)

@@ -1,0 +1,149 @@
+"""`slurm-ft spares plan|status`: how many hot spares, with the arithmetic; the live pool against it."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import click
+
+from slurm_ft.errors import EXIT_NEGATIVE, UsageError
+from slurm_ft.planning import spares as sp
+
+
+def _load_planning(ctx: click.Context):
+    from slurm_ft.config import load_config
+    return load_config((ctx.obj or {}).get("config_path"))
+
+
+def _plan_options(f):
+    opts = [
+        click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (default 8; status: from Slurm)."),
+        click.option("--profile", default=None, help="Failure profile (built-in: llama3, 419 in 54 days on 16,384 GPUs)."),
+        click.option("--profile-file", type=click.Path(dir_okay=False), default=None,
+                     help="A failure profile in YAML (name, days, gpus, classes: [{name, count, replace, kind}])."),
+        click.option("--node-mtbf-hours", type=float, default=None, help="Failure rate as one node's MTBF in hours."),
+        click.option("--interruptions-per-day", type=float, default=None,
+                     help="Failure rate as interruptions per day observed ..."),
+        click.option("--at-gpus", type=int, default=None, help="... on this many GPUs (default: --gpus)."),
+        click.option("--replace-fraction", type=float, default=None,
+                     help="Share of faults that take a node out (default: the profile's, else 1)."),
+        click.option("--repair-hours", type=float, default=None, help="Time to return a node to service (default 72)."),
+        click.option("--target", type=float, default=None,
+                     help="Wanted P(no more nodes out than spares), 0 < q < 1 (default 0.999)."),
+        click.option("--checkpoint-cost-s", "ckpt_cost_s", type=float, default=None,
+                     help="Blocking cost of one checkpoint in seconds (default 10)."),
+        click.option("--restart-s", type=float, default=None,
+                     help="Seconds from a fault to training again, for the ETTR (default 300)."),
+        click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object, derivation included."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def read_profile_file(path: str):
+    import yaml
+
+    from slurm_ft.planning.profiles import profile_from_dict
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    return profile_from_dict(data, path)
+
+
+def make_plan(ctx: click.Context, gpus: int, gpus_per_node: Optional[int], profile, profile_file, node_mtbf_hours,
+              interruptions_per_day, at_gpus, replace_fraction, repair_hours, target, ckpt_cost_s,
+              restart_s) -> sp.SparePlan:
+    """The plan from flags, falling back to the config's `planning` section, then built-in defaults."""
+    cfg = _load_planning(ctx).planning
+    if profile and profile_file:
+        raise UsageError("give --profile or --profile-file, not both")
+    rate_flags = any(x is not None for x in (profile, profile_file, node_mtbf_hours, interruptions_per_day))
+    if not rate_flags:      # nothing on the command line: the config's rate, else its profile
+        node_mtbf_hours, interruptions_per_day = cfg.node_mtbf_hours, cfg.interruptions_per_day
+        at_gpus = at_gpus if at_gpus is not None else cfg.at_gpus
+        if node_mtbf_hours is None and interruptions_per_day is None:
+            profile = cfg.profile
+    return sp.plan_spares(
+        gpus, gpus_per_node or 8, profile=profile,
+        profile_data=read_profile_file(profile_file) if profile_file else None,
+        node_mtbf_hours=node_mtbf_hours, interruptions_per_day=interruptions_per_day, at_gpus=at_gpus,
+        replace_fraction=replace_fraction if replace_fraction is not None else cfg.replace_fraction,
+        repair_hours=repair_hours if repair_hours is not None else cfg.repair_hours,
+        target=target if target is not None else cfg.target,
+        ckpt_cost_s=ckpt_cost_s if ckpt_cost_s is not None else cfg.checkpoint_cost_s,
+        restart_s=restart_s if restart_s is not None else cfg.restart_s)
+
+
+@click.group("spares")
+def spares() -> None:
+    """Spare-pool sizing (Poisson arithmetic, shown step by step) and the live pool."""
+
+
+@spares.command("plan")
+@click.option("--gpus", type=int, required=True, help="GPUs in the job (or the cluster) to protect.")
+@_plan_options
+@click.pass_context
+def plan_cmd(ctx: click.Context, gpus: int, as_json: bool, **kw) -> None:
+    """How many hot spare nodes keep P(more nodes in repair than spares) under 1 - target.
+
+    Nodes in repair are an M/G/infinity queue, so Poisson with mean (node-taking faults per hour) x
+    (repair hours). Also the checkpoint interval (Young, Daly) and the ETTR that follows. Every
+    number is printed with the arithmetic that gives it.
+    """
+    plan = make_plan(ctx, gpus, **kw)
+    if as_json:
+        click.echo(json.dumps(plan.to_dict(), indent=2))
+    else:
+        click.echo("\n".join(sp.render(plan)))
+
+
+@spares.command("status")
+@click.option("--partition", default=None, help="The spare pool's partition (default: controller.spare_partition).")
+@click.option("--check", is_flag=True, help="Exit 1 when fewer healthy idle spares than the plan wants.")
+@_plan_options
+@click.pass_context
+def status_cmd(ctx: click.Context, partition: Optional[str], check: bool, as_json: bool,
+               gpus_per_node: Optional[int], **kw) -> None:
+    """The live spare pool (healthy vs not) against the plan for this cluster's own size."""
+    from slurm_ft.planning.pool import pool_status
+    from slurm_ft.slurm.client import SlurmClient
+
+    cfg = _load_planning(ctx)
+    part = partition or cfg.controller.spare_partition
+    client = SlurmClient()
+    st = pool_status(client.nodes(), client.partitions(), part, cfg.controller.job_partitions, gpus_per_node)
+    if st.cluster_nodes == 0:
+        raise UsageError(f"no nodes outside partition {part!r} to protect")
+    if st.gpus_per_node <= 0:
+        raise UsageError("the cluster's nodes report no GPUs in their Gres; give --gpus-per-node")
+    plan = make_plan(ctx, st.cluster_nodes * st.gpus_per_node, st.gpus_per_node, **kw)
+    short = plan.spare_nodes - len(st.healthy_idle)
+    if as_json:
+        click.echo(json.dumps({**st.to_dict(), "plan": plan.to_dict(), "planned_spares": plan.spare_nodes,
+                               "short_by": max(short, 0)}, indent=2))
+    else:
+        lines = [f"Cluster: {st.cluster_nodes} nodes ({st.cluster_gpus} GPUs) in partition(s) "
+                 f"{', '.join(st.job_partitions)}; spare pool: partition {part}, {st.pool_size} node(s)",
+                 f"  healthy, idle:  {len(st.healthy_idle):>4}  {_names(st.healthy_idle)}",
+                 f"  healthy, busy:  {len(st.busy):>4}  {_names(st.busy)}",
+                 f"  not healthy:    {len(st.unhealthy):>4}"]
+        lines += [f"    {n}: {s}{' - ' + r if r else ''}" for n, s, r in st.unhealthy]
+        lines += ["", f"Plan for {plan.nodes} nodes x {plan.gpus_per_node} GPUs: {plan.spare_nodes} spare(s) "
+                      f"(expected {sp.num(plan.expected_nodes_in_repair)} in repair, target {sp.gnum(plan.target)}); "
+                      f"run `slurm-ft spares plan --gpus {plan.gpus} --gpus-per-node {plan.gpus_per_node}` "
+                      f"for the arithmetic."]
+        lines.append(f"=> short by {short} healthy idle spare(s)" if short > 0 else
+                     f"=> pool OK: {len(st.healthy_idle)} healthy idle >= {plan.spare_nodes} planned")
+        click.echo("\n".join(lines))
+    if check and short > 0:
+        ctx.exit(EXIT_NEGATIVE)
+
+
+def _names(names) -> str:
+    from slurm_ft.slurm.hostlist import compress
+    return compress(names) if names else ""

@@ -1,0 +1,268 @@
+"""Discrete-event simulation of one synchronous training job on a cluster with a spare pool.
+
+Model (every choice here is printed with the results):
+- Faults hit the job's GPUs as one Poisson process of rate (profile interruptions per GPU-second) x GPUs
+  over the whole elapsed time; each fault's class is drawn with the profile's class counts as weights.
+  One process for the whole job, not one timer per node: the same law, and ~1 event per interruption.
+- A fault stops the job. A hardware fault (a class that needs a node swap) counts even during a recovery,
+  since the job holds its nodes; a software fault (no swap) only while the job runs. Recovery: detection (by kind, from the policy), then the scheduler delay
+  (requeue_s) and, if the class needs a node swap, a spare (swap_s) side by side, then the job's restart
+  (relaunch + checkpoint load). A fault that lands during a recovery starts its own; the job resumes
+  when the later one is done, and time is charged once, to whichever recovery is still running.
+- The failed node goes to repair for a time drawn from an exponential (or fixed) distribution of mean
+  `repair_hours`, then back to the pool. An empty pool makes the job wait for the first node back
+  ("pool exhaustion"), or, for an elastic job above its minimum, run on fewer nodes at proportionally
+  lower throughput until a later recovery finds spares again (regrowing costs no extra restart then).
+- While running, the job checkpoints after every `ckpt_interval_s` of compute, blocking `ckpt_cost_s`.
+  A fault loses the compute since the last complete checkpoint (a checkpoint being written is lost too).
+- Every second of the elapsed time is charged to exactly one of: useful, checkpointing, lost work,
+  detection, scheduling (requeue delay and swap), waiting for spares, restart, shrunk (capacity missing
+  while elastic), so the causes add up to the elapsed time and ETTR = useful / elapsed.
+Pure: a seeded `random.Random`, no clock.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import statistics
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Dict, List, Optional, Sequence
+
+from slurm_ft.errors import UsageError
+from slurm_ft.planning.profiles import KINDS, Policy, Profile
+
+CAUSES = ("checkpointing", "lost_work", "detection", "scheduling", "waiting_for_spares", "restart", "shrunk")
+DEFAULT_RESTART_S = 180.0       # relaunch every rank, NCCL init, load the checkpoint
+DEFAULT_CKPT_COST_S = 10.0      # blocking part of a save (two-stage async: the copy to host memory)
+
+
+@dataclass(frozen=True)
+class SimParams:
+    gpus: int
+    gpus_per_node: int
+    days: float
+    spares: int
+    repair_hours: float
+    ckpt_interval_s: float
+    ckpt_cost_s: float = DEFAULT_CKPT_COST_S
+    restart_s: float = DEFAULT_RESTART_S
+    repair_dist: str = "exp"            # exp | fixed
+    elastic_min_nodes: Optional[int] = None   # None: the job waits for a full set of nodes
+
+    @property
+    def nodes(self) -> int:
+        return self.gpus // self.gpus_per_node
+
+    def check(self) -> None:
+        if self.gpus <= 0:
+            raise UsageError(f"--gpus must be positive, got {self.gpus}")
+        if self.gpus_per_node <= 0 or self.gpus % self.gpus_per_node:
+            raise UsageError(f"--gpus {self.gpus} is not a multiple of --gpus-per-node {self.gpus_per_node}")
+        for name, v, zero_ok in (("--days", self.days, False), ("--repair-hours", self.repair_hours, True),
+                                 ("--checkpoint-interval", self.ckpt_interval_s, False),
+                                 ("--checkpoint-cost-s", self.ckpt_cost_s, True),
+                                 ("--restart-s", self.restart_s, True)):
+            if not math.isfinite(v) or v < 0 or (v == 0 and not zero_ok):
+                raise UsageError(f"{name} must be {'zero or more' if zero_ok else 'positive'}, got {v}")
+        if self.spares < 0:
+            raise UsageError(f"--spares must be zero or more, got {self.spares}")
+        if self.repair_dist not in ("exp", "fixed"):
+            raise UsageError(f"--repair-dist must be exp or fixed, not {self.repair_dist!r}")
+        if self.elastic_min_nodes is not None and not (0 < self.elastic_min_nodes <= self.nodes):
+            raise UsageError(f"--elastic-min-nodes must be between 1 and the job's {self.nodes} nodes")
+
+
+@dataclass
+class SimResult:
+    seed: int
+    elapsed_s: float
+    useful_s: float
+    lost_s: Dict[str, float]
+    interruptions: int
+    by_class: Dict[str, int]
+    by_kind: Dict[str, int]
+    replacements: int
+    pool_exhaustions: int           # swaps that found the pool empty and waited
+    shrinks: int                    # elastic: recoveries that went on with fewer nodes
+    max_in_repair: int
+    min_pool: int
+    checkpoints: int
+
+    @property
+    def ettr(self) -> float:
+        return self.useful_s / self.elapsed_s
+
+    def to_dict(self) -> dict:
+        return {"seed": self.seed, "ettr": self.ettr, "interruptions": self.interruptions,
+                "elapsed_hours": self.elapsed_s / 3600, "useful_hours": self.useful_s / 3600,
+                "lost_hours_by_cause": {k: v / 3600 for k, v in self.lost_s.items()},
+                "interruptions_by_class": self.by_class, "interruptions_by_kind": self.by_kind,
+                "replacements": self.replacements, "pool_exhaustion_events": self.pool_exhaustions,
+                "shrink_events": self.shrinks, "max_nodes_in_repair": self.max_in_repair,
+                "min_spares_in_pool": self.min_pool, "checkpoints": self.checkpoints}
+
+
+def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0) -> SimResult:
+    p.check()
+    rng = random.Random(seed)
+    T = p.days * 86400.0
+    rate = profile.rate_per_gpu_s() * p.gpus
+    classes = profile.classes
+    cum = list(accumulate(c.count for c in classes))
+    total_w = cum[-1]
+    restart = policy.restart_s if policy.restart_s is not None else p.restart_s
+    tau, delta = p.ckpt_interval_s, p.ckpt_cost_s
+    cycle = tau + delta
+    repair_mean = p.repair_hours * 3600.0
+    n = p.nodes
+
+    lost = dict.fromkeys(CAUSES, 0.0)
+    useful = 0.0
+    checkpoints = 0
+    by_class: Dict[str, int] = {}
+    by_kind = dict.fromkeys(KINDS, 0)
+    pool = p.spares
+    repairs: List[float] = []       # heap of times nodes come back from repair
+    missing = 0                     # nodes an elastic job runs without
+    replacements = exhaustions = shrinks = 0
+    max_in_repair, min_pool = 0, pool
+    up_since = 0.0                  # when the job last started computing
+    busy_until = 0.0                # end of the recovery in progress (<= up_since when running)
+    interruptions = 0
+
+    def charge(cause: str, a: float, b: float, floor: float) -> None:
+        a, b = max(a, floor), min(b, T)
+        if b > a:
+            lost[cause] += b - a
+
+    def run_segment(a: float, b: float, failed: bool) -> None:
+        """Account compute from a to b at the current size; `failed`: stopped by a fault."""
+        nonlocal useful, checkpoints
+        e = b - a
+        k = int(e // cycle)
+        rem = e - k * cycle
+        work = k * tau
+        ckpt = k * delta
+        checkpoints += k
+        wasted = 0.0
+        if rem <= tau:
+            wasted, tail = (rem, 0.0) if failed else (0.0, rem)
+        else:
+            wasted, tail = (tau, 0.0) if failed else (0.0, tau)
+            ckpt += rem - tau
+        work += tail
+        share = (n - missing) / n
+        useful += work * share
+        lost["checkpointing"] += ckpt
+        lost["lost_work"] += wasted * share
+        lost["shrunk"] += (work + wasted) * (1 - share)
+
+    def back_from_repair(t: float) -> None:
+        nonlocal pool
+        while repairs and repairs[0] <= t:
+            heapq.heappop(repairs)
+            pool += 1
+
+    t = 0.0
+    while True:
+        t += rng.expovariate(rate)
+        if t >= T:
+            break
+        cls = classes[bisect_right(cum, rng.random() * total_w)]
+        running = t >= busy_until
+        if not running and not cls.replace:
+            continue        # a software fault needs the job's processes: none run during a recovery
+        interruptions += 1
+        by_class[cls.name] = by_class.get(cls.name, 0) + 1
+        by_kind[cls.kind] += 1
+        if running:
+            run_segment(up_since, t, failed=True)
+        floor = t if running else busy_until      # time before `floor` is already charged
+        t_det = t + policy.detect_s(cls.kind)
+        ready_nodes = t_det
+        wait_end = t_det
+        back_from_repair(t_det)
+        if cls.replace:
+            replacements += 1
+            heapq.heappush(repairs, t_det + (rng.expovariate(1 / repair_mean) if p.repair_dist == "exp"
+                                              and repair_mean > 0 else repair_mean))
+            if pool > 0:
+                pool -= 1
+                ready_nodes = t_det + policy.swap_s
+            elif p.elastic_min_nodes is not None and n - missing - 1 >= p.elastic_min_nodes:
+                missing += 1
+                shrinks += 1
+            else:
+                exhaustions += 1
+                wait_end = max(t_det, heapq.heappop(repairs))
+                ready_nodes = wait_end + policy.swap_s
+            max_in_repair = max(max_in_repair, len(repairs))
+        while missing and pool > 0:            # an elastic job takes back what it lacks, at no extra cost
+            pool -= 1
+            missing -= 1
+        min_pool = min(min_pool, pool)
+        ready = max(t_det + policy.requeue_s, ready_nodes)
+        end = ready + restart
+        charge("detection", t, t_det, floor)
+        charge("waiting_for_spares", t_det, wait_end, floor)
+        charge("scheduling", wait_end, ready, floor)
+        charge("restart", ready, end, floor)
+        if end > busy_until:
+            busy_until = end
+            up_since = end
+    if busy_until < T:
+        run_segment(up_since, T, failed=False)
+    return SimResult(seed, T, useful, lost, interruptions, by_class, by_kind, replacements, exhaustions,
+                     shrinks, max_in_repair, min_pool, checkpoints)
+
+
+# --- several seeds --------------------------------------------------------------------------------------
+
+def spread(values: Sequence[float]) -> dict:
+    vals = sorted(values)
+    out = {"mean": statistics.fmean(vals), "min": vals[0], "max": vals[-1],
+           "stdev": statistics.stdev(vals) if len(vals) > 1 else 0.0}
+    if len(vals) >= 5:
+        q = statistics.quantiles(vals, n=20, method="inclusive")
+        out["p5"], out["p95"] = q[0], q[-1]
+    return out
+
+
+def run_seeds(profile: Profile, policy: Policy, p: SimParams, seeds: Sequence[int]) -> List[SimResult]:
+    if not seeds:
+        raise UsageError("--seeds must be at least 1")
+    return [simulate(profile, policy, p, s) for s in seeds]
+
+
+def summarise(results: Sequence[SimResult]) -> dict:
+    return {
+        "seeds": [r.seed for r in results],
+        "ettr": spread([r.ettr for r in results]),
+        "interruptions": spread([r.interruptions for r in results]),
+        "replacements": spread([r.replacements for r in results]),
+        "pool_exhaustion_events": spread([r.pool_exhaustions for r in results]),
+        "shrink_events": spread([r.shrinks for r in results]),
+        "max_nodes_in_repair": spread([r.max_in_repair for r in results]),
+        "lost_hours_by_cause": {c: spread([r.lost_s[c] / 3600 for r in results]) for c in CAUSES},
+        "useful_hours": spread([r.useful_s / 3600 for r in results]),
+    }
+
+
+def sweep(profile: Profile, policy: Policy, p: SimParams, seeds: Sequence[int], *,
+          spares: Sequence[int] = (), intervals_s: Sequence[float] = ()) -> dict:
+    """Mean ETTR over `seeds` against spare count and against checkpoint interval (for the plot)."""
+    from dataclasses import replace
+    out = {"spares": [], "interval_s": []}
+    for s in spares:
+        rs = run_seeds(profile, policy, replace(p, spares=s), seeds)
+        out["spares"].append({"spares": s, **{k: v for k, v in spread([r.ettr for r in rs]).items()
+                                              if k in ("mean", "min", "max")},
+                              "pool_exhaustion_events": statistics.fmean(r.pool_exhaustions for r in rs)})
+    for iv in intervals_s:
+        rs = run_seeds(profile, policy, replace(p, ckpt_interval_s=iv), seeds)
+        out["interval_s"].append({"interval_s": iv, **{k: v for k, v in spread([r.ettr for r in rs]).items()
+                                                       if k in ("mean", "min", "max")}})
+    return out
