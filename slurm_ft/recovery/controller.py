@@ -237,11 +237,11 @@ class Controller:
             return "skipped", f"job is {job.state}"
         if job.held or step.hold:
             self.client.release(inc.job_id)
-            return "ok", "released"
-        if job.reason == "BeginTime":
+            # a released requeued job still has the requeue's begin time (+121 s): clear it too
             self.client.update_job(inc.job_id, StartTime="now")
-            return "ok", "StartTime=now"
-        return "skipped", f"pending ({job.reason})"
+            return "ok", "released, StartTime=now"
+        self.client.update_job(inc.job_id, StartTime="now")
+        return "ok", "StartTime=now"
 
     def _confirm(self, step: Step, inc: Incident):
         job = self.client.job(inc.job_id)

@@ -30,9 +30,16 @@ from slurm_ft.recovery.snapshot import Snapshot
 FAIL_PREFIX = "slurm-ft:"
 TERMINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL",
             "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
+# Reasons as Slurm 22.05 prints them (`launch_failed_requeued_held`); compared without case and `_`.
 HELD_REASONS = ("launch failed requeued held", "JobHeldAdmin", "JobHeldUser", "job requeued in held state")
 # Slurm requeued the job itself: the fault happened while it ran, so it is ours to finish.
-SLURM_REQUEUED_REASONS = ("launch failed requeued held", "BeginTime", "NodeDown", "job requeued in held state")
+# (Not `job_requeued_in_held_state`: that is our own or an admin's `requeuehold`, which we leave alone.)
+SLURM_REQUEUED_REASONS = ("launch failed requeued held", "BeginTime", "NodeDown")
+
+
+def reason_in(reason: str, names: Iterable[str]) -> bool:
+    norm = reason.replace("_", " ").lower()
+    return any(norm.startswith(n.replace("_", " ").lower()) for n in names)
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,9 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
                    for n in i.nodes}
         failed = [n for n in failed if n not in handled]
     elif job.state in ("PENDING", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD") and _slurm_requeued(job):
+        mine = [i for i in incidents if i.job_id == job.job_id]
+        if mine and mine[-1].status == "gave_up":
+            return None             # held by us after max-restarts: an admin releases it
         # Slurm requeued it (launch failed, node failure): the failed nodes are those still in its
         # partition, drained or down, that no job is using; a held job will wait for us.
         cands = job.nodes or snap.partitions[part].nodes
@@ -157,7 +167,7 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
 def _slurm_requeued(job: Job) -> bool:
     if job.state in ("NODE_FAIL", "REQUEUED", "REQUEUE_HOLD"):
         return True
-    return job.restart_count > 0 and any(job.reason.startswith(r) for r in SLURM_REQUEUED_REASONS)
+    return job.restart_count > 0 and reason_in(job.reason, SLURM_REQUEUED_REASONS)
 
 
 def _job_partition(job: Job, snap: Snapshot, policy: Policy) -> Optional[str]:
@@ -248,9 +258,11 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if not inc.done("exclude"):
         return [Step("exclude", **base, num_nodes=inc.shrink_to,
                      reason="exclude the failed nodes" + (f", NumNodes={inc.shrink_to}" if inc.shrink_to else ""))]
-    if job.held or any(job.reason.startswith(r) for r in HELD_REASONS):
-        return [Step("start", **base, hold=True, reason=f"release ({job.reason or 'held'})")]
-    if job.reason == "BeginTime":
+    if job.held or reason_in(job.reason, HELD_REASONS):
+        return [Step("start", **base, hold=True, reason=f"release ({job.reason or 'held'}) and StartTime=now")]
+    eligible = parse_slurm_time(job.eligible_time)
+    if job.reason == "BeginTime" or (eligible is not None and eligible > now + 1.0):
+        # Only once Slurm shows the requeue finished: StartTime=now sent earlier does not stick.
         return [Step("start", **base, reason="StartTime=now: skip Slurm's requeue delay")]
     started = inc.step("start")
     waited = now - (started.done_at or started.intent_at) if started else 0.0

@@ -252,3 +252,25 @@ def test_a_chosen_spare_is_reused_after_a_crash():
 def test_plan_is_pure_and_repeatable(state):
     snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")])
     assert plan(snap, [], P, NOW) == plan(snap, [], P, NOW)
+
+
+def test_released_job_with_future_eligible_time_gets_starttime_now():
+    """After `scontrol release` Slurm shows Reason=None but keeps the requeue's +121 s EligibleTime."""
+    from datetime import datetime
+    later = datetime.fromtimestamp(NOW + 100).isoformat(timespec="seconds")
+    j = replace(job("PENDING", restart=1, reason="None", nodes=()), eligible_time=later)
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")], jobs=[j])
+    inc = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok"), ("exclude", "ok"), ("start", "ok")],
+                   spares=("gpu005",))
+    assert kinds(plan(snap, [inc], P, NOW)) == ["start"]
+    now_ok = replace(j, eligible_time=datetime.fromtimestamp(NOW).isoformat(timespec="seconds"))
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")], jobs=[now_ok])
+    assert kinds(plan(snap, [inc], P, NOW)) == ["poll"]
+
+
+def test_job_we_gave_up_on_is_not_picked_up_again():
+    nodes = [node("gpu001", "IDLE"), node("gpu003", "IDLE"), node("gpu004", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu0 x")]
+    j = job("PENDING", nodes=(), restart=3, reason="launch_failed_requeued_held", held=True)
+    gave_up = incident(status="gave_up", closed_at=NOW - 10)
+    assert plan(cluster(nodes, jobs=[j]), [gave_up], P, NOW) == []
+    assert kinds(plan(cluster(nodes, jobs=[j]), [], P, NOW)) == ["open"]   # Slurm's reason, underscores and all
