@@ -18,7 +18,10 @@ def make_client(config):
     from slurm_ft.slurm.client import SlurmClient
     if hasattr(SlurmClient, "from_config"):
         return SlurmClient.from_config(config)
-    return SlurmClient()
+    slurm = getattr(config, "slurm", None)
+    if slurm is None:
+        return SlurmClient()
+    return SlurmClient(conf=slurm.conf or None, timeout=slurm.timeout_s)
 
 
 def _setup(ctx):
