@@ -18,6 +18,7 @@ from slurm_ft.errors import EXIT_USAGE, SlurmFTError
 COMMANDS = {
     "spares": "slurm_ft.cli.spares:spares",
     "sim": "slurm_ft.cli.sim:sim",
+    "lab": "slurm_ft.cli.lab:lab",
     "node": "slurm_ft.cli.node:node",
     "sweep": "slurm_ft.cli.sweep:sweep",
     "status": "slurm_ft.cli.status:status",

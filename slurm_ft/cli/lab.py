@@ -1,0 +1,122 @@
+"""`slurm-ft lab ...`: a real Slurm cluster on this machine for tests, demos and benchmarks.
+
+`lab` is a lazy group like the top-level one: other modules add a subcommand with one line in
+SUBCOMMANDS; one whose module is not importable (not written yet) is left out of `lab --help`.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+
+import click
+
+# name -> "module:attribute"
+SUBCOMMANDS = {
+    "up": "slurm_ft.cli.lab:up",
+    "down": "slurm_ft.cli.lab:down",
+    "status": "slurm_ft.cli.lab:status",
+    "env": "slurm_ft.cli.lab:env",
+    "inject": "slurm_ft.cli.lab_inject:inject",
+    "heal": "slurm_ft.cli.lab_inject:heal",
+    "demo": "slurm_ft.cli.lab_demo:demo",
+}
+
+
+def _load(name: str):
+    target = SUBCOMMANDS.get(name)
+    if target is None:
+        return None
+    module, attr = target.split(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):   # the module itself is missing, not a bug in it
+            return None
+        raise
+    return getattr(mod, attr, None)
+
+
+class LazyLabGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(n for n in SUBCOMMANDS if _load(n) is not None)
+
+    def get_command(self, ctx, name):
+        return _load(name)
+
+
+dir_option = click.option("--dir", "directory", metavar="PATH", envvar="SLURM_FT_LAB",
+                          help="Lab directory (default /tmp/slurm-ft-lab, or $SLURM_FT_LAB).")
+
+
+@click.group("lab", cls=LazyLabGroup)
+def lab() -> None:
+    """A real Slurm cluster on this machine (munge, slurmctld, one slurmd per node, fake GPUs)."""
+
+
+@lab.command("up")
+@dir_option
+@click.option("--nodes", default=64, show_default=True, help="Worker nodes (partition train).")
+@click.option("--spares", default=4, show_default=True, help="Spare nodes (partition spares).")
+@click.option("--gpus-per-node", default=8, show_default=True)
+@click.option("--port-base", default=17000, show_default=True,
+              help="slurmctld port; slurmd i listens on port-base + i.")
+@click.option("--health-interval", default=30, show_default=True, help="HealthCheckInterval in seconds.")
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for every node to be idle.")
+def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, timeout) -> None:
+    """Start the lab (a running one is left as it is) and wait until every node is idle."""
+    from slurm_ft.lab.cluster import Lab, LabSpec
+    spec = LabSpec(nodes=nodes, spares=spares, gpus_per_node=gpus_per_node, port_base=port_base,
+                   health_interval_s=health_interval)
+    the_lab = Lab(directory, spec)
+    res = the_lab.up(timeout=timeout)
+    what = "already up" if res.already_running else "up"
+    click.echo(f"lab {what} in {the_lab.dir}: {spec.nodes} nodes in train, {spec.spares} in spares, "
+               f"gpu:{spec.gpus_per_node} each ({res.elapsed_s:.1f} s)")
+    click.echo(f"use it:  eval $(slurm-ft lab env --dir {the_lab.dir})")
+
+
+@lab.command("down")
+@dir_option
+def down(directory) -> None:
+    """Stop every daemon this lab started (by pid) and any job steps they left."""
+    from slurm_ft.lab.cluster import Lab
+    the_lab = Lab(directory)
+    stopped = the_lab.down()
+    click.echo(f"lab in {the_lab.dir}: stopped {len(stopped)} process(es)" if stopped
+               else f"lab in {the_lab.dir}: nothing was running")
+
+
+@lab.command("status")
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="Daemons with pids and the sinfo summary, as JSON.")
+@click.pass_context
+def status(ctx, directory, as_json) -> None:
+    """Daemons of the lab and what sinfo says. Exit 1 when the lab is not running."""
+    from slurm_ft.lab.cluster import Lab
+    st = Lab(directory).status()
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+    else:
+        slurmds = [d for d in st["daemons"] if d["name"] == "slurmd"]
+        up_slurmds = sum(1 for d in slurmds if d["alive"])
+        others = ", ".join(f"{d['name']} {d['pid'] if d['alive'] else 'not running'}"
+                           for d in st["daemons"] if d["name"] != "slurmd")
+        click.echo(f"lab {st['dir']}: {'running' if st['running'] else 'not running'}")
+        click.echo(f"  {others}, slurmd {up_slurmds}/{len(slurmds)}")
+        for row in st["sinfo"]:
+            click.echo(f"  {row['partition']:<8} {row['state']:<10} {row['nodes']:>4}  {row['gres']:<8} {row['nodelist']}")
+        if st.get("sinfo_error"):
+            click.echo(f"  sinfo: {st['sinfo_error']}")
+    if not st["running"]:
+        ctx.exit(1)
+
+
+@lab.command("env")
+@dir_option
+def env(directory) -> None:
+    """Print `export` lines so that sinfo, sbatch and slurm-ft talk to the lab."""
+    from slurm_ft.lab.cluster import Lab
+    the_lab = Lab(directory)
+    click.echo(f"export SLURM_CONF={the_lab.conf}")
+    click.echo(f"export SLURM_FT_CONFIG={the_lab.config_path}")
+    click.echo(f"export SLURM_FT_LAB={the_lab.dir}")

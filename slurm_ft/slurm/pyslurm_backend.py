@@ -1,0 +1,91 @@
+"""Backend 2: pyslurm, for sites whose pyslurm release matches their Slurm.
+
+pyslurm's major.minor must equal Slurm's (pyslurm 25.11.x speaks to Slurm 25.11 only). On this
+project's lab (Debian 12, Slurm 22.05) no pyslurm release matches, so this backend is not used
+and its contract tests are skipped with that reason; it was written against pyslurm 25.11's API
+(`pyslurm.Nodes.load()`, `Node.modify(Node(state=..., reason=...))`) and has not run here.
+
+Reads of nodes and node drains/resumes go through the library (one RPC, no process start); every
+other call is inherited from the commands backend, so the behaviour users see stays the same.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from slurm_ft.errors import CommandError, UsageError
+from slurm_ft.model import Node
+from slurm_ft.slurm import parse
+from slurm_ft.slurm.client import NodeSpec, SlurmClient, SlurmError, _node_list, check_reason
+from slurm_ft.slurm.hostlist import compress
+
+
+def _import():
+    import pyslurm  # noqa: F401  (optional dependency)
+    return pyslurm
+
+
+def unusable_reason(commands: SlurmClient) -> Optional[str]:
+    """None when pyslurm imports and matches the Slurm that `commands` talks to; else why not."""
+    try:
+        pyslurm = _import()
+    except ImportError:
+        try:
+            major, minor, _ = commands.version()
+            return f"pyslurm not importable (no release matches Slurm {major}.{minor:02d})"
+        except CommandError:
+            return "pyslurm not importable"
+    version = getattr(pyslurm, "__version__", "") or getattr(pyslurm, "version", lambda: "")()
+    try:
+        mine = parse.parse_version(str(version))[:2]
+        slurm = commands.version()[:2]
+    except (ValueError, CommandError) as exc:
+        return f"cannot compare pyslurm and Slurm versions: {exc}"
+    if mine != slurm:
+        return f"pyslurm {version} does not match Slurm {slurm[0]}.{slurm[1]:02d}"
+    return None
+
+
+class PySlurmClient(SlurmClient):
+    backend = "pyslurm"
+
+    def _all_nodes(self) -> List[Node]:
+        pyslurm = _import()
+        try:
+            loaded = pyslurm.Nodes.load()
+        except Exception as exc:                # pyslurm.RPCError and friends
+            raise SlurmError(["pyslurm.Nodes.load"], None, str(exc)) from None
+        out = []
+        for n in loaded:
+            state, flags = parse.parse_node_state(str(n.state or "UNKNOWN"))
+            out.append(Node(
+                name=n.name, state=state, flags=flags, reason=n.reason or "",
+                reason_user=n.reason_user or "", partitions=tuple(n.partitions or ()),
+                gres=",".join(f"{k}:{v}" for k, v in (n.configured_gres or {}).items()),
+                cpus=int(n.total_cpus or 0), real_memory_mb=int(n.real_memory or 0),
+                comment=n.comment or "",
+            ))
+        return out
+
+    def _modify(self, names: List[str], **changes) -> None:
+        pyslurm = _import()
+        try:
+            pyslurm.Nodes(compress(names)).modify(pyslurm.Node(**changes))
+        except Exception as exc:
+            raise SlurmError(["pyslurm.Nodes.modify", compress(names)], None, str(exc)) from None
+
+    def drain(self, nodes: NodeSpec, reason: str) -> List[str]:
+        names = _node_list(nodes)
+        check_reason(reason)
+        self.nodes(names)
+        self._modify(names, state="DRAIN", reason=reason)
+        return names
+
+    def resume(self, nodes: NodeSpec) -> List[str]:
+        current = self.nodes(_node_list(nodes))
+        todo = [n.name for n in current if n.drained or n.down]
+        if todo:
+            self._modify(todo, state="RESUME")
+        return todo
+
+
+__all__ = ["PySlurmClient", "unusable_reason", "UsageError"]
