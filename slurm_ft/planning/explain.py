@@ -52,8 +52,8 @@ def gnum(x: float) -> str:
 
 
 def pct(x: float) -> str:
-    """A fraction as a percentage with two decimals (0.93312 -> '93.31%')."""
-    return f"{100 * x:.2f}%"
+    """A fraction as a percentage, four significant digits (0.93312 -> '93.31%', 2.4e-05 -> '0.002400%')."""
+    return f"{num(100 * x)}%"
 
 
 @dataclass
