@@ -23,6 +23,8 @@ COMMANDS = {
     "sweep": "slurm_ft.cli.sweep:sweep",
     "status": "slurm_ft.cli.status:status",
     "breaker": "slurm_ft.cli.breaker:breaker",
+    "check": "slurm_ft.cli.check:check",
+    "watch": "slurm_ft.cli.watch:watch",
     "controller": "slurm_ft.cli.controller:controller",
     "incidents": "slurm_ft.cli.incidents:incidents",
     "xid": "slurm_ft.cli.xid:xid_group",

@@ -1,0 +1,94 @@
+"""`slurm-ft check`: run one health level on this node; optionally drain/resume it through Slurm.
+
+Exit codes: 0 healthy, 1 a fail finding, 2 usage or config error, 3 the drain/resume command failed.
+Error findings (a crashed probe, a hung NVML call) are reported and never change the exit code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+import click
+
+LEVEL_NAMES = ("quick", "prolog", "epilog", "full", "burnin")
+
+
+def node_name(explicit: "str | None") -> str:
+    """--node, else $SLURMD_NODENAME (set by slurmd for every entry point), else the short hostname."""
+    return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+@click.command("check")
+@click.option("--level", "-l", type=click.Choice(LEVEL_NAMES), default="quick", show_default=True,
+              help="Which checks: quick (HealthCheckProgram), prolog, epilog, full, burnin.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--drain", is_flag=True,
+              help="Drain this node on a fail finding (reason 'slurm-ft: CODE gpuN ...'); resume it when "
+                   "healthy again, only if slurm-ft drained it.")
+@click.option("--node", metavar="NAME", help="Node name (default $SLURMD_NODENAME, else the hostname).")
+@click.option("--job-id", metavar="ID", envvar="SLURM_JOB_ID",
+              help="Job the prolog/epilog runs for (default $SLURM_JOB_ID).")
+@click.option("--no-state", is_flag=True, help="Do not read or write the node state file.")
+@click.pass_context
+def check(ctx: click.Context, level: str, as_json: bool, drain: bool, node: "str | None", job_id: "str | None",
+          no_state: bool) -> None:
+    """Check this node's GPUs and host at LEVEL and print the findings.
+
+    \b
+    Exit: 0 healthy, 1 a fail finding, 2 usage/config error, 3 drain command failed.
+    """
+    from slurm_ft.config import load_config
+    from slurm_ft.health.run import check_node
+
+    config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
+    name = node_name(node)
+    client = None
+    if drain:
+        from slurm_ft.health.drain import make_client
+        client = make_client(config)
+    progress = _progress_bar() if level == "burnin" and sys.stderr.isatty() and not as_json else None
+    report = check_node(level, name, config, drain=drain, client=client, job_id=job_id,
+                        record=not no_state, progress=progress)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=None))
+    else:
+        _print_text(report)
+    code = report.exit_code
+    if report.drain and report.drain.get("action") == "error":
+        click.echo(f"slurm-ft: error: drain failed: {report.drain['message']}", err=True)
+        code = 3
+    if report.hung:
+        # the gather thread is stuck inside the driver: leave without joining it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    ctx.exit(code)
+
+
+_MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "error": "ERR "}
+
+
+def _print_text(report) -> None:
+    verdict = "healthy" if report.healthy else "UNHEALTHY"
+    click.echo(f"{report.node} {report.level}: {verdict} ({report.elapsed_s:.2f} s, node type {report.node_type})")
+    for f in report.findings:
+        gpu = f"gpu{f.gpu}" if f.gpu is not None else "-"
+        action = f" -> {f.action.value}" if f.action.value != "none" else ""
+        code = f" {f.code}" if f.code and f.severity.value != "ok" or f.code.startswith(("XID", "BURNIN_T")) else ""
+        click.echo(f"  {_MARK[f.severity.value]} {f.check:<11} {gpu:<5}{code} {f.reason}{action}")
+    if report.drain:
+        click.echo(f"drain: {report.drain['action']}: {report.drain['message']}")
+
+
+def _progress_bar():
+    state = {"n": 0}
+
+    def show(msg: str) -> None:
+        state["n"] += 1
+        click.echo(f"\r\033[K[{'#' * min(state['n'], 40):<40}] {msg}", nl=False, err=True)
+        if msg.startswith("done"):
+            click.echo("", err=True)
+
+    return show

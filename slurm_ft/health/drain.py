@@ -1,0 +1,198 @@
+"""Drain and resume a node for its health findings, through the Slurm client; never touch others' drains.
+
+* The reason is `slurm-ft: <code> gpu<N> <short cause>` (plus "(+K more)"), ASCII, at most
+  REASON_MAX characters, so that `sinfo -R` shows the fault at a glance and scripts can match the code.
+* A node drained by somebody else (an admin, another tool) keeps its reason and its drain. A node that
+  Slurm drained for a failed prolog/epilog ("Prolog error") gets our exact reason: that drain was ours.
+* A healthy run resumes a node only if its reason starts with `slurm-ft:`, the run's level covers the
+  check that found the drained fault, and no active finding from another level remains (state file).
+* `may_drain` is the one gate every new drain passes: the fleet drain-rate breaker lives behind it.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+
+from slurm_ft.model import Action, Finding, Severity
+
+log = logging.getLogger(__name__)
+
+PREFIX = "slurm-ft:"
+REASON_MAX = 100          # keep `sinfo -R` and `scontrol show node` readable; Slurm stores more
+SLURM_FAULT_REASONS = ("Prolog error", "Epilog error", "Kill task failed", "Prolog failed", "Epilog failed")
+
+# worst first: what the admin must do decides which finding names the drain
+_ACTION_RANK = {Action.RMA: 0, Action.REBOOT: 1, Action.RESET_GPU: 2, Action.DRAIN: 3, Action.NONE: 4}
+
+# fault code -> the check that finds it (to know whether a run could have seen it go away)
+_CODE_CHECK = (
+    (re.compile(r"^S?XID\d+$"), "xid"),
+    (re.compile(r"^(GPU_COUNT|GPU_LOST|NVML_INIT)"), "inventory"),
+    (re.compile(r"^ECC_"), "ecc"),
+    (re.compile(r"^REMAP_"), "remap"),
+    (re.compile(r"^RETIRE"), "retired"),
+    (re.compile(r"^PCIE_"), "pcie"),
+    (re.compile(r"^NVLINK_"), "nvlink"),
+    (re.compile(r"^(HW_SLOWDOWN|HW_THERMAL|POWER_BRAKE)$"), "clocks"),
+    (re.compile(r"^TEMP_"), "temperature"),
+    (re.compile(r"^GPU_PROC_LEFT$"), "processes"),
+    (re.compile(r"^DISK_"), "disk"),
+    (re.compile(r"^IB_"), "infiniband"),
+    (re.compile(r"^BURNIN_"), "burnin"),
+)
+
+
+def fails(findings: Iterable[Finding]) -> List[Finding]:
+    return [f for f in findings if f.severity is Severity.FAIL]
+
+
+def primary(findings: Sequence[Finding]) -> Optional[Finding]:
+    bad = fails(findings)
+    return min(bad, key=lambda f: (_ACTION_RANK.get(f.action, 9), f.gpu if f.gpu is not None else -1)) if bad else None
+
+
+def reason_text(findings: Sequence[Finding]) -> str:
+    """`slurm-ft: XID79 gpu3 GPU has fallen off the bus (+1 more)` for the worst fail finding."""
+    first = primary(findings)
+    if first is None:
+        return ""
+    where = f" gpu{first.gpu}" if first.gpu is not None else ""
+    more = len(fails(findings)) - 1
+    tail = f" (+{more} more)" if more else ""
+    text = f"{PREFIX} {first.code}{where} {_clean(first.reason)}"
+    if len(text) + len(tail) > REASON_MAX:
+        text = text[:REASON_MAX - len(tail) - 3].rstrip() + "..."
+    return text + tail
+
+
+def _clean(text: str) -> str:
+    # one line of plain ASCII: Slurm prints reasons unquoted and some tools split on '|' or '='
+    text = text.encode("ascii", "replace").decode().replace("\n", " ").replace("|", "/").replace("=", ":")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def ours(reason: str) -> bool:
+    return reason.strip().startswith(PREFIX)
+
+
+def code_of(reason: str) -> str:
+    m = re.match(r"^\s*slurm-ft:\s*(\S+)", reason or "")
+    return m.group(1) if m else ""
+
+
+def check_of(code: str) -> Optional[str]:
+    for pattern, check in _CODE_CHECK:
+        if pattern.match(code):
+            return check
+    return None
+
+
+# --- the gate ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Gate:
+    allowed: bool
+    why: str
+
+
+GateFn = Callable[..., Gate]
+_gate_override: Optional[GateFn] = None
+
+
+def set_gate(fn: Optional[GateFn]) -> None:
+    """Replace the drain gate (the lifecycle breaker, a test); None restores the built-in one."""
+    global _gate_override
+    _gate_override = fn
+
+
+def may_drain(node: str, reason: str, *, client, config, now: float) -> Gate:
+    """May slurm-ft drain `node` now? The single decision point every new drain passes.
+
+    The fleet drain-rate breaker (`slurm_ft.lifecycle.guard`: journaled window, admin reset) answers
+    when it is installed. Without it, a limit read from Slurm itself: nodes currently drained with a
+    `slurm-ft:` reason count against `lifecycle.breaker_max_share` / `breaker_max_nodes`. Either way a
+    bad probe or driver drains a bounded number of nodes and the rest only report.
+    """
+    if _gate_override is not None:
+        return _gate_override(node, reason, client=client, config=config, now=now)
+    if config is None:
+        return Gate(True, "no config: no drain limit")
+    try:
+        from slurm_ft.lifecycle import guard
+    except ImportError:
+        guard = None
+    if guard is not None:
+        d = guard.may_drain(config, node, reason, client=client, actor="check", now=now)
+        return Gate(d.allowed, d.reason)
+    lc = getattr(config, "lifecycle", None)
+    share = getattr(lc, "breaker_max_share", 0.0) or 0.0
+    count = getattr(lc, "breaker_max_nodes", 0) or 0
+    if not share and not count:
+        return Gate(True, "no drain limit configured")
+    from slurm_ft.lifecycle.breaker import limit
+    nodes = client.nodes()
+    cap = limit(len(nodes), share, count)
+    drained = [n.name for n in nodes if n.drained and ours(n.reason) and n.name != node]
+    if len(drained) >= cap:
+        return Gate(False, f"drain limit reached: {len(drained)} nodes already drained by slurm-ft (limit {cap}); "
+                           f"not draining {node}")
+    return Gate(True, f"drain {len(drained) + 1}/{cap}")
+
+
+def make_client(config):
+    """The Slurm client for this config (the lab's slurm.conf when the config names one)."""
+    from slurm_ft.slurm.client import SlurmClient
+    slurm = getattr(config, "slurm", None)
+    if slurm is None:
+        return SlurmClient()
+    return SlurmClient(conf=slurm.conf or None, timeout=slurm.timeout_s)
+
+
+# --- apply -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Outcome:
+    action: str          # drained | reason_updated | kept | resumed | left | refused | none
+    message: str
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {"action": self.action, "message": self.message, "reason": self.reason}
+
+
+def apply(client, node_name: str, findings: Sequence[Finding], *, checks: Iterable[str],
+          active: Sequence[Finding] = (), config=None, now: float = 0.0, auto_resume: bool = True) -> Outcome:
+    """Bring the node's Slurm state in line with this run's findings (plus still-active ones)."""
+    node = client.node(node_name)
+    bad = fails(list(findings)) + [f for f in active if f.severity is Severity.FAIL
+                                  and (f.check, f.code, f.gpu) not in {(x.check, x.code, x.gpu) for x in findings}]
+    if bad:
+        reason = reason_text(bad)
+        if node.drained:
+            if node.reason == reason:
+                return Outcome("kept", f"{node_name} already drained: {reason}", reason)
+            if ours(node.reason) or node.reason.strip() in SLURM_FAULT_REASONS:
+                client.drain([node_name], reason)   # already drained: this only rewrites the reason
+                return Outcome("reason_updated", f"{node_name} reason {node.reason!r} -> {reason!r}", reason)
+            return Outcome("left", f"{node_name} is drained by someone else ({node.reason!r}); left as is "
+                                   f"(would be: {reason})", reason)
+        gate = may_drain(node_name, reason, client=client, config=config, now=now)
+        if not gate.allowed:
+            log.warning("%s", gate.why)
+            return Outcome("refused", gate.why, reason)
+        client.drain([node_name], reason)
+        return Outcome("drained", f"drained {node_name}: {reason} ({gate.why})", reason)
+    if node.drained and ours(node.reason):
+        check = check_of(code_of(node.reason))
+        checks = set(checks)
+        if not auto_resume:
+            return Outcome("kept", f"{node_name} healthy; auto_resume off, still drained: {node.reason}")
+        if check is None or check not in checks:
+            return Outcome("kept", f"{node_name} healthy at this level, but this level does not run the check "
+                                   f"behind {node.reason!r}; still drained")
+        client.resume([node_name])
+        return Outcome("resumed", f"resumed {node_name}: {node.reason!r} no longer found")
+    return Outcome("none", f"{node_name} healthy" + (f"; drained by someone else ({node.reason!r}), left as is"
+                                                      if node.drained else ""))

@@ -1,0 +1,78 @@
+"""Gather: read everything a level's checks need into one NodeSample (NVML, kernel log, host, burn-in).
+
+This is the only part of a health run that touches the machine; probes then judge the sample. A source
+that cannot be read does not stop the others: its error lands in `extra["errors"][check]` and becomes an
+`error` finding for that check (reported, never a drain).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Callable, Dict, FrozenSet, Optional, Sequence
+
+from slurm_ft.config import HealthConfig, NodeType
+from slurm_ft.health import host, levels
+from slurm_ft.model import NodeSample, XidEvent
+
+log = logging.getLogger(__name__)
+
+# reader(node, parts) -> NodeSample; parts name what to fetch (see levels.NVML_PARTS)
+Reader = Callable[[str, FrozenSet[str]], NodeSample]
+
+
+def nvml_reader(node: str, parts: FrozenSet[str]) -> NodeSample:
+    from slurm_ft.gpu import nvml  # lazy: pynvml costs import time, and only GPU levels need it
+    return nvml.read_node(node, include=parts)
+
+
+def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeType, *, level: str, now: float,
+           reader: Optional[Reader] = None, extra_xids: Sequence[XidEvent] = (),
+           progress: Optional[Callable[[str], None]] = None) -> NodeSample:
+    reader = reader or nvml_reader
+    errors: Dict[str, str] = {}
+    parts = levels.nvml_parts(checks, level)
+    sample = reader(node, parts) if parts else NodeSample(node=node)
+    extra = dict(sample.extra)
+    xids = list(sample.xids)
+
+    if "xid" in checks:
+        try:
+            from slurm_ft.gpu import kmsg
+            path = hc.kmsg_path.replace("{node}", node)
+            xids += kmsg.read_xids(path, lookback_s=hc.xid_lookback_s, now=now, boot_time=host.boot_time(),
+                                   gpus=sample.gpus, missing_ok=path != kmsg.DEV_KMSG)
+        except Exception as exc:  # noqa: BLE001 - any failure to read the log is reported, not fatal
+            errors["xid"] = f"cannot read the kernel log: {exc}"
+        if extra_xids:
+            from slurm_ft.gpu import kmsg
+            xids += kmsg.map_to_gpus(list(extra_xids), sample.gpus)
+
+    if "disk" in checks:
+        extra["disk"] = host.disk(hc.disk_paths)
+    if "infiniband" in checks and node_type.ib_ports:
+        extra["infiniband"] = host.infiniband(hc.sysfs_root)
+    if "processes" in checks:
+        pids = {p for g in sample.gpus for p in g.processes}
+        extra["processes"] = host.process_names(sorted(pids))
+    if "clocks" in checks and level in ("full", "burnin") and sample.gpus:
+        extra["clocks"] = _sample_clocks(node, sample, hc, reader)
+    if "burnin" in checks:
+        from slurm_ft.health import burnin
+        extra["burnin"] = burnin.run(sample, hc.burnin, node_type, progress=progress)
+
+    if errors:
+        extra["errors"] = {**extra.get("errors", {}), **errors}
+    return replace(sample, xids=tuple(xids), extra=extra)
+
+
+def _sample_clocks(node: str, first: NodeSample, hc: HealthConfig, reader: Reader) -> Dict[int, list]:
+    """Clock event reasons sampled over a window, so one blip is not a persistent slowdown."""
+    n = max(hc.thresholds.clock_event_samples, 1)
+    gap = hc.thresholds.clock_event_window_s / max(n - 1, 1)
+    series: Dict[int, list] = {g.index: [g.clock_event_reasons] for g in first.gpus}
+    for _ in range(n - 1):
+        time.sleep(gap)
+        for g in reader(node, frozenset({"identity", "clocks"})).gpus:
+            series.setdefault(g.index, []).append(g.clock_event_reasons)
+    return series

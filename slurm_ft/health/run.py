@@ -1,0 +1,184 @@
+"""One health run: pick the checks of a level, gather under a deadline, judge, and give a verdict.
+
+The gather step runs in a worker thread with the level's deadline (`health.deadline_s`): an NVML call
+that hangs in the driver (a wedged GPU does that) cannot hold up slurmd. On the deadline the run
+reports an `error` finding "NVML call hung" and returns; the caller exits without waiting for the
+thread (the CLI uses os._exit). A probe that raises becomes an `error` finding for its check, never a
+drain. `healthy` means no `fail` finding, which is also the exit code: 0 healthy, 1 not.
+"""
+from __future__ import annotations
+
+import fnmatch
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+from slurm_ft.config import Config, HealthConfig, NodeType
+from slurm_ft.errors import ConfigError
+from slurm_ft.health import levels
+from slurm_ft.health.probes import ProbeContext, get as get_probe
+from slurm_ft.model import Finding, NodeSample, Severity, XidEvent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Report:
+    node: str
+    level: str
+    findings: List[Finding]
+    elapsed_s: float
+    checks: tuple = ()
+    hung: bool = False
+    node_type: str = "default"
+    drain: Optional[dict] = None            # what --drain did (drain.Outcome.to_dict())
+    sample: Optional[NodeSample] = field(default=None, repr=False)
+
+    @property
+    def healthy(self) -> bool:
+        return not any(f.severity is Severity.FAIL for f in self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.healthy else 1
+
+    def to_dict(self) -> dict:
+        d = {"node": self.node, "level": self.level, "healthy": self.healthy,
+             "elapsed_s": round(self.elapsed_s, 4), "node_type": self.node_type,
+             "findings": [f.to_dict() for f in self.findings]}
+        if self.drain is not None:
+            d["drain"] = self.drain
+        return d
+
+
+def node_type_for(node: str, hc: HealthConfig) -> "tuple[str, NodeType]":
+    """The node type whose `node_type_of` pattern (hostlist expression or glob) names this node."""
+    for pattern, name in hc.node_type_of.items():
+        if _matches(node, pattern):
+            if name not in hc.node_types:
+                raise ConfigError(f"health.node_type_of.{pattern}: unknown node type {name!r} "
+                                  f"(defined: {', '.join(sorted(hc.node_types))})")
+            return name, hc.node_types[name]
+    if "default" in hc.node_types:
+        return "default", hc.node_types["default"]
+    return "default", NodeType()
+
+
+def _matches(node: str, pattern: str) -> bool:
+    if any(c in pattern for c in "*?") or "[" not in pattern:
+        return fnmatch.fnmatchcase(node, pattern) or node == pattern
+    from slurm_ft.slurm.hostlist import expand
+    try:
+        return node in expand(pattern)
+    except Exception:  # noqa: BLE001 - a bad expression names its key
+        raise ConfigError(f"health.node_type_of: bad hostlist {pattern!r}") from None
+
+
+def judge(sample: NodeSample, checks: Sequence[str], ctx: ProbeContext) -> List[Finding]:
+    """Run each check's probe on the sample; a crash is an error finding; silence is an ok line."""
+    errors = sample.extra.get("errors", {}) or {}
+    out: List[Finding] = []
+    for check in checks:
+        if check in errors:
+            out.append(Finding(check, Severity.ERROR, errors[check], "CHECK_ERROR"))
+            continue
+        try:
+            found = list(get_probe(check)(sample, ctx))
+        except Exception as exc:  # noqa: BLE001 - a probe bug must never drain a node
+            log.debug("probe %s crashed", check, exc_info=True)
+            found = [Finding(check, Severity.ERROR, f"probe crashed: {type(exc).__name__}: {exc}", "PROBE_ERROR")]
+        out.extend(found or [Finding(check, Severity.OK, "ok")])
+    return out
+
+
+def run_level(level: str, node: str, config: Config, *, now: Optional[float] = None,
+              reader=None, xid_since: Optional[float] = None, xid_history=None,
+              extra_xids: Sequence[XidEvent] = (), deadline_s: Optional[float] = None,
+              progress: Optional[Callable[[str], None]] = None) -> Report:
+    from slurm_ft.health.gather import gather
+
+    t0 = time.monotonic()
+    now = time.time() if now is None else now
+    hc = config.health
+    checks = levels.checks_for(level, hc.levels)
+    type_name, node_type = node_type_for(node, hc)
+    deadline = deadline_s if deadline_s is not None else hc.deadline_s.get(level, 60.0)
+
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["sample"] = gather(node, checks, hc, node_type, level=level, now=now, reader=reader,
+                                   extra_xids=extra_xids, progress=progress)
+        except BaseException as exc:  # noqa: BLE001 - reported below as an error finding
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name=f"gather-{level}", daemon=True)
+    worker.start()
+    worker.join(deadline)
+    if worker.is_alive():
+        f = Finding("gather", Severity.ERROR, f"NVML call hung: no answer within {deadline:g} s "
+                                              f"(a wedged GPU or driver; see `nvidia-smi`, dmesg)", "NVML_HUNG")
+        return Report(node, level, [f], time.monotonic() - t0, checks, hung=True, node_type=type_name)
+    if "error" in box:
+        exc = box["error"]
+        log.debug("gather failed", exc_info=exc)
+        f = Finding("gather", Severity.ERROR, f"could not read the node: {type(exc).__name__}: {exc}", "GATHER_ERROR")
+        return Report(node, level, [f], time.monotonic() - t0, checks, node_type=type_name)
+    sample = box["sample"]
+    ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=level, now=now,
+                       xid_since=xid_since if xid_since is not None else now - hc.xid_lookback_s,
+                       ignore_processes=tuple(hc.ignore_processes), xid_history=xid_history or {})
+    findings = judge(sample, checks, ctx)
+    return Report(node, level, findings, time.monotonic() - t0, checks, node_type=type_name, sample=sample)
+
+
+def check_node(level: str, node: str, config: Config, *, drain: bool = False, client=None,
+               job_id: Optional[str] = None, record: bool = True, reader=None,
+               extra_xids: Sequence[XidEvent] = (), progress=None, now: Optional[float] = None) -> Report:
+    """A whole node check as the entry points use it: state file in, run, state file out, drain/resume.
+
+    The prolog notes the job's start (the epilog then judges only Xids logged during the job) and the
+    epilog keeps the per-GPU history of application Xids. `client` is a SlurmClient (only with drain).
+    """
+    from slurm_ft.health import state as st
+
+    now = time.time() if now is None else now
+    path = st.path_for(config.health.state_file, node)
+    try:
+        before = st.load(path, node)
+    except ConfigError:
+        raise
+    xid_since = None
+    if level == "epilog":
+        job = before.get("job") or {}
+        if job_id and str(job.get("id")) == str(job_id) and job.get("start"):
+            xid_since = float(job["start"])
+    report = run_level(level, node, config, now=now, reader=reader, xid_since=xid_since,
+                       xid_history=st.xid_history(before), extra_xids=extra_xids, progress=progress)
+    active: List[Finding] = []
+    if record and not report.hung:
+        try:
+            with st.locked(path, node) as state:
+                if level == "prolog" and job_id:
+                    state["job"] = {"id": str(job_id), "start": now}
+                st.record(state, level, report.checks, report.findings, now,
+                          job_id=job_id if level == "epilog" else None)
+                active = st.active(state)
+        except PermissionError as exc:
+            log.warning("state file %s not written: %s", path, exc)
+            active = st.active(before)
+    else:
+        active = st.active(before)
+    if drain and not report.hung:
+        from slurm_ft.health import drain as dr
+        from slurm_ft.errors import CommandError
+        try:
+            outcome = dr.apply(client, node, report.findings, checks=report.checks, active=active, config=config,
+                               now=now, auto_resume=config.health.auto_resume)
+            report.drain = outcome.to_dict()
+        except CommandError as exc:   # Slurm unreachable: the verdict stands, the drain is reported failed
+            report.drain = {"action": "error", "message": str(exc), "reason": dr.reason_text(report.findings)}
+    return report

@@ -1,0 +1,127 @@
+"""The node-local state file (`health.state_file`): what the last checks found, for those who cannot ask.
+
+A prolog or epilog must not call Slurm, so on a fail finding it only exits non-zero (Slurm drains the
+node as "Prolog error") and records the finding here; the next health check, which may call Slurm, puts
+the exact reason on the node, and the controller reads it too. The file is JSON, written atomically,
+root-only (0600 in a 0700 directory), and refused when others can write it.
+
+    {"version": 1, "node": "gpu001", "updated": 1764430000.0,
+     "active": [finding + {"level", "time"}],      # fail findings not yet cleared by a re-check
+     "last": {"quick": {"time", "healthy", "codes"}, ...},
+     "job": {"id": "1234", "start": 1764429000.0},  # written by the prolog, read by the epilog
+     "xid_history": {"3:13": ["1201", "1234"]}}     # app-class Xids per GPU:code, the jobs they hit
+
+A fail finding stays "active" until a run of a level that includes its check comes back without it:
+a quick run cannot clear what only the epilog can see.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional
+
+from slurm_ft.errors import ConfigError
+from slurm_ft.fsutil import atomic_write, refuse_unsafe
+from slurm_ft.model import Action, Finding, Severity
+
+VERSION = 1
+HISTORY_JOBS = 20          # app-class Xid history kept per GPU:code
+
+
+def path_for(template: str, node: str) -> Path:
+    return Path(template.replace("{node}", node))
+
+
+def empty(node: str) -> dict:
+    return {"version": VERSION, "node": node, "updated": None, "active": [], "last": {}, "job": None,
+            "xid_history": {}}
+
+
+def load(path: Path, node: str = "") -> dict:
+    """The state, or an empty one when the file does not exist; a corrupt file is an error."""
+    if not path.exists():
+        return empty(node)
+    refuse_unsafe(path, "state file")
+    refuse_unsafe(path.parent, "state directory")
+    try:
+        data = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: unreadable state file ({exc}); remove it to start afresh") from None
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        raise ConfigError(f"{path}: not a slurm-ft v{VERSION} state file; remove it to start afresh")
+    base = empty(node or data.get("node", ""))
+    base.update(data)
+    return base
+
+
+def save(path: Path, state: dict) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    refuse_unsafe(path.parent, "state directory")
+    atomic_write(path, json.dumps(state, indent=1, sort_keys=True) + "\n", mode=0o600)
+
+
+@contextmanager
+def locked(path: Path, node: str = "") -> Iterator[dict]:
+    """Read-modify-write under an exclusive lock (a prolog and a health check may overlap)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    refuse_unsafe(path.parent, "state directory")
+    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        state = load(path, node)
+        yield state
+        save(path, state)
+    finally:
+        os.close(fd)
+
+
+def finding_to_dict(f: Finding, level: str, t: float) -> dict:
+    return {**f.to_dict(), "level": level, "time": t}
+
+
+def finding_from_dict(d: dict) -> Finding:
+    return Finding(check=d["check"], severity=Severity(d["severity"]), reason=d.get("reason", ""),
+                   code=d.get("code", ""), gpu=d.get("gpu"), action=Action(d.get("action", "none")))
+
+
+def active(state: dict) -> List[Finding]:
+    """Fail findings not cleared yet (for the controller and the next health check)."""
+    return [finding_from_dict(d) for d in state.get("active", [])]
+
+
+def record(state: dict, level: str, checks: Iterable[str], findings: Iterable[Finding], now: float,
+           job_id: Optional[str] = None) -> dict:
+    """Fold one run into the state: clear what it re-checked, add its fail findings, note app Xids."""
+    checks = set(checks)
+    findings = list(findings)
+    kept = [d for d in state.get("active", []) if d.get("check") not in checks]
+    fresh = [finding_to_dict(f, level, now) for f in findings if f.severity is Severity.FAIL]
+    state["active"] = kept + fresh
+    state["last"][level] = {"time": now, "healthy": not fresh,
+                            "codes": sorted({f.code for f in findings if f.severity is not Severity.OK and f.code})}
+    state["updated"] = now
+    if job_id:
+        hist = state.setdefault("xid_history", {})
+        for f in findings:
+            if f.check == "xid" and f.gpu is not None and f.action is Action.NONE and f.code.startswith("XID"):
+                key = f"{f.gpu}:{f.code[3:]}"
+                jobs = hist.setdefault(key, [])
+                if job_id not in jobs:
+                    jobs.append(job_id)
+                    del jobs[:-HISTORY_JOBS]
+    return state
+
+
+def xid_history(state: dict) -> dict:
+    """{(gpu, xid): number of distinct jobs} for the Xid probe's recurrence heuristic."""
+    out = {}
+    for key, jobs in (state.get("xid_history") or {}).items():
+        try:
+            gpu, code = key.split(":")
+            out[(int(gpu), int(code))] = len(jobs)
+        except ValueError:
+            continue
+    return out
