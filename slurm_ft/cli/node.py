@@ -23,7 +23,8 @@ def make_client(config: Config):
     from slurm_ft.slurm.client import SlurmClient
     if hasattr(SlurmClient, "from_config"):
         return SlurmClient.from_config(config)
-    return SlurmClient()
+    conf = getattr(getattr(config, "slurm", None), "conf", None)   # the lab names its slurm.conf
+    return SlurmClient(conf=conf or None)
 
 
 def setup(ctx: click.Context):

@@ -35,7 +35,8 @@ def journaled_decision(config: Config, node: str, reason: str = "", *, client=No
         if total_nodes is None and lc.breaker_max_share > 0:
             if client is None:
                 from slurm_ft.slurm.client import SlurmClient
-                client = SlurmClient.from_config(config) if hasattr(SlurmClient, "from_config") else SlurmClient()
+                conf = getattr(getattr(config, "slurm", None), "conf", None)
+                client = SlurmClient(conf=conf or None)
             total_nodes = len(client.nodes())
         with Store(config.state_dir) as store:
             decision = store.breaker_decide(node, now, total_nodes=total_nodes or 0, max_share=lc.breaker_max_share,

@@ -32,6 +32,7 @@ class Work:
     validate: Tuple[str, ...] = ()       # repaired nodes to validate
     recheck: Tuple[str, ...] = ()        # idle spares due for a re-check
     poll: Tuple[str, ...] = ()           # nodes with a validation job running
+    enrol: Tuple[str, ...] = ()          # healthy spares seen for the first time
 
 
 def drained_by_us(node: Node) -> bool:
@@ -61,14 +62,21 @@ def state_of(node: Node, recorded: Mapping[str, State], spare_partition: str) ->
 
 def classify(nodes: Sequence[Node], recorded: Mapping[str, State], last_pass: Mapping[str, Optional[float]],
              now: float, *, spare_partition: str, job_partitions: Sequence[str], grace_s: float,
-             recheck_s: float, validating_jobs: Mapping[str, Optional[int]] = {}) -> Work:
+             recheck_s: float, swapped: Iterable[str] = ()) -> Work:
+    """`swapped`: spares the controller's incidents took, to see a swap of a node we never recorded."""
     changes: List[Change] = []
+    enrol: List[str] = []
+    swapped = set(swapped)
     validate: List[str] = []
     recheck: List[str] = []
     poll: List[str] = []
     pools = set(job_partitions) | {spare_partition}
     for node in sorted(nodes, key=lambda n: n.name):
-        st = recorded.get(node.name) or default_state(node.partitions, spare_partition)
+        st = recorded.get(node.name)
+        if st is None:
+            st = State.SPARE if node.name in swapped else default_state(node.partitions, spare_partition)
+            if st is State.SPARE and spare_partition in node.partitions and not node.drained:
+                enrol.append(node.name)
         in_pool = bool(pools & set(node.partitions))
         if st in (State.IN_SERVICE, State.SPARE) and drained_by_us(node):
             changes.append(Change(node.name, Event.FAULT, node.reason))
@@ -94,7 +102,7 @@ def classify(nodes: Sequence[Node], recorded: Mapping[str, State], last_pass: Ma
             validate.append(node.name)
         elif st is State.VALIDATING:
             poll.append(node.name)
-    return Work(tuple(changes), tuple(validate), tuple(recheck), tuple(poll))
+    return Work(tuple(changes), tuple(validate), tuple(recheck), tuple(poll), tuple(enrol))
 
 
 def _idle(node: Node) -> bool:

@@ -39,6 +39,7 @@ class Event(str, Enum):
     FAIL = "fail"                 # validation failed
     SWAP_IN = "swap_in"           # the controller moved the spare into a job partition
     RELEASE = "release"           # admin: off the RMA list after the vendor's repair
+    ENROL = "enrol"               # first record of a spare, so that a later swap is seen as one
 
     def __str__(self) -> str:
         return self.value

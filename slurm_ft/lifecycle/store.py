@@ -138,6 +138,17 @@ class Store:
                        (node, target.value, now, cause, keep_pass))
         return entry
 
+    def enrol(self, node: str, state: State, now: float, *, cause: str = "", actor: str = "") -> bool:
+        """Give a node its first record (no-op when it has one); True when written."""
+        with self._tx() as db:
+            if self.record(node) is not None:
+                return False
+            db.execute("INSERT INTO node_history (node, time, event, from_state, to_state, cause, actor) "
+                       "VALUES (?, ?, 'enrol', NULL, ?, ?, ?)", (node, now, state.value, cause, actor))
+            db.execute("INSERT INTO node_state (node, state, since, cause) VALUES (?, ?, ?, ?)",
+                       (node, state.value, now, cause))
+        return True
+
     def set_validation(self, node: str, job_id: Optional[int], started: Optional[float]) -> None:
         self.db.execute("UPDATE node_state SET validation_job = ?, validation_started = ? WHERE node = ?",
                         (job_id, started, node))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurm_ft.config import Config
-from slurm_ft.errors import CommandError
+from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.lifecycle import guard
 from slurm_ft.lifecycle.lock import FileLock
 from slurm_ft.lifecycle.reconcile import OWNER, Work, classify, drained_by_us
@@ -82,8 +82,10 @@ class Sweeper:
         work = classify(nodes, {n: r.state for n, r in records.items()},
                         {n: r.last_pass for n, r in records.items()}, self.clock(),
                         spare_partition=self.spare, job_partitions=job_parts, grace_s=self.lc.quarantine_grace_s,
-                        recheck_s=self.lc.spare_recheck_s)
+                        recheck_s=self.lc.spare_recheck_s, swapped=self._swapped_spares())
         by_name = {n.name: n for n in nodes}
+        for name in work.enrol:   # silent: a spare we had not recorded yet
+            self.store.enrol(name, State.SPARE, self.clock(), cause=f"in {self.spare}", actor=self.actor)
         for change in work.changes:
             self._guarded(report, change.node, lambda c=change: self._apply_change(report, c, by_name[c.node]))
         running: Dict[str, int] = {}
@@ -104,6 +106,14 @@ class Sweeper:
                                               "changes": len(report.changes), "alerts": len(report.alerts)})
         return report
 
+    def _swapped_spares(self) -> List[str]:
+        try:
+            from slurm_ft.recovery import journal
+            return sorted({s for inc in journal.incidents(self.store.db) for s in inc.spares})
+        except Exception as exc:   # no controller tables yet
+            log.debug("no incidents to read: %s", exc)
+            return []
+
     def job_partitions(self) -> Tuple[str, ...]:
         configured = tuple(self.cfg.controller.job_partitions)
         if configured:
@@ -114,7 +124,7 @@ class Sweeper:
         """One node's trouble (a Slurm error, a refused transition) must not stop the sweep."""
         try:
             fn()
-        except (CommandError, TransitionError) as exc:
+        except (CommandError, UsageError) as exc:   # TransitionError is a UsageError
             report.errors.append(f"{node}: {exc}")
             log.warning("%s: %s", node, exc)
 
@@ -127,7 +137,7 @@ class Sweeper:
         report.changes.append(f"{change.node}: {entry.from_state} -> {entry.to_state} ({_short(entry.cause)})")
 
     def _record(self, name: str, event: Event, cause: str, node: Optional[Node] = None):
-        default = default_state(node.partitions if node else (), self.spare)
+        default = State.SPARE if event is Event.SWAP_IN else default_state(node.partitions if node else (), self.spare)
         return self.store.apply(name, event, self.clock(), default=default, cause=cause, actor=self.actor,
                                 **self.lemon)
 
@@ -159,19 +169,18 @@ class Sweeper:
         # 1. reserve first: from here on nothing but our job can land on the node
         self._drop_reservation(resv)
         minutes = max(1, int(self.lc.validate_timeout_s // 60) + 5)
-        self.client.create_reservation(name=resv, nodes=[name], duration_min=minutes,
+        self.client.create_reservation([name], name=resv, duration=str(minutes),
                                        flags=("MAINT", "IGNORE_JOBS"), users=("root",))
         # 2. a repaired node sits in no partition and is drained: put it in the pool's partition, resume it
         if not recheck:
             self.put_in_pool(name)
             if node.drained:
                 self.client.resume([name])
-        script = validation_script(name, levels, self._check_argv())
         out = self.out_dir() / f"{name}-{int(self.clock())}.out"
-        job_id = self.client.submit(
-            ["--job-name", f"slurm-ft-validate-{name}", "--partition", self.spare, "--reservation", resv,
-             "--nodelist", name, "--nodes", "1", "--exclusive", "--time", str(max(1, int(self.lc.validate_timeout_s // 60))),
-             "--output", str(out), "--no-requeue"], script=script)
+        options = [f"--job-name=slurm-ft-validate-{name}", f"--partition={self.spare}", f"--reservation={resv}",
+                   f"--nodelist={name}", "--nodes=1", "--exclusive", "--no-requeue",
+                   f"--time={max(1, int(self.lc.validate_timeout_s // 60))}", f"--output={out}"]
+        job_id = self.client.submit(validation_script(name, levels, self._check_argv(), options))
         entry = self._record(name, Event.VALIDATE,
                              f"{'re-check' if recheck else 'validation'} job {job_id}: {' + '.join(levels)}", node)
         self.store.set_validation(name, job_id, self.clock())
@@ -209,8 +218,8 @@ class Sweeper:
         out = Path(self.store.kv_get(f"validation_out:{name}") or "/nonexistent")
         try:
             job: Optional[Job] = self.client.job(job_id)
-        except CommandError:
-            job = None   # purged from slurmctld's memory (MinJobAge): the output file decides
+        except UsageError:
+            job = None   # finished and gone from slurmctld's list: the output file decides
         if job is not None and job.state not in ENDED:
             return None
         text = out.read_text(errors="replace") if out.exists() else ""
@@ -283,11 +292,11 @@ def pool_target(cfg: Config, nodes: Sequence[Node], job_partitions: Sequence[str
                               f"repair {plan.repair_hours:g} h, target {plan.target:g}")
 
 
-def validation_script(node: str, levels: Sequence[str], check_argv: Sequence[str]) -> str:
+def validation_script(node: str, levels: Sequence[str], check_argv: Sequence[str],
+                      sbatch_options: Sequence[str] = ()) -> str:
     """The batch script: each level in turn, a marker line the sweep reads back, no shell evaluation of data."""
     cmd = " ".join(shlex.quote(a) for a in check_argv)
-    lines = [
-        "#!/bin/sh",
+    lines = ["#!/bin/sh"] + [f"#SBATCH {o}" for o in sbatch_options] + [
         f"# slurm-ft validation of {node}: {' + '.join(levels)} (submitted by `slurm-ft sweep`)",
     ]
     for level in levels:

@@ -1,0 +1,232 @@
+"""The sweep's decisions and acts over an in-memory Slurm model (no daemons; the lab test drives real ones).
+
+The model keeps nodes, partitions, reservations and jobs; a validation job "runs" the moment it is
+submitted and writes what `slurm-ft check` would, pass or fail by the node's health in the model.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
+from slurm_ft.errors import Busy
+from slurm_ft.lifecycle.lock import FileLock
+from slurm_ft.lifecycle.states import Event, State
+from slurm_ft.lifecycle.store import Store
+from slurm_ft.lifecycle.sweep import Sweeper, read_verdict, sweep_locked, validation_script
+from slurm_ft.model import Job, Node, Partition, Reservation
+from slurm_ft.slurm.client import JobNotFound
+
+
+class ModelSlurm:
+    def __init__(self, train=("gpu001", "gpu002", "gpu003", "gpu004"), spares=("gpu005", "gpu006")):
+        self.n = {x: Node(x, "IDLE") for x in train + spares}
+        self.parts = {"train": list(train), "spares": list(spares)}
+        self.resv = {}
+        self.jobs_ = {}
+        self.sick = set()
+        self.calls = []
+
+    def _node(self, x):
+        parts = tuple(p for p, ns in self.parts.items() if x in ns)
+        flags = set(self.n[x].flags) | ({"MAINTENANCE", "RESERVED"} if any(x in r for r in self.resv.values()) else set())
+        return replace(self.n[x], partitions=parts, flags=frozenset(flags))
+
+    def nodes(self, names=None):
+        return [self._node(x) for x in sorted(self.n) if names is None or x in names]
+
+    def node(self, name):
+        return self._node(name)
+
+    def partitions(self):
+        return [Partition(p, tuple(ns)) for p, ns in self.parts.items()]
+
+    def partition(self, name):
+        return Partition(name, tuple(self.parts[name]))
+
+    def set_partition_nodes(self, name, nodes):
+        self.calls.append(("set_partition_nodes", name, tuple(nodes)))
+        self.parts[name] = list(nodes)
+
+    def drain(self, nodes, reason):
+        for x in nodes:
+            self.n[x] = replace(self.n[x], flags=self.n[x].flags | {"DRAIN"}, reason=reason,
+                                reason_time=time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+    def resume(self, nodes):
+        for x in nodes:
+            self.n[x] = replace(self.n[x], flags=self.n[x].flags - {"DRAIN"}, reason="")
+
+    def reservations(self):
+        return [Reservation(k, tuple(v)) for k, v in self.resv.items()]
+
+    def create_reservation(self, nodes, *, name, duration, flags, users):
+        assert name not in self.resv
+        self.resv[name] = list(nodes)
+        return name
+
+    def delete_reservation(self, name):
+        del self.resv[name]
+
+    def submit(self, script):
+        opts = dict(re.findall(r"^#SBATCH --([a-z]+)=(\S+)$", script, re.M))
+        node = opts["nodelist"]
+        assert node in self.resv.get(opts["reservation"], []), "validation must run inside its reservation"
+        assert node in self.parts[opts["partition"]] and "DRAIN" not in self.n[node].flags
+        jid = 100 + len(self.jobs_)
+        level = re.findall(r"--level '?(\w+)'?", script)[0]
+        if node in self.sick:
+            doc = {"node": node, "level": level, "healthy": False, "findings": [
+                {"check": "ecc", "severity": "fail", "gpu": 2, "code": "ECC_DBE", "reason": "double-bit ECC errors",
+                 "action": "drain"}]}
+            text = json.dumps(doc) + f"\nslurm-ft-validate: FAIL {level} exit 1\n"
+            state = "FAILED"
+        else:
+            text = "\n".join(json.dumps({"node": node, "level": lv, "healthy": True, "findings": []})
+                             for lv in re.findall(r"--level '?(\w+)'?", script)) + "\nslurm-ft-validate: PASS\n"
+            state = "COMPLETED"
+        Path(opts["output"]).write_text(text)
+        self.jobs_[jid] = Job(jid, "v", state)
+        return jid
+
+    def job(self, jid):
+        if jid not in self.jobs_:
+            raise JobNotFound(f"job {jid} not found")
+        return self.jobs_[jid]
+
+    # what the controller would do after a fault on `bad` running a job: swap `spare` in
+    def recover(self, bad, spare, reason="slurm-ft: XID79 gpu3 fell off the bus"):
+        self.drain([bad], reason)
+        self.parts["train"] = [x for x in self.parts["train"] if x != bad] + [spare]
+        self.parts["spares"].remove(spare)
+
+
+def config(tmp_path, **lc):
+    base = dict(spare_recheck_s=0, quarantine_grace_s=0, pool_target=2, metrics_path=str(tmp_path / "m.prom"),
+                breaker_max_share=0, breaker_max_nodes=3)
+    base.update(lc)
+    return Config(state_dir=str(tmp_path / "state"), controller=ControllerConfig(job_partitions=("train",)),
+                  lifecycle=LifecycleConfig(**base))
+
+
+def sweep(cfg, slurm):
+    with Store(cfg.state_dir) as store:
+        return Sweeper(cfg, slurm, store, sleep=lambda s: None).run(wait_s=5)
+
+
+def admin(cfg, node, event):
+    with Store(cfg.state_dir) as store:
+        return store.apply(node, event, time.time(), default=State.IN_SERVICE, actor="admin:test",
+                           lemon_k=cfg.lifecycle.lemon_incidents,
+                           lemon_window_s=cfg.lifecycle.lemon_window_days * 86400)
+
+
+def test_a_full_lap(tmp_path):
+    cfg, s = config(tmp_path), ModelSlurm()
+    assert sweep(cfg, s).changes == []          # the first sweep records the spares, silently
+    s.recover("gpu002", "gpu005")
+    r = sweep(cfg, s)
+    assert r.changes[:3] == ["gpu002: in_service -> failed (slurm-ft: XID79 gpu3 fell off the bus)",
+                             "gpu002: failed -> quarantined (drained and out of the partitions)",
+                             "gpu005: spare -> in_service (in train)"]
+    assert r.alerts == ["spare pool short: 1 of 2 (lifecycle.pool_target)"]
+    assert sweep(cfg, s).changes == [] and sweep(cfg, s).alerts == []     # nothing new: silent
+    admin(cfg, "gpu002", Event.REPAIRED)
+    r = sweep(cfg, s)
+    assert r.changes[0].startswith("gpu002: repaired -> validating (job 100, full + burnin)")
+    assert r.changes[1] == "gpu002: validating -> spare (passed (job 100))"
+    assert r.changes[2] == "spare pool back to 2 of 2"
+    n = s.node("gpu002")
+    assert n.partitions == ("spares",) and not n.drained and s.resv == {}
+    # the second fault's recovery can take the same node
+    s.recover("gpu003", "gpu002")
+    r = sweep(cfg, s)
+    assert "gpu002: spare -> in_service (in train)" in r.changes
+    with Store(cfg.state_dir) as st:
+        events = [e.event for e in st.history("gpu002")]
+    assert events == [Event.FAULT, Event.QUARANTINE, Event.REPAIRED, Event.VALIDATE, Event.PASS, Event.SWAP_IN]
+
+
+def test_a_lemon_ends_on_the_rma_list(tmp_path):
+    cfg, s = config(tmp_path), ModelSlurm()
+    s.recover("gpu001", "gpu005")
+    s.sick.add("gpu001")
+    sweep(cfg, s)
+    for expected in (State.QUARANTINED, State.RMA):
+        admin(cfg, "gpu001", Event.REPAIRED)
+        r = sweep(cfg, s)
+        with Store(cfg.state_dir) as st:
+            assert st.record("gpu001").state is expected
+        assert f"gpu001: validating -> {expected.value} (ECC_DBE gpu2 double-bit ECC errors" in r.changes[1]
+        n = s.node("gpu001")
+        assert n.drained and n.reason.startswith("slurm-ft: validation failed: ECC_DBE gpu2") and n.partitions == ()
+    assert any("on the RMA list" in a for a in r.alerts)
+    with pytest.raises(Exception, match="node release"):
+        admin(cfg, "gpu001", Event.REPAIRED)
+
+
+def test_failed_node_still_in_train_is_quarantined_by_the_sweep(tmp_path):
+    cfg, s = config(tmp_path), ModelSlurm()
+    s.drain(["gpu004"], "slurm-ft: ECC_DBE gpu0 double-bit")       # no FT job there: the controller did nothing
+    r = sweep(cfg, s)
+    assert "gpu004: failed -> quarantined" in r.changes[1]
+    assert "gpu004" not in s.parts["train"]
+
+
+def test_admin_drain_is_left_alone(tmp_path):
+    cfg, s = config(tmp_path), ModelSlurm()
+    s.drain(["gpu004"], "bios update")
+    assert sweep(cfg, s).changes == []
+    assert "gpu004" in s.parts["train"]
+
+
+def test_spare_recheck_quarantines_a_bad_spare_and_is_silent_for_good_ones(tmp_path):
+    cfg, s = config(tmp_path, spare_recheck_s=3600), ModelSlurm()
+    s.sick.add("gpu006")
+    r = sweep(cfg, s)
+    assert [c for c in r.changes if "-> spare" in c] == []        # a good spare's routine pass is no news
+    assert "gpu006: validating -> quarantined (ECC_DBE gpu2" in r.changes[-1]
+    assert s.parts["spares"] == ["gpu005"] and s.node("gpu006").drained
+    with Store(cfg.state_dir) as st:
+        assert st.record("gpu005").last_pass is not None
+    assert sweep(cfg, s).changes == []                            # passed within the hour: not re-checked
+
+
+def test_spare_recheck_respects_an_open_breaker(tmp_path):
+    cfg, s = config(tmp_path, spare_recheck_s=3600, breaker_max_nodes=1), ModelSlurm()
+    with Store(cfg.state_dir) as st:
+        st.breaker_decide("gpu001", time.time(), total_nodes=6, max_share=0, max_nodes=1, window_s=3600)
+    s.sick.update({"gpu005", "gpu006"})
+    r = sweep(cfg, s)
+    assert not s.node("gpu005").drained and not s.node("gpu006").drained
+    assert len([a for a in r.alerts if "failed its re-check" in a and "breaker" in a]) == 2
+
+
+def test_sweep_writes_metrics_and_holds_a_lock(tmp_path):
+    cfg, s = config(tmp_path), ModelSlurm()
+    sweep_locked(cfg, s, wait_s=1)
+    text = Path(cfg.lifecycle.metrics_path).read_text()
+    assert 'slurm_ft_nodes{state="spare"} 2' in text and "slurm_ft_last_sweep_timestamp_seconds" in text
+    with FileLock(Path(cfg.state_dir) / "sweep.lock"):
+        with pytest.raises(Busy, match=r"another sweep is running \(pid \d+"):
+            sweep_locked(cfg, s, wait_s=1)
+
+
+def test_validation_script_quotes_everything():
+    text = validation_script("gpu001", ["full", "burnin"], ["/opt/my env/python", "-m", "slurm_ft", "check"],
+                             ["--output=/x/gpu001.out"])
+    assert "#SBATCH --output=/x/gpu001.out" in text
+    assert "'/opt/my env/python' -m slurm_ft check --level full --json --node gpu001" in text
+    assert text.index("--level full") < text.index("--level burnin")
+
+
+def test_read_verdict():
+    assert read_verdict("{}\nslurm-ft-validate: PASS\n", "COMPLETED", 7) == (True, "passed (job 7)")
+    assert read_verdict("slurm-ft-validate: PASS\n", "FAILED", 7)[0] is False
+    assert read_verdict("", "TIMEOUT", 7) == (False, "job 7 ended TIMEOUT without a verdict")
+    assert read_verdict("slurm-ft-validate: FAIL burnin exit 1\n", "FAILED", 7) == (False, "FAIL burnin exit 1")
