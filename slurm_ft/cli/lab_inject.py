@@ -1,0 +1,76 @@
+"""`slurm-ft lab inject` and `slurm-ft lab heal`: break and repair a lab node's fake GPUs."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import click
+
+from slurm_ft.errors import UsageError
+from slurm_ft.lab import inject as lab_inject
+
+_DIR_HELP = "Lab directory (default $SLURM_FT_LAB, else /tmp/slurm-ft-lab)."
+
+
+@click.command("inject")
+@click.argument("node")
+@click.option("--gpu", type=int, default=0, show_default=True, help="GPU index on the node.")
+@click.option("--xid", type=int, metavar="CODE", help="Log an Xid (and deliver it as an NVML event).")
+@click.option("--ecc-dbe", is_flag=True, help="Double-bit ECC error (volatile+aggregate uncorrected, Xid 48).")
+@click.option("--remap-pending", is_flag=True, help="Row remapping pending (Xid 63).")
+@click.option("--remap-failure", is_flag=True, help="Row remapping failure (Xid 64).")
+@click.option("--nvlink-down", type=int, metavar="LINK", help="Take one NVLink down (Xid 74).")
+@click.option("--pcie-width", type=int, metavar="W", help="Degrade the PCIe link to xW.")
+@click.option("--gpu-lost", is_flag=True, help="GPU falls off the bus: every NVML call fails (Xid 79).")
+@click.option("--clock-event", type=click.Choice(sorted(lab_inject.CLOCK_EVENTS)), help="Set a clock event reason.")
+@click.option("--slow", type=float, metavar="F", help="Run the SM clock at F x max (0 < F <= 1).")
+@click.option("--proc", type=int, metavar="PID", help="A compute process that holds the GPU.")
+@click.option("--no-log", is_flag=True, help="Change the state only; write no kernel-log line.")
+@click.option("--dir", "labdir", metavar="PATH", help=_DIR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print what was injected as JSON.")
+def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, remap_pending: bool, remap_failure: bool,
+           nvlink_down: Optional[int], pcie_width: Optional[int], gpu_lost: bool, clock_event: Optional[str],
+           slow: Optional[float], proc: Optional[int], no_log: bool, labdir: Optional[str], as_json: bool) -> None:
+    """Inject one GPU fault into lab NODE: fake NVML state plus the driver's kernel-log line.
+
+    \b
+    Examples:
+      slurm-ft lab inject gpu003 --gpu 2 --xid 79
+      slurm-ft lab inject gpu010 --ecc-dbe
+      slurm-ft lab inject gpu011 --gpu 5 --nvlink-down 3
+      slurm-ft lab inject gpu012 --slow 0.5 --no-log
+    """
+    chosen = [(name, value) for name, value in (
+        ("xid", xid), ("ecc_dbe", ecc_dbe or None), ("remap_pending", remap_pending or None),
+        ("remap_failure", remap_failure or None), ("nvlink_down", nvlink_down), ("pcie_width", pcie_width),
+        ("gpu_lost", gpu_lost or None), ("clock_event", clock_event), ("slow", slow), ("proc", proc),
+    ) if value is not None]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one fault: --xid CODE, --ecc-dbe, --remap-pending, --remap-failure, "
+                         "--nvlink-down LINK, --pcie-width W, --gpu-lost, --clock-event NAME, --slow F or --proc PID")
+    fault, value = chosen[0]
+    done = lab_inject.inject(lab_inject.lab_dir(labdir), node, fault, gpu=gpu, value=value, log=not no_log)
+    if as_json:
+        click.echo(json.dumps({"node": done.node, "gpu": done.gpu, "fault": done.fault,
+                               "summary": done.summary, "kmsg": list(done.kmsg)}))
+        return
+    click.echo(f"{done.node} gpu{done.gpu}: {done.summary}")
+    for rec in done.kmsg:
+        click.echo(f"  kmsg: {rec}")
+
+
+@click.command("heal")
+@click.argument("node", required=False)
+@click.option("--all", "all_nodes", is_flag=True, help="Heal every node of the lab.")
+@click.option("--dir", "labdir", metavar="PATH", help=_DIR_HELP)
+def heal(node: Optional[str], all_nodes: bool, labdir: Optional[str]) -> None:
+    """Give NODE (or --all nodes) healthy GPUs again and an empty kernel log, as after repair and reboot."""
+    if bool(node) == all_nodes:
+        raise UsageError("give a NODE or --all")
+    d = lab_inject.lab_dir(labdir)
+    if all_nodes:
+        names = lab_inject.heal_all(d)
+        click.echo(f"healed {len(names)} node(s) in {d}")
+    else:
+        lab_inject.heal(d, node)
+        click.echo(f"{node}: healthy GPUs, kernel log emptied")
