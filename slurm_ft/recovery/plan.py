@@ -223,7 +223,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if giving_up:
         return [Step("give_up", **base, reason=_give_up_reason(inc, incidents, max_restarts))]
 
-    if not inc.done("swap"):
+    if not _swapped(inc, snap, policy):
         need = len(inc.nodes) - len(inc.spares)
         chosen = list(inc.spares)
         fresh = [s for s in pool if s not in chosen][:max(need, 0)]
@@ -269,6 +269,20 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if waited > policy.running_timeout_s and "not running after" not in inc.note:
         return [Step("note", **base, reason=f"not running after {waited:.0f} s: pending ({job.reason})")]
     return [Step("poll", **base, reason=f"pending ({job.reason})")]
+
+
+def _swapped(inc: Incident, snap: Snapshot, policy: Policy) -> bool:
+    """The swap is done and still holds: its spares are in the job partition and out of the pool.
+
+    Read off Slurm, not only the journal: a slurmctld restarted without -R rebuilds partitions from
+    slurm.conf, which silently undoes a swap; the plan then does it again.
+    """
+    if not inc.done("swap"):
+        return False
+    target = snap.partitions.get(inc.partition)
+    pool = snap.partitions.get(policy.spare_partition)
+    return all((target is not None and s in target.nodes) and (pool is None or s not in pool.nodes)
+               for s in inc.spares)
 
 
 def _restarted(inc: Incident, job: Job) -> bool:

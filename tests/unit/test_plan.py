@@ -151,6 +151,7 @@ def test_after_swap_exclude_then_start_with_starttime_now():
 
 def test_job_still_running_old_run_after_requeue_polls():
     snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")],
+                   spare_nodes=[node("gpu006", "IDLE")],
                    jobs=[job("RUNNING", nodes=("gpu001", "gpu002", "gpu003", "gpu004"))])
     inc = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok")], spares=("gpu005",))
     assert kinds(plan(snap, [inc], P, NOW)) == ["poll"]
@@ -158,7 +159,8 @@ def test_job_still_running_old_run_after_requeue_polls():
 
 def test_running_again_with_new_restart_count_confirms():
     run_nodes = ("gpu001", "gpu003", "gpu004", "gpu005")
-    snap = cluster([node(n) for n in run_nodes], jobs=[job("RUNNING", nodes=run_nodes, restart=1)])
+    snap = cluster([node(n) for n in run_nodes], spare_nodes=[node("gpu006", "IDLE")],
+                   jobs=[job("RUNNING", nodes=run_nodes, restart=1)])
     inc = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok"), ("exclude", "ok"), ("start", "ok")],
                    spares=("gpu005",))
     assert kinds(plan(snap, [inc], P, NOW)) == ["confirm"]
@@ -179,6 +181,7 @@ def test_empty_pool_requeues_held_and_waits_once():
     steps = plan(snap, [replace(inc, status="waiting")], P, NOW)
     assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu006",)
     inc2 = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok"), ("exclude", "ok")], spares=("gpu006",))
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu006", "IDLE")], spare_nodes=[], jobs=[j])
     steps = plan(snap, [inc2], P, NOW)
     assert kinds(steps) == ["start"] and steps[0].hold
 
@@ -259,12 +262,13 @@ def test_released_job_with_future_eligible_time_gets_starttime_now():
     from datetime import datetime
     later = datetime.fromtimestamp(NOW + 100).isoformat(timespec="seconds")
     j = replace(job("PENDING", restart=1, reason="None", nodes=()), eligible_time=later)
-    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")], jobs=[j])
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")], spare_nodes=[], jobs=[j])
     inc = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok"), ("exclude", "ok"), ("start", "ok")],
                    spares=("gpu005",))
     assert kinds(plan(snap, [inc], P, NOW)) == ["start"]
     now_ok = replace(j, eligible_time=datetime.fromtimestamp(NOW).isoformat(timespec="seconds"))
-    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")], jobs=[now_ok])
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")], spare_nodes=[],
+                   jobs=[now_ok])
     assert kinds(plan(snap, [inc], P, NOW)) == ["poll"]
 
 
@@ -274,3 +278,12 @@ def test_job_we_gave_up_on_is_not_picked_up_again():
     gave_up = incident(status="gave_up", closed_at=NOW - 10)
     assert plan(cluster(nodes, jobs=[j]), [gave_up], P, NOW) == []
     assert kinds(plan(cluster(nodes, jobs=[j]), [], P, NOW)) == ["open"]   # Slurm's reason, underscores and all
+
+
+def test_a_swap_undone_by_a_slurmctld_restart_is_done_again():
+    """slurmctld restarted without -R rebuilds partitions from slurm.conf: the spare is back in the pool."""
+    j = job("PENDING", restart=1, reason="BeginTime", nodes=())
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[j])
+    inc = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok")], spares=("gpu005",))
+    steps = plan(snap, [inc], P, NOW)
+    assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu005",)
