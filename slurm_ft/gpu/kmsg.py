@@ -172,8 +172,16 @@ def parse_line(line: str, *, boot_time: Optional[float] = None) -> Optional[XidE
 
 
 def map_to_gpus(events: Sequence[XidEvent], gpus: Sequence[GpuSample]) -> List[XidEvent]:
-    """Fill each event's NVML index from the GPUs' PCI bus ids (the log prints domain:bus:device)."""
+    """Fill each event's NVML index from the GPUs' PCI bus ids (the log prints domain:bus:device).
+
+    A GPU that fell off the bus often answers nothing, not even its PCI id. When exactly one GPU has
+    no PCI id and the log names exactly one PCI id that no other GPU has, they are the same GPU.
+    """
     by_pci = {normalize_pci(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
+    anonymous = [g.index for g in gpus if not g.pci_bus_id]
+    strangers = {e.pci_bus_id for e in events if e.kind != "sxid" and e.pci_bus_id not in by_pci}
+    if len(anonymous) == 1 and len(strangers) == 1:
+        by_pci[strangers.pop()] = anonymous[0]
     return [replace(e, gpu=by_pci.get(e.pci_bus_id, e.gpu)) if e.kind != "sxid" else e for e in events]
 
 

@@ -90,6 +90,15 @@ def test_map_to_nvml_index():
     assert [e.gpu for e in ev] == [0, 5]
 
 
+def test_map_lost_gpu_without_pci_id():
+    # NVML cannot say where a lost GPU sits; the one unexplained PCI id in the log is that GPU
+    gpus = [GpuSample(index=0, pci_bus_id="00000000:2a:00.0"), GpuSample(index=1, lost=True)]
+    ev = kmsg.map_to_gpus(events("dev-kmsg.txt"), gpus)
+    assert [(e.xid, e.gpu) for e in ev] == [(79, 1), (13, 0)]
+    two_lost = gpus + [GpuSample(index=2, lost=True)]
+    assert [e.gpu for e in kmsg.map_to_gpus(events("dev-kmsg.txt"), two_lost)] == [None, 0]
+
+
 def test_unreadable_file_is_a_usage_error(tmp_path):
     from slurm_ft.errors import UsageError
     with pytest.raises(UsageError, match="cannot read"):

@@ -53,3 +53,14 @@ def test_stdin_user_xids_only_exit_0_json():
     d = json.loads(r.stdout)
     assert [e["xid"] for e in d["events"]] == [68, 43] and d["drains"] is False
     assert all(e["pci_bus_id"] == "0000:18:00" for e in d["events"])
+
+
+def test_nvml_index_shown_when_nvml_is_available(tmp_path):
+    from slurm_ft.lab import fake_nvml
+    fake_nvml.build(tmp_path)
+    r = run(str(DATA / "dev-kmsg.txt"), "--json",
+            env={"LD_LIBRARY_PATH": str(tmp_path), "SLURM_FT_FAKE_NODE": "gpu001"})
+    d = json.loads(r.stdout)
+    assert [(e["xid"], e["gpu"]) for e in d["events"]] == [(79, 0), (13, 1)]   # 18:00 is GPU 0, 2a:00 GPU 1
+    r = run(str(DATA / "dev-kmsg.txt"), env={"LD_LIBRARY_PATH": str(tmp_path), "SLURM_FT_FAKE_NODE": "gpu001"})
+    assert "gpu0 PCI 0000:18:00  Xid 79" in r.stdout
