@@ -1,0 +1,277 @@
+"""A health run end to end without daemons: deadline, crashing probes, state file, drain decisions."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from slurm_ft.config import Config, HealthConfig, NodeType
+from slurm_ft.errors import ConfigError, UsageError
+from slurm_ft.health import drain as dr
+from slurm_ft.health import levels, run, state as st
+from slurm_ft.health.probes import ProbeContext
+from slurm_ft.model import (Action, EccCounts, Finding, GpuSample, Node, NodeSample, Pcie, RowRemap, Severity,
+                            XidEvent)
+
+
+def gpus(changes=None, n=8):
+    changes = changes or {}
+    out = []
+    for i in range(n):
+        g = GpuSample(index=i, pci_bus_id=f"00000000:{0x18 + i:02x}:00.0", ecc=EccCounts(0, 0, 0, 0),
+                      remap=RowRemap(), pcie=Pcie(5, 5, 16, 16), temperature_c=40, clock_event_reasons=0)
+        out.append(replace(g, **changes.get(i, {})))
+    return tuple(out)
+
+
+def config(tmp_path, **health) -> Config:
+    health.setdefault("node_types", {"default": NodeType(nvlinks_per_gpu=0)})   # samples carry no NVLinks
+    hc = HealthConfig(kmsg_path=str(tmp_path / "{node}.kmsg"), state_file=str(tmp_path / "state" / "{node}.json"),
+                      disk_paths=(str(tmp_path),), **health)
+    return Config(health=hc)
+
+
+def reader_for(sample_gpus):
+    return lambda node, parts: NodeSample(node=node, gpus=sample_gpus)
+
+
+def test_level_check_lists_and_unknown_level():
+    assert levels.checks_for("quick") == ("inventory", "xid", "ecc", "remap", "retired", "pcie")
+    assert "processes" in levels.checks_for("epilog") and "processes" not in levels.checks_for("prolog")
+    assert levels.checks_for("burnin")[-1] == "burnin"
+    with pytest.raises(UsageError):
+        levels.checks_for("deep")
+    with pytest.raises(UsageError, match="unknown check"):
+        levels.checks_for("quick", {"quick": ("inventory", "nope")})
+    assert "nvlink_errors" not in levels.nvml_parts(levels.checks_for("prolog"), "prolog")
+    assert "nvlink_errors" in levels.nvml_parts(levels.checks_for("full"), "full")
+
+
+def test_healthy_node_reports_ok_line_per_check(tmp_path):
+    rep = run.run_level("quick", "gpu001", config(tmp_path), reader=reader_for(gpus()), now=1000.0)
+    assert rep.healthy and rep.exit_code == 0
+    assert [f.check for f in rep.findings] == list(levels.checks_for("quick"))
+    assert all(f.severity is Severity.OK for f in rep.findings)
+    d = rep.to_dict()
+    assert set(d) >= {"node", "level", "healthy", "elapsed_s", "findings"}
+
+
+def test_fail_finding_gives_exit_1(tmp_path):
+    rep = run.run_level("quick", "gpu001", config(tmp_path),
+                        reader=reader_for(gpus({2: {"ecc": EccCounts(0, 3, 0, 3)}})), now=1000.0)
+    assert not rep.healthy and rep.exit_code == 1
+    assert [(f.code, f.gpu) for f in rep.findings if f.severity is Severity.FAIL] == [("ECC_DBE", 2)]
+
+
+def test_hung_nvml_call_is_an_error_finding_within_the_deadline(tmp_path):
+    release = threading.Event()
+
+    def hung(node, parts):
+        release.wait(30)
+        return NodeSample(node=node)
+
+    t0 = time.monotonic()
+    rep = run.run_level("quick", "gpu001", config(tmp_path), reader=hung, deadline_s=0.3)
+    release.set()
+    assert time.monotonic() - t0 < 1.5
+    assert rep.hung and rep.healthy        # an error, never a drain
+    assert [(f.severity, f.code) for f in rep.findings] == [(Severity.ERROR, "NVML_HUNG")]
+    assert "NVML call hung" in rep.findings[0].reason
+
+
+def test_reader_crash_is_an_error_finding(tmp_path):
+    def broken(node, parts):
+        raise RuntimeError("boom")
+    rep = run.run_level("quick", "gpu001", config(tmp_path), reader=broken)
+    assert rep.healthy and rep.findings[0].severity is Severity.ERROR and "boom" in rep.findings[0].reason
+
+
+def test_crashing_probe_is_error_not_fail(monkeypatch):
+    import slurm_ft.health.run as r
+
+    def bad(sample, ctx):
+        raise ZeroDivisionError("x")
+    monkeypatch.setattr(r, "get_probe", lambda name: bad if name == "ecc" else (lambda s, c: []))
+    out = r.judge(NodeSample(node="n"), ("inventory", "ecc"), ProbeContext())
+    assert [(f.check, f.severity) for f in out] == [("inventory", Severity.OK), ("ecc", Severity.ERROR)]
+
+
+def test_unreadable_kernel_log_is_an_error_for_xid_only(tmp_path):
+    cfg = config(tmp_path)
+    (tmp_path / "gpu001.kmsg").mkdir()          # a directory where the log should be: unreadable
+    rep = run.run_level("quick", "gpu001", cfg, reader=reader_for(gpus()))
+    by = {f.check: f for f in rep.findings}
+    assert by["xid"].severity is Severity.ERROR and by["ecc"].severity is Severity.OK
+
+
+def _kmsg_line(t: float, code: int, pci: str = "0000:1b:00") -> str:
+    from slurm_ft.health import host
+    usec = int((t - host.boot_time()) * 1e6)
+    return f"4,1,{usec},-;NVRM: Xid (PCI:{pci}): {code}, pid=1, name=python, something\n"
+
+
+def test_xid_in_kernel_log_is_mapped_to_its_gpu(tmp_path):
+    now = time.time()
+    (tmp_path / "gpu001.kmsg").write_text(_kmsg_line(now - 5, 79, "0000:1b:00") + _kmsg_line(now - 5, 13, "0000:18:00"))
+    rep = run.run_level("quick", "gpu001", config(tmp_path), reader=reader_for(gpus()), now=now)
+    xids = {f.code: f for f in rep.findings if f.check == "xid"}
+    assert xids["XID79"].gpu == 3 and xids["XID79"].severity is Severity.FAIL
+    assert xids["XID13"].gpu == 0 and xids["XID13"].severity is Severity.OK
+
+
+def test_epilog_judges_only_xids_since_the_job_started(tmp_path):
+    cfg = config(tmp_path)
+    t_job = time.time() - 100
+    (tmp_path / "gpu001.kmsg").write_text(_kmsg_line(t_job - 50, 79))
+    run.check_node("prolog", "gpu001", cfg, reader=reader_for(gpus()), job_id="42", now=t_job)
+    rep = run.check_node("epilog", "gpu001", cfg, reader=reader_for(gpus()), job_id="42")
+    assert not [f for f in rep.findings if f.code == "XID79"]     # before the job: not this job's fault
+    with open(tmp_path / "gpu001.kmsg", "a") as fh:
+        fh.write(_kmsg_line(t_job + 10, 79))
+    rep = run.check_node("epilog", "gpu001", cfg, reader=reader_for(gpus()), job_id="42")
+    assert [f.code for f in rep.findings if f.severity is Severity.FAIL] == ["XID79"]
+
+
+def test_state_file_is_root_only_and_unsafe_one_refused(tmp_path):
+    cfg = config(tmp_path)
+    run.check_node("quick", "gpu001", cfg, reader=reader_for(gpus({1: {"remap": RowRemap(pending=True)}})))
+    p = tmp_path / "state" / "gpu001.json"
+    assert oct(p.stat().st_mode & 0o777) == "0o600"
+    data = json.loads(p.read_text())
+    assert [(a["code"], a["gpu"], a["level"]) for a in data["active"]] == [("REMAP_PENDING", 1, "quick")]
+    os.chmod(p, 0o666)
+    with pytest.raises(ConfigError, match="writable by others"):
+        st.load(p)
+
+
+def test_state_keeps_findings_a_level_could_not_recheck():
+    s = st.empty("n")
+    st.record(s, "epilog", levels.checks_for("epilog"),
+              [Finding("processes", Severity.FAIL, "left", "GPU_PROC_LEFT", 0, Action.DRAIN)], 1.0)
+    st.record(s, "quick", levels.checks_for("quick"), [], 2.0)
+    assert [f.code for f in st.active(s)] == ["GPU_PROC_LEFT"]       # quick cannot see processes
+    st.record(s, "epilog", levels.checks_for("epilog"), [], 3.0)
+    assert st.active(s) == []
+
+
+def test_app_xid_history_counts_distinct_jobs():
+    s = st.empty("n")
+    f = Finding("xid", Severity.OK, "app", "XID13", 3, Action.NONE)
+    for job in ("1", "2", "2", "3"):
+        st.record(s, "epilog", ("xid",), [f], 1.0, job_id=job)
+    assert st.xid_history(s) == {(3, 13): 3}
+
+
+def test_node_type_by_hostlist_and_glob():
+    hc = HealthConfig(node_types={"default": NodeType(), "a100": NodeType(gpus=4, nvlinks_per_gpu=12)},
+                      node_type_of={"gpu[001-004]": "a100", "cpu*": "default"})
+    assert run.node_type_for("gpu003", hc)[0] == "a100"
+    assert run.node_type_for("gpu005", hc)[0] == "default"
+    bad = replace(hc, node_type_of={"gpu*": "h200"})
+    with pytest.raises(ConfigError, match="unknown node type"):
+        run.node_type_for("gpu001", bad)
+
+
+# --- drain decisions, against a stub client (the Slurm side is covered by the lab tests) -----------
+
+class StubClient:
+    def __init__(self, node: Node, others=()):
+        self.n = node
+        self.others = list(others)
+        self.calls = []
+
+    def node(self, name):
+        return self.n
+
+    def nodes(self, names=None):
+        return [self.n] + self.others
+
+    def drain(self, nodes, reason):
+        self.calls.append(("drain", tuple(nodes), reason))
+        self.n = replace(self.n, flags=frozenset({"DRAIN"}), reason=reason)
+
+    def resume(self, nodes):
+        self.calls.append(("resume", tuple(nodes)))
+        self.n = replace(self.n, flags=frozenset(), reason="")
+
+
+XID79 = Finding("xid", Severity.FAIL, "GPU has fallen off the bus", "XID79", 3, Action.REBOOT)
+ECC = Finding("ecc", Severity.FAIL, "uncorrectable ECC errors (volatile 2)", "ECC_DBE", 5, Action.RESET_GPU)
+
+
+@pytest.fixture(autouse=True)
+def open_gate():
+    dr.set_gate(lambda node, reason, **kw: dr.Gate(True, "test"))
+    yield
+    dr.set_gate(None)
+
+
+def test_reason_names_code_gpu_and_cause_and_fits():
+    assert dr.reason_text([ECC, XID79]) == "slurm-ft: XID79 gpu3 GPU has fallen off the bus (+1 more)"
+    long = Finding("disk", Severity.FAIL, "x" * 300 + "=|\u00e9", "DISK_FULL", None, Action.DRAIN)
+    r = dr.reason_text([long])
+    assert len(r) <= dr.REASON_MAX and r.startswith("slurm-ft: DISK_FULL ") and r.isascii()
+
+
+def test_fail_drains_a_healthy_node_once():
+    c = StubClient(Node("gpu001", "IDLE"))
+    out = dr.apply(c, "gpu001", [XID79], checks=("xid",))
+    assert out.action == "drained" and c.calls == [("drain", ("gpu001",), "slurm-ft: XID79 gpu3 GPU has fallen off the bus")]
+    out = dr.apply(c, "gpu001", [XID79], checks=("xid",))
+    assert out.action == "kept" and len(c.calls) == 1
+
+
+def test_admin_drain_is_never_touched():
+    c = StubClient(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="bad DIMM, ticket 42"))
+    assert dr.apply(c, "gpu001", [XID79], checks=("xid",)).action == "left"
+    assert dr.apply(c, "gpu001", [], checks=levels.checks_for("full")).action == "none"
+    assert c.calls == []
+
+
+def test_prolog_error_drain_gets_the_exact_reason():
+    c = StubClient(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="Prolog error"))
+    out = dr.apply(c, "gpu001", [], checks=("inventory",), active=[ECC])
+    assert out.action == "reason_updated" and c.n.reason.startswith("slurm-ft: ECC_DBE gpu5")
+
+
+def test_resume_only_own_drain_and_only_when_the_level_saw_it_clear():
+    c = StubClient(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: NVLINK_DOWN gpu1 17 of 18"))
+    assert dr.apply(c, "gpu001", [], checks=levels.checks_for("quick")).action == "kept"   # quick has no nvlink
+    assert dr.apply(c, "gpu001", [], checks=levels.checks_for("full")).action == "resumed"
+    assert c.calls == [("resume", ("gpu001",))]
+
+
+def test_active_finding_from_another_level_blocks_resume():
+    c = StubClient(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: GPU_PROC_LEFT gpu0 left"))
+    left = Finding("processes", Severity.FAIL, "left", "GPU_PROC_LEFT", 0, Action.DRAIN)
+    out = dr.apply(c, "gpu001", [], checks=levels.checks_for("quick"), active=[left])
+    assert out.action == "kept" and c.calls == []
+
+
+def test_gate_refusal_leaves_node_in_service():
+    dr.set_gate(lambda node, reason, **kw: dr.Gate(False, "breaker open"))
+    c = StubClient(Node("gpu001", "IDLE"))
+    out = dr.apply(c, "gpu001", [XID79], checks=("xid",))
+    assert out.action == "refused" and "breaker open" in out.message and c.calls == []
+
+
+def test_builtin_limit_counts_slurm_ft_drains_in_slurm(monkeypatch):
+    import builtins
+    dr.set_gate(None)
+    real_import = builtins.__import__
+
+    def no_guard(name, *a, **kw):   # exercise the fallback used when the lifecycle guard is absent
+        if name == "slurm_ft.lifecycle" and a and a[2] and "guard" in a[2]:
+            raise ImportError("no guard")
+        return real_import(name, *a, **kw)
+    monkeypatch.setattr(builtins, "__import__", no_guard)
+    from slurm_ft.config import LifecycleConfig
+    cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.0, breaker_max_nodes=2))
+    drained = [Node(f"gpu00{i}", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu0 x") for i in (2, 3)]
+    c = StubClient(Node("gpu001", "IDLE"), drained)
+    g = dr.may_drain("gpu001", "r", client=c, config=cfg, now=0.0)
+    assert not g.allowed and "limit 2" in g.why
