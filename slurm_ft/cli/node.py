@@ -111,12 +111,14 @@ def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
         if event is Event.QUARANTINE:
             from slurm_ft.lifecycle.sweep import Sweeper
             if not n.drained:
-                client.drain([name], f"slurm-ft: quarantined by {admin()[6:]}: {cause}"[:200])
+                client.drain([name], " ".join(f"slurm-ft: QUARANTINED by {admin()[6:]}: {cause}".split())[:100])
             Sweeper(config, client, store, actor=admin()).take_out(name)
         entry = store.apply(name, event, time.time(),
                             default=default_state(n.partitions, config.controller.spare_partition),
                             cause=cause, actor=admin(), lemon_k=lc.lemon_incidents,
                             lemon_window_s=lc.lemon_window_days * 86400.0)
+        if event is Event.QUARANTINE and n.drained:   # keep the fault, stop a healthy check from resuming it
+            Sweeper(config, client, store, actor=admin()).mark_quarantined(name, entry.to_state)
     click.echo(f"{name}: {entry.from_state} -> {entry.to_state}" + (f" ({entry.cause})" if entry.cause else ""))
     if entry.to_state is State.REPAIRED:
         click.echo(f"the next `slurm-ft sweep` validates it ({' + '.join(lc.validate_levels)}) "

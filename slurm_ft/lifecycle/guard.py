@@ -34,9 +34,8 @@ def journaled_decision(config: Config, node: str, reason: str = "", *, client=No
     try:
         if total_nodes is None and lc.breaker_max_share > 0:
             if client is None:
-                from slurm_ft.slurm.client import SlurmClient
-                conf = getattr(getattr(config, "slurm", None), "conf", None)
-                client = SlurmClient(conf=conf or None)
+                from slurm_ft.slurm.client import client_from_config
+                client = client_from_config(config)
             total_nodes = len(client.nodes())
         with Store(config.state_dir) as store:
             decision = store.breaker_decide(node, now, total_nodes=total_nodes or 0, max_share=lc.breaker_max_share,

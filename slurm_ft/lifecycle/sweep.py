@@ -37,7 +37,7 @@ PASS_MARK = "slurm-ft-validate: PASS"
 FAIL_MARK = "slurm-ft-validate: FAIL"
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
          "DEADLINE", "PREEMPTED")
-REASON_MAX = 200   # keep drain reasons well inside what scontrol and sinfo show
+REASON_MAX = 100   # as health/drain.py: `sinfo -R` stays readable
 
 
 @dataclass
@@ -134,7 +134,27 @@ class Sweeper:
         if change.act == "quarantine":
             self.take_out(change.node)
         entry = self._record(change.node, change.event, change.cause, node)
+        if entry.to_state in (State.QUARANTINED, State.RMA):
+            self.mark_quarantined(change.node, entry.to_state)
         report.changes.append(f"{change.node}: {entry.from_state} -> {entry.to_state} ({_short(entry.cause)})")
+
+    def mark_quarantined(self, name: str, state: State) -> None:
+        """Rewrite the drain reason to `slurm-ft: QUARANTINED ...`: a later healthy check must not resume
+        the node (the health check resumes only drains whose fault code its level can re-check); only
+        a passed validation brings it back."""
+        node = self.client.node(name)
+        if not node.drained:
+            return
+        tag = "RMA" if state is State.RMA else "QUARANTINED"
+        rest = node.reason[len(OWNER):].strip() if node.reason.startswith(OWNER) else node.reason
+        for old in ("QUARANTINED ", "RMA "):
+            rest = rest[len(old):] if rest.startswith(old) else rest
+        self.client.drain([name], _reason(f"{OWNER} {tag} {rest}", 100))
+
+    def _resume(self, name: str) -> None:
+        """Resume if still drained (a health check may have resumed it meanwhile)."""
+        if self.client.node(name).drained:
+            self.client.resume([name])
 
     def _record(self, name: str, event: Event, cause: str, node: Optional[Node] = None):
         default = State.SPARE if event is Event.SWAP_IN else default_state(node.partitions if node else (), self.spare)
@@ -174,8 +194,7 @@ class Sweeper:
         # 2. a repaired node sits in no partition and is drained: put it in the pool's partition, resume it
         if not recheck:
             self.put_in_pool(name)
-            if node.drained:
-                self.client.resume([name])
+            self._resume(name)
         out = self.out_dir() / f"{name}-{int(self.clock())}.out"
         options = [f"--job-name=slurm-ft-validate-{name}", f"--partition={self.spare}", f"--reservation={resv}",
                    f"--nodelist={name}", "--nodes=1", "--exclusive", "--no-requeue",
@@ -185,7 +204,8 @@ class Sweeper:
                              f"{'re-check' if recheck else 'validation'} job {job_id}: {' + '.join(levels)}", node)
         self.store.set_validation(name, job_id, self.clock())
         self.store.kv_set(f"validation_out:{name}", str(out))
-        report.changes.append(f"{name}: {entry.from_state} -> validating (job {job_id}, {' + '.join(levels)})")
+        if not recheck:   # a routine re-check is news only when it fails
+            report.changes.append(f"{name}: {entry.from_state} -> validating (job {job_id}, {' + '.join(levels)})")
         return {name: job_id}
 
     def _check_argv(self) -> List[str]:
@@ -233,7 +253,7 @@ class Sweeper:
         if passed:
             self.put_in_pool(name)
             if node.drained and node.reason.startswith(OWNER):
-                self.client.resume([name])
+                self._resume(name)
             entry = self._record(name, Event.PASS, why, node)
             if not recheck:   # a spare that passes its routine re-check is no news
                 report.changes.append(f"{name}: validating -> spare ({_short(why)})")
@@ -249,6 +269,7 @@ class Sweeper:
         self.client.drain([name], reason)
         self.take_out(name)
         entry = self._record(name, Event.FAIL, why, node)
+        self.mark_quarantined(name, entry.to_state)
         report.changes.append(f"{name}: validating -> {entry.to_state} ({_short(entry.cause)})")
         if entry.to_state is State.RMA:
             report.alerts.append(f"{name}: on the RMA list ({_short(entry.cause)})")
@@ -336,8 +357,8 @@ def read_verdict(text: str, job_state: str, job_id: int) -> Tuple[bool, str]:
     return False, f"job {job_id} ended {job_state} without a verdict"
 
 
-def _reason(text: str) -> str:
-    return " ".join(text.split())[:REASON_MAX]
+def _reason(text: str, limit: int = REASON_MAX) -> str:
+    return " ".join(text.split())[:limit]
 
 
 def _short(text: str, n: int = 100) -> str:

@@ -164,7 +164,9 @@ def test_a_lemon_ends_on_the_rma_list(tmp_path):
             assert st.record("gpu001").state is expected
         assert f"gpu001: validating -> {expected.value} (ECC_DBE gpu2 double-bit ECC errors" in r.changes[1]
         n = s.node("gpu001")
-        assert n.drained and n.reason.startswith("slurm-ft: validation failed: ECC_DBE gpu2") and n.partitions == ()
+        tag = "RMA" if expected is State.RMA else "QUARANTINED"
+        assert n.drained and n.reason.startswith(f"slurm-ft: {tag} validation failed: ECC_DBE gpu2")
+        assert n.partitions == ()
     assert any("on the RMA list" in a for a in r.alerts)
     with pytest.raises(Exception, match="node release"):
         admin(cfg, "gpu001", Event.REPAIRED)
@@ -176,6 +178,8 @@ def test_failed_node_still_in_train_is_quarantined_by_the_sweep(tmp_path):
     r = sweep(cfg, s)
     assert "gpu004: failed -> quarantined" in r.changes[1]
     assert "gpu004" not in s.parts["train"]
+    # a healthy health check must not resume it: the reason no longer carries a re-checkable code
+    assert s.node("gpu004").reason == "slurm-ft: QUARANTINED ECC_DBE gpu0 double-bit"
 
 
 def test_admin_drain_is_left_alone(tmp_path):
