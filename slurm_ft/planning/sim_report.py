@@ -39,6 +39,9 @@ def setup(profile: Profile, policy: Policy, *, gpus: int, gpus_per_node: int, da
           restart_s: float, repair_dist: str = "exp", elastic_min_nodes: Optional[int] = None,
           target: float = 0.999) -> SimSetup:
     """Fill in the checkpoint interval (Daly) and the spare count (Poisson plan) when not given."""
+    # check what the arithmetic below divides by before using it
+    SimParams(gpus, gpus_per_node, days, spares or 0, repair_hours, ckpt_interval_s or 1.0, ckpt_cost_s, restart_s,
+              repair_dist, elastic_min_nodes).check()
     d = Derivation()
     c = d.given("profile_count", "interruptions in the profile (c)", profile.total, note=profile.source)
     D = d.given("profile_days", "over days (D)", profile.days, "days")
