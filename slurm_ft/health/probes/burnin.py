@@ -33,12 +33,16 @@ def probe(sample: NodeSample, ctx) -> List[Finding]:
     for idx, v in sorted(tflops.items()):
         why = []
         if best > 0 and v < t.burnin_relative_min * best:
-            why.append(f"{v / best:.0%} of the node's best {best:.1f}")
+            why.append(f"{v / best:.0%} of the node's best {_tf(best)}")
         if expected and v < t.burnin_absolute_min * expected:
             why.append(f"{v / expected:.0%} of expected {expected:g}")
         if why:
-            out.append(Finding(CHECK, Severity.FAIL, f"slow GPU: {v:.1f} TFLOPS, " + " and ".join(why) + f" ({label})",
+            out.append(Finding(CHECK, Severity.FAIL, f"slow GPU: {_tf(v)} TFLOPS, " + " and ".join(why) + f" ({label})",
                                "BURNIN_SLOW", idx, Action.DRAIN))
         else:
-            out.append(Finding(CHECK, Severity.OK, f"{v:.1f} TFLOPS ({label})", "BURNIN_TFLOPS", idx))
+            out.append(Finding(CHECK, Severity.OK, f"{_tf(v)} TFLOPS ({label})", "BURNIN_TFLOPS", idx))
     return out
+
+
+def _tf(v: float) -> str:
+    return f"{v:.1f}" if v >= 10 else f"{v:.3g}"
