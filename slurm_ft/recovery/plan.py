@@ -143,11 +143,11 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     if job.state == "RUNNING":
         failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
         # The same fault seen again through a stale read: an incident already requeued this run.
-        handled = {n for i in incidents if i.job_id == job.job_id and i.restart_count == job.restart_count
+        handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
                    for n in i.nodes}
         failed = [n for n in failed if n not in handled]
     elif job.state in ("PENDING", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD") and _slurm_requeued(job):
-        mine = [i for i in incidents if i.job_id == job.job_id]
+        mine = _of_job(incidents, job.job_id, job)
         if mine and mine[-1].status == "gave_up":
             return None             # held by us after max-restarts: an admin releases it
         # Slurm requeued it (launch failed, node failure): the failed nodes are those still in its
@@ -167,7 +167,11 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
 def _slurm_requeued(job: Job) -> bool:
     if job.state in ("NODE_FAIL", "REQUEUED", "REQUEUE_HOLD"):
         return True
-    return job.restart_count > 0 and reason_in(job.reason, SLURM_REQUEUED_REASONS)
+    if job.restart_count == 0:
+        return False
+    # squeue --json (22.05) reports a launch-failed requeue as state_reason JobHeldUser (the words are in
+    # state_description); scontrol prints launch_failed_requeued_held. A root/admin hold is JobHeldAdmin.
+    return reason_in(job.reason, SLURM_REQUEUED_REASONS) or (job.held and job.reason == "JobHeldUser")
 
 
 def _job_partition(job: Job, snap: Snapshot, policy: Policy) -> Optional[str]:
@@ -184,11 +188,17 @@ def fault_time(snap: Snapshot, nodes: Iterable[str]) -> Optional[float]:
     return min(times) if times else None
 
 
-def restarts_without_progress(inc: Incident, incidents: Sequence[Incident]) -> int:
+def restarts_without_progress(inc: Incident, incidents: Sequence[Incident], job: Optional[Job] = None) -> int:
     """Earlier recoveries of this job that found the same latest checkpoint (no step saved since)."""
-    return sum(1 for i in incidents
-               if i.job_id == inc.job_id and i.id < inc.id and i.status == "recovered"
-               and i.ckpt_step == inc.ckpt_step)
+    return sum(1 for i in _of_job(incidents, inc.job_id, job)
+               if i.id < inc.id and i.status == "recovered" and i.ckpt_step == inc.ckpt_step)
+
+
+def _of_job(incidents: Sequence[Incident], job_id: int, job: Optional[Job]) -> List[Incident]:
+    """This job's incidents; not those of an older job that had the same id (ids restart with a fresh
+    slurmctld), told apart by the job's submit time."""
+    submitted = parse_slurm_time(job.submit_time) if job is not None else None
+    return [i for i in incidents if i.job_id == job_id and (submitted is None or i.opened_at >= submitted - 1)]
 
 
 def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float,
@@ -199,7 +209,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     ended = job is None or job.state in TERMINAL
     spec = snap.specs.get(inc.job_id)
     max_restarts = spec.max_restarts if spec else 0
-    giving_up = restarts_without_progress(inc, incidents) >= max_restarts
+    giving_up = restarts_without_progress(inc, incidents, job) >= max_restarts
 
     def quarantined() -> bool:
         return not any(n in p.nodes for n in inc.nodes
@@ -215,13 +225,13 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if not inc.done("requeue"):
         short = _shortfall(inc, pool)
         hold = giving_up or (short > 0 and not _can_shrink(inc, spec, short))
-        why = ("gives up: " + _give_up_reason(inc, incidents, max_restarts)) if giving_up else (
+        why = ("gives up: " + _give_up_reason(inc, incidents, max_restarts, job)) if giving_up else (
             "held until a spare is free" if hold else "at once, without waiting for a collective timeout")
         return [Step("requeue", **base, hold=hold, reason=why)]
     if not quarantined():
         return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
     if giving_up:
-        return [Step("give_up", **base, reason=_give_up_reason(inc, incidents, max_restarts))]
+        return [Step("give_up", **base, reason=_give_up_reason(inc, incidents, max_restarts, job))]
 
     if not _swapped(inc, snap, policy):
         need = len(inc.nodes) - len(inc.spares)
@@ -302,7 +312,7 @@ def _can_shrink(inc: Incident, spec, short: int) -> bool:
     return bool(spec and spec.min_nodes and inc.job_nodes - short >= spec.min_nodes)
 
 
-def _give_up_reason(inc: Incident, incidents: Sequence[Incident], max_restarts: int) -> str:
-    n = restarts_without_progress(inc, incidents)
+def _give_up_reason(inc: Incident, incidents: Sequence[Incident], max_restarts: int, job: Optional[Job]) -> str:
+    n = restarts_without_progress(inc, incidents, job)
     where = f"checkpoint step {inc.ckpt_step}" if inc.ckpt_step is not None else "no checkpoint"
     return f"{n} restart(s) without progress ({where}), max_restarts={max_restarts}"

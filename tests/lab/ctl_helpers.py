@@ -1,0 +1,78 @@
+"""Shared by the controller's lab tests: submit FT jobs, fail nodes, run `slurm-ft controller once`."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import yaml
+
+PY = os.path.realpath(sys.executable)
+
+
+def controller_config(lab, tmp_path: Path) -> Path:
+    """The lab's slurm-ft.yaml with a state dir of this test's own (a fresh journal per test)."""
+    data = yaml.safe_load(Path(lab.config_path).read_text()) or {}
+    state = tmp_path / "state"
+    data["state_dir"] = str(state)
+    data.setdefault("controller", {})["poll_s"] = 0.05
+    path = tmp_path / "slurm-ft.yaml"
+    path.write_text(yaml.safe_dump(data))
+    os.chmod(path, 0o644)
+    return path
+
+
+def slurm_ft(lab, config: Optional[Path], *args, env=None, timeout=120, check=True) -> subprocess.CompletedProcess:
+    e = dict(lab.env)
+    if config is not None:
+        e["SLURM_FT_CONFIG"] = str(config)
+    e.update(env or {})
+    p = subprocess.run([PY, "-m", "slurm_ft", *args], capture_output=True, text=True, timeout=timeout, env=e)
+    if check:
+        assert p.returncode == 0, f"slurm-ft {' '.join(args)}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def submit_ft(lab, tmp_path: Path, nodes: int, *extra: str) -> int:
+    p = slurm_ft(lab, None, "sbatch", *extra, "-N", str(nodes), "-o", str(tmp_path / "job-%j.out"),
+                 "/bin/sleep", "3600")
+    return int(p.stdout.split()[-1])
+
+
+def submit_plain(lab, tmp_path: Path, nodes: int) -> int:
+    p = subprocess.run(["sbatch", "--parsable", "-N", str(nodes), "-o", str(tmp_path / "plain-%j.out"),
+                        "--wrap", "sleep 3600"], capture_output=True, text=True, timeout=30, env=lab.env)
+    assert p.returncode == 0, p.stderr
+    return int(p.stdout.strip().split(";")[0])
+
+
+def wait_job(lab, job_id: int, state: str = "RUNNING", timeout: float = 30.0, **more):
+    deadline = time.monotonic() + timeout
+    job = None
+    while time.monotonic() < deadline:
+        job = lab.client.job(job_id)
+        if job.state == state and all(getattr(job, k) == v for k, v in more.items()):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} not {state} {more} within {timeout} s; last seen {job}")
+
+
+def fail_node(lab, node: str, reason: str = "slurm-ft: XID79 gpu3 GPU has fallen off the bus") -> None:
+    """What the health check does on a fatal finding: drain with a slurm-ft reason."""
+    lab.client.drain([node], reason)
+
+
+def once(lab, config: Path, budget: float = 30, env=None, check=True) -> subprocess.CompletedProcess:
+    return slurm_ft(lab, config, "controller", "once", "--json", "--budget", str(budget), env=env, check=check)
+
+
+def incidents(lab, config: Path) -> List[dict]:
+    return json.loads(slurm_ft(lab, config, "incidents", "--json").stdout)
+
+
+def parts(lab) -> dict:
+    return {p.name: set(p.nodes) for p in lab.client.partitions()}

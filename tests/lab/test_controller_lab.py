@@ -1,0 +1,195 @@
+"""The requeue controller against the real lab (slurmctld + 68 slurmd): each edge case of issue 4."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ctl_helpers import (controller_config, fail_node, incidents, once, parts, slurm_ft, submit_ft,
+                         submit_plain, wait_job)
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture
+def cfg(lab, tmp_path):
+    lab.reset()
+    yield controller_config(lab, tmp_path)
+    lab.reset()
+
+
+def test_failed_node_is_swapped_for_a_spare_and_the_job_runs_again(lab, cfg, tmp_path):
+    jid = submit_ft(lab, tmp_path, 4)
+    job = wait_job(lab, jid)
+    bad = job.nodes[1]
+    pool = set(lab.spare_nodes)
+    fail_node(lab, bad)
+    t0 = time.monotonic()
+    once(lab, cfg)
+    took = time.monotonic() - t0
+    job = wait_job(lab, jid, restart_count=1)
+    assert bad not in job.nodes
+    p = parts(lab)
+    assert bad not in p["train"]                                 # quarantined
+    node = lab.client.node(bad)
+    assert node.drained and node.reason.startswith("slurm-ft: XID79")   # still drained with its reason
+    [inc] = incidents(lab, cfg)
+    assert inc["status"] == "recovered" and inc["job_id"] == jid and inc["nodes"] == [bad]
+    [spare] = inc["spares"]
+    assert spare in pool and spare in p["train"] and p["spares"] == pool - {spare}   # pool one smaller
+    assert [s["name"] for s in inc["steps"]] == ["open", "requeue", "quarantine", "swap", "exclude", "start", "confirm"]
+    assert all(s["outcome"] == "ok" for s in inc["steps"])
+    assert inc["total_s"] < 10 and took < 15
+    # a second cycle finds nothing to do: the job is not requeued twice for one fault
+    out = once(lab, cfg)
+    assert '"steps": []' in out.stdout
+    assert lab.client.job(jid).restart_count == 1
+
+
+def test_two_nodes_of_one_job_fail_at_once_one_incident_two_spares(lab, cfg, tmp_path):
+    jid = submit_ft(lab, tmp_path, 4)
+    job = wait_job(lab, jid)
+    bad = [job.nodes[0], job.nodes[2]]
+    for n in bad:
+        fail_node(lab, n)
+    once(lab, cfg)
+    job = wait_job(lab, jid, restart_count=1)
+    [inc] = incidents(lab, cfg)
+    assert inc["status"] == "recovered" and sorted(inc["nodes"]) == sorted(bad) and len(inc["spares"]) == 2
+    assert not set(bad) & set(job.nodes) and not set(bad) & parts(lab)["train"]
+    assert len(parts(lab)["spares"]) == len(lab.spare_nodes) - 2
+
+
+def test_empty_pool_job_waits_with_a_clear_reason_then_resumes_when_a_spare_returns(lab, cfg, tmp_path):
+    lab.client.set_partition_nodes("spares", [])
+    # fill train so the job cannot simply run on other idle train nodes of the lab
+    jid = submit_ft(lab, tmp_path, len(lab.train_nodes))
+    job = wait_job(lab, jid)
+    bad = job.nodes[5]
+    fail_node(lab, bad)
+    once(lab, cfg, budget=5)
+    [inc] = incidents(lab, cfg)
+    assert inc["status"] == "waiting" and "waiting for a spare" in inc["note"]
+    job = lab.client.job(jid)
+    assert job.state == "PENDING" and job.restart_count == 1
+    show = subprocess.run(["scontrol", "show", "job", str(jid)], capture_output=True, text=True, env=lab.env).stdout
+    assert "AdminComment=slurm-ft: waiting for a spare" in show
+    once(lab, cfg, budget=2)                                     # still nothing: no loop, no second requeue
+    assert lab.client.job(jid).restart_count == 1 and incidents(lab, cfg)[0]["status"] == "waiting"
+    spare = lab.spare_nodes[0]
+    lab.client.set_partition_nodes("spares", [spare])           # an admin returns a node to the pool
+    once(lab, cfg)
+    job = wait_job(lab, jid, restart_count=1)
+    assert spare in job.nodes and bad not in job.nodes
+    assert incidents(lab, cfg)[0]["status"] == "recovered"
+
+
+def test_elastic_job_shrinks_instead_of_waiting(lab, cfg, tmp_path):
+    lab.client.set_partition_nodes("spares", [])
+    n = len(lab.train_nodes)
+    jid = submit_ft(lab, tmp_path, n, "--min-nodes", str(n - 2))
+    job = wait_job(lab, jid)
+    fail_node(lab, job.nodes[3])
+    once(lab, cfg)
+    job = wait_job(lab, jid, restart_count=1)
+    assert job.num_nodes == n - 1 and len(job.nodes) == n - 1
+    [inc] = incidents(lab, cfg)
+    assert inc["status"] == "recovered" and inc["shrink_to"] == n - 1 and inc["spares"] == []
+
+
+def test_fault_on_a_node_without_an_ft_job_is_drain_only(lab, cfg, tmp_path):
+    plain = submit_plain(lab, tmp_path, 2)
+    job = wait_job(lab, plain)
+    ft = submit_ft(lab, tmp_path, 2)
+    wait_job(lab, ft)
+    before = parts(lab)
+    fail_node(lab, job.nodes[0])                                 # under a plain job
+    idle = [n for n in lab.train_nodes if lab.client.node(n).state == "IDLE"][0]
+    fail_node(lab, idle)                                         # under no job at all
+    out = once(lab, cfg, budget=3)
+    assert '"steps": []' in out.stdout and incidents(lab, cfg) == []
+    assert parts(lab) == before
+    assert lab.client.job(plain).state == "RUNNING" and lab.client.job(ft).restart_count == 0
+    assert lab.client.node(idle).drained
+
+
+def test_admin_drain_is_not_a_fault(lab, cfg, tmp_path):
+    jid = submit_ft(lab, tmp_path, 3)
+    job = wait_job(lab, jid)
+    lab.client.drain([job.nodes[0]], "admin: replace a fan after this job")
+    out = once(lab, cfg, budget=3)
+    assert '"steps": []' in out.stdout and incidents(lab, cfg) == []
+    job = lab.client.job(jid)
+    assert job.state == "RUNNING" and job.restart_count == 0      # the running job finishes where it is
+
+
+def test_job_failing_again_and_again_stops_after_max_restarts(lab, cfg, tmp_path):
+    jid = submit_ft(lab, tmp_path, 2, "--max-restarts", "1")
+    job = wait_job(lab, jid)
+    fail_node(lab, job.nodes[0])
+    once(lab, cfg)
+    job = wait_job(lab, jid, restart_count=1)
+    fail_node(lab, job.nodes[0])                                 # fails again, no checkpoint progress
+    once(lab, cfg, budget=5)
+    statuses = [i["status"] for i in incidents(lab, cfg)]
+    assert statuses == ["recovered", "gave_up"]
+    assert "max_restarts=1" in incidents(lab, cfg)[1]["note"]
+    job = lab.client.job(jid)
+    assert job.state == "PENDING" and job.restart_count == 2     # held, not restarted
+    once(lab, cfg, budget=2)
+    assert len(incidents(lab, cfg)) == 2 and lab.client.job(jid).restart_count == 2   # no loop
+
+
+def test_prolog_failure_launch_failed_held_job_is_released_onto_a_spare(lab, cfg, tmp_path):
+    """A real prolog failure: Slurm drains the node ("Prolog error") and requeues the job HELD; we finish."""
+    bad = [n for n in lab.train_nodes if lab.client.node(n).state == "IDLE"][0]   # Slurm allocates lowest first
+    slurm_ft(lab, None, "lab", "inject", bad, "--dir", str(lab.dir), "--gpu", "2", "--xid", "79")
+    jid = submit_ft(lab, tmp_path, 2)
+    wait_job(lab, jid, state="PENDING", restart_count=1, timeout=60)
+    assert lab.client.node(bad).drained
+    once(lab, cfg)
+    job = wait_job(lab, jid)
+    [inc] = incidents(lab, cfg)
+    assert inc["status"] == "recovered" and inc["nodes"] == [bad]
+    assert [s["outcome"] for s in inc["steps"] if s["name"] == "requeue"] == ["skipped"]   # Slurm had requeued it
+    assert job.restart_count == 1 and bad not in job.nodes and bad not in parts(lab)["train"]
+
+
+def test_slurmctld_restarted_mid_recovery(lab, cfg, tmp_path):
+    """slurmctld goes away right after the requeue and comes back without -R (partitions from slurm.conf)."""
+    from slurm_ft.lab.cluster import Lab
+    jid = submit_ft(lab, tmp_path, 3)
+    job = wait_job(lab, jid)
+    bad = job.nodes[0]
+    fail_node(lab, bad)
+    p = once(lab, cfg, env={"SLURM_FT_CRASH_AT": "swap:result"}, check=False)
+    assert p.returncode == -signal.SIGKILL
+    _restart_slurmctld(Lab(lab.dir))
+    once(lab, cfg)
+    job = wait_job(lab, jid, restart_count=1)
+    [inc] = incidents(lab, cfg)
+    assert inc["status"] == "recovered" and bad not in job.nodes
+    p = parts(lab)
+    assert bad not in p["train"] and not set(inc["spares"]) & p["spares"]
+    assert lab.client.node(bad).drained
+
+
+def _restart_slurmctld(lab) -> None:
+    pidfile = Path(lab.dir) / "run" / "slurmctld.pid"
+    pid = int(pidfile.read_text().split()[0])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.1)
+    from slurm_ft.runner import run
+    run(["slurmctld", "-f", str(lab.conf)], timeout=30, env=lab._daemon_env())   # no -c: keep jobs
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if run(["scontrol", "ping"], timeout=10, env=lab.env(), check=False).stdout.count("UP"):
+            return
+        time.sleep(0.2)
+    raise AssertionError("slurmctld did not come back")
