@@ -359,10 +359,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return a
 
 
-def _fault(args, log: EventLog, rank: int, node: str, what: str) -> None:
+def _fault(args, log: EventLog, rank: int, node: str, what: str, step: int) -> None:
     msg = f"RuntimeError: CUDA error: unspecified launch failure ({what} on {node}, rank {rank})"
     print(msg, file=sys.stderr, flush=True)
-    log.write("fault", rank=rank, node=node, reason=what, action=args.on_fault)
+    log.write("fault", rank=rank, node=node, reason=what, action=args.on_fault, step=step)
     if args.on_fault == "hang":
         while True:                  # a hung kernel: holds its sockets, never reaches the barrier
             signal.pause()
@@ -428,7 +428,7 @@ def main(argv: Sequence[str] = ()) -> int:
             if watch is not None:
                 fault = watch.check()
                 if fault:
-                    _fault(args, log, rank, node, fault)
+                    _fault(args, log, rank, node, fault, step)
             comm.barrier(f"s {step}", args.collective_timeout, wait_on_loss)
             if rank == 0:
                 now = time.time()

@@ -1,0 +1,124 @@
+"""The toy trainer as a real 4-node Slurm job: steps advance, checkpoints complete, a requeue resumes from
+the latest complete checkpoint, and a fatal Xid on one node kills that rank while the others wait for the
+collective timeout (as with NCCL)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_ft.lab.trainer import read_log
+from slurm_ft.recovery import ckpt
+
+pytestmark = pytest.mark.lab
+
+PY = os.path.realpath(sys.executable)
+NODES = 4
+
+
+def submit_trainer(lab, work: Path, *trainer_args: str) -> int:
+    ck = work / "ck"
+    argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), "-N", str(NODES),
+            "--ntasks-per-node=1", "--gres=gpu:8", "--open-mode=append", "-o", str(work / "job.out"),
+            "srun", PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
+            *trainer_args]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=lab.env, cwd=work)
+    assert p.returncode == 0, p.stderr
+    return int(p.stdout)
+
+
+def wait_event(ck: Path, pred, timeout: float, what: str) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for ev in read_log(str(ck)):
+            if pred(ev):
+                return ev
+        time.sleep(0.2)
+    tail = read_log(str(ck))[-3:]
+    raise AssertionError(f"no {what} within {timeout} s; last events: {tail}")
+
+
+@pytest.fixture
+def work(lab, tmp_path):
+    lab.reset()
+    os.chmod(tmp_path, 0o755)
+    yield tmp_path
+    lab.reset()
+
+
+def test_trainer_checkpoints_and_resumes_after_requeue(lab, work):
+    ck = work / "ck"
+    job_id = submit_trainer(lab, work, "--steps", "1000", "--step-time", "0.2", "--ckpt-every", "5",
+                            "--collective-timeout", "60")
+    start = wait_event(ck, lambda e: e["event"] == "start", 30, "start")
+    assert start["world"] == NODES and start["step"] == 0 and start["resumed_from"] is None
+    wait_event(ck, lambda e: e["event"] == "ckpt" and e["step"] >= 10, 30, "checkpoint at step 10")
+    job = lab.client.job(job_id)
+    assert job.state == "RUNNING" and len(job.nodes) == NODES
+
+    # a checkpoint is only ever COMPLETE with every rank's shard in it
+    latest = ckpt.latest(str(ck), verify=True)
+    assert latest.layout == "slurm-ft" and latest.step % 5 == 0
+    assert sorted(os.listdir(latest.path)) == ["COMPLETE"] + [f"rank_{r:05d}" for r in range(NODES)]
+
+    t_requeue = time.time()
+    lab.client.requeue(job_id)
+    # Slurm 22.05: a batch launch whose credential is from the same second as the requeue's kill is
+    # refused on the node ("Job N already killed, do not launch batch job") and the job FAILS. Start
+    # it in the next second at the earliest.
+    time.sleep(max(0.0, int(time.time()) + 1.05 - time.time()))
+    lab.client.start_now(job_id)
+    resumed = wait_event(ck, lambda e: e["event"] == "start" and e["restart"] == 1, 30, "start after requeue")
+    last_before = max(e["step"] for e in read_log(str(ck)) if e["event"] == "step" and e["restart"] == 0)
+    newest_ckpt = max(e["step"] for e in read_log(str(ck)) if e["event"] == "ckpt" and e["restart"] == 0)
+    assert resumed["step"] == newest_ckpt                      # the latest complete checkpoint, not older
+    assert resumed["resumed_from"] == os.path.join(str(ck), ckpt.step_name(newest_ckpt))
+    assert resumed["state_ok"]                                 # every rank's state came back intact
+    assert last_before - resumed["step"] < 5 + 2               # lost at most the checkpoint interval (+ in flight)
+    first = wait_event(ck, lambda e: e["event"] == "step" and e["restart"] == 1, 30, "first step after resume")
+    assert first["step"] == resumed["step"] + 1
+    assert first["t"] - t_requeue < 15                         # requeue to first resumed step, in the lab
+    assert lab.client.job(job_id).restart_count == 1
+
+
+def test_fatal_xid_kills_one_rank_and_the_others_hit_the_collective_timeout(lab, work):
+    ck = work / "ck"
+    job_id = submit_trainer(lab, work, "--steps", "1000", "--step-time", "0.2", "--ckpt-every", "5",
+                            "--collective-timeout", "4")
+    wait_event(ck, lambda e: e["event"] == "step" and e["step"] >= 7, 30, "step 7")
+    victim = lab.client.job(job_id).nodes[2]
+    state = Path(lab.dir) / "nodes" / victim / "nvml.state"
+    tmp = state.with_suffix(".tmp")
+    tmp.write_text("gpus 8\ngpu 5 xid 1 31\ngpu 3 xid 2 79\n")  # 31 is an app Xid; 79: fallen off the bus
+    os.replace(tmp, state)
+    fault = wait_event(ck, lambda e: e["event"] == "fault", 15, "fault")
+    assert fault["node"] == victim and fault["rank"] == 2 and fault["reason"] == "Xid 79 on GPU 3"
+    timeout = wait_event(ck, lambda e: e["event"] == "timeout", 20, "collective timeout")
+    # nobody noticed before the timeout (rank 0 entered the barrier up to one step before the fault)
+    assert 4 - 0.2 <= timeout["t"] - fault["t"] < 12
+    job = lab.client.wait_job_state(job_id, ["FAILED", "COMPLETED"], timeout=30)
+    assert job.state == "FAILED"                               # Slurm alone does not bring it back
+    steps = [e["step"] for e in read_log(str(ck)) if e["event"] == "step"]
+    assert max(steps) == fault["step"] - 1                     # no step completed after the fault
+    assert ckpt.latest(str(ck)).step == max(s for s in steps if s % 5 == 0)
+
+
+def test_hang_mode_keeps_the_faulty_rank_alive(lab, work):
+    ck = work / "ck"
+    job_id = submit_trainer(lab, work, "--steps", "1000", "--step-time", "0.2", "--on-fault", "hang",
+                            "--collective-timeout", "600")
+    wait_event(ck, lambda e: e["event"] == "step" and e["step"] >= 2, 30, "step 2")
+    victim = lab.client.job(job_id).nodes[1]
+    state = Path(lab.dir) / "nodes" / victim / "nvml.state"
+    state.write_text("gpus 8\ngpu 0 lost 1\n")
+    fault = wait_event(ck, lambda e: e["event"] == "fault", 15, "fault")
+    assert fault["action"] == "hang" and "lost" in fault["reason"]
+    time.sleep(3)
+    steps = [e["step"] for e in read_log(str(ck)) if e["event"] == "step"]
+    assert lab.client.job(job_id).state == "RUNNING"           # hung, not failed: only a controller helps
+    time.sleep(1)
+    assert [e["step"] for e in read_log(str(ck)) if e["event"] == "step"] == steps   # and no progress
