@@ -177,7 +177,7 @@ class Lab:
             self.wait_idle(timeout)
         except (CommandError, EnvironmentProblem) as exc:
             self.down(quiet=True)             # never leave half a lab running
-            raise EnvironmentProblem(f"lab in {self.dir} did not start: {exc} (logs in {self.dir}/log)") from None
+            raise EnvironmentProblem(f"the lab did not start: {exc}") from None
         return UpResult(False, time.monotonic() - t0, len(self.spec.node_names))
 
     def _check_ports(self) -> None:
@@ -333,7 +333,11 @@ health:
             timeout=20, env=self._daemon_env())
 
     def _start_slurmctld(self) -> None:
-        # -c: a fresh cluster on every start (no jobs or node states from the last run)
+        # A fresh cluster on every start: no jobs, node states or reservations from the last run
+        # (-c alone keeps the reservations).
+        state = self.dir / "state" / "ctld"
+        shutil.rmtree(state, ignore_errors=True)
+        state.mkdir(mode=0o755, parents=True)
         run(["slurmctld", "-c", "-f", self.conf], timeout=30, env=self._daemon_env())
 
     def _start_missing_slurmds(self) -> None:
@@ -388,19 +392,32 @@ health:
     def down(self, quiet: bool = False, timeout: float = 15.0) -> List[int]:
         """Stop every daemon of this lab (and leftover job steps), by pid. Returns the pids stopped."""
         if self.running():
-            try:                              # jobs first, so that no job step outlives its slurmd
-                jobs = run(["squeue", "-h", "-o", "%i"], timeout=15, env=self.env()).stdout.split()
-                if jobs:
-                    run(["scancel", "--quiet", *jobs], timeout=15, env=self.env(), check=False)
-            except CommandError:
-                pass
+            self._cancel_all_jobs(timeout)
         alive = [d for d in self.daemons() if d["alive"]]
         rank = {"slurmd": 0, "slurmctld": 1, "munged": 2}
-        stopped = _terminate([d["pid"] for d in sorted(alive, key=lambda d: rank[d["name"]])], timeout)
-        stopped += _terminate(_leftover_steps(self.dir), timeout)
+        stopped = _terminate([d["pid"] for d in sorted(alive, key=lambda d: rank[d["name"]])], min(timeout, 5.0))
+        steps = _leftover_steps(self.dir)
+        stopped += _terminate(steps + _descendants(steps), 1.0, sig=signal.SIGKILL)
         if not quiet:
             log.info("stopped %d processes of the lab in %s", len(stopped), self.dir)
         return stopped
+
+    def _cancel_all_jobs(self, timeout: float) -> None:
+        """scancel every job and wait until none runs: a slurmd with live steps is slow to stop."""
+        try:
+            jobs = run(["squeue", "-h", "-o", "%i"], timeout=15, env=self.env()).stdout.split()
+            if not jobs:
+                return
+            run(["scancel", "--quiet", *jobs], timeout=15, env=self.env(), check=False)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                active = run(["squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED", "-o", "%i"],
+                             timeout=15, env=self.env()).stdout.split()
+                if not active:
+                    return
+                time.sleep(0.2)
+        except CommandError as exc:            # a wedged slurmctld must not stop `down`
+            log.warning("could not cancel the lab's jobs: %s", exc)
 
     # --- status ------------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -482,17 +499,36 @@ def _leftover_steps(directory: Path) -> List[int]:
             continue
         pid = int(entry.name)
         argv = _proc_cmdline(pid)
-        if argv and argv[0].startswith("slurmstepd") and _proc_env(pid).get(MARKER_ENV) == str(directory):
+        if argv and argv[0].startswith("slurmstepd") and _alive(pid) \
+                and _proc_env(pid).get(MARKER_ENV) == str(directory):
             pids.append(pid)
     return pids
 
 
-def _terminate(pids: List[int], timeout: float) -> List[int]:
-    """SIGTERM, wait, then SIGKILL what is left. Returns the pids that were running."""
+def _descendants(pids: List[int]) -> List[int]:
+    """Every process below `pids` (the job's own processes below a slurmstepd)."""
+    children: Dict[int, List[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _terminate(pids: List[int], timeout: float, sig: int = signal.SIGTERM) -> List[int]:
+    """Send `sig`, wait, then SIGKILL what is left. Returns the pids that were running."""
     sent = []
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, sig)
             sent.append(pid)
         except ProcessLookupError:
             pass
