@@ -38,9 +38,8 @@ def choose_policy(name: str, policy_file: Optional[str], recovery_figures: Optio
     if recovery_figures:
         if name != "slurm-ft":
             raise UsageError("--recovery-figures goes with --policy slurm-ft")
-        det, rec = pr.recovery_figures(_read(recovery_figures), recovery_figures)
-        return pr.slurm_ft_policy(det, rec, source=f"measured by bench/recovery.py ({recovery_figures}): "
-                                                   f"detection p50 {det:g} s, recovery p50 {rec:g} s")
+        det, rec, what = pr.recovery_figures(_read(recovery_figures), recovery_figures)
+        return pr.slurm_ft_policy(det, rec, source=f"measured by bench/recovery.py ({recovery_figures}): {what}")
     return pr.builtin_policy(name)
 
 

@@ -269,11 +269,13 @@ def _find(data: Any, keys: Tuple[str, ...], flat: Tuple[str, ...]) -> Optional[f
     return None
 
 
-def recovery_figures(text: str, where: str) -> Tuple[float, float]:
-    """(detection p50 s, recovery p50 s) from the JSON that `bench/recovery.py --json` writes.
+def recovery_figures(text: str, where: str) -> Tuple[float, float, str]:
+    """(detection p50 s, recovery p50 s, what was read) from the JSON `bench/recovery.py --json` writes.
 
     Accepted shapes: {"detect_s": {"p50": 0.8}, "recovery_s": {"p50": 4.9}}, flat keys
-    detect_p50_s / recovery_p50_s, or the same one level down."""
+    detect_p50_s / recovery_p50_s, or the same one level down. A file with only the whole
+    fault-to-resume time ({"fault_to_resume_s": {"p50": 6.1}}) gives detection 0 and that time as the
+    recovery, so that detection is counted once, inside it."""
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -282,12 +284,19 @@ def recovery_figures(text: str, where: str) -> Tuple[float, float]:
         raise UsageError(f"{where}: expected a JSON object")
     det = _find(data, _DETECT_KEYS, ("detect_p50_s", "detection_p50_s"))
     rec = _find(data, _RECOVERY_KEYS, ("recovery_p50_s", "recover_p50_s", "total_p50_s"))
-    if det is None or rec is None:
-        missing = "detect_s.p50" if det is None else "recovery_s.p50"
-        raise UsageError(f"{where}: no {missing} figure (expected keys detect_s/recovery_s with a p50)")
+    if det is not None and rec is not None:
+        what = f"detection p50 {det:g} s, recovery p50 {rec:g} s"
+    else:
+        total = _find(data, ("fault_to_resume_s", "fault_to_resume"), ("fault_to_resume_p50_s",))
+        if total is None:
+            missing = "detect_s.p50" if det is None else "recovery_s.p50"
+            raise UsageError(f"{where}: no {missing} figure (expected keys detect_s and recovery_s with a p50, "
+                             f"or fault_to_resume_s with a p50)")
+        det, rec = 0.0, total
+        what = f"fault-to-resume p50 {total:g} s taken as the recovery, detection included"
     if det < 0 or rec < 0:
         raise UsageError(f"{where}: negative figures")
-    return det, rec
+    return det, rec, what
 
 
 def with_restart(policy: Policy, restart_s: float) -> Policy:
