@@ -1,0 +1,184 @@
+"""Health checks against the real lab: each injected fault is found at its level and drains only that
+node with a reason naming GPU and fault; user-caused Xids, healthy nodes and admins' drains are left
+alone; a failing prolog makes Slurm drain the node and requeue the job; `watch` drains within a second."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_ft.lab import inject as inj
+
+pytestmark = pytest.mark.lab
+
+PY = os.path.realpath(sys.executable)
+
+# fault, inject kwargs, level that must find it, a cheaper level that must NOT fail on it, code, gpu
+FAULTS = [
+    ("xid", {"gpu": 2, "value": 79}, "quick", None, "XID79", 2),
+    ("ecc_dbe", {"gpu": 1}, "quick", None, "ECC_DBE", 1),
+    ("remap_pending", {"gpu": 3}, "quick", None, "REMAP_PENDING", 3),
+    ("remap_failure", {"gpu": 0}, "quick", None, "REMAP_FAILURE", 0),
+    ("pcie_width", {"gpu": 5, "value": 8, "log": False}, "quick", None, "PCIE_WIDTH", 5),
+    ("gpu_lost", {"gpu": 6}, "quick", None, "GPU_LOST", 6),
+    ("nvlink_down", {"gpu": 4, "value": 5, "log": False}, "prolog", "quick", "NVLINK_DOWN", 4),
+    ("proc", {"gpu": 1, "value": 4_000_000, "log": False}, "epilog", "prolog", "GPU_PROC_LEFT", 1),
+    ("clock_event", {"gpu": 7, "value": "hw_slowdown"}, "full", "epilog", "HW_SLOWDOWN", 7),
+    ("slow", {"gpu": 2, "value": 0.5}, "burnin", "full", "BURNIN_SLOW", 2),
+]
+
+
+@pytest.fixture
+def hl(lab, tmp_path):
+    """The lab, a config of this test's own (breaker off: these tests drain on purpose) and a runner."""
+    lab.reset()
+    data = yaml.safe_load(Path(lab.config_path).read_text()) or {}
+    data["state_dir"] = str(tmp_path / "state")
+    data.setdefault("lifecycle", {}).update({"breaker_max_share": 0.0, "breaker_max_nodes": 0})
+    cfg = tmp_path / "slurm-ft.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    os.chmod(cfg, 0o644)
+    state_tpl = data.get("health", {}).get("state_file", "")
+    for n in lab.train_nodes + lab.spare_nodes:     # no findings left over from earlier tests
+        if state_tpl:
+            Path(state_tpl.replace("{node}", n)).unlink(missing_ok=True)
+
+    class H:
+        config = cfg
+
+        @staticmethod
+        def env(node: str) -> dict:
+            e = dict(lab.env)
+            e.update({"SLURM_FT_CONFIG": str(cfg), "SLURMD_NODENAME": node, "SLURM_FT_LAB_DIR": str(lab.dir),
+                      "LD_LIBRARY_PATH": str(lab.dir / "lib")})
+            return e
+
+        @staticmethod
+        def check(node: str, level: str, *extra: str, timeout: float = 120) -> "tuple[int, dict]":
+            p = subprocess.run([PY, "-m", "slurm_ft", "check", "--level", level, "--json", "--drain", *extra],
+                               capture_output=True, text=True, timeout=timeout, env=H.env(node))
+            assert p.returncode in (0, 1), f"rc={p.returncode}\n{p.stdout}\n{p.stderr}"
+            return p.returncode, json.loads(p.stdout)
+
+    yield H
+    lab.reset()
+
+
+def slurm_ft_drained(lab) -> dict:
+    return {n.name: n.reason for n in lab.client.nodes() if n.drained}
+
+
+@pytest.mark.parametrize("fault,kw,level,lower,code,gpu", FAULTS, ids=[f[0] for f in FAULTS])
+def test_fault_found_at_its_level_drains_only_that_node(lab, hl, fault, kw, level, lower, code, gpu):
+    index = [f[0] for f in FAULTS].index(fault)
+    node = lab.train_nodes[(5 + index) % len(lab.train_nodes)]
+    kw = dict(kw)
+    inj.inject(lab.dir, node, fault, gpu=kw.pop("gpu"), value=kw.pop("value", None), log=kw.pop("log", True))
+    if lower:
+        rc, rep = hl.check(node, lower)
+        assert rc == 0 and rep["healthy"], f"{lower} should not fail on {fault}: {rep['findings']}"
+        assert node not in slurm_ft_drained(lab)
+    rc, rep = hl.check(node, level)
+    assert rc == 1 and not rep["healthy"]
+    fails = [(f["code"], f["gpu"]) for f in rep["findings"] if f["severity"] == "fail"]
+    assert (code, gpu) in fails, fails
+    drained = slurm_ft_drained(lab)
+    assert list(drained) == [node], drained
+    assert drained[node].startswith("slurm-ft: ") and f" gpu{gpu} " in drained[node], drained[node]
+    # repaired: the same level finds nothing and resumes the node slurm-ft drained
+    inj.heal(lab.dir, node)
+    rc, rep = hl.check(node, level)
+    assert rc == 0 and rep["drain"]["action"] == "resumed", rep
+    assert not slurm_ft_drained(lab)
+
+
+def test_user_caused_xids_and_healthy_nodes_drain_nothing(lab, hl):
+    node = lab.train_nodes[0]
+    for code in (13, 31, 43, 45, 68):
+        inj.inject(lab.dir, node, "xid", gpu=code % 8, value=code)
+    rc, rep = hl.check(node, "quick")
+    assert rc == 0 and rep["healthy"]
+    xids = {f["code"]: f["severity"] for f in rep["findings"] if f["check"] == "xid"}
+    assert set(xids) == {"XID13", "XID31", "XID43", "XID45", "XID68"} and set(xids.values()) == {"ok"}
+    healthy = lab.train_nodes[1]
+    for level in ("quick", "epilog", "full"):
+        rc, rep = hl.check(healthy, level)
+        assert rc == 0 and not [f for f in rep["findings"] if f["severity"] in ("fail", "error")], rep
+    assert slurm_ft_drained(lab) == {}
+
+
+def test_admin_drain_is_never_undone_or_rewritten(lab, hl):
+    node = lab.train_nodes[2]
+    lab.client.drain([node], "admin: fan replacement")
+    rc, rep = hl.check(node, "full")
+    assert rc == 0 and lab.client.node(node).reason == "admin: fan replacement"
+    inj.inject(lab.dir, node, "xid", gpu=0, value=79)
+    rc, rep = hl.check(node, "quick")
+    assert rc == 1 and rep["drain"]["action"] == "left"
+    assert lab.client.node(node).reason == "admin: fan replacement"
+
+
+def test_failing_prolog_drains_node_requeues_job_and_healthcheck_names_the_fault(lab, hl, tmp_path):
+    node = lab.train_nodes[3]
+    inj.inject(lab.dir, node, "nvlink_down", gpu=4, value=5, log=False)   # only prolog and deeper see it
+    p = subprocess.run(["sbatch", "--parsable", "-w", node, "-o", str(tmp_path / "j.out"), "--wrap", "sleep 60"],
+                       capture_output=True, text=True, timeout=30, env=lab.env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    job_id = int(p.stdout.strip().split(";")[0])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            n, j = lab.client.node(node), lab.client.job(job_id)
+            if n.drained and j.state == "PENDING" and ("requeued" in j.reason.lower() or j.held):
+                break
+            time.sleep(0.2)
+        assert n.drained, n
+        assert j.state == "PENDING" and ("requeued" in j.reason.lower() or j.held), j
+        # the HealthCheckProgram (run here as slurmd runs it) puts the prolog's exact finding on the node
+        e = hl.env(node)
+        e["SLURM_FT_CONFIG"] = str(lab.config_path)
+        subprocess.run([str(lab.dir / "hooks" / "healthcheck")], env=e, timeout=60, check=True)
+        reason = lab.client.node(node).reason
+        assert reason.startswith("slurm-ft: NVLINK_DOWN gpu4"), reason
+    finally:
+        lab.client.cancel(job_id)
+
+
+def _readline(pipe, timeout: float) -> str:
+    ready, _, _ = select.select([pipe], [], [], timeout)
+    return pipe.readline() if ready else ""
+
+
+def test_watch_drains_within_a_second_of_xid79_and_ignores_xid13(lab, hl):
+    node = lab.train_nodes[4]
+    proc = subprocess.Popen([PY, "-m", "slurm_ft", "watch", "--json", "--timeout", "60"], env=hl.env(node),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        banner = _readline(proc.stderr, 20)
+        assert "slurm-ft watch on" in banner, banner
+        inj.inject(lab.dir, node, "xid", gpu=3, value=13)
+        first = json.loads(_readline(proc.stdout, 10))
+        assert first["fatal"] is False and node not in slurm_ft_drained(lab)
+        t_inject = time.time()
+        inj.inject(lab.dir, node, "xid", gpu=2, value=79)
+        second = json.loads(_readline(proc.stdout, 10))
+        while not second["fatal"]:                 # the log line and the NVML event may come apart
+            second = json.loads(_readline(proc.stdout, 10))
+        latency = second["time"] - t_inject
+        assert second["check"]["drain"]["action"] in ("drained", "kept", "reason_updated")
+        assert slurm_ft_drained(lab).get(node, "").startswith("slurm-ft: XID79 gpu2")
+        assert latency < 1.0, f"Xid 79 to drain took {latency:.3f} s"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
