@@ -27,7 +27,7 @@ import math
 import random
 import statistics
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Dict, List, Optional, Sequence
 
@@ -254,7 +254,6 @@ def summarise(results: Sequence[SimResult]) -> dict:
 def sweep(profile: Profile, policy: Policy, p: SimParams, seeds: Sequence[int], *,
           spares: Sequence[int] = (), intervals_s: Sequence[float] = ()) -> dict:
     """Mean ETTR over `seeds` against spare count and against checkpoint interval (for the plot)."""
-    from dataclasses import replace
     out = {"spares": [], "interval_s": []}
     for s in spares:
         rs = run_seeds(profile, policy, replace(p, spares=s), seeds)

@@ -110,3 +110,28 @@ def test_zero_repair_time_needs_no_spares():
 def test_api_rejects_non_finite_checkpoint_cost():
     with pytest.raises(UsageError):
         sp.plan_spares(64, 8, ckpt_cost_s=float("inf"))
+
+
+def test_profile_file_and_config_section(capsys, tmp_path, monkeypatch):
+    prof = tmp_path / "site.yaml"
+    prof.write_text("name: site\ndays: 30\ngpus: 2048\nclasses:\n"
+                    "  - {name: gpu, count: 45, replace: true, kind: crash}\n"
+                    "  - {name: bug, count: 15}\n")
+    code, out, err = run_cli(capsys, "spares", "plan", "--gpus", "2048", "--profile-file", str(prof), "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["job_interruptions_per_day"] == 2 and d["replace_fraction"] == 0.75
+    assert d["expected_nodes_in_repair"] == pytest.approx(2 * 0.75 * 72 / 24)
+    # the config's planning section fills what no flag gave
+    cfg = tmp_path / "slurm-ft.yaml"
+    cfg.write_text("planning:\n  node_mtbf_hours: 24\n  repair_hours: 7.2\n  target: 0.99\n")
+    cfg.chmod(0o644)
+    code, out, err = run_cli(capsys, "--config", str(cfg), "spares", "plan", "--gpus", "8", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["expected_nodes_in_repair"] == pytest.approx(0.3) and d["target"] == 0.99
+    assert d["spare_nodes"] == 2          # P(N > 1) = 0.037, P(N > 2) = 0.0036 for mean 0.3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ndays: 30\ngpus: 8\nclasses: [{count: 1, kind: solar}]\n")
+    code, out, err = run_cli(capsys, "spares", "plan", "--gpus", "8", "--profile-file", str(bad))
+    assert code == 2 and "kind must be one of" in err
