@@ -8,9 +8,11 @@ as a repair and reboot would.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -192,6 +194,17 @@ def _lab_gpus(labdir: Path) -> int:
         return 8
 
 
+@contextmanager
+def _node_lock(labdir: Path, node: str):
+    """Serialise read-modify-write of one node's state (two injections at once must both land)."""
+    with open(node_dir(labdir, node) / ".inject.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def load_state(labdir: Path, node: str) -> NodeState:
     path = node_dir(labdir, node) / "nvml.state"
     try:
@@ -217,8 +230,12 @@ def init_node(labdir: Path, node: str, gpus: int = 8) -> Path:
 
 def heal(labdir: Path, node: str) -> None:
     """Back to healthy GPUs (same count) and an empty kernel log, as after repair and reboot."""
-    ngpus = len(load_state(labdir, node).gpus)
-    init_node(labdir, node, ngpus)
+    with _node_lock(labdir, node):
+        try:
+            ngpus = len(load_state(labdir, node).gpus)
+        except UsageError:          # an unreadable state file: heal is how it gets fixed
+            ngpus = _lab_gpus(labdir)
+        init_node(labdir, node, ngpus)
 
 
 def heal_all(labdir: Path) -> List[str]:
@@ -302,11 +319,15 @@ def inject(labdir: Path, node: str, fault: str, *, gpu: int = 0, value=None, log
     if fault not in FAULTS:
         raise UsageError(f"unknown fault {fault!r}; one of: {', '.join(FAULTS)}")
     labdir = Path(labdir)
+    with _node_lock(labdir, node):
+        return _inject(labdir, node, fault, gpu, value, log, time.time() if now is None else now)
+
+
+def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now: float) -> Injected:
     state = load_state(labdir, node)
     if not 0 <= gpu < len(state.gpus):
         raise UsageError(f"{node} has GPUs 0..{len(state.gpus) - 1}, not {gpu}")
     g = state.gpus[gpu]
-    now = time.time() if now is None else now
     seq = max([int(now * 1e6)] + [s + 1 for x in state.gpus for s, _ in x.xids])   # increasing, survives heal
     msgs: List[str] = []
     xids: List[int] = []

@@ -144,7 +144,7 @@ static void set_defaults(struct state *s)
         unsigned long long a = fnv1a(key), b = fnv1a(key) * 31 + 0x9e3779b97f4a7c15ULL;
         snprintf(g->uuid, sizeof(g->uuid), "GPU-%08llx-%04llx-%04llx-%04llx-%012llx",
                  a >> 32, (a >> 16) & 0xffff, a & 0xffff, b >> 48, b & 0xffffffffffffULL);
-        snprintf(g->pci, sizeof(g->pci), "00000000:%02x:00.0", i < 8 ? default_bus[i] : 0x10 + i);
+        snprintf(g->pci, sizeof(g->pci), "00000000:%02x:00.0", i < 8 ? default_bus[i] : (unsigned int)(0x10 + i));
         g->pcie_gen = 5;
         g->pcie_width = 16;
         g->slow = 1.0;
