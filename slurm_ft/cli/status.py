@@ -8,8 +8,9 @@ import click
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--write-metrics", is_flag=True, help="Also write the Prometheus textfile (lifecycle.metrics_path).")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
+def status(ctx: click.Context, as_json: bool, write_metrics: bool) -> None:
     """The fleet at a glance (the same figures as the metrics file)."""
     from slurm_ft.cli.breaker import describe
     from slurm_ft.cli.node import setup, stamp
@@ -17,7 +18,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
     from slurm_ft.lifecycle.store import Store
     config, client = setup(ctx)
     with Store(config.state_dir) as store:
-        d = view(config, client, store).to_dict()
+        v = view(config, client, store)
+        if write_metrics and config.lifecycle.metrics_path:
+            from slurm_ft.lifecycle import collect, metrics
+            metrics.write(config.lifecycle.metrics_path, collect.snapshot(v))
+    d = v.to_dict()
     if as_json:
         click.echo(json.dumps(d, indent=2))
         return
