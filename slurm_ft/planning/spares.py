@@ -38,12 +38,16 @@ def poisson_tail(lam: float, s: int) -> float:
     """P(N > s) for N ~ Poisson(lam), summed upward from s+1 (no 1 - cdf cancellation)."""
     if lam == 0:
         return 0.0
+    if s < lam - 40 * math.sqrt(lam) - 50:
+        return 1.0          # P(N <= s) is below 1e-300 this far under the mean
     terms = []
+    running = 0.0
     k = s + 1
     while True:
         p = poisson_pmf(lam, k)
         terms.append(p)
-        if k > lam and p < 1e-18 * max(math.fsum(terms), 1e-300):
+        running += p
+        if k > lam and p < 1e-18 * running:
             break
         if k > lam + 50 * math.sqrt(lam) + 200:
             break
@@ -52,16 +56,20 @@ def poisson_tail(lam: float, s: int) -> float:
 
 
 def smallest_spares(lam: float, risk: float) -> int:
-    """Smallest s with P(N > s) < risk, N ~ Poisson(lam)."""
+    """Smallest s with P(N > s) < risk, N ~ Poisson(lam): P(N > s) falls as s grows, so bisect."""
     if lam == 0:
         return 0
-    # start a little below the answer: the tail is still > risk at the mean
-    s = max(0, int(lam) - 1)
-    while s > 0 and poisson_tail(lam, s - 1) < risk:
-        s -= 1
-    while poisson_tail(lam, s) >= risk:
-        s += 1
-    return s
+    hi = max(1, int(lam + 10 * math.sqrt(lam)) + 10)
+    while poisson_tail(lam, hi) >= risk:
+        hi *= 2
+    lo = -1                     # P(N > -1) = 1 >= risk
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if poisson_tail(lam, mid) < risk:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 # --- checkpoint interval and ETTR ------------------------------------------------------------------
