@@ -28,9 +28,10 @@ def _yaml(path: str):
         raise UsageError(f"{path}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
 
 
-def choose_policy(name: str, policy_file: Optional[str], recovery_figures: Optional[str]) -> pr.Policy:
+def choose_policy(name: Optional[str], policy_file: Optional[str], recovery_figures: Optional[str]) -> pr.Policy:
     if policy_file and name not in ("custom", None):
         raise UsageError("--policy-file goes with --policy custom")
+    name = name or ("custom" if policy_file else "slurm-ft")
     if name == "custom" or policy_file:
         if not policy_file:
             raise UsageError("--policy custom needs --policy-file FILE")
@@ -46,8 +47,8 @@ def choose_policy(name: str, policy_file: Optional[str], recovery_figures: Optio
 @click.command("sim")
 @click.option("--profile", default=None, help="Failure profile (built-in: llama3). Default: the config's, llama3.")
 @click.option("--profile-file", type=click.Path(dir_okay=False), default=None, help="A failure profile in YAML.")
-@click.option("--policy", type=click.Choice(pr.POLICIES), default="slurm-ft", show_default=True,
-              help="Recovery: Slurm alone, slurm-ft, Llama-3-like automation, or custom (--policy-file).")
+@click.option("--policy", type=click.Choice(pr.POLICIES), default=None,
+              help="Recovery: Slurm alone, slurm-ft (default), Llama-3-like automation, or custom (--policy-file).")
 @click.option("--policy-file", type=click.Path(dir_okay=False), default=None,
               help="Custom policy YAML: detect_s: {crash, node, hang}, requeue_s, swap_s, optional restart_s.")
 @click.option("--recovery-figures", type=click.Path(dir_okay=False), default=None,

@@ -206,6 +206,10 @@ def test_sim_custom_policy_file(capsys, tmp_path):
                              "--days", "7", "--gpus", "1024", "--json")
     assert code == 0, err
     assert json.loads(out)["policy_figures"]["swap_s"] == 120
+    code, out, err = run_cli(capsys, "sim", "--policy-file", str(f), "--seeds", "1", "--days", "7", "--json")
+    assert code == 0 and json.loads(out)["policy"] == "site"          # a policy file alone means custom
+    code, out, err = run_cli(capsys, "sim", "--policy", "slurm", "--policy-file", str(f), "--seeds", "1")
+    assert code == 2 and "--policy-file goes with --policy custom" in err
 
 
 @pytest.mark.parametrize("args,fragment", [
