@@ -184,13 +184,15 @@ def _read_nvlinks(N, r: _GpuReader, h, *, errors: bool) -> Tuple[NvLink, ...]:
     links: List[NvLink] = []
     max_links = max(_NVLINK_MAX_LINKS, getattr(N, "NVML_NVLINK_MAX_LINKS", _NVLINK_MAX_LINKS))
     counters_ok = errors
+    refused = False
     for link in range(max_links):
         try:
             state = N.nvmlDeviceGetNvLinkState(h, link)
-        except (N.NVMLError_NotSupported, N.NVMLError_InvalidArgument, N.NVMLError_FunctionNotFound):
-            if link == 0:
-                r.unsupported.append("nvlink")
-            break                      # this GPU has `link` links
+        except (N.NVMLError_InvalidArgument, N.NVMLError_FunctionNotFound):
+            break                      # past this GPU's last link
+        except N.NVMLError_NotSupported:
+            refused = True             # no NVLink at all, or this link is not wired: ask the next
+            continue
         except (N.NVMLError_GpuIsLost, N.NVMLError_Unknown) as exc:
             raise _Lost(f"nvlink_state: {exc}") from exc
         except N.NVMLError as exc:
@@ -209,6 +211,8 @@ def _read_nvlinks(N, r: _GpuReader, h, *, errors: bool) -> Tuple[NvLink, ...]:
                 crc = None if flit is None and data is None else (flit or 0) + (data or 0)
         links.append(NvLink(link=link, active=state == 1, crc_errors=crc, replay_errors=replay,
                             recovery_errors=recovery))
+    if not links and refused:
+        r.unsupported.append("nvlink")
     return tuple(links)
 
 

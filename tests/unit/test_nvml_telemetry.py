@@ -178,3 +178,36 @@ def test_xid_events_arrive_through_the_watcher(libdir, lab):
                                                              (13, 1, "0000:2a:00")]
     assert all(e["source"] == "nvml" for e in got)
     assert got[0]["t"] - t0 < 1.0                              # delivered well within a second
+
+
+def test_gpu_without_nvlink_and_with_fewer_links(libdir, lab):
+    st = inject.load_state(lab, NODE)
+    st.nvlinks = 0                                        # a PCIe card
+    inject.save_state(lab, st)
+    g = read(libdir, lab)["gpus"][0]
+    assert g["nvlinks"] == [] and "nvlink" in g["unsupported"] and not g["lost"]
+    st.nvlinks = 12                                       # an A100
+    inject.save_state(lab, st)
+    g = read(libdir, lab)["gpus"][0]
+    assert len(g["nvlinks"]) == 12 and g["unsupported"] == []
+
+
+def test_error_policy():
+    import pynvml as N
+    from slurm_ft.gpu.nvml import _GpuReader, _Lost
+
+    def raises(code):
+        def fn(*_):
+            raise N.NVMLError(code)
+        return fn
+
+    r = _GpuReader(N, 0)
+    assert r.call("ecc", raises(N.NVML_ERROR_NOT_SUPPORTED)) is None
+    assert r.call("temperature", raises(N.NVML_ERROR_FUNCTION_NOT_FOUND)) is None
+    assert r.call("power", raises(N.NVML_ERROR_NO_PERMISSION)) is None
+    assert r.call("name", lambda: "ok") == "ok"
+    assert r.unsupported == ["ecc", "temperature"]
+    assert r.errors == ["power: Insufficient Permissions"]
+    for code in (N.NVML_ERROR_GPU_IS_LOST, N.NVML_ERROR_UNKNOWN):
+        with pytest.raises(_Lost):
+            r.call("uuid", raises(code))
