@@ -448,7 +448,7 @@ def check_environment() -> None:
     """One-line reasons for what this machine lacks to run a lab."""
     if os.geteuid() != 0:
         raise EnvironmentProblem("the lab must run as root (slurmd and munged need it)")
-    missing = [p for p in REQUIRED_PROGRAMS if shutil.which(p) is None and not Path("/usr/sbin", p).exists()]
+    missing = [p for p in REQUIRED_PROGRAMS if shutil.which(p) is None]
     if missing:
         raise EnvironmentProblem(f"Slurm or munge missing ({', '.join(missing)}): run `{INSTALL_HINT}`")
 

@@ -190,12 +190,21 @@ class SlurmClient:
         return names
 
     def resume(self, nodes: NodeSpec) -> List[str]:
-        """Clear DRAIN/DOWN. Nodes that are neither are left alone (Slurm would refuse the whole call)."""
-        current = self.nodes(_node_list(nodes))
-        todo = [n.name for n in current if n.drained or n.down or n.state in ("DOWN", "FAIL")]
-        if todo:
-            self._run(["scontrol", "update", f"NodeName={compress(todo)}", "State=RESUME"])
-        return todo
+        """Clear DRAIN/DOWN; returns the nodes that needed it. Others are left alone (Slurm refuses a
+        whole RESUME call with one idle node in it). A resumed node shows NOT_RESPONDING (`IDLE*`)
+        until its slurmd answers the next ping: that is not a reason to resume it again."""
+        names = _node_list(nodes)
+        for attempt in range(3):
+            todo = [n.name for n in self.nodes(names) if _resumable(n)]
+            if not todo:
+                return []
+            try:
+                self._run(["scontrol", "update", f"NodeName={compress(todo)}", "State=RESUME"])
+                return todo
+            except SlurmError as exc:        # a node changed state between our read and the update
+                if "Invalid node state" not in exc.stderr or attempt == 2:
+                    raise
+        return []
 
     def update_node(self, name: str, **fields: object) -> None:
         """`scontrol update NodeName=name Key=Value...`, e.g. Comment="...", Weight=10."""
@@ -391,6 +400,10 @@ def _node_list(nodes: NodeSpec) -> List[str]:
     if not names:
         raise UsageError("no nodes given")
     return names
+
+
+def _resumable(node: Node) -> bool:
+    return node.drained or node.state in ("DOWN", "FAIL") or "FAIL" in node.flags
 
 
 def _job_id(job_id: object) -> int:
