@@ -73,11 +73,13 @@ def choose_policy(name: Optional[str], policy_file: Optional[str], recovery_figu
               help="Elastic job: run on as few as this many nodes instead of waiting for a spare.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of ETTR against spare count and checkpoint interval (needs matplotlib).")
+@click.option("--compare", is_flag=True,
+              help="Run slurm, llama3-like and slurm-ft (and a --policy-file) on the same faults, side by side.")
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
 @click.pass_context
 def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery_figures, gpus, gpus_per_node, days,
         seed, n_seeds, spares, target, repair_hours, repair_dist, ckpt_interval_min, ckpt_cost_s, restart_s,
-        elastic_min_nodes, plot_path, as_json) -> None:
+        elastic_min_nodes, plot_path, compare, as_json) -> None:
     """Discrete-event simulation of a synchronous training job: faults by class, detection, recovery,
     spare pool with repairs, checkpoints and lost work. Prints ETTR, time lost by cause, interruptions
     and pool exhaustion events, over several seeds with their spread."""
@@ -89,24 +91,35 @@ def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery
         prof = pr.profile_from_dict(_yaml(profile_file), profile_file)
     else:
         prof = pr.get_profile(profile or cfg.profile)
-    pol = choose_policy(policy, policy_file, recovery_figures)
+    if compare:
+        if plot_path:
+            raise UsageError("--plot draws one policy; leave out --compare")
+        if policy not in (None, "custom"):
+            raise UsageError("--compare runs every built-in policy; leave out --policy")
+        pols = [pr.SLURM, pr.LLAMA3_LIKE, choose_policy("slurm-ft", None, recovery_figures)]
+        if policy_file:
+            pols.append(choose_policy("custom", policy_file, None))
+    else:
+        pols = [choose_policy(policy, policy_file, recovery_figures)]
     if n_seeds < 1:
         raise UsageError(f"--seeds must be at least 1, got {n_seeds}")
     if ckpt_interval_min is not None and not ckpt_interval_min > 0:
         raise UsageError(f"--checkpoint-interval must be positive, got {ckpt_interval_min}")
     if plot_path:
         _need_matplotlib()
-    s = sim_report.setup(
-        prof, pol, gpus=gpus if gpus is not None else prof.gpus,
-        gpus_per_node=gpus_per_node if gpus_per_node is not None else prof.gpus_per_node,
-        days=days if days is not None else prof.days, spares=spares,
-        repair_hours=repair_hours if repair_hours is not None else cfg.repair_hours,
-        ckpt_interval_s=None if ckpt_interval_min is None else ckpt_interval_min * 60,
-        ckpt_cost_s=ckpt_cost_s if ckpt_cost_s is not None else cfg.checkpoint_cost_s,
-        restart_s=restart_s, repair_dist=repair_dist, elastic_min_nodes=elastic_min_nodes,
-        target=target if target is not None else cfg.target)
-    seeds = list(range(seed, seed + n_seeds))
-    results = simlib.run_seeds(s.profile, s.policy, s.params, seeds)
+    runs = []
+    for pol in pols:
+        s = _setup(cfg, prof, pol, gpus, gpus_per_node, days, spares, repair_hours, repair_dist, ckpt_interval_min,
+                   ckpt_cost_s, restart_s, elastic_min_nodes, target)
+        seeds = list(range(seed, seed + n_seeds))
+        runs.append((s, simlib.run_seeds(s.profile, s.policy, s.params, seeds)))
+    if compare:
+        if as_json:
+            click.echo(json.dumps({"compare": [sim_report.to_dict(s, r) for s, r in runs]}, indent=2))
+        else:
+            click.echo("\n".join(sim_report.render_compare(runs)))
+        return
+    s, results = runs[0]
     out = sim_report.to_dict(s, results)
     if plot_path:
         data = _sweep(s, seeds)
@@ -119,6 +132,19 @@ def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery
         if plot_path:
             click.echo(f"\nPlot written to {plot_path} (ETTR against spare count and checkpoint interval; "
                        f"means over {len(seeds[:5])} seed(s))")
+
+
+def _setup(cfg, prof, pol, gpus, gpus_per_node, days, spares, repair_hours, repair_dist, ckpt_interval_min,
+           ckpt_cost_s, restart_s, elastic_min_nodes, target) -> sim_report.SimSetup:
+    return sim_report.setup(
+        prof, pol, gpus=gpus if gpus is not None else prof.gpus,
+        gpus_per_node=gpus_per_node if gpus_per_node is not None else prof.gpus_per_node,
+        days=days if days is not None else prof.days, spares=spares,
+        repair_hours=repair_hours if repair_hours is not None else cfg.repair_hours,
+        ckpt_interval_s=None if ckpt_interval_min is None else ckpt_interval_min * 60,
+        ckpt_cost_s=ckpt_cost_s if ckpt_cost_s is not None else cfg.checkpoint_cost_s,
+        restart_s=restart_s, repair_dist=repair_dist, elastic_min_nodes=elastic_min_nodes,
+        target=target if target is not None else cfg.target)
 
 
 def _need_matplotlib() -> None:

@@ -18,7 +18,7 @@ Model (every choice here is printed with the results):
 - Every second of the elapsed time is charged to exactly one of: useful, checkpointing, lost work,
   detection, scheduling (requeue delay and swap), waiting for spares, restart, shrunk (capacity missing
   while elastic), so the causes add up to the elapsed time and ETTR = useful / elapsed.
-Pure: a seeded `random.Random`, no clock.
+Pure: seeded `random.Random` streams (faults; repairs), no clock.
 """
 from __future__ import annotations
 
@@ -107,7 +107,10 @@ class SimResult:
 
 def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0) -> SimResult:
     p.check()
+    # two streams: fault times and classes, and repair times; so every policy run with one seed meets
+    # the same faults at the same moments (common random numbers: comparisons need fewer seeds)
     rng = random.Random(seed)
+    rng_repair = random.Random(f"repair-{seed}")
     T = p.days * 86400.0
     rate = profile.rate_per_gpu_s() * p.gpus
     classes = profile.classes
@@ -187,7 +190,7 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0) -> S
         back_from_repair(t_det)
         if cls.replace:
             replacements += 1
-            heapq.heappush(repairs, t_det + (rng.expovariate(1 / repair_mean) if p.repair_dist == "exp"
+            heapq.heappush(repairs, t_det + (rng_repair.expovariate(1 / repair_mean) if p.repair_dist == "exp"
                                               and repair_mean > 0 else repair_mean))
             if pool > 0:
                 pool -= 1

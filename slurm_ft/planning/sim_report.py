@@ -178,3 +178,33 @@ def to_dict(s: SimSetup, results: Sequence[SimResult]) -> dict:
         "runs": [r.to_dict() for r in results],
         "derivation": s.derivation.to_list(),
     }
+
+
+def render_compare(runs: Sequence[tuple]) -> List[str]:
+    """Policies side by side: `runs` = [(SimSetup, results), ...] on the same seeds (the same faults)."""
+    s0, res0 = runs[0]
+    p = s0.params
+    seeds = [r.seed for r in res0]
+    seed_txt = f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]})"
+    out = [f"Simulated: {num(p.gpus)} GPUs ({num(p.nodes)} nodes of {p.gpus_per_node}) for {gnum(p.days)} days, "
+           f"profile {s0.profile.name}, {seed_txt}; every policy meets the same faults at the same moments",
+           "Inputs and derived inputs:"]
+    out += s0.derivation.render()
+    out += ["", "Policies:"]
+    for s, _ in runs:
+        out.append(f"  {s.policy.name:<12} {policy_line(s.policy)}")
+        out.append(f"  {'':<12} figures: {s.policy.source}")
+    elapsed_h = res0[0].elapsed_s / 3600
+    short = {"checkpointing": "ckpt", "lost_work": "lost work", "detection": "detect", "scheduling": "sched",
+             "waiting_for_spares": "wait spare", "restart": "restart", "shrunk": "shrunk"}
+    head = f"  {'policy':<12} {'ETTR':>8} {'min..max':>17} {'interr.':>8} {'exhaust.':>8}" + "".join(
+        f" {short[c]:>10}" for c in CAUSES)
+    out += ["", f"Results (means over seeds; hours lost by cause, of {num(elapsed_h)} elapsed):", head]
+    for s, res in runs:
+        summ = summarise(res)
+        e = summ["ettr"]
+        out.append(f"  {s.policy.name:<12} {pct(e['mean']):>8} {pct(e['min']) + '..' + pct(e['max']):>17} "
+                   f"{num(summ['interruptions']['mean']):>8} {num(summ['pool_exhaustion_events']['mean']):>8}"
+                   + "".join(f" {num(summ['lost_hours_by_cause'][c]['mean']):>10}" for c in CAUSES))
+    out += ["", "  ETTR = useful / elapsed; each policy's own breakdown: `slurm-ft sim --policy NAME`."]
+    return out

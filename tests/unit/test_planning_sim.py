@@ -246,3 +246,19 @@ def test_plot_writes_a_png(capsys, tmp_path):
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     d = json.loads(out)["plot"]
     assert d["spares"][0]["spares"] == 0 and len(d["interval_s"]) >= 5
+
+
+def test_compare_runs_every_policy_on_the_same_faults(capsys):
+    code, out, err = run_cli(capsys, "sim", "--compare", "--seeds", "4", "--json")
+    assert code == 0, err
+    runs = json.loads(out)["compare"]
+    assert [r["policy"] for r in runs] == ["slurm", "llama3-like", "slurm-ft"]
+    # common random numbers: every hardware fault reaches every policy at the same moment
+    for i in range(4):
+        assert len({r["runs"][i]["replacements"] for r in runs}) == 1
+    ettr = {r["policy"]: r["ettr"] for r in runs}
+    assert ettr["slurm"] < ettr["llama3-like"] and ettr["slurm"] < ettr["slurm-ft"]
+    code, text, err = run_cli(capsys, "sim", "--compare", "--seeds", "2")
+    assert code == 0 and "same faults" in text and text.count("%") >= 6
+    code, _, err = run_cli(capsys, "sim", "--compare", "--policy", "slurm", "--seeds", "1")
+    assert code == 2 and "leave out --policy" in err
