@@ -33,8 +33,11 @@ CLOCK_EVENTS = {           # nvmlClocksEventReason* bits
     "power_brake": 0x80,
 }
 
-FAULTS = ("xid", "ecc_dbe", "remap_pending", "remap_failure", "nvlink_down", "pcie_width", "gpu_lost",
-          "clock_event", "slow", "proc")
+FAULTS = ("xid", "ecc_dbe", "remap_pending", "remap_failure", "nvlink_down", "nvlink_errors", "pcie_width",
+          "gpu_lost", "clock_event", "slow", "temp", "proc")
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")   # NVML_NVLINK_ERROR_DL_* order
+# one --nvlink-errors adds these (DCGM fails a link on any replay/recovery growth, or CRC at 100+/s)
+NVLINK_ERROR_STEP = {"replay": 1, "recovery": 1, "crc_flit": 100}
 
 
 def lab_dir(explicit: Optional[str] = None) -> Path:
@@ -76,6 +79,7 @@ class GpuState:
     remap_pending: bool = False
     remap_failure: bool = False
     nvlink_down: List[int] = field(default_factory=list)
+    nvlink_err: Dict[Tuple[int, str], int] = field(default_factory=dict)   # (link, counter) -> count
     pcie_gen: int = 5
     pcie_width: int = 16
     clock_events: int = 0
@@ -103,6 +107,8 @@ class GpuState:
                    ("slow", f"{self.slow:g}"), ("temp", self.temp), ("power_w", f"{self.power_w:g}")]
         out += [f"gpu {i} {k} {v}" for k, v in scalars]
         out += [f"gpu {i} nvlink_down {link}" for link in sorted(set(self.nvlink_down))]
+        out += [f"gpu {i} nvlink_err {link} {NVLINK_COUNTERS.index(c)} {n}"
+                for (link, c), n in sorted(self.nvlink_err.items())]
         out += [f"gpu {i} xid {seq} {code}" for seq, code in self.xids]
         out += [f"gpu {i} proc {pid} {mem}" for pid, mem in self.procs]
         return out
@@ -150,7 +156,7 @@ class NodeState:
             if idx >= len(state.gpus):
                 continue
             g = state.gpus[idx]
-            g.nvlink_down, g.xids, g.procs = [], [], []
+            g.nvlink_down, g.nvlink_err, g.xids, g.procs = [], {}, [], []
             for k, v in items:
                 if k in ("uuid", "pci"):
                     setattr(g, k, v)
@@ -162,6 +168,9 @@ class NodeState:
                     setattr(g, k, float(v))
                 elif k == "nvlink_down":
                     g.nvlink_down.append(int(v))
+                elif k == "nvlink_err":
+                    link, ctr, n = (int(x) for x in v.split())
+                    g.nvlink_err[(link, NVLINK_COUNTERS[ctr])] = n
                 elif k == "xid":
                     seq, code = v.split()
                     g.xids.append((int(seq), int(code)))
@@ -356,6 +365,15 @@ def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now
             g.nvlink_down.append(link)
         xids.append(74)
         summary = f"NVLink {link} down, Xid 74"
+    elif fault == "nvlink_errors":
+        link = _int(value, "NVLink", 0, state.nvlinks - 1)
+        for ctr, step in NVLINK_ERROR_STEP.items():
+            g.nvlink_err[(link, ctr)] = g.nvlink_err.get((link, ctr), 0) + step
+        counts = ", ".join(f"{c} {g.nvlink_err[(link, c)]}" for c in NVLINK_ERROR_STEP)
+        summary = f"NVLink {link} error counters: {counts}"
+    elif fault == "temp":
+        g.temp = _int(value, "temperature", 0, 150)
+        summary = f"temperature {g.temp} C"
     elif fault == "pcie_width":
         width = _int(value, "PCIe width", 1, 16)
         g.pcie_width = width

@@ -93,11 +93,14 @@ def test_state_round_trips(lab):
     inject.inject(lab, "gpu002", "clock_event", gpu=4, value="hw_thermal")
     inject.inject(lab, "gpu002", "slow", gpu=4, value=0.7)
     inject.inject(lab, "gpu002", "proc", gpu=4, value=1234)
+    inject.inject(lab, "gpu002", "nvlink_errors", gpu=4, value=9)
+    inject.inject(lab, "gpu002", "nvlink_errors", gpu=4, value=9)
     st = inject.load_state(lab, "gpu002")
     again = inject.NodeState.parse("gpu002", st.render())
     assert again == st
     g = st.gpus[4]
     assert (g.clock_events, g.slow, g.procs) == (0x40, 0.7, [(1234, 1 << 30)])
+    assert g.nvlink_err == {(9, "replay"): 2, (9, "recovery"): 2, (9, "crc_flit"): 200}
 
 
 def test_corrupt_state_is_reported(lab):

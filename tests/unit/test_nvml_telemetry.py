@@ -96,6 +96,9 @@ INJECTIONS = [
     ("remap_pending", None, lambda g: g["remap"]["pending"] and g["remap"]["uncorrected"] == 1),
     ("remap_failure", None, lambda g: g["remap"]["failure"]),
     ("nvlink_down", 3, lambda g: [link["link"] for link in g["nvlinks"] if not link["active"]] == [3]),
+    ("nvlink_errors", 4, lambda g: [(x["link"], x["replay_errors"], x["recovery_errors"], x["crc_errors"])
+                                    for x in g["nvlinks"] if x["replay_errors"]] == [(4, 1, 1, 100)]),
+    ("temp", 91, lambda g: g["temperature_c"] == 91),
     ("pcie_width", 8, lambda g: g["pcie"]["width"] == 8 and g["pcie"]["max_width"] == 16),
     ("gpu_lost", None, lambda g: g["lost"] and "lost" in g["error"].lower()),
     ("clock_event", "hw_slowdown", lambda g: g["clock_event_reasons"] == 0x8),
