@@ -180,7 +180,7 @@ class Controller:
             if not self.policy.is_job_partition(part.name) or not failed & set(part.nodes):
                 continue
             keep = [n for n in part.nodes if n not in failed]
-            self.client.set_partition_nodes(part.name, keep)
+            self._set_partition(part.name, keep)
             moved.append(part.name)
         drained = []
         for node in self.client.nodes(list(inc.nodes)):
@@ -210,7 +210,7 @@ class Controller:
             self.client.set_partition_nodes(inc.partition, list(target.nodes) + [s for s in step.spares if s not in target.nodes])
         pool = self.client.partition(pool_name)
         if any(s in pool.nodes for s in step.spares):
-            self.client.set_partition_nodes(pool_name, [n for n in pool.nodes if n not in step.spares])
+            self._set_partition(pool_name, [n for n in pool.nodes if n not in step.spares])
         if step.num_nodes:
             jn.update_incident(self.conn, inc.id, status="open", note=f"shrunk to {step.num_nodes} nodes: pool short")
         what = f"{compress(step.spares)} {pool_name} -> {inc.partition}" if step.spares else "no spare"
@@ -272,6 +272,15 @@ class Controller:
         jn.update_incident(self.conn, inc.id, note=step.reason)
         log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason
+
+    def _set_partition(self, name: str, nodes: List[str]) -> None:
+        if nodes:
+            self.client.set_partition_nodes(name, nodes)
+            return
+        # The last spare taken (or the last node quarantined): Slurm accepts `Nodes=` (an empty
+        # partition) but SlurmClient.set_partition_nodes refuses an empty list, so go one level down.
+        self.client.partition(name)
+        self.client._run(["scontrol", "update", f"PartitionName={name}", "Nodes="])
 
     def _admin_comment(self, job_id: int, text: str) -> None:
         """Tell the job's owner why it waits (scontrol show job: AdminComment); best effort."""

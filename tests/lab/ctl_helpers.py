@@ -76,3 +76,9 @@ def incidents(lab, config: Path) -> List[dict]:
 
 def parts(lab) -> dict:
     return {p.name: set(p.nodes) for p in lab.client.partitions()}
+
+
+def set_pool(lab, nodes: List[str]) -> None:
+    """The spares partition's node list, empty included (SlurmClient refuses an empty list)."""
+    subprocess.run(["scontrol", "update", "PartitionName=spares", "Nodes=" + ",".join(nodes)], check=True,
+                   env=lab.env, timeout=30)

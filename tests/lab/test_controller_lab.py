@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ctl_helpers import (controller_config, fail_node, incidents, once, parts, slurm_ft, submit_ft,
-                         submit_plain, wait_job)
+                         set_pool, submit_plain, wait_job)
 
 pytestmark = pytest.mark.lab
 
@@ -65,7 +65,7 @@ def test_two_nodes_of_one_job_fail_at_once_one_incident_two_spares(lab, cfg, tmp
 
 
 def test_empty_pool_job_waits_with_a_clear_reason_then_resumes_when_a_spare_returns(lab, cfg, tmp_path):
-    lab.client.set_partition_nodes("spares", [])
+    set_pool(lab, [])
     # fill train so the job cannot simply run on other idle train nodes of the lab
     jid = submit_ft(lab, tmp_path, len(lab.train_nodes))
     job = wait_job(lab, jid)
@@ -81,7 +81,7 @@ def test_empty_pool_job_waits_with_a_clear_reason_then_resumes_when_a_spare_retu
     once(lab, cfg, budget=2)                                     # still nothing: no loop, no second requeue
     assert lab.client.job(jid).restart_count == 1 and incidents(lab, cfg)[0]["status"] == "waiting"
     spare = lab.spare_nodes[0]
-    lab.client.set_partition_nodes("spares", [spare])           # an admin returns a node to the pool
+    set_pool(lab, [spare])           # an admin returns a node to the pool
     once(lab, cfg)
     job = wait_job(lab, jid, restart_count=1)
     assert spare in job.nodes and bad not in job.nodes
@@ -89,7 +89,7 @@ def test_empty_pool_job_waits_with_a_clear_reason_then_resumes_when_a_spare_retu
 
 
 def test_elastic_job_shrinks_instead_of_waiting(lab, cfg, tmp_path):
-    lab.client.set_partition_nodes("spares", [])
+    set_pool(lab, [])
     n = len(lab.train_nodes)
     jid = submit_ft(lab, tmp_path, n, "--min-nodes", str(n - 2))
     job = wait_job(lab, jid)

@@ -59,6 +59,10 @@ class ModelSlurm:
         self.calls.append(("partition", name, tuple(nodes)))
         self.p[name] = list(nodes)
 
+    def _run(self, argv):       # the controller empties a partition one level down (see _set_partition)
+        assert argv[:2] == ["scontrol", "update"] and argv[3] == "Nodes="
+        self.set_partition_nodes(argv[2].split("=", 1)[1], [])
+
     def drain(self, nodes, reason):
         for x in nodes:
             self.n[x] = replace(self.n[x], flags=self.n[x].flags | {"DRAIN"}, reason=reason)

@@ -1,0 +1,45 @@
+"""SIGKILL the controller right after each step's intent or result is journaled, start it again: the end
+state is that of an uninterrupted run. The job is requeued once, the spare is in exactly one partition,
+the failed node is out, and the incident is closed."""
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from ctl_helpers import controller_config, fail_node, incidents, once, parts, submit_ft, wait_job
+
+pytestmark = pytest.mark.lab
+
+STEPS = ["open", "requeue", "quarantine", "swap", "exclude", "start", "confirm"]
+
+
+@pytest.fixture
+def cfg(lab, tmp_path):
+    lab.reset()
+    yield controller_config(lab, tmp_path)
+    lab.reset()
+
+
+@pytest.mark.parametrize("point", [f"{s}:{w}" for s in STEPS for w in ("intent", "result")])
+def test_sigkill_at_each_step_then_restart_ends_as_an_uninterrupted_run(lab, cfg, tmp_path, point):
+    jid = submit_ft(lab, tmp_path, 3)
+    job = wait_job(lab, jid)
+    bad = job.nodes[1]
+    pool = parts(lab)["spares"]
+    fail_node(lab, bad)
+
+    killed = once(lab, cfg, env={"SLURM_FT_CRASH_AT": point}, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(incidents(lab, cfg)) == 1                                # the journal kept the incident
+
+    once(lab, cfg)                                                      # a new controller over the same journal
+    job = wait_job(lab, jid, restart_count=1)                           # requeued exactly once
+    [inc] = incidents(lab, cfg)
+    assert inc["status"] == "recovered" and inc["nodes"] == [bad]
+    [spare] = inc["spares"]
+    p = parts(lab)
+    assert spare in p["train"] and p["spares"] == pool - {spare}        # no spare lost or doubled
+    assert bad not in p["train"] and bad not in job.nodes and lab.client.node(bad).drained
+    assert '"steps": []' in once(lab, cfg).stdout                       # nothing left: no second requeue
+    assert lab.client.job(jid).restart_count == 1
