@@ -262,3 +262,15 @@ def test_compare_runs_every_policy_on_the_same_faults(capsys):
     assert code == 0 and "same faults" in text and text.count("%") >= 6
     code, _, err = run_cli(capsys, "sim", "--compare", "--policy", "slurm", "--seeds", "1")
     assert code == 2 and "leave out --policy" in err
+
+
+def test_simulated_ettr_agrees_with_the_first_order_formula_when_waste_is_small(by_policy):
+    # independent arithmetic: R = mean over classes of detect + max(requeue, swap if swapped) + restart
+    pol = pr.slurm_ft_policy()
+    total = sum(c.count for c in pr.LLAMA3.classes)
+    R = sum(c.count * (pol.detect_s(c.kind) + max(pol.requeue_s, pol.swap_s if c.replace else 0) + 180)
+            for c in pr.LLAMA3.classes) / total
+    tau, d = BASE.ckpt_interval_s, BASE.ckpt_cost_s
+    first_order = 1 - (d / tau + (tau / 2 + R) / M)
+    assert first_order == pytest.approx(0.931, abs=0.001)
+    assert mean(r.ettr for r in by_policy["slurm-ft"]) == pytest.approx(first_order, abs=0.005)
