@@ -24,6 +24,7 @@ DEFAULT_LAB_DIR = "/tmp/slurm-ft-lab"
 LAB_DIR_ENV = "SLURM_FT_LAB"
 DEFAULT_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)   # DGX H100; same table as fake_nvml.c
 MAX_LINKS = 18
+XID_HISTORY = 32        # Xids kept per GPU in the state (the library keeps up to 64)
 
 CLOCK_EVENTS = {           # nvmlClocksEventReason* bits
     "sw_power_cap": 0x4,
@@ -404,6 +405,7 @@ def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now
 
     for i, code in enumerate(xids):
         g.xids.append((seq + i, code))
+        del g.xids[:-XID_HISTORY]
         link = g.nvlink_down[-1] if code == 74 and g.nvlink_down else 0
         msgs.append(xid_message(g, code, link=link, pid=g.procs[0][0] if g.procs else None))
     if fault == "gpu_lost":

@@ -214,3 +214,20 @@ def test_error_policy():
     for code in (N.NVML_ERROR_GPU_IS_LOST, N.NVML_ERROR_UNKNOWN):
         with pytest.raises(_Lost):
             r.call("uuid", raises(code))
+
+
+def test_events_keep_flowing_after_a_long_history(libdir, lab):
+    st = inject.load_state(lab, NODE)
+    st.gpus[0].xids = [(i + 1, 31) for i in range(100)]      # a long-lived node, more than any buffer
+    inject.save_state(lab, st)
+    p = subprocess.Popen([sys.executable, "-c", WATCH, "1"], env=env_for(libdir, lab),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        json.loads(p.stdout.readline())
+        inject.inject(lab, NODE, "xid", gpu=0, value=95)
+        got = json.loads(p.stdout.readline())
+    finally:
+        p.kill()
+        p.wait(10)
+    assert [(e["xid"], e["gpu"]) for e in got] == [(95, 0)]
+    assert len(inject.load_state(lab, NODE).gpus[0].xids) == inject.XID_HISTORY

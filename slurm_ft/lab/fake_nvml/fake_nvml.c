@@ -181,9 +181,14 @@ static void parse_gpu_line(struct gpu *g, const char *key, char *rest)
     else if (!strcmp(key, "slow")) g->slow = atof(rest);
     else if (!strcmp(key, "temp")) g->temp = atoi(rest);
     else if (!strcmp(key, "power_w")) g->power_mw = (unsigned int)(atof(rest) * 1000);
-    else if (!strcmp(key, "xid") && g->nxids < MAX_XIDS) {
-        struct xid *x = &g->xids[g->nxids];
-        if (sscanf(rest, "%llu %u", &x->seq, &x->code) == 2) g->nxids++;
+    else if (!strcmp(key, "xid")) {
+        struct xid x;
+        if (sscanf(rest, "%llu %u", &x.seq, &x.code) != 2) return;
+        if (g->nxids == MAX_XIDS) {             /* keep the newest: drop the oldest */
+            memmove(g->xids, g->xids + 1, sizeof(g->xids[0]) * (MAX_XIDS - 1));
+            g->nxids--;
+        }
+        g->xids[g->nxids++] = x;
     } else if (!strcmp(key, "proc") && g->nprocs < MAX_PROCS) {
         struct proc *p = &g->procs[g->nprocs];
         if (sscanf(rest, "%u %llu", &p->pid, &p->mem) >= 1) g->nprocs++;
