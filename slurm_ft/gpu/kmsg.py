@@ -118,6 +118,8 @@ class Parser:
         line = line.rstrip("\r\n")
         if "NVRM" not in line and "SXid" not in line:
             return []
+        if self.boot_time is None and (line[:1].isdigit() or line.startswith("[")):
+            self.boot_time = _boot_time()      # once: boot-relative prefixes need it
         msg, ts = _strip_prefix(line, self.boot_time)
         m = XID_RE.search(msg)
         if m:
