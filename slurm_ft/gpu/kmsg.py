@@ -13,7 +13,8 @@ Line formats the driver prints (open-gpu-kernel-modules `kernel_rc.c`, and older
     nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up  (NVSwitch, kind sxid)
 
 Each may come wrapped in a /dev/kmsg record (`6,1234,5140900,-;...`), a dmesg prefix (`[ 123.456]`,
-`[Sun Nov 29 16:25:19 2026]`, ISO time), or a syslog/journal prefix (`Nov 29 16:25:19 host kernel:`).
+`[Sun Nov 29 16:25:19 2026]`, ISO time), or a syslog/journal prefix (`Nov 29 16:25:19 host kernel:`,
+`journalctl -k -o short-precise`: `Nov 29 16:25:19.123456 host kernel:`).
 The NVRM pattern is searched anywhere in the line, so any other wrapper works too; the prefix only
 gives the timestamp.
 """
@@ -50,7 +51,7 @@ KMSG_RECORD_RE = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),(?P<flag
 DMESG_MONO_RE = re.compile(r"^\[\s*(?P<sec>\d+\.\d+)\]\s?")
 DMESG_CTIME_RE = re.compile(r"^\[(?P<t>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?")
 ISO_RE = re.compile(r"^(?P<t>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s")
-SYSLOG_RE = re.compile(r"^(?P<t>\w{3} [ \d]\d \d\d:\d\d:\d\d) \S+ ")
+SYSLOG_RE = re.compile(r"^(?P<t>\w{3} [ \d]\d \d\d:\d\d:\d\d)(?P<frac>\.\d+)? \S+ ")
 
 
 def normalize_pci(text: str) -> str:
@@ -98,7 +99,7 @@ def _strip_prefix(line: str, boot_time: Optional[float]) -> "tuple[str, Optional
     if m:  # no year in classic syslog: assume this year
         try:
             t = time.strptime(f"{time.localtime().tm_year} {m.group('t')}", "%Y %b %d %H:%M:%S")
-            return line[m.end():], time.mktime(t)
+            return line[m.end():], time.mktime(t) + float(m.group("frac") or 0)
         except ValueError:
             return line[m.end():], None
     return line, None

@@ -65,7 +65,9 @@ def test_dmesg_ctime_prefix():
 
 
 def test_syslog_and_journal_prefixes():
-    assert [(e.xid, e.pci_bus_id) for e in events("syslog.txt")] == [(95, "0000:db:00")]
+    ev = events("syslog.txt")
+    assert [(e.xid, e.pci_bus_id) for e in ev] == [(95, "0000:db:00"), (79, "0000:db:00")]
+    assert ev[1].timestamp - ev[0].timestamp == pytest.approx(3.25)   # journalctl short-precise fraction
     ev = events("journal-iso.txt")
     assert [e.xid for e in ev] == [68, 43]
     assert ev[0].timestamp == pytest.approx(ev[1].timestamp - 5 + 0.123456, abs=1e-3)
