@@ -11,7 +11,7 @@ from slurm_ft.recovery import ckpt as ckptlib
 
 @click.group("ckpt")
 def ckpt() -> None:
-    """Checkpoints: find the newest complete one."""
+    """Checkpoints: find the newest complete one (latest); what they cost (plan)."""
 
 
 @ckpt.command("latest")

@@ -98,10 +98,12 @@ class GpuWatch:
         except pynvml.NVMLError as exc:      # no event support: liveness checks only
             print(f"trainer: NVML Xid events unavailable ({exc}); checking GPU liveness only", file=sys.stderr)
             return
+        self.by_handle: Dict[int, int] = {}  # handle address -> index (a lost GPU cannot tell its index)
         for i in self.indices:
             try:                             # Xids logged from now on (a rank's own history)
-                pynvml.nvmlDeviceRegisterEvents(pynvml.nvmlDeviceGetHandleByIndex(i),
-                                                pynvml.nvmlEventTypeXidCriticalError, evset)
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                self.by_handle[_addr(h)] = i
+                pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, evset)
             except pynvml.NVMLError as exc:
                 if _is_lost(pynvml, exc):
                     self.lost_at_start = f"GPU {i} is lost (fallen off the bus)"
@@ -124,11 +126,7 @@ class GpuWatch:
                     return f"NVML event wait failed: {exc}"
                 xid = int(ev.eventData)
                 if xid in self.fatal:
-                    try:
-                        idx = nv.nvmlDeviceGetIndex(ev.device)
-                    except nv.NVMLError:
-                        idx = "?"
-                    return f"Xid {xid} on GPU {idx}"
+                    return f"Xid {xid} on GPU {self.by_handle.get(_addr(ev.device), '?')}"
         for i in self.indices:
             try:
                 nv.nvmlDeviceGetPciInfo(nv.nvmlDeviceGetHandleByIndex(i))
@@ -139,6 +137,11 @@ class GpuWatch:
                     continue
                 return f"GPU {i}: {exc}"
         return None
+
+
+def _addr(handle) -> int:
+    import ctypes
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
 
 
 def _is_lost(nv, exc) -> bool:

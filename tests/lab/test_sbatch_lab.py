@@ -31,7 +31,7 @@ def slurm_ft(lab, *args, cwd=None, check=True):
     return p
 
 
-def wait_file(path: Path, timeout: float = 30.0) -> dict:
+def wait_file(path: Path, timeout: float = 180.0) -> dict:  # job starts are slow on a shared lab
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
