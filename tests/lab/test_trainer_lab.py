@@ -96,8 +96,8 @@ def test_trainer_checkpoints_and_resumes_after_requeue(lab, work):
 def test_fatal_xid_kills_one_rank_and_the_others_hit_the_collective_timeout(lab, work):
     ck = work / "ck"
     job_id = submit_trainer(lab, work, "--steps", "1000", "--step-time", "0.2", "--ckpt-every", "5",
-                            "--collective-timeout", "4")
-    wait_event(ck, lambda e: e["event"] == "step" and e["step"] >= 7, 30, "step 7")
+                            "--collective-timeout", "8")
+    wait_event(ck, lambda e: e["event"] == "step" and e["step"] >= 7, START_S, "step 7", lab, job_id)
     victim = lab.client.job(job_id).nodes[2]
     inject(lab.dir, victim, "xid", gpu=5, value=31)            # an application's Xid: not a GPU fault
     inject(lab.dir, victim, "xid", gpu=3, value=79)            # fallen off the bus
