@@ -100,10 +100,13 @@ class Controller:
                 failed |= self.act(step) == "failed"
                 result.steps.append(step)
             result.open_incidents = len(jn.incidents(self.conn, open_only=True))
-            if not steps or self.clock() - start >= budget:
+            if not steps:
                 break
-            if acts and not failed:
+            spent = self.clock() - start
+            if acts and not failed and spent < 2 * budget:
                 continue            # read again at once: the next step depends on what this one did
+            if spent >= budget:
+                break               # only waits left (or a step keeps failing): the next cycle goes on
             self.sleep(self.cc.poll_s)
         result.elapsed_s = self.clock() - start
         return result

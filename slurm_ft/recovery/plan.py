@@ -195,10 +195,9 @@ def restarts_without_progress(inc: Incident, incidents: Sequence[Incident], job:
 
 
 def _of_job(incidents: Sequence[Incident], job_id: int, job: Optional[Job]) -> List[Incident]:
-    """This job's incidents; not those of an older job that had the same id (ids restart with a fresh
-    slurmctld), told apart by the job's submit time."""
-    submitted = parse_slurm_time(job.submit_time) if job is not None else None
-    return [i for i in incidents if i.job_id == job_id and (submitted is None or i.opened_at >= submitted - 1)]
+    """This job's incidents. Not those of an older job with the same id (ids start again with a fresh
+    slurmctld): a restart count never goes down. (SubmitTime cannot tell them apart: a requeue resets it.)"""
+    return [i for i in incidents if i.job_id == job_id and (job is None or i.restart_count <= job.restart_count)]
 
 
 def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float,

@@ -26,7 +26,7 @@ def controller_config(lab, tmp_path: Path) -> Path:
     return path
 
 
-def slurm_ft(lab, config: Optional[Path], *args, env=None, timeout=120, check=True) -> subprocess.CompletedProcess:
+def slurm_ft(lab, config: Optional[Path], *args, env=None, timeout=300, check=True) -> subprocess.CompletedProcess:
     e = dict(lab.env)
     if config is not None:
         e["SLURM_FT_CONFIG"] = str(config)
@@ -50,7 +50,7 @@ def submit_plain(lab, tmp_path: Path, nodes: int) -> int:
     return int(p.stdout.strip().split(";")[0])
 
 
-def wait_job(lab, job_id: int, state: str = "RUNNING", timeout: float = 30.0, **more):
+def wait_job(lab, job_id: int, state: str = "RUNNING", timeout: float = 120.0, **more):
     deadline = time.monotonic() + timeout
     job = None
     while time.monotonic() < deadline:
@@ -66,7 +66,7 @@ def fail_node(lab, node: str, reason: str = "slurm-ft: XID79 gpu3 GPU has fallen
     lab.client.drain([node], reason)
 
 
-def once(lab, config: Path, budget: float = 30, env=None, check=True) -> subprocess.CompletedProcess:
+def once(lab, config: Path, budget: float = 120, env=None, check=True) -> subprocess.CompletedProcess:
     return slurm_ft(lab, config, "controller", "once", "--json", "--budget", str(budget), env=env, check=check)
 
 
