@@ -60,7 +60,8 @@ def lab() -> None:
 @click.option("--gpus-per-node", default=8, show_default=True)
 @click.option("--port-base", default=17000, show_default=True,
               help="slurmctld port; slurmd i listens on port-base + i.")
-@click.option("--health-interval", default=30, show_default=True, help="HealthCheckInterval in seconds.")
+@click.option("--health-interval", default=300, show_default=True,
+              help="HealthCheckInterval in seconds (every node once per interval, cycled).")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for every node to be idle.")
 def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, timeout) -> None:
     """Start the lab (a running one is left as it is) and wait until every node is idle."""

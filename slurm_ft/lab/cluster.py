@@ -56,7 +56,8 @@ class LabSpec:
     gpus_per_node: int = 8
     port_base: int = 17000          # slurmctld listens here, slurmd i on port_base + i
     cpus_per_node: int = 16
-    health_interval_s: int = 30     # HealthCheckInterval (cycled over the nodes, so 68 nodes cost little)
+    health_interval_s: int = 300    # HealthCheckInterval, cycled over the nodes: 68 python checks per
+                                    # interval per lab; 30 s with several labs saturated 2 cores
     slurmd_timeout_s: int = 10      # a dead slurmd is NOT_RESPONDING after about this long
 
     def validate(self) -> "LabSpec":
@@ -160,16 +161,21 @@ class Lab:
             if saved and saved != self.spec:
                 raise UsageError(f"a lab with {saved.nodes}+{saved.spares} nodes on port {saved.port_base} "
                                  f"is up in {self.dir}; run `slurm-ft lab down --dir {self.dir}` first")
+            self._health_pause.touch()
             try:
                 self._start_missing_slurmds()
+                self.wait_idle(timeout)
             except CommandError as exc:
                 raise EnvironmentProblem(f"lab in {self.dir}: a slurmd did not start: {exc} "
                                          f"(logs in {self.dir}/log)") from None
-            self.wait_idle(timeout)
+            finally:
+                self._health_pause.unlink(missing_ok=True)
             return UpResult(True, time.monotonic() - t0, len(self.spec.node_names))
         self.down(quiet=True)                 # half-started leftovers (a killed run of up)
+        self._check_parents()
         self._check_ports()
         self._write_files()
+        self._health_pause.touch()
         try:
             self._start_munged()
             self._start_slurmctld()
@@ -178,7 +184,20 @@ class Lab:
         except (CommandError, EnvironmentProblem) as exc:
             self.down(quiet=True)             # never leave half a lab running
             raise EnvironmentProblem(f"the lab did not start: {exc}") from None
+        finally:
+            self._health_pause.unlink(missing_ok=True)
         return UpResult(False, time.monotonic() - t0, len(self.spec.node_names))
+
+    def _check_parents(self) -> None:
+        """munged refuses a socket below a directory that not everybody may search."""
+        for parent in self.dir.parents:
+            try:
+                mode = parent.stat().st_mode
+            except FileNotFoundError:
+                continue
+            if not mode & 0o001:
+                raise EnvironmentProblem(f"munged needs every directory above the lab searchable: "
+                                         f"run `chmod o+x {parent}` or choose another --dir")
 
     def _check_ports(self) -> None:
         ports = {self.spec.port_base: "slurmctld"}
@@ -279,11 +298,14 @@ PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} D
     def _hook_wrapper(self, repo_dir: str) -> str:
         d = self.dir
         bindir = Path(sys.executable).parent
+        # Every slurmd runs HealthCheckProgram as it starts: 68 python processes at once would make
+        # `up` crawl, so `up` pauses the health check until all nodes are idle.
+        pause = f"[ -e {self._health_pause} ] && exit 0\n" if repo_dir == "healthcheck" else ""
         return f"""\
 #!/bin/sh
 # Written by `slurm-ft lab up`: runs {REPO_ROOT}/{repo_dir}/* in name order with the lab's
 # environment; the first one that fails decides the exit status. No scripts there -> exit 0.
-export SLURM_FT_CONFIG={d}/slurm-ft.yaml
+{pause}export SLURM_FT_CONFIG={d}/slurm-ft.yaml
 export SLURM_FT_LAB_DIR={d}
 export SLURM_CONF={self.conf}
 export LD_LIBRARY_PATH={d}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}
@@ -294,6 +316,10 @@ for f in {REPO_ROOT}/{repo_dir}/*; do
 done
 exit 0
 """
+
+    @property
+    def _health_pause(self) -> Path:
+        return self.dir / "run" / "healthcheck.paused"
 
     def _slurm_ft_yaml(self) -> str:
         d = self.dir
