@@ -301,6 +301,20 @@ def plan_spares(gpus: int, gpus_per_node: int = 8, *, profile: Optional[str] = N
                      tail_s, tail_b, dc, R, ty, td, ettr, rows, d)
 
 
+def plan_from_settings(gpus: int, gpus_per_node: int, settings) -> SparePlan:
+    """The plan with the inputs of a `planning:` config section (`slurm_ft.config.PlanningConfig`, or
+    anything with its attributes): its node MTBF or observed rate when set, else its profile."""
+    if settings.node_mtbf_hours is not None:
+        rate = {"node_mtbf_hours": settings.node_mtbf_hours}
+    elif settings.interruptions_per_day is not None:
+        rate = {"interruptions_per_day": settings.interruptions_per_day, "at_gpus": settings.at_gpus}
+    else:
+        rate = {"profile": settings.profile}
+    return plan_spares(gpus, gpus_per_node, **rate, replace_fraction=settings.replace_fraction,
+                       repair_hours=settings.repair_hours, target=settings.target,
+                       ckpt_cost_s=settings.checkpoint_cost_s, restart_s=settings.restart_s)
+
+
 def rnd_risk(risk: float) -> float:
     """1 - q without binary noise (1 - 0.999 = 0.0010000000000000009)."""
     return float(f"{risk:.12g}")

@@ -135,3 +135,13 @@ def test_profile_file_and_config_section(capsys, tmp_path, monkeypatch):
     bad.write_text("name: x\ndays: 30\ngpus: 8\nclasses: [{count: 1, kind: solar}]\n")
     code, out, err = run_cli(capsys, "spares", "plan", "--gpus", "8", "--profile-file", str(bad))
     assert code == 2 and "kind must be one of" in err
+
+
+def test_plan_from_a_config_section():
+    from slurm_ft.config import PlanningConfig
+    assert sp.plan_from_settings(16384, 8, PlanningConfig()).spare_nodes == 35
+    cfg = PlanningConfig(node_mtbf_hours=24, repair_hours=7.2, target=0.99)
+    plan = sp.plan_from_settings(8, 8, cfg)
+    assert plan.expected_nodes_in_repair == pytest.approx(0.3) and plan.spare_nodes == 2
+    plan = sp.plan_from_settings(512, 8, PlanningConfig(interruptions_per_day=4, at_gpus=4096))
+    assert plan.job_interruptions_per_day == 0.5 and plan.replace_fraction == 1.0
