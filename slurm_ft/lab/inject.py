@@ -245,6 +245,13 @@ def heal(labdir: Path, node: str) -> None:
             ngpus = len(load_state(labdir, node).gpus)
         except UsageError:          # an unreadable state file: heal is how it gets fixed
             ngpus = _lab_gpus(labdir)
+        d = Path(labdir) / "nodes" / node
+        try:                        # already healthy: leave the files (and their mtimes) alone
+            if (d / "nvml.state").read_text() == NodeState.healthy(node, ngpus).render() \
+                    and (d / "kmsg").stat().st_size == 0:
+                return
+        except OSError:
+            pass
         init_node(labdir, node, ngpus)
 
 
