@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import List, Optional, Sequence
 
 import click
@@ -64,20 +65,51 @@ def _format_code(v: catalog.XidInfo) -> List[str]:
     return lines
 
 
+def _summary(events: Sequence[XidEvent]) -> List[dict]:
+    """One row per (GPU, Xid, verdict): how often, first and last time; draining rows first."""
+    rows: dict = {}
+    for e in events:
+        v = catalog.verdict(e)
+        key = (e.gpu, e.pci_bus_id, e.kind, e.xid, v.severity)
+        row = rows.setdefault(key, {"gpu": e.gpu, "pci_bus_id": e.pci_bus_id, "kind": e.kind, "xid": e.xid,
+                                    "name": v.name, "severity": v.severity, "action": v.action,
+                                    "drains": v.drains, "count": 0, "first": e.timestamp, "last": e.timestamp})
+        row["count"] += 1
+        if e.timestamp is not None:
+            row["first"] = e.timestamp if row["first"] is None else min(row["first"], e.timestamp)
+            row["last"] = e.timestamp if row["last"] is None else max(row["last"], e.timestamp)
+    return sorted(rows.values(), key=lambda r: (not r["drains"], r["gpu"] if r["gpu"] is not None else 99,
+                                                r["pci_bus_id"], r["xid"]))
+
+
+def _format_summary(rows: Sequence[dict]) -> List[str]:
+    def when(t):
+        return time.strftime("%m-%d %H:%M:%S", time.localtime(t)) if t is not None else "?"
+    out = []
+    for r in rows:
+        where = f"gpu{r['gpu']}" if r["gpu"] is not None else "gpu?"
+        label = "SXid" if r["kind"] == "sxid" else "Xid"
+        span = f"{when(r['first'])} .. {when(r['last'])}" if r["count"] > 1 else when(r["first"])
+        out.append(f"{where:5} PCI {r['pci_bus_id']}  {label} {r['xid']:>5} x{r['count']:<4} {r['severity']:6} "
+                   f"{'DRAIN ' + r['action'] if r['drains'] else 'no drain':16} {span}  {r['name']}")
+    return out
+
+
 @xid_group.command("explain")
 @click.argument("what", required=False, metavar="[CODE|FILE|-]")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--since", "lookback", type=float, metavar="SECONDS",
               help="Only Xids logged in the last SECONDS (needs timestamps in the log).")
 @click.option("--sxid/--no-sxid", default=True, show_default=True, help="Also list NVSwitch SXid lines.")
-def explain(what: Optional[str], as_json: bool, lookback: Optional[float], sxid: bool) -> None:
+@click.option("--summary", is_flag=True, help="One line per GPU and Xid with a count, instead of every line.")
+def explain(what: Optional[str], as_json: bool, lookback: Optional[float], sxid: bool, summary: bool) -> None:
     """Explain one Xid CODE, or every Xid in FILE / stdin (-) / this boot's kernel log (no argument).
 
     \b
     Examples:
       slurm-ft xid explain 79
       dmesg | slurm-ft xid explain -
-      slurm-ft xid explain /var/log/kern.log --json
+      slurm-ft xid explain /var/log/kern.log --summary
     Exit status: 0 nothing that drains, 1 at least one Xid that drains a node, 2 bad input.
     """
     if what is not None and what.isdigit():
@@ -97,9 +129,12 @@ def explain(what: Optional[str], as_json: bool, lookback: Optional[float], sxid:
     draining = [e for e in events if catalog.verdict(e).drains]
     if as_json:
         click.echo(json.dumps({"source": path, "count": len(events), "drains": bool(draining),
-                               "events": [_event_dict(e) for e in events]}, indent=2))
+                               "summary": _summary(events), "events": [_event_dict(e) for e in events]}, indent=2))
     elif not events:
         click.echo(f"no Xid lines in {'stdin' if path == '-' else path}")
+    elif summary:
+        click.echo("\n".join(_format_summary(_summary(events))))
+        click.echo(f"{len(events)} event(s); {len(draining)} drain the node")
     else:
         for e in events:
             click.echo("\n".join(_format_event(e)))

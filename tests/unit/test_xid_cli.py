@@ -64,3 +64,17 @@ def test_nvml_index_shown_when_nvml_is_available(tmp_path):
     assert [(e["xid"], e["gpu"]) for e in d["events"]] == [(79, 0), (13, 1)]   # 18:00 is GPU 0, 2a:00 GPU 1
     r = run(str(DATA / "dev-kmsg.txt"), env={"LD_LIBRARY_PATH": str(tmp_path), "SLURM_FT_FAKE_NODE": "gpu001"})
     assert "gpu0 PCI 0000:18:00  Xid 79" in r.stdout
+
+
+def test_summary_counts_repeats_and_puts_draining_first():
+    line = "[ {t}.000000] NVRM: Xid (PCI:0000:18:00): 13, pid=9, name=python, Graphics Exception\n"
+    text = "".join(line.format(t=100 + i) for i in range(3))
+    text += "[ 200.000000] NVRM: Xid (PCI:0000:2a:00): 48, pid=9, name=python, DBE\n"
+    r = run("-", "--summary", stdin=text)
+    assert r.returncode == 1
+    rows = r.stdout.splitlines()
+    assert "Xid    48 x1" in rows[0] and "DRAIN reset_gpu" in rows[0]
+    assert "Xid    13 x3" in rows[1] and "no drain" in rows[1]
+    d = json.loads(run("-", "--json", stdin=text).stdout)
+    assert [(s["xid"], s["count"], s["drains"]) for s in d["summary"]] == [(48, 1, True), (13, 3, False)]
+    assert d["summary"][1]["last"] - d["summary"][1]["first"] == 2
