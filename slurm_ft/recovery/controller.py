@@ -55,6 +55,7 @@ class Controller:
         self.sleep = sleep
         self.on_step = on_step          # called (step, outcome, detail, now) after each act: the demo's timeline
         self._crash = _parse_crash(os.environ.get(CRASH_ENV, ""))
+        self._seen_at: Optional[float] = None   # when the snapshot the current steps come from was read
 
     # --- observe -----------------------------------------------------------------------------------
 
@@ -92,6 +93,7 @@ class Controller:
         result = CycleResult()
         while True:
             snap = self.observe()
+            self._seen_at = snap.taken_at     # read after the jobs: what it shows happened before
             incidents = jn.state(self.conn, snap.taken_at)
             steps = plan(snap, incidents, self.policy, snap.taken_at)
             acts = [s for s in steps if s.kind not in WAITING]
@@ -238,6 +240,7 @@ class Controller:
         job = self.client.job(inc.job_id)
         if job.state != "PENDING":
             return "skipped", f"job is {job.state}"
+        self._next_second_after_kill(inc)
         if job.held or step.hold:
             self.client.release(inc.job_id)
             # a released requeued job still has the requeue's begin time (+121 s): clear it too
@@ -245,6 +248,20 @@ class Controller:
             return "ok", "released, StartTime=now"
         self.client.update_job(inc.job_id, StartTime="now")
         return "ok", "StartTime=now"
+
+    def _next_second_after_kill(self, inc: Incident) -> None:
+        """Slurm 22.05 revokes a killed job's credentials to the second: a relaunch on the same nodes
+        whose credential is from the second of the kill is refused ("already killed, do not launch
+        batch job") and the job FAILS. The job is PENDING now, so the kill is done: start it in the
+        next second at the earliest (costs half a second on average, only right after our requeue)."""
+        requeue = inc.step("requeue")
+        now = self.clock()
+        if requeue is None or requeue.outcome != "ok" or now - (requeue.done_at or now) > 3.0:
+            return
+        killed_by = self._seen_at or now      # the snapshot that showed the job PENDING: the kill came before
+        wait = int(killed_by) + 1.02 - now
+        if wait > 0:
+            self.sleep(wait)
 
     def _confirm(self, step: Step, inc: Incident):
         job = self.client.job(inc.job_id)
