@@ -26,7 +26,8 @@ KINDS = ("crash", "node", "hang")
 class FailureClass:
     name: str
     count: int          # interruptions of this class seen over the profile's window
-    replace: bool       # the job can only come back on a different node (this one goes to repair)
+    replace: float      # share of these faults after which the job needs a different node (this one goes
+                        # to repair): true (1) or false (0) for the built-in profile, any 0..1 from YAML
     kind: str           # crash | node | hang (see module doc)
     note: str = ""
 
@@ -45,8 +46,10 @@ class Profile:
         return sum(c.count for c in self.classes)
 
     @property
-    def replace_count(self) -> int:
-        return sum(c.count for c in self.classes if c.replace)
+    def replace_count(self) -> float:
+        """Faults that take a node out (whole when every class is true/false)."""
+        total = sum(c.count * c.replace for c in self.classes)
+        return int(total) if float(total).is_integer() else total
 
     @property
     def replace_fraction(self) -> float:
@@ -198,7 +201,8 @@ def _check_keys(data: Any, allowed: set, where: str) -> None:
 
 
 def profile_from_dict(data: Any, where: str) -> Profile:
-    """A profile from YAML: name, days, gpus, gpus_per_node, classes: [{name, count, replace, kind}]."""
+    """A profile from YAML: name, days, gpus, gpus_per_node, classes: [{name, count, replace, kind}];
+    replace is true/false or the share (0..1) of the class's faults that need a node swap."""
     _check_keys(data, {"name", "days", "gpus", "gpus_per_node", "classes", "source"}, where)
     classes = data.get("classes")
     if not isinstance(classes, list) or not classes:
@@ -207,13 +211,16 @@ def profile_from_dict(data: Any, where: str) -> Profile:
     for i, c in enumerate(classes):
         cw = f"{where}: classes[{i}]"
         _check_keys(c, {"name", "count", "replace", "kind", "note"}, cw)
-        if not isinstance(c.get("replace", False), bool):
-            raise UsageError(f"{cw}: replace must be true or false")
+        rep = c.get("replace", False)
+        if isinstance(rep, bool):
+            rep = 1.0 if rep else 0.0
+        elif not isinstance(rep, (int, float)) or not 0 <= rep <= 1:
+            raise UsageError(f"{cw}: replace must be true, false or a share between 0 and 1, not {rep!r}")
         kind = c.get("kind", "crash")
         if kind not in KINDS:
             raise UsageError(f"{cw}: kind must be one of {', '.join(KINDS)}, not {kind!r}")
         out.append(FailureClass(str(c.get("name", f"class {i}")), _number(c, "count", cw, integer=True),
-                                bool(c.get("replace", False)), kind, str(c.get("note", ""))))
+                                float(rep), kind, str(c.get("note", ""))))
     if sum(c.count for c in out) == 0:
         raise UsageError(f"{where}: the class counts add up to zero")
     gpus = _number(data, "gpus", where, positive=True, integer=True)

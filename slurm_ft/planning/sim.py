@@ -2,7 +2,8 @@
 
 Model (every choice here is printed with the results):
 - Faults hit the job's GPUs as one Poisson process of rate (profile interruptions per GPU-second) x GPUs
-  over the whole elapsed time; each fault's class is drawn with the profile's class counts as weights.
+  over the whole elapsed time; each fault's class is drawn with the profile's class counts as weights,
+  and whether it needs a node swap with the class's `replace` share (true = always, false = never).
   One process for the whole job, not one timer per node: the same law, and ~1 event per interruption.
 - A fault stops the job. A hardware fault (a class that needs a node swap) counts even during a recovery,
   since the job holds its nodes; a software fault (no swap) only while the job runs. Recovery: detection (by kind, from the policy), then the scheduler delay
@@ -175,8 +176,9 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0) -> S
         if t >= T:
             break
         cls = classes[bisect_right(cum, rng.random() * total_w)]
+        swap = rng.random() < cls.replace      # drawn for every fault, so the streams stay in step
         running = t >= busy_until
-        if not running and not cls.replace:
+        if not running and not swap:
             continue        # a software fault needs the job's processes: none run during a recovery
         interruptions += 1
         by_class[cls.name] = by_class.get(cls.name, 0) + 1
@@ -188,7 +190,7 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0) -> S
         ready_nodes = t_det
         wait_end = t_det
         back_from_repair(t_det)
-        if cls.replace:
+        if swap:
             replacements += 1
             heapq.heappush(repairs, t_det + (rng_repair.expovariate(1 / repair_mean) if p.repair_dist == "exp"
                                               and repair_mean > 0 else repair_mean))

@@ -89,6 +89,10 @@ def setup(profile: Profile, policy: Policy, *, gpus: int, gpus_per_node: int, da
     return SimSetup(profile, policy, params, d, interval_from, spares_from)
 
 
+def _swap_text(share: float) -> str:
+    return "yes" if share == 1 else "no" if share == 0 else f"{100 * share:.0f}%"
+
+
 def policy_line(p: Policy) -> str:
     return (f"detect crash {gnum(p.detect_crash_s)} s / host lost {gnum(p.detect_node_s)} s / hang "
             f"{gnum(p.detect_hang_s)} s, requeue {gnum(p.requeue_s)} s, swap {gnum(p.swap_s)} s"
@@ -146,7 +150,7 @@ def render(s: SimSetup, results: Sequence[SimResult]) -> List[str]:
     scale = p.gpus / prof.gpus * p.days / prof.days
     for c in prof.classes:
         sim_mean = sum(r.by_class.get(c.name, 0) for r in results) / n_seeds
-        out.append(f"    {c.name:<32} {c.kind:<6} {'yes' if c.replace else 'no':<5} {num(c.count * scale):>9} "
+        out.append(f"    {c.name:<32} {c.kind:<6} {_swap_text(c.replace):<5} {num(c.count * scale):>9} "
                    f"{num(sim_mean):>10}")
     out += ["", "  Model: faults as one Poisson process over the job, classes by weight; a software fault only "
                 "while the job runs; recovery = detection, then requeue delay and node swap side by side, then "

@@ -212,7 +212,7 @@ def plan_spares(gpus: int, gpus_per_node: int = 8, *, profile: Optional[str] = N
                           f"{gnum(lam_job)} / {gnum(n)}", lam_job / n, "/day")
         if replace_fraction is None:
             rc = d.given("profile_replace_count", "of them needing a node swap (c_r)", prof.replace_count,
-                         note="classes marked replace in the profile")
+                         note="sum of count × replace share over the classes")
             replace_fraction = d.step("replace_fraction", "share that takes a node out (p)", "c_r / c",
                                       f"{gnum(rc)} / {gnum(c)}", rc / c)
         else:

@@ -274,3 +274,15 @@ def test_simulated_ettr_agrees_with_the_first_order_formula_when_waste_is_small(
     first_order = 1 - (d / tau + (tau / 2 + R) / M)
     assert first_order == pytest.approx(0.931, abs=0.001)
     assert mean(r.ettr for r in by_policy["slurm-ft"]) == pytest.approx(first_order, abs=0.005)
+
+
+def test_a_class_can_need_a_swap_for_a_share_of_its_faults():
+    prof = pr.profile_from_dict({"days": 54, "gpus": 16384, "classes": [
+        {"name": "gpu", "count": 300, "replace": 0.5, "kind": "crash"},
+        {"name": "bug", "count": 100, "replace": False}]}, "p.yaml")
+    assert prof.replace_count == 150 and prof.replace_fraction == 0.375
+    rs = run_seeds(prof, pr.slurm_ft_policy(), BASE, range(10))
+    share = sum(r.replacements for r in rs) / sum(r.interruptions for r in rs)
+    assert 0.33 < share < 0.42
+    with pytest.raises(UsageError, match="replace must be true, false or a share"):
+        pr.profile_from_dict({"days": 1, "gpus": 8, "classes": [{"count": 1, "replace": 1.5}]}, "p.yaml")
