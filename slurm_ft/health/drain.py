@@ -188,10 +188,10 @@ def apply(client, node_name: str, findings: Sequence[Finding], *, checks: Iterab
         check = check_of(code_of(node.reason))
         checks = set(checks)
         if not auto_resume:
-            return Outcome("kept", f"{node_name} healthy; auto_resume off, still drained: {node.reason}")
+            return Outcome("kept", f"{node_name} healthy; auto_resume off, still drained: {node.reason}", node.reason)
         if check is None or check not in checks:
             return Outcome("kept", f"{node_name} healthy at this level, but this level does not run the check "
-                                   f"behind {node.reason!r}; still drained")
+                                   f"behind {node.reason!r}; still drained", node.reason)
         client.resume([node_name])
         return Outcome("resumed", f"resumed {node_name}: {node.reason!r} no longer found")
     return Outcome("none", f"{node_name} healthy" + (f"; drained by someone else ({node.reason!r}), left as is"

@@ -175,10 +175,32 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
     if drain and not report.hung:
         from slurm_ft.health import drain as dr
         from slurm_ft.errors import CommandError
+        believed = (before if not record else _reload(path, node)).get("slurm_ft_drained")
+        if report.healthy and not active and believed is False:
+            # nothing wrong and no drain of ours outstanding: spare slurmctld an RPC per node per interval
+            report.drain = {"action": "none", "message": f"{node} healthy (no slurm-ft drain outstanding)",
+                            "reason": ""}
+            return report
         try:
             outcome = dr.apply(client, node, report.findings, checks=report.checks, active=active, config=config,
                                now=now, auto_resume=config.health.auto_resume)
             report.drain = outcome.to_dict()
         except CommandError as exc:   # Slurm unreachable: the verdict stands, the drain is reported failed
             report.drain = {"action": "error", "message": str(exc), "reason": dr.reason_text(report.findings)}
+            return report
+        ours_now = outcome.action in ("drained", "reason_updated", "kept") and dr.ours(outcome.reason)
+        if record and believed is not ours_now:
+            try:
+                with st.locked(path, node) as state:
+                    state["slurm_ft_drained"] = ours_now
+            except PermissionError as exc:
+                log.warning("state file %s not written: %s", path, exc)
     return report
+
+
+def _reload(path, node: str) -> dict:
+    from slurm_ft.health import state as st
+    try:
+        return st.load(path, node)
+    except ConfigError:
+        return {}
