@@ -35,7 +35,8 @@ CLOCK_EVENTS = {           # nvmlClocksEventReason* bits
 }
 
 FAULTS = ("xid", "ecc_dbe", "remap_pending", "remap_failure", "nvlink_down", "nvlink_errors", "pcie_width",
-          "gpu_lost", "clock_event", "slow", "temp", "proc")
+          "gpu_lost", "clock_event", "slow", "temp", "proc", "hang", "driver_unloaded")
+DRIVER_NOT_LOADED = 9   # NVML_ERROR_DRIVER_NOT_LOADED
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")   # NVML_NVLINK_ERROR_DL_* order
 # one --nvlink-errors adds these (DCGM fails a link on any replay/recovery growth, or CRC at 100+/s)
 NVLINK_ERROR_STEP = {"replay": 1, "recovery": 1, "crc_flit": 100}
@@ -87,6 +88,7 @@ class GpuState:
     slow: float = 1.0
     temp: int = 40
     power_w: float = 120.0
+    hang_ms: int = 0
     xids: List[Tuple[int, int]] = field(default_factory=list)     # (seq, code)
     procs: List[Tuple[int, int]] = field(default_factory=list)    # (pid, bytes)
 
@@ -105,7 +107,8 @@ class GpuState:
                    ("remap_uncorrected", self.remap_uncorrected), ("remap_pending", int(self.remap_pending)),
                    ("remap_failure", int(self.remap_failure)), ("pcie_gen", self.pcie_gen),
                    ("pcie_width", self.pcie_width), ("clock_events", hex(self.clock_events)),
-                   ("slow", f"{self.slow:g}"), ("temp", self.temp), ("power_w", f"{self.power_w:g}")]
+                   ("slow", f"{self.slow:g}"), ("temp", self.temp), ("power_w", f"{self.power_w:g}"),
+                   ("hang_ms", self.hang_ms)]
         out += [f"gpu {i} {k} {v}" for k, v in scalars]
         out += [f"gpu {i} nvlink_down {link}" for link in sorted(set(self.nvlink_down))]
         out += [f"gpu {i} nvlink_err {link} {NVLINK_COUNTERS.index(c)} {n}"
@@ -122,6 +125,7 @@ class NodeState:
     name: str = "NVIDIA H100 80GB HBM3"
     driver: str = "550.54.15"
     nvlinks: int = MAX_LINKS
+    init_error: int = 0
 
     @classmethod
     def healthy(cls, node: str, ngpus: int = 8) -> "NodeState":
@@ -130,6 +134,8 @@ class NodeState:
     def render(self) -> str:
         out = [f"# fake NVML state for {self.node}, written by slurm-ft lab (format: fake_nvml.c)",
                f"gpus {len(self.gpus)}", f"nvlinks {self.nvlinks}", f"name {self.name}", f"driver {self.driver}"]
+        if self.init_error:
+            out.append(f"init_error {self.init_error}")
         for g in self.gpus:
             out += g.lines()
         return "\n".join(out) + "\n"
@@ -153,6 +159,7 @@ class NodeState:
         state.name = head.get("name", state.name)
         state.driver = head.get("driver", state.driver)
         state.nvlinks = int(head.get("nvlinks", state.nvlinks))
+        state.init_error = int(head.get("init_error", 0))
         for idx, items in per_gpu.items():
             if idx >= len(state.gpus):
                 continue
@@ -405,6 +412,19 @@ def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now
             raise UsageError(f"--slow wants a factor between 0 and 1, not {value!r}")
         g.slow = factor
         summary = f"SM clock at {factor:g} x max"
+    elif fault == "hang":
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"--hang wants seconds, not {value!r}") from None
+        if not 0 <= seconds <= 3600:
+            raise UsageError(f"--hang wants 0..3600 seconds, not {value!r}")
+        g.hang_ms = int(seconds * 1000)
+        summary = f"every NVML call on this GPU hangs {seconds:g} s"
+    elif fault == "driver_unloaded":
+        state.init_error = DRIVER_NOT_LOADED
+        msgs.append("NVRM: The NVIDIA probe routine was not called for 8 device(s).")
+        summary = "NVIDIA driver not loaded: nvmlInit fails on this node"
     else:  # proc
         pid = _int(value, "pid", 1, 2**31 - 1)
         g.procs.append((pid, 1 << 30))

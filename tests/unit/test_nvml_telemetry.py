@@ -230,3 +230,21 @@ def test_events_keep_flowing_after_a_long_history(libdir, lab):
         p.wait(10)
     assert [(e["xid"], e["gpu"]) for e in got] == [(95, 0)]
     assert len(inject.load_state(lab, NODE).gpus[0].xids) == inject.XID_HISTORY
+
+
+def test_driver_unloaded_is_a_clear_message(libdir, lab):
+    inject.inject(lab, NODE, "driver_unloaded")
+    s = read(libdir, lab)
+    assert s["gpus"] == [] and "driver not loaded" in s["nvml_error"].lower()
+    inject.heal(lab, NODE)
+    assert len(read(libdir, lab)["gpus"]) == 8
+
+
+def test_hung_gpu_makes_calls_slow(libdir, lab):
+    inject.inject(lab, NODE, "hang", gpu=1, value=0.2)
+    code = ("import time; from slurm_ft.gpu import nvml; t = time.perf_counter(); "
+            "s = nvml.read_node('gpu007', include=['identity']); print(time.perf_counter() - t)")
+    r = subprocess.run([sys.executable, "-c", code], env=env_for(libdir, lab), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) >= 0.6                         # 3 identity calls on GPU 1, 0.2 s each

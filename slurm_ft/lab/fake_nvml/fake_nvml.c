@@ -19,6 +19,8 @@
  *   gpu <i> nvlink_down L       nvlink_err L COUNTER N   (COUNTER: 0 replay 1 recovery 2 crc_flit 3 crc_data 4 ecc)
  *   gpu <i> pcie_gen G          pcie_width W         clock_events 0xMASK  slow F (SM clock = F x max)
  *   gpu <i> temp C              power_w W
+ *   gpu <i> hang_ms N           (every call on that GPU sleeps N ms first: a hung driver call)
+ *   init_error CODE             (nvmlInit fails with CODE, e.g. 9 = driver not loaded)
  *   gpu <i> xid SEQ CODE        (history; each event set gets every xid with a SEQ newer than at registration)
  *   gpu <i> proc PID BYTES      (a compute process on the GPU)
  *
@@ -69,7 +71,7 @@ struct gpu {
     unsigned int pcie_gen, pcie_width;
     unsigned long long clock_events;
     double slow;
-    unsigned int temp, power_mw;
+    unsigned int temp, power_mw, hang_ms;
     struct xid xids[MAX_XIDS];
     int nxids;
     struct proc procs[MAX_PROCS];
@@ -77,7 +79,7 @@ struct gpu {
 };
 
 struct state {
-    int ngpus, nlinks;
+    int ngpus, nlinks, init_error;
     char name[96], driver[32];
     struct gpu g[MAX_GPUS];
 };
@@ -181,6 +183,7 @@ static void parse_gpu_line(struct gpu *g, const char *key, char *rest)
     else if (!strcmp(key, "slow")) g->slow = atof(rest);
     else if (!strcmp(key, "temp")) g->temp = atoi(rest);
     else if (!strcmp(key, "power_w")) g->power_mw = (unsigned int)(atof(rest) * 1000);
+    else if (!strcmp(key, "hang_ms")) g->hang_ms = (unsigned int)strtoul(rest, NULL, 0);
     else if (!strcmp(key, "xid")) {
         struct xid x;
         if (sscanf(rest, "%llu %u", &x.seq, &x.code) != 2) return;
@@ -213,7 +216,8 @@ static void parse_state(struct state *s, FILE *fh)
         } else if (!strcmp(key, "nvlinks")) {
             int n = atoi(rest);
             s->nlinks = n < 0 ? 0 : n > MAX_LINKS ? MAX_LINKS : n;
-        } else if (!strcmp(key, "name")) snprintf(s->name, sizeof(s->name), "%s", rest);
+        } else if (!strcmp(key, "init_error")) s->init_error = atoi(rest);
+        else if (!strcmp(key, "name")) snprintf(s->name, sizeof(s->name), "%s", rest);
         else if (!strcmp(key, "driver")) snprintf(s->driver, sizeof(s->driver), "%s", rest);
         else if (!strcmp(key, "gpu")) {
             char *idx = strtok(rest, " \t"), *gkey = strtok(NULL, " \t"), *grest = strtok(NULL, "");
@@ -267,9 +271,12 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
     (void)flags;
     pthread_mutex_lock(&lock);
-    if (init_count++ == 0) { locate(); loaded = 0; refresh(); }
+    if (init_count == 0) { locate(); loaded = 0; }
+    refresh();
+    nvmlReturn_t r = st.init_error;
+    if (r == NVML_SUCCESS) init_count++;
     pthread_mutex_unlock(&lock);
-    return NVML_SUCCESS;
+    return r;
 }
 EXPORT nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
@@ -293,6 +300,7 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t r)
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_TIMEOUT: return "Timeout";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case 9: return "Driver Not Loaded";
     default: return "Unknown Error";
     }
 }
@@ -395,6 +403,10 @@ static nvmlReturn_t get_gpu(nvmlDevice_t dev, struct gpu *out, int *nlinks)
         if (nlinks) *nlinks = st.nlinks;
     }
     pthread_mutex_unlock(&lock);
+    if (r == NVML_SUCCESS && out->hang_ms) {     /* a hung driver call, outside the lock */
+        struct timespec t = {out->hang_ms / 1000, (long)(out->hang_ms % 1000) * 1000000L};
+        nanosleep(&t, NULL);
+    }
     return r;
 }
 #define GPU(dev, var) struct gpu var; { nvmlReturn_t _r = get_gpu(dev, &var, NULL); if (_r) return _r; }
