@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Optional
 
 import click
@@ -73,13 +74,17 @@ def choose_policy(name: Optional[str], policy_file: Optional[str], recovery_figu
               help="Elastic job: run on as few as this many nodes instead of waiting for a spare.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG of ETTR against spare count and checkpoint interval (needs matplotlib).")
+@click.option("--detect-hang-s", type=float, default=None,
+              help="Override the policy's time to notice a hang (e.g. a shorter collective timeout).")
+@click.option("--detect-node-s", type=float, default=None,
+              help="Override the policy's time to notice a lost host (e.g. a lower SlurmdTimeout).")
 @click.option("--compare", is_flag=True,
               help="Run slurm, llama3-like and slurm-ft (and a --policy-file) on the same faults, side by side.")
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
 @click.pass_context
 def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery_figures, gpus, gpus_per_node, days,
         seed, n_seeds, spares, target, repair_hours, repair_dist, ckpt_interval_min, ckpt_cost_s, restart_s,
-        elastic_min_nodes, plot_path, compare, as_json) -> None:
+        elastic_min_nodes, plot_path, detect_hang_s, detect_node_s, compare, as_json) -> None:
     """Discrete-event simulation of a synchronous training job: faults by class, detection, recovery,
     spare pool with repairs, checkpoints and lost work. Prints ETTR, time lost by cause, interruptions
     and pool exhaustion events, over several seeds with their spread."""
@@ -107,6 +112,10 @@ def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery
         raise UsageError(f"--checkpoint-interval must be positive, got {ckpt_interval_min}")
     if plot_path:
         _need_matplotlib()
+    for flag, v in (("--detect-hang-s", detect_hang_s), ("--detect-node-s", detect_node_s)):
+        if v is not None and not (v >= 0 and v != float("inf")):
+            raise UsageError(f"{flag} must be zero or more, got {v}")
+    pols = [_override(p, detect_hang_s, detect_node_s) for p in pols]
     runs = []
     for pol in pols:
         s = _setup(cfg, prof, pol, gpus, gpus_per_node, days, spares, repair_hours, repair_dist, ckpt_interval_min,
@@ -132,6 +141,19 @@ def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery
         if plot_path:
             click.echo(f"\nPlot written to {plot_path} (ETTR against spare count and checkpoint interval; "
                        f"means over {len(seeds[:5])} seed(s))")
+
+
+def _override(p: pr.Policy, hang: Optional[float], node: Optional[float]) -> pr.Policy:
+    changes, said = {}, []
+    if hang is not None:
+        changes["detect_hang_s"] = hang
+        said.append(f"hang detection {hang:g} s")
+    if node is not None:
+        changes["detect_node_s"] = node
+        said.append(f"host-loss detection {node:g} s")
+    if not changes:
+        return p
+    return replace(p, **changes, source=f"{p.source}; overridden: {', '.join(said)}")
 
 
 def _setup(cfg, prof, pol, gpus, gpus_per_node, days, spares, repair_hours, repair_dist, ckpt_interval_min,

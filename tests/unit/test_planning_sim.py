@@ -286,3 +286,17 @@ def test_a_class_can_need_a_swap_for_a_share_of_its_faults():
     assert 0.33 < share < 0.42
     with pytest.raises(UsageError, match="replace must be true, false or a share"):
         pr.profile_from_dict({"days": 1, "gpus": 8, "classes": [{"count": 1, "replace": 1.5}]}, "p.yaml")
+
+
+def test_shorter_timeouts_can_be_tried_on_any_policy(capsys):
+    base = json.loads(run_cli(capsys, "sim", "--seeds", "5", "--json")[1])
+    code, out, err = run_cli(capsys, "sim", "--seeds", "5", "--json", "--detect-hang-s", "120",
+                             "--detect-node-s", "30")
+    assert code == 0, err
+    fast = json.loads(out)
+    assert fast["policy_figures"]["detect_s"] == {"crash": 1.0, "node": 30.0, "hang": 120.0}
+    assert "overridden: hang detection 120 s" in fast["policy_source"]
+    assert fast["lost_hours_by_cause"]["detection"] < base["lost_hours_by_cause"]["detection"] / 2
+    assert fast["ettr"] > base["ettr"]
+    code, _, err = run_cli(capsys, "sim", "--seeds", "1", "--detect-hang-s", "-1")
+    assert code == 2 and "--detect-hang-s must be zero or more" in err
