@@ -90,7 +90,9 @@ def parse_kv_line(line: str, keys: Iterable[str]) -> Dict[str, str]:
     for i, (_, vstart, key) in enumerate(starts):
         vend = starts[i + 1][0] if i + 1 < len(starts) else len(line)
         # fields are separated by one space, sometimes two (after CoresPerSocket=, Comment=)
-        out[key] = line[vstart:vend] if vend == len(line) else line[vstart:vend].rstrip(" ")
+        # (job lines end in a space too; only a node's trailing Reason is kept verbatim)
+        value = line[vstart:vend]
+        out[key] = value if (vend == len(line) and key == "Reason") else value.rstrip(" ")
     return out
 
 

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Capture real Slurm outputs for the parser unit tests (tests/unit/test_slurm_parse.py).
+
+Brings up a small lab (4 train nodes + 1 spare), puts nodes and jobs into the states the parsers
+must read, saves what scontrol/sinfo/squeue/sbatch print into this directory, and takes the lab
+down. Run as root on a machine with Slurm: `python tests/data/slurm/capture.py [--port-base N]`.
+
+States captured: idle; IDLE+DRAIN with a reason full of quotes, `=`, `;`; MIXED+DRAIN (drained while
+a job runs); ALLOCATED; a killed slurmd (NOT_RESPONDING, then DOWN*); a running job whose name
+has a space, whose comment has spaces/quotes/`=` and whose command has arguments; a pending job
+waiting on BeginTime; a job held after requeuehold; completed and failed jobs; an active MAINT
+reservation and a future one.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from slurm_ft.lab.cluster import Lab, LabSpec
+from slurm_ft.slurm.client import SlurmClient
+
+HERE = Path(__file__).resolve().parent
+REASON = 'slurm-ft: XID79 gpu3 "fell off the bus" a=b; c=\'d\''
+COMMENT = 'slurm-ft:ft=1 note="a b" x=y;z'
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port-base", type=int, default=18700)
+    args = ap.parse_args()
+    top = Path(tempfile.mkdtemp(prefix="slurm-ft-capture-", dir="/tmp"))
+    os.chmod(top, 0o755)
+    lab = Lab(top / "lab", LabSpec(nodes=4, spares=1, gpus_per_node=8, port_base=args.port_base))
+    lab.up()
+    try:
+        capture(lab, top)
+    finally:
+        lab.down()
+
+
+def capture(lab: Lab, work: Path) -> None:
+    c = SlurmClient(env={"SLURM_CONF": str(lab.conf)})
+
+    def save(name: str, argv) -> None:
+        out = c._run(argv, check=False)
+        (HERE / name).write_text(out.stdout)
+        print(f"{name}: {len(out.stdout.splitlines())} lines")
+
+    save("scontrol_show_node_idle.txt", ["scontrol", "show", "node", "-o"])
+    save("scontrol_show_reservation_none.txt", ["scontrol", "show", "reservation", "-o"])
+
+    script = work / "train.sh"
+    script.write_text("#!/bin/sh\nsleep 600\n")
+    script.chmod(0o755)
+    running = c.submit(["-J", "train run", "--comment", COMMENT, "-w", "gpu001", "-N1", "--gres=gpu:8",
+                        "--requeue", "-o", str(work / "train-%j.out"), str(script), "--steps", "10", "two words"],
+                       cwd=str(work))
+    (HERE / "sbatch_parsable.txt").write_text(f"{running}\n")
+    begin = c.submit(["--begin=now+1hour", "-N1", "--wrap", "sleep 1"], cwd=str(work))
+    small = c.submit(["-w", "gpu002", "-n1", "--gres=gpu:1", "--wrap", "sleep 600"], cwd=str(work))
+    held = c.submit(["-p", "spares", "-N1", "--requeue", "--wrap", "sleep 600"], cwd=str(work))
+    done = c.submit(["-w", "gpu004", "-N1", "--wrap", "true"], cwd=str(work))
+    failed = c.submit(["-w", "gpu004", "-N1", "--wrap", "exit 3"], cwd=str(work))
+    for jid in (running, small, held):
+        c.wait_job_state(jid, "RUNNING", 60)
+    c.wait_job_state(done, "COMPLETED", 60)
+    c.wait_job_state(failed, "FAILED", 60)
+    c.wait_job_state(begin, "PENDING", 10)
+    c.requeue(held, hold=True)
+    c.wait_for(lambda: c.job(held).held, 30, "held")
+    c.drain("gpu002", "slurm-ft: draining while a job runs")
+    c.drain("gpu003", REASON)
+    c.create_reservation("gpu003", name="maint_now", duration="60")
+    c.create_reservation("gpu004", name="later", start="now+1day", duration="30", flags=())
+
+    slurmd = next(d["pid"] for d in lab.daemons() if d.get("node") == "gpu004")
+    os.kill(slurmd, signal.SIGKILL)
+    c.wait_for(lambda: "NOT_RESPONDING" in c.node("gpu004").flags, 60, "gpu004 not responding")
+    save("scontrol_show_node.txt", ["scontrol", "show", "node", "-o"])
+    save("sinfo.json", ["sinfo", "--json"])
+    save("sinfo_N.txt", ["sinfo", "-h", "-N", "-o", "%N %T"])
+    save("scontrol_show_job.txt", ["scontrol", "show", "job", "-o"])
+    save("squeue.json", ["squeue", "--json"])
+    save("scontrol_show_partition.txt", ["scontrol", "show", "partition", "-o"])
+    save("scontrol_show_reservation.txt", ["scontrol", "show", "reservation", "-o"])
+    save("scontrol_version.txt", ["scontrol", "--version"])
+    c.wait_for(lambda: c.node("gpu004").state == "DOWN", 60, "gpu004 down")
+    save("scontrol_show_node_down.txt", ["scontrol", "show", "node", "-o", "gpu004"])
+    time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    main()
