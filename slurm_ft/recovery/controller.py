@@ -225,10 +225,11 @@ class Controller:
 
     def _exclude(self, step: Step, inc: Incident):
         job = self.client.job(inc.job_id)
-        excl = sorted(set(job.excluded_nodes) | set(inc.nodes))
+        # a spare taken now may be a node an earlier incident excluded, since repaired and validated
+        excl = sorted((set(job.excluded_nodes) | set(inc.nodes)) - set(inc.spares))
         fields: Dict[str, str] = {}
-        if set(inc.nodes) - set(job.excluded_nodes):
-            fields["ExcNodeList"] = compress(excl)
+        if set(excl) != set(job.excluded_nodes):
+            fields["ExcNodeList"] = compress(excl) if excl else ""
         if step.num_nodes and job.num_nodes != step.num_nodes:
             fields["NumNodes"] = str(step.num_nodes)
         if not fields:
