@@ -63,13 +63,13 @@ def detect(lab, cfg, node: str) -> subprocess.CompletedProcess:
               env={"LD_LIBRARY_PATH": f"{lab.dir}/lib", "SLURMD_NODENAME": node})
 
 
-def wait_running(lab, job_id: int, timeout: float = 60.0, without=None, with_=None):
+def wait_running(lab, job_id: int, timeout: float = 60.0, without=None, with_=None, marker=None):
     deadline = time.monotonic() + timeout
     job = None
     while time.monotonic() < deadline:
         job = lab.client.job(job_id)
         if job.state == "RUNNING" and (without is None or without not in job.nodes) \
-                and (with_ is None or with_ in job.nodes):
+                and (with_ is None or with_ in job.nodes) and (marker is None or marker.exists()):
             return job
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} not running as expected within {timeout} s: {job}")
@@ -103,18 +103,21 @@ def test_full_lap_fault_recovery_quarantine_repair_validate_and_reuse(clean, tmp
     cfg = make_config(lab, tmp_path, pool_target=1)
     spare, *others = lab.spare_nodes
     lab.client.drain(others, HOLD)                # only `spare` is a healthy spare: the swaps are predictable
+    lab.client.set_partition_nodes("train", lab.train_nodes[:4])   # a full partition: a restart needs the spare
     assert ft(lab, cfg, "sweep").stdout == ""     # first sweep: records the spares, says nothing
+    started = tmp_path / "started"               # written by the batch script: prologs are done
     job_id = int(ft(lab, None, "sbatch", "-N", "4", "-o", str(tmp_path / "job-%j.out"),
-                    "/bin/sleep", "3600").stdout.split()[-1])
-    job = wait_running(lab, job_id)
+                    "/bin/sh", "-c", f"touch {started} && exec sleep 3600").stdout.split()[-1])
+    job = wait_running(lab, job_id, marker=started)
     bad = job.nodes[1]
 
     # fault -> recovery on the spare
     inj.inject(lab.dir, bad, "xid", gpu=2, value=79)
     assert detect(lab, cfg, bad).returncode == 1
     assert lab.client.node(bad).reason.startswith("slurm-ft: XID79 gpu2")
-    ft(lab, cfg, "controller", "once", "--budget", "30")
-    job = wait_running(lab, job_id, without=bad, with_=spare)
+    started.unlink()
+    ft(lab, cfg, "controller", "once", "--budget", "60")
+    job = wait_running(lab, job_id, without=bad, with_=spare, marker=started)
 
     # the sweep records it: the failed node quarantined, the spare in service, the pool short
     out = ft(lab, cfg, "sweep").stdout
@@ -139,7 +142,7 @@ def test_full_lap_fault_recovery_quarantine_repair_validate_and_reuse(clean, tmp
     second = next(n for n in job.nodes if n != spare)
     inj.inject(lab.dir, second, "xid", gpu=0, value=79)
     assert detect(lab, cfg, second).returncode == 1
-    ft(lab, cfg, "controller", "once", "--budget", "30")
+    ft(lab, cfg, "controller", "once", "--budget", "60")
     wait_running(lab, job_id, without=second, with_=bad)
     out = ft(lab, cfg, "sweep").stdout
     assert f"{bad}: spare -> in_service" in out
