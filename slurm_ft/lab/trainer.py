@@ -79,6 +79,40 @@ def read_log(ckpt_dir: str) -> List[dict]:
     return out
 
 
+def runs(events: Sequence[dict]) -> List[dict]:
+    """One summary per start of the job (restart count), in order, from the event log.
+
+    Each: restart, start_t, resumed_from_step (None = from scratch), first_step, first_step_t,
+    last_step, last_step_t, last_ckpt, faults (the fault events), end ('done', 'timeout' or None), and
+    steps_lost: the steps of the previous run redone by this one (previous last_step - resumed step).
+    """
+    by: Dict[int, dict] = {}
+    for e in events:
+        r = by.setdefault(int(e.get("restart", 0)), {
+            "restart": int(e.get("restart", 0)), "start_t": None, "resumed_from_step": None, "first_step": None,
+            "first_step_t": None, "last_step": None, "last_step_t": None, "last_ckpt": None, "faults": [],
+            "end": None, "steps_lost": None})
+        kind = e.get("event")
+        if kind == "start":
+            r["start_t"] = e["t"]
+            r["resumed_from_step"] = e["step"] if e.get("resumed_from") else None
+        elif kind == "step":
+            if r["first_step"] is None:
+                r["first_step"], r["first_step_t"] = e["step"], e["t"]
+            r["last_step"], r["last_step_t"] = e["step"], e["t"]
+        elif kind == "ckpt":
+            r["last_ckpt"] = e["step"]
+        elif kind == "fault":
+            r["faults"].append(e)
+        elif kind in ("done", "timeout"):
+            r["end"] = kind
+    out = [by[k] for k in sorted(by)]
+    for prev, cur in zip(out, out[1:]):
+        if prev["last_step"] is not None:
+            cur["steps_lost"] = prev["last_step"] - (cur["resumed_from_step"] or 0)
+    return out
+
+
 # --- the GPU watch (real pynvml) ----------------------------------------------------------------
 
 class GpuWatch:
