@@ -199,7 +199,10 @@ class Controller:
 
     def _swap(self, step: Step, inc: Incident):
         pool_name = self.policy.spare_partition
-        target = self.client.partition(inc.partition)
+        fresh = {p.name: p for p in self.client.partitions()}   # one read, just before the writes
+        target, pool = fresh.get(inc.partition), fresh.get(pool_name)
+        if target is None or pool is None:
+            return "failed", f"partition {inc.partition if target is None else pool_name} not found"
         bad = []
         for node in self.client.nodes(list(step.spares)) if step.spares else []:
             if node.name not in target.nodes and not node.available:
@@ -211,9 +214,7 @@ class Controller:
         # Into the job partition first, out of the pool second: a crash in between leaves the spare in
         # both (never in neither), and the redo finishes the move.
         if any(s not in target.nodes for s in step.spares):
-            target = self.client.partition(inc.partition)
             self.client.set_partition_nodes(inc.partition, list(target.nodes) + [s for s in step.spares if s not in target.nodes])
-        pool = self.client.partition(pool_name)
         if any(s in pool.nodes for s in step.spares):
             self._set_partition(pool_name, [n for n in pool.nodes if n not in step.spares])
         if step.num_nodes:

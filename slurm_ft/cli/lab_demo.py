@@ -1,0 +1,85 @@
+"""`slurm-ft lab demo [--json]`: the scenario slurm-ft exists for, on the lab, with its timeline.
+
+A 512-GPU trainer job (64 nodes x 8) with 4 spares, a fatal Xid on one GPU mid-run; `slurm-ft watch`
+drains the node, the controller swaps a spare in and requeues the job at once, and the trainer resumes
+from its latest complete checkpoint. The timeline is printed as it happens.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+import click
+
+from slurm_ft.errors import UsageError
+
+
+@click.command("demo")
+@click.option("--dir", "directory", metavar="PATH", envvar="SLURM_FT_LAB",
+              help="Lab directory (default /tmp/slurm-ft-lab, or $SLURM_FT_LAB); brought up if needed.")
+@click.option("--nodes", default=64, show_default=True, help="Worker nodes (the job uses all of them).")
+@click.option("--spares", default=4, show_default=True, help="Spare nodes.")
+@click.option("--gpus-per-node", default=8, show_default=True)
+@click.option("--port-base", default=17000, show_default=True, help="For a lab brought up here.")
+@click.option("--step-time", default=0.5, show_default=True, help="Seconds per training step.")
+@click.option("--ckpt-every", default=5, show_default=True, help="Checkpoint every K steps.")
+@click.option("--gpu", "gpu", default=3, show_default=True, help="GPU index that fails.")
+@click.option("--xid", default=79, show_default=True, help="The fatal Xid injected.")
+@click.option("--keep", is_flag=True, help="Leave the recovered job running (default: cancel it at the end).")
+@click.option("--timeout", default=600.0, show_default=True, help="Give up after this many seconds per phase.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end instead of the timeline.")
+def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_every, gpu, xid, keep, timeout,
+         as_json) -> None:
+    """Run a 64-node trainer, break one GPU mid-run, and watch slurm-ft bring the job back on a spare."""
+    from slurm_ft.lab.cluster import Lab, LabSpec
+    from slurm_ft.lab.scenario import Scenario
+
+    if spares < 1:
+        raise UsageError("the demo needs at least one spare (--spares 1 or more)")
+    if not 0 <= gpu < gpus_per_node:
+        raise UsageError(f"--gpu must be 0..{gpus_per_node - 1}")
+    say = (lambda *a, **k: None) if as_json else click.echo
+    # the timeline says what the controller does; its own warnings would only repeat it in between
+    logging.getLogger("slurm_ft.recovery.controller").setLevel(logging.ERROR)
+    lab = Lab(directory)                 # a running lab keeps the spec it was brought up with
+    if not lab.running():
+        lab = Lab(directory, LabSpec(nodes=nodes, spares=spares, gpus_per_node=gpus_per_node, port_base=port_base))
+        say(f"bringing the lab up in {lab.dir} ({nodes} nodes x {gpus_per_node} GPUs + {spares} spares) ...")
+    res = lab.up(timeout=120)
+    if lab.spec.nodes != nodes or lab.spec.spares != spares:
+        raise UsageError(f"the lab in {lab.dir} has {lab.spec.nodes}+{lab.spec.spares} nodes; "
+                         f"run `slurm-ft lab down --dir {lab.dir}` or pass --nodes {lab.spec.nodes} "
+                         f"--spares {lab.spec.spares}")
+    say(f"lab {'already up' if res.already_running else 'up'}: {nodes} nodes in `train`, {spares} in `spares`")
+
+    def on_phase(p, fault_t):
+        say(f"  +{p.t - fault_t:7.2f} s  {p.name:<17} {p.detail}")
+
+    sc = Scenario(lab, lab.dir / "demo", step_time=step_time, ckpt_every=ckpt_every, on_phase=on_phase)
+    sc.prepare()
+    sc.start_controller()
+    try:
+        job = sc.submit(nodes)
+        say(f"submitted job {job}: {nodes * gpus_per_node}-GPU trainer ({nodes} nodes x {gpus_per_node}), "
+            f"checkpoint every {ckpt_every} steps, via `slurm-ft sbatch` (controller running, journal in "
+            f"{sc.work / 'state'})")
+        start = sc.wait_event(lambda e: e.get("event") == "start", timeout, "trainer start")
+        say(f"training: {start.get('world')} ranks started in {start.get('startup_s', 0):.1f} s; "
+            f"a fatal Xid {xid} goes to GPU {gpu} of one node after step 7 ...")
+        say("timeline (seconds since the fault):")
+        result = sc.fault(victim_index=nodes // 4, gpu=gpu, xid=xid, timeout=timeout)
+    finally:
+        sc.stop(cancel=not keep)
+    out = result.to_dict()
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    pool = [n for n in lab.spec.spare_nodes if n != result.spare_node]
+    click.echo(f"job {result.job_id}: {result.failed_node} (GPU {gpu}, Xid {xid}) replaced by spare "
+               f"{result.spare_node}; resumed from step {result.resumed_from_step}, "
+               f"{result.steps_lost} step(s) redone; fault to first step after: {result.fault_to_resume_s:.2f} s")
+    click.echo(f"{result.failed_node} stays drained, out of `train` (quarantined); spares left: {len(pool)}")
+    click.echo(f"the incident:  slurm-ft --config {sc.config_path} incidents")
+    if keep:
+        click.echo(f"job {result.job_id} keeps running; stop it with: scancel {result.job_id}")
+    click.echo(f"take the lab down:  slurm-ft lab down --dir {lab.dir}")

@@ -1,0 +1,315 @@
+"""The scenario slurm-ft exists for, run on the lab: a gang-synchronous trainer on every node, a fatal
+Xid on one GPU, and the recovery, with a timeline of what happened when (for `lab demo` and the bench).
+
+Nothing here is faked: the job is submitted with `slurm-ft sbatch`, the fault is written by the lab's
+fake NVML and kernel log (`lab inject`), `slurm-ft watch` on the faulty node sees the Xid and drains
+the node, the controller (in this process, on its own journal) recovers the job, and the trainer's own
+event log says which checkpoint it resumed from and when its first step after the fault completed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import yaml
+
+from slurm_ft.errors import CommandError, EnvironmentProblem
+from slurm_ft.runner import run
+
+log = logging.getLogger(__name__)
+
+PY = os.path.realpath(sys.executable)
+WATCH_WARMUP_S = 5.0        # time given to `slurm-ft watch` to start following the node's kernel log
+
+
+@dataclass
+class Phase:
+    name: str
+    t: float                        # epoch seconds
+    detail: str = ""
+
+
+@dataclass
+class FaultResult:
+    job_id: int
+    failed_node: str
+    gpu: int
+    fault_t: float
+    spare_node: Optional[str] = None
+    resumed_from_step: Optional[int] = None
+    last_step_before: Optional[int] = None
+    first_step_after: Optional[int] = None
+    phases: List[Phase] = field(default_factory=list)
+    incident: Optional[dict] = None
+
+    def at(self, name: str) -> Optional[float]:
+        for p in self.phases:
+            if p.name == name:
+                return p.t - self.fault_t
+        return None
+
+    @property
+    def fault_to_resume_s(self) -> Optional[float]:
+        return self.at("first step after")
+
+    @property
+    def steps_lost(self) -> Optional[int]:
+        if self.last_step_before is None or self.resumed_from_step is None:
+            return None
+        return self.last_step_before - self.resumed_from_step
+
+    def to_dict(self) -> dict:
+        return {
+            "job_id": self.job_id,
+            "fault_to_resume_s": _r(self.fault_to_resume_s),
+            "resumed_from_step": self.resumed_from_step,
+            "steps_lost": self.steps_lost,
+            "failed_node": self.failed_node,
+            "failed_gpu": self.gpu,
+            "spare_node": self.spare_node,
+            "phases": [{"name": p.name, "s": _r(p.t - self.fault_t), "detail": p.detail}
+                       for p in sorted(self.phases, key=lambda p: p.t)],
+        }
+
+
+def _r(x: Optional[float]) -> Optional[float]:
+    return round(x, 3) if x is not None else None
+
+
+class Scenario:
+    """One lab, one trainer job, a controller thread; `fault()` breaks a GPU and times the recovery."""
+
+    def __init__(self, lab, work: Path, *, step_time: float = 0.5, ckpt_every: int = 5,
+                 collective_timeout: float = 600.0, on_phase: Optional[Callable[[Phase, float], None]] = None):
+        self.lab = lab
+        self.work = Path(work)
+        self.step_time = step_time
+        self.ckpt_every = ckpt_every
+        self.collective_timeout = collective_timeout
+        self.on_phase = on_phase
+        self.ckpt_dir = self.work / "ckpt"
+        self.config_path = self.work / "slurm-ft.yaml"
+        self.env = lab.env()
+        self.job_id: Optional[int] = None
+        self._stop = threading.Event()
+        self._ctl_thread: Optional[threading.Thread] = None
+        self._steps: List[tuple] = []       # (kind, outcome, detail, t) from the controller
+        self._lock = threading.Lock()
+        self._fault_t: Optional[float] = None
+        from slurm_ft.slurm.client import SlurmClient
+        self.client = SlurmClient(conf=str(lab.conf))
+
+    # --- set-up ------------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """A clean lab (no jobs, healthy GPUs, partitions as configured) and a fresh journal."""
+        from slurm_ft.lab import inject
+        jobs = [j.job_id for j in self.client.jobs() if j.state not in ("COMPLETED", "CANCELLED", "FAILED")]
+        if jobs:
+            run(["scancel", *map(str, jobs)], timeout=30, env=self.env, check=False)
+        inject.heal_all(self.lab.dir)
+        self.client.set_partition_nodes("train", self.lab.spec.train_nodes)
+        if self.lab.spec.spare_nodes:
+            self.client.set_partition_nodes("spares", self.lab.spec.spare_nodes)
+        deadline = time.monotonic() + 120
+        while True:
+            nodes = self.client.nodes()
+            bad = [n.name for n in nodes if n.drained or n.down]
+            if bad:
+                self.client.resume(bad)
+            busy = [j for j in self.client.jobs() if j.state in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING")]
+            if not bad and not busy and all(n.state == "IDLE" for n in nodes):
+                break
+            if time.monotonic() > deadline:
+                raise EnvironmentProblem(f"lab in {self.lab.dir} did not settle (jobs or nodes busy) within 120 s")
+            time.sleep(0.3)
+        if self.work.exists():
+            shutil.rmtree(self.work)
+        self.work.mkdir(parents=True)
+        os.chmod(self.work, 0o755)          # the job (root here, but keep it like a shared FS) writes ckpt/
+        self.ckpt_dir.mkdir()
+        base = yaml.safe_load(Path(self.lab.config_path).read_text()) or {}
+        base["state_dir"] = str(self.work / "state")
+        base.setdefault("controller", {}).update({"poll_s": 0.05, "cycle_budget_s": 300.0})
+        self.config_path.write_text(yaml.safe_dump(base))
+        os.chmod(self.config_path, 0o644)
+
+    def start_controller(self) -> None:
+        from slurm_ft.config import load_config
+        from slurm_ft.recovery import journal as jn
+        from slurm_ft.recovery.controller import Controller, Lock
+        config = load_config(str(self.config_path))
+        lock = Lock(config.state_dir)
+        lock.__enter__()
+
+        def on_step(step, outcome, detail, t):
+            with self._lock:
+                self._steps.append((step.kind, outcome, detail, t, step.spares))
+            if self.on_phase and self._fault_t is not None and outcome in ("ok", "skipped"):
+                name = PHASE_OF_STEP.get(step.kind)
+                if name:
+                    self.on_phase(Phase(name, t, detail), self._fault_t)
+
+        def loop():
+            from slurm_ft.slurm.client import SlurmClient
+            ctl = Controller(SlurmClient(conf=str(self.lab.conf)), jn.connect(jn.path_in(config.state_dir)), config,
+                             on_step=on_step)
+            while not self._stop.is_set():
+                try:
+                    ctl.cycle(budget_s=300.0)
+                except Exception as exc:   # noqa: BLE001 - keep going, like the daemon
+                    log.warning("controller cycle: %s", exc)
+                self._stop.wait(0.1)
+            lock.__exit__(None, None, None)
+
+        self._ctl_thread = threading.Thread(target=loop, name="controller", daemon=True)
+        self._ctl_thread.start()
+
+    def submit(self, nodes: int) -> int:
+        argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(self.ckpt_dir),
+                "--max-restarts", "100", "-J", "slurm-ft-demo", "-N", str(nodes), "--ntasks-per-node=1",
+                "--gres=gpu:8", "--open-mode=append", "-o", str(self.work / "job.out"),
+                "srun", PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
+                "--steps", "1000000", "--step-time", str(self.step_time), "--ckpt-every", str(self.ckpt_every),
+                "--collective-timeout", str(self.collective_timeout)]
+        res = run(argv, timeout=120, env=self.env, cwd=str(self.work))
+        self.job_id = int(res.stdout.strip().split(";")[0])
+        return self.job_id
+
+    def stop(self, cancel: bool = True) -> None:
+        self._stop.set()
+        if self._ctl_thread:
+            self._ctl_thread.join(timeout=30)
+        if cancel and self.job_id is not None:
+            run(["scancel", str(self.job_id)], timeout=30, env=self.env, check=False)
+
+    # --- observing the trainer -----------------------------------------------------------------------
+    def events(self) -> List[dict]:
+        from slurm_ft.lab.trainer import read_log
+        return read_log(str(self.ckpt_dir))
+
+    def wait_event(self, pred, timeout: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for ev in self.events():
+                if pred(ev):
+                    return ev
+            time.sleep(0.1)
+        job = self.client.job(self.job_id) if self.job_id else None
+        raise EnvironmentProblem(f"lab scenario: no {what} within {timeout:g} s"
+                                 + (f" (job {job.job_id} {job.state}, {job.reason})" if job else ""))
+
+    def current_run(self) -> int:
+        return max((int(e.get("restart", 0)) for e in self.events() if e.get("event") == "start"), default=0)
+
+    # --- the fault -----------------------------------------------------------------------------------
+    def fault(self, *, victim_index: int, gpu: int = 3, xid: int = 79, warmup_steps: int = 7,
+              timeout: float = 600.0) -> FaultResult:
+        """Wait until the current run made progress past a checkpoint, break one GPU, time the recovery."""
+        run_no = self.current_run()
+        start = self.wait_event(lambda e: e.get("event") == "start" and e.get("restart", 0) == run_no, timeout,
+                                "trainer start")
+        first = start["step"]
+        job = self.client.job(self.job_id)
+        victim = job.nodes[victim_index % len(job.nodes)]
+        watcher = self._start_watch(victim, timeout)
+        watch_started = time.monotonic()
+        self.wait_event(lambda e: e.get("event") == "step" and e.get("restart", 0) == run_no
+                        and e["step"] >= first + warmup_steps, timeout, f"step {first + warmup_steps}")
+        time.sleep(max(0.0, WATCH_WARMUP_S - (time.monotonic() - watch_started)))  # it follows the log from its end
+        with self._lock:
+            self._steps.clear()
+        from slurm_ft.lab.inject import inject
+        t_fault = time.time()
+        self._fault_t = t_fault
+        inject(self.lab.dir, victim, "xid", gpu=gpu, value=xid)
+        res = FaultResult(self.job_id, victim, gpu, t_fault)
+        res.phases.append(Phase("fault", t_fault, f"Xid {xid} on {victim} gpu{gpu}"))
+        if self.on_phase:
+            self.on_phase(res.phases[-1], t_fault)
+
+        # drain (seen from Slurm), the controller's steps, then the trainer's resume
+        deadline = time.monotonic() + timeout
+        drained = False
+        seen_steps = 0
+        while time.monotonic() < deadline:
+            if not drained:
+                node = self.client.node(victim)
+                if node.drained or node.down:
+                    drained = True
+                    self._phase(res, Phase("drain", time.time(), node.reason))
+            with self._lock:
+                steps = list(self._steps)
+            for kind, outcome, detail, t, spares in steps[seen_steps:]:
+                if kind == "swap" and outcome == "ok" and spares:
+                    res.spare_node = ",".join(spares)
+                name = PHASE_OF_STEP.get(kind)
+                if name and outcome in ("ok", "skipped"):
+                    res.phases.append(Phase(name, t, detail))
+            seen_steps = len(steps)
+            evs = self.events()
+            after = [e for e in evs if int(e.get("restart", 0)) > run_no]
+            starts = [e for e in after if e.get("event") == "start"]
+            firsts = [e for e in after if e.get("event") == "step"]
+            if starts and firsts:
+                s, f = starts[0], firsts[0]
+                res.resumed_from_step = s["step"] if s.get("resumed_from") else 0
+                before = [e["step"] for e in evs if e.get("event") == "step" and int(e.get("restart", 0)) == run_no]
+                res.last_step_before = max(before) if before else None
+                res.first_step_after = f["step"]
+                self._phase(res, Phase("resumed", s["t"], f"from step {res.resumed_from_step} "
+                                                         f"({s.get('world')} ranks)"))
+                self._phase(res, Phase("first step after", f["t"], f"step {f['step']}"))
+                break
+            time.sleep(0.05)
+        else:
+            raise EnvironmentProblem(f"lab scenario: job {self.job_id} did not resume within {timeout:g} s "
+                                     f"after the fault on {victim}")
+        if not drained:
+            node = self.client.node(victim)
+            res.phases.append(Phase("drain", res.fault_t, node.reason + " (drain time not observed)"))
+        watcher.join(timeout=1)
+        self._fault_t = None
+        return res
+
+    def _phase(self, res: FaultResult, p: Phase) -> None:
+        res.phases.append(p)
+        if self.on_phase:
+            self.on_phase(p, res.fault_t)
+
+    def _start_watch(self, node: str, timeout: float) -> threading.Thread:
+        """`slurm-ft watch` for the node about to fail, as its systemd service would run on that node."""
+        env = dict(self.env)
+        env.update({"SLURMD_NODENAME": node, "SLURM_FT_CONFIG": str(self.lab.config_path),
+                    "LD_LIBRARY_PATH": str(self.lab.dir / "lib")})
+        argv = [PY, "-m", "slurm_ft", "watch", "--node", node, "--once", "--timeout", str(int(timeout))]
+
+        def go():
+            try:
+                res = run(argv, timeout=timeout + 30, env=env, check=False)
+                if res.returncode != 0:
+                    log.warning("slurm-ft watch on %s exited %s: %s", node, res.returncode, res.stderr.strip()[-300:])
+            except CommandError as exc:
+                log.warning("slurm-ft watch on %s: %s", node, exc)
+
+        t = threading.Thread(target=go, name=f"watch-{node}", daemon=True)
+        t.start()
+        return t
+
+
+# The controller's steps as the timeline names them.
+PHASE_OF_STEP: Dict[str, str] = {
+    "open": "incident",
+    "requeue": "requeue",
+    "quarantine": "quarantine",
+    "swap": "swap",
+    "exclude": "exclude",
+    "start": "start now",
+    "confirm": "running",
+}
