@@ -50,14 +50,18 @@ def test_ranks_train_checkpoint_and_resume(tmp_path):
     assert len([n for n in os.listdir(ck) if n.startswith("step_")]) <= 3     # --keep 3
 
 
+def wait_step(ck, step, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not any(e["event"] == "step" and e["step"] >= step for e in trainer.read_log(str(ck))):
+        assert time.monotonic() < deadline, f"no step {step} in {timeout} s"
+        time.sleep(0.05)
+
+
 def test_a_dead_peer_is_a_collective_timeout(tmp_path):
     ck = tmp_path / "ck"
     procs = start_ranks(ck, 3, "--steps", "1000", "--step-time", "0.05", "--gpu-check", "off",
                         "--collective-timeout", "2")
-    deadline = time.monotonic() + 30
-    while not any(e["event"] == "step" and e["step"] >= 3 for e in trainer.read_log(str(ck))):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_step(ck, 3)
     procs[1].send_signal(signal.SIGKILL)
     t_kill = time.time()
     rcs = finish(procs)
@@ -73,7 +77,7 @@ def test_on_peer_loss_exit_fails_at_once(tmp_path):
     ck = tmp_path / "ck"
     procs = start_ranks(ck, 2, "--steps", "1000", "--step-time", "0.05", "--gpu-check", "off",
                         "--collective-timeout", "600", "--on-peer-loss", "exit")
-    time.sleep(1.5)
+    wait_step(tmp_path / "ck", 3)
     procs[1].send_signal(signal.SIGKILL)
     t0 = time.monotonic()
     assert procs[0].wait(timeout=30) == trainer.EXIT_TIMEOUT
@@ -95,7 +99,7 @@ def test_fatal_xid_kills_the_rank_like_a_cuda_error_app_xid_does_not(tmp_path, f
     ck = tmp_path / "ck"
     procs = start_ranks(ck, 2, "--steps", "1000", "--step-time", "0.05", "--collective-timeout", "3",
                         "--gpu-check", "on", env={"SLURM_FT_LAB_DIR": str(fake_lab), "LD_LIBRARY_PATH": ""})
-    time.sleep(1.5)
+    wait_step(ck, 2)
     inject(fake_lab, "gpu002", "xid", gpu=1, value=31)      # the application's own fault
     time.sleep(0.5)
     assert procs[1].poll() is None
