@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 
 import click
@@ -17,7 +16,10 @@ LEVEL_NAMES = ("quick", "prolog", "epilog", "full", "burnin")
 
 def node_name(explicit: "str | None") -> str:
     """--node, else $SLURMD_NODENAME (set by slurmd for every entry point), else the short hostname."""
-    return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    if explicit or os.environ.get("SLURMD_NODENAME"):
+        return explicit or os.environ["SLURMD_NODENAME"]
+    import socket   # only when slurmd did not name the node: socket costs import time
+    return socket.gethostname().split(".")[0]
 
 
 @click.command("check")

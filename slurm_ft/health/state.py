@@ -7,10 +7,11 @@ root-only (0600 in a 0700 directory), and refused when others can write it.
 
     {"version": 1, "node": "gpu001", "updated": 1764430000.0,
      "active": [finding + {"level", "time"}],      # fail findings not yet cleared by a re-check
-     "last": {"quick": {"time", "healthy", "codes"}, ...},
+     "last": {"quick": {"since", "healthy", "codes"}, ...},  # "since": when that result last changed
      "job": {"id": "1234", "start": 1764429000.0},  # written by the prolog, read by the epilog
      "xid_history": {"3:13": ["1201", "1234"]}}     # app-class Xids per GPU:code, the jobs they hit
 
+A run whose result did not change writes nothing (no fsync per health check on a healthy node).
 A fail finding stays "active" until a run of a level that includes its check comes back without it:
 a quick run cannot clear what only the epilog can see.
 """
@@ -72,8 +73,10 @@ def locked(path: Path, node: str = "") -> Iterator[dict]:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         state = load(path, node)
+        before = json.dumps(state, sort_keys=True)
         yield state
-        save(path, state)
+        if json.dumps(state, sort_keys=True) != before:   # a healthy node's routine run writes nothing
+            save(path, state)
     finally:
         os.close(fd)
 
@@ -97,12 +100,21 @@ def record(state: dict, level: str, checks: Iterable[str], findings: Iterable[Fi
     """Fold one run into the state: clear what it re-checked, add its fail findings, note app Xids."""
     checks = set(checks)
     findings = list(findings)
-    kept = [d for d in state.get("active", []) if d.get("check") not in checks]
+    before_active = list(state.get("active", []))
+    kept = [d for d in before_active if d.get("check") not in checks]
     fresh = [finding_to_dict(f, level, now) for f in findings if f.severity is Severity.FAIL]
+    # a finding already active keeps its first time: the state shows since when it has been failing
+    first_seen = {(d["check"], d.get("code"), d.get("gpu")): d for d in before_active}
+    fresh = [first_seen.get((d["check"], d["code"], d["gpu"]), d) if first_seen.get(
+        (d["check"], d["code"], d["gpu"]), {}).get("reason") == d["reason"] else d for d in fresh]
     state["active"] = kept + fresh
-    state["last"][level] = {"time": now, "healthy": not fresh,
-                            "codes": sorted({f.code for f in findings if f.severity is not Severity.OK and f.code})}
-    state["updated"] = now
+    last = {"healthy": not fresh,
+            "codes": sorted({f.code for f in findings if f.severity is not Severity.OK and f.code})}
+    prev = state["last"].get(level) or {}
+    if {k: prev.get(k) for k in last} != last or [d for d in kept + fresh] != before_active:
+        last["since"] = now            # when this level's result last changed
+        state["last"][level] = last
+        state["updated"] = now
     if job_id:
         hist = state.setdefault("xid_history", {})
         for f in findings:

@@ -275,3 +275,34 @@ def test_builtin_limit_counts_slurm_ft_drains_in_slurm(monkeypatch):
     c = StubClient(Node("gpu001", "IDLE"), drained)
     g = dr.may_drain("gpu001", "r", client=c, config=cfg, now=0.0)
     assert not g.allowed and "limit 2" in g.why
+
+
+def test_unchanged_result_does_not_rewrite_the_state_file(tmp_path):
+    cfg = config(tmp_path)
+    run.check_node("quick", "gpu001", cfg, reader=reader_for(gpus()), now=1.0)
+    p = tmp_path / "state" / "gpu001.json"
+    first = p.stat().st_mtime_ns, p.read_text()
+    time.sleep(0.01)
+    run.check_node("quick", "gpu001", cfg, reader=reader_for(gpus()), now=2.0)
+    assert (p.stat().st_mtime_ns, p.read_text()) == first
+    run.check_node("quick", "gpu001", cfg, reader=reader_for(gpus({0: {"remap": RowRemap(failure=True)}})), now=3.0)
+    assert json.loads(p.read_text())["last"]["quick"] == {"healthy": False, "codes": ["REMAP_FAILURE"], "since": 3.0}
+
+
+def test_healthy_drain_run_asks_slurm_only_while_a_drain_of_ours_may_be_on(tmp_path):
+    cfg = config(tmp_path)
+    c = StubClient(Node("gpu001", "IDLE"))
+    asked = []
+    real_node = c.node
+    c.node = lambda name: asked.append(name) or real_node(name)
+    run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
+    run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
+    assert len(asked) == 1                       # first run learns there is no drain of ours
+    bad = reader_for(gpus({2: {"ecc": EccCounts(0, 1, 0, 1)}}))
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=bad)
+    assert rep.drain["action"] == "drained" and c.n.reason.startswith("slurm-ft: ECC_DBE gpu2")
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
+    assert rep.drain["action"] == "resumed" and not c.n.drained
+    n = len(asked)
+    run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
+    assert len(asked) == n
