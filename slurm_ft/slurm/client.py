@@ -226,11 +226,16 @@ class SlurmClient:
         """Kill the job now and queue it again (`scontrol requeue`, or `requeuehold` with hold=True).
 
         Slurm puts the requeued job behind a BeginTime of about 121 s; `start_now` clears that once
-        the requeue has finished. Slurm >= 25.11 has `scontrol requeue --expedite`, which would make
-        that second step unnecessary; `self.version()` tells which applies.
+        the requeue has finished. From Slurm 25.11 a job submitted with `sbatch --requeue=expedite`
+        is requeued by Slurm itself on node failure and is eligible at once, at top priority, which
+        makes `start_now` unnecessary for such jobs (see `expedited_requeue_available`).
         """
         jid = _job_id(job_id)
         self._run(["scontrol", "requeuehold" if hold else "requeue", str(jid)])
+
+    def expedited_requeue_available(self) -> bool:
+        """Slurm >= 25.11: `sbatch --requeue=expedite` exists (Expedited Requeue mode)."""
+        return self.version()[:2] >= (25, 11)
 
     def release(self, job_id: int) -> None:
         """Release a held job (after `requeuehold`, or a prolog failure). It still waits for its BeginTime."""
