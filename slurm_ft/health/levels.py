@@ -63,3 +63,24 @@ def nvml_parts(checks, level: str = "quick") -> FrozenSet[str]:
     if parts:
         parts.add("identity")
     return frozenset(parts)
+
+
+BURNIN_BACKENDS = ("auto", "torch", "cupy", "dcgmi", "lab", "none")
+
+
+def validate(hc, file: str = "config") -> None:
+    """Values the YAML types cannot check: level names, check names, the burn-in backend."""
+    from slurm_ft.errors import ConfigError
+    for key in hc.deadline_s:
+        if key not in LEVELS:
+            raise ConfigError(f"{file}: health.deadline_s.{key}: unknown level (valid: {', '.join(LEVELS)})")
+    for key in hc.levels:
+        if key not in LEVELS:
+            raise ConfigError(f"{file}: health.levels.{key}: unknown level (valid: {', '.join(LEVELS)})")
+        try:
+            checks_for(key, hc.levels)
+        except UsageError as exc:
+            raise ConfigError(f"{file}: {exc}") from None
+    if hc.burnin.backend not in BURNIN_BACKENDS:
+        raise ConfigError(f"{file}: health.burnin.backend: {hc.burnin.backend!r} is not one of "
+                          f"{', '.join(BURNIN_BACKENDS)}")

@@ -102,6 +102,7 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
     t0 = time.monotonic()
     now = time.time() if now is None else now
     hc = config.health
+    levels.validate(hc, config.path or "config")
     checks = levels.checks_for(level, hc.levels)
     type_name, node_type = node_type_for(node, hc)
     deadline = deadline_s if deadline_s is not None else hc.deadline_s.get(level, 60.0)

@@ -306,3 +306,39 @@ def test_healthy_drain_run_asks_slurm_only_while_a_drain_of_ours_may_be_on(tmp_p
     n = len(asked)
     run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
     assert len(asked) == n
+
+
+def test_example_config_loads_equals_defaults_and_documents_every_key():
+    import dataclasses
+    from pathlib import Path as P
+
+    import yaml as _yaml
+
+    from slurm_ft.config import load_config
+    path = P(__file__).resolve().parents[2] / "etc" / "slurm-ft.yaml"
+    cfg = load_config(str(path))
+    assert dataclasses.replace(cfg, path=None) == Config()
+    data = _yaml.safe_load(path.read_text())
+
+    def walk(cls, mapping, where):
+        for f in dataclasses.fields(cls):
+            if f.name == "path" and cls is Config:
+                continue
+            assert f.name in mapping, f"etc/slurm-ft.yaml lacks {where}{f.name}"
+            value = getattr(cls(), f.name)
+            if dataclasses.is_dataclass(value):
+                walk(type(value), mapping[f.name], f"{where}{f.name}.")
+    walk(Config, data, "")
+    walk(NodeType, data["health"]["node_types"]["default"], "health.node_types.default.")
+
+
+def test_config_values_the_types_cannot_check(tmp_path):
+    bad = config(tmp_path)
+    bad = replace(bad, health=replace(bad.health, deadline_s={"quik": 1.0}))
+    with pytest.raises(ConfigError, match="health.deadline_s.quik"):
+        run.run_level("quick", "n", bad, reader=reader_for(gpus()))
+    from slurm_ft.config import BurninConfig
+    bad = config(tmp_path)
+    bad = replace(bad, health=replace(bad.health, burnin=BurninConfig(backend="cuda")))
+    with pytest.raises(ConfigError, match="health.burnin.backend"):
+        run.run_level("quick", "n", bad, reader=reader_for(gpus()))
