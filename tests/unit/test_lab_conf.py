@@ -1,0 +1,106 @@
+"""What `lab up` writes, checked without starting daemons: slurm.conf, gres.conf, hook wrappers."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from slurm_ft.errors import UsageError
+from slurm_ft.lab import cluster
+from slurm_ft.lab.cluster import Lab, LabSpec
+
+
+@pytest.fixture
+def lab(tmp_path):
+    return Lab(tmp_path / "lab", LabSpec(nodes=4, spares=2, gpus_per_node=8, port_base=18000))
+
+
+def test_slurm_conf(lab):
+    conf = lab._slurm_conf()
+    lines = conf.splitlines()
+    assert "NodeName=gpu[001-006] NodeHostname=localhost Port=[18001-18006] CPUs=16 RealMemory=64000 " \
+           "Gres=gpu:8 State=UNKNOWN" in lines
+    assert "PartitionName=train Nodes=gpu[001-004] Default=YES MaxTime=INFINITE State=UP" in lines
+    assert "PartitionName=spares Nodes=gpu[005-006] Default=NO MaxTime=INFINITE State=UP" in lines
+    for line in ("SlurmctldPort=18000", f"AuthInfo=socket={lab.dir}/munge/munge.socket",
+                 "SelectType=select/cons_tres", "ProctrackType=proctrack/linuxproc", "JobRequeue=1",
+                 f"Prolog={lab.dir}/hooks/prolog", f"Epilog={lab.dir}/hooks/epilog",
+                 f"HealthCheckProgram={lab.dir}/hooks/healthcheck", "HealthCheckInterval=300",
+                 "SlurmdTimeout=10", "KillWait=2", f"SlurmdSpoolDir={lab.dir}/spool/slurmd.%n"):
+        assert line in lines, line
+    assert "nohold_on_prolog_fail" not in conf.replace("# Slurm 22.05 has no SchedulerParameters=nohold_on_prolog_fail", "")
+
+
+def test_node_names_and_partitions():
+    spec = LabSpec(nodes=64, spares=4)
+    assert spec.train_nodes[0] == "gpu001" and spec.train_nodes[-1] == "gpu064"
+    assert spec.spare_nodes == ["gpu065", "gpu066", "gpu067", "gpu068"]
+
+
+@pytest.mark.parametrize("kwargs, why", [
+    ({"nodes": 0}, "at least 1 node"),
+    ({"spares": -1}, "at least 1 node"),
+    ({"nodes": 999, "spares": 1}, "at most 999"),
+    ({"gpus_per_node": 0}, "gpus-per-node"),
+    ({"port_base": 65500}, "leaves no room"),
+    ({"port_base": 80}, "leaves no room"),
+])
+def test_bad_spec(kwargs, why):
+    with pytest.raises(UsageError, match=why):
+        LabSpec(**kwargs).validate()
+
+
+def _wrapper(lab, tmp_path, monkeypatch, hook="prolog"):
+    repo = tmp_path / "repo"
+    monkeypatch.setattr(cluster, "REPO_ROOT", repo)
+    path = tmp_path / hook
+    path.write_text(lab._hook_wrapper(cluster.HOOK_DIRS[hook]))
+    path.chmod(0o755)
+    return repo, path
+
+
+def test_wrapper_without_scripts_exits_0(lab, tmp_path, monkeypatch):
+    repo, wrapper = _wrapper(lab, tmp_path, monkeypatch)
+    assert subprocess.run([str(wrapper)], timeout=10).returncode == 0          # no prolog.d at all
+    (repo / "prolog.d").mkdir(parents=True)
+    assert subprocess.run([str(wrapper)], timeout=10).returncode == 0          # an empty one
+
+
+def test_wrapper_runs_scripts_in_order_with_the_lab_env(lab, tmp_path, monkeypatch):
+    repo, wrapper = _wrapper(lab, tmp_path, monkeypatch)
+    d = repo / "prolog.d"
+    d.mkdir(parents=True)
+    out = tmp_path / "seen"
+    (d / "10-env").write_text(f'#!/bin/sh\necho "10 $SLURM_FT_CONFIG $SLURM_FT_LAB_DIR $LD_LIBRARY_PATH $SLURM_CONF" >> {out}\n')
+    (d / "20-fail").write_text(f"#!/bin/sh\necho 20 >> {out}\nexit 3\n")
+    (d / "30-never").write_text(f"#!/bin/sh\necho 30 >> {out}\n")
+    (d / "README").write_text("not executable: skipped\n")
+    for f in ("10-env", "20-fail", "30-never"):
+        (d / f).chmod(0o755)
+    p = subprocess.run([str(wrapper)], timeout=10, env={"PATH": "/usr/bin:/bin"})
+    assert p.returncode == 3
+    assert out.read_text().splitlines() == [
+        f"10 {lab.config_path} {lab.dir} {lab.dir}/lib {lab.conf}", "20"]
+
+
+def test_healthcheck_wrapper_pauses_during_up(lab, tmp_path, monkeypatch):
+    repo, wrapper = _wrapper(lab, tmp_path, monkeypatch, "healthcheck")
+    d = repo / "healthcheck"
+    d.mkdir(parents=True)
+    (d / "check").write_text("#!/bin/sh\nexit 1\n")
+    (d / "check").chmod(0o755)
+    assert subprocess.run([str(wrapper)], timeout=10).returncode == 1
+    lab._health_pause.parent.mkdir(parents=True)
+    lab._health_pause.touch()
+    assert subprocess.run([str(wrapper)], timeout=10).returncode == 0
+
+
+def test_lab_config_yaml_loads(lab, tmp_path):
+    from slurm_ft.config import load_config
+    p = tmp_path / "slurm-ft.yaml"
+    p.write_text(lab._slurm_ft_yaml())
+    cfg = load_config(str(p))
+    assert cfg.state_dir == f"{lab.dir}/state/slurm-ft"
+    assert cfg.health.kmsg_path == f"{lab.dir}/nodes/{{node}}/kmsg"
+    assert cfg.health.state_file == f"{lab.dir}/nodes/{{node}}/state.json"
+    assert cfg.slurm.conf == str(lab.conf)
