@@ -55,24 +55,31 @@ def lab() -> None:
 
 @lab.command("up")
 @dir_option
-@click.option("--nodes", default=64, show_default=True, help="Worker nodes (partition train).")
-@click.option("--spares", default=4, show_default=True, help="Spare nodes (partition spares).")
-@click.option("--gpus-per-node", default=8, show_default=True)
-@click.option("--port-base", default=17000, show_default=True,
-              help="slurmctld port; slurmd i listens on port-base + i.")
-@click.option("--health-interval", default=300, show_default=True,
-              help="HealthCheckInterval in seconds (every node once per interval, cycled).")
+@click.option("--nodes", type=int, help="Worker nodes, partition train  [default: 64]")
+@click.option("--spares", type=int, help="Spare nodes, partition spares  [default: 4]")
+@click.option("--gpus-per-node", type=int, help="[default: 8]")
+@click.option("--port-base", type=int, help="slurmctld port; slurmd i listens on port-base + i  [default: 17000]")
+@click.option("--health-interval", type=int,
+              help="HealthCheckInterval in seconds, every node once per interval, cycled  [default: 300]")
+@click.option("--slurmd-timeout", type=int, help="SlurmdTimeout: a dead slurmd is NOT_RESPONDING after this  [default: 10]")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for every node to be idle.")
-def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, timeout) -> None:
-    """Start the lab (a running one is left as it is) and wait until every node is idle."""
+def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slurmd_timeout, timeout) -> None:
+    """Start the lab (a running one is left as it is) and wait until every node is idle.
+
+    Options not given keep the values this lab directory was last brought up with.
+    """
+    from dataclasses import replace
     from slurm_ft.lab.cluster import Lab, LabSpec
-    spec = LabSpec(nodes=nodes, spares=spares, gpus_per_node=gpus_per_node, port_base=port_base,
-                   health_interval_s=health_interval)
+    given = {"nodes": nodes, "spares": spares, "gpus_per_node": gpus_per_node, "port_base": port_base,
+             "health_interval_s": health_interval, "slurmd_timeout_s": slurmd_timeout}
+    base = Lab(directory).spec                 # saved spec of this directory, or the defaults
+    spec = replace(base, **{k: v for k, v in given.items() if v is not None})
     the_lab = Lab(directory, spec)
     res = the_lab.up(timeout=timeout)
+    spec = the_lab.spec
     what = "already up" if res.already_running else "up"
     click.echo(f"lab {what} in {the_lab.dir}: {spec.nodes} nodes in train, {spec.spares} in spares, "
-               f"gpu:{spec.gpus_per_node} each ({res.elapsed_s:.1f} s)")
+               f"gpu:{spec.gpus_per_node} each, slurmctld port {spec.port_base} ({res.elapsed_s:.1f} s)")
     click.echo(f"use it:  eval $(slurm-ft lab env --dir {the_lab.dir})")
 
 

@@ -72,6 +72,11 @@ class LabSpec:
         return self
 
     @property
+    def shape(self) -> tuple:
+        """What a running lab must match for `up` to reuse it."""
+        return (self.nodes, self.spares, self.gpus_per_node, self.port_base)
+
+    @property
     def node_names(self) -> List[str]:
         return [f"gpu{i:03d}" for i in range(1, self.nodes + self.spares + 1)]
 
@@ -158,9 +163,11 @@ class Lab:
         check_environment()
         saved = self._saved_spec()
         if self.running():
-            if saved and saved != self.spec:
-                raise UsageError(f"a lab with {saved.nodes}+{saved.spares} nodes on port {saved.port_base} "
-                                 f"is up in {self.dir}; run `slurm-ft lab down --dir {self.dir}` first")
+            if saved and saved.shape != self.spec.shape:
+                raise UsageError(f"a lab with {saved.nodes}+{saved.spares} nodes, gpu:{saved.gpus_per_node}, "
+                                 f"on port {saved.port_base} is up in {self.dir}; "
+                                 f"run `slurm-ft lab down --dir {self.dir}` first")
+            self.spec = saved or self.spec      # tunables (intervals) stay as the running lab has them
             self._health_pause.touch()
             try:
                 self._start_missing_slurmds()
