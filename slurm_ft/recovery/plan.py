@@ -49,6 +49,9 @@ class Policy:
     fail_prefix: str = FAIL_PREFIX
     slurm_fault_reasons: Tuple[str, ...] = ("Prolog error", "Epilog error", "Kill task failed")
     running_timeout_s: float = 120.0
+    # More than this share of all nodes DOWN/NOT_RESPONDING at once is Slurm's outage (slurmctld just
+    # restarted, the network), not failing GPUs: no new recoveries until it passes.
+    outage_share: float = 0.5
 
     @classmethod
     def from_config(cls, cc) -> "Policy":
@@ -121,7 +124,7 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
     pool = spare_pool(snap, policy, taken, faults)
     for inc in sorted(open_, key=lambda i: i.id):
         steps.extend(_advance(inc, snap, incidents, policy, now, pool))
-    if not snap.breaker_open:
+    if not snap.breaker_open and not outage(snap, policy):
         busy = {i.job_id for i in open_}
         claimed = {n for i in open_ for n in i.nodes}
         for job in sorted(snap.jobs.values(), key=lambda j: j.job_id):
@@ -132,6 +135,14 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
                 steps.append(step)
                 claimed.update(step.nodes)
     return steps
+
+
+def outage(snap: Snapshot, policy: Policy) -> bool:
+    """Most of the cluster unresponsive at once: a Slurm-side outage; swapping spares would not help."""
+    if not snap.nodes:
+        return False
+    unresponsive = sum(1 for n in snap.nodes.values() if n.down)
+    return unresponsive > policy.outage_share * len(snap.nodes)
 
 
 def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Policy,

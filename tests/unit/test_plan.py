@@ -287,3 +287,12 @@ def test_a_swap_undone_by_a_slurmctld_restart_is_done_again():
     inc = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok")], spares=("gpu005",))
     steps = plan(snap, [inc], P, NOW)
     assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu005",)
+
+
+def test_most_nodes_not_responding_is_an_outage_not_a_fault():
+    """Right after a slurmctld restart nodes show NOT_RESPONDING until they register: do not swap them all."""
+    nodes = [node(n, "ALLOCATED", {"NOT_RESPONDING"}) for n in TRAIN]
+    snap = cluster(nodes, spare_nodes=[node("gpu005", "IDLE", {"NOT_RESPONDING"}), node("gpu006", "IDLE")])
+    assert plan(snap, [], P, NOW) == []
+    one = [node("gpu001", "ALLOCATED", {"NOT_RESPONDING"})] + [node(n) for n in TRAIN[1:]]
+    assert kinds(plan(cluster(one), [], P, NOW)) == ["open"]
