@@ -182,6 +182,8 @@ class GpuSample:
     sm_clock_mhz: Optional[int] = None
     sm_clock_max_mhz: Optional[int] = None
     errors: Tuple[str, ...] = ()    # "query: NVML error" for failures other than not-supported / lost
+    recovery_action: Optional[int] = None  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R565+): 0 none, 1 GPU reset,
+                                           # 2 node reboot, 3 drain P2P, 4 drain and reset
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ _DIR_HELP = "Lab directory (default $SLURM_FT_LAB, else /tmp/slurm-ft-lab)."
 @click.option("--slow", type=float, metavar="F", help="Run the SM clock at F x max (0 < F <= 1).")
 @click.option("--temp", type=int, metavar="C", help="Set the GPU temperature.")
 @click.option("--hang", type=float, metavar="SECONDS", help="Every NVML call on the GPU hangs this long.")
+@click.option("--recovery-action", type=click.Choice(sorted(lab_inject.RECOVERY_ACTIONS)),
+              help="The driver's GPU recovery action field (R565+), with its Xid 154.")
 @click.option("--driver-unloaded", is_flag=True, help="nvmlInit fails with 'Driver Not Loaded' on the node.")
 @click.option("--proc", type=int, metavar="PID", help="A compute process that holds the GPU.")
 @click.option("--no-log", is_flag=True, help="Change the state only; write no kernel-log line.")
@@ -36,7 +38,7 @@ _DIR_HELP = "Lab directory (default $SLURM_FT_LAB, else /tmp/slurm-ft-lab)."
 def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, remap_pending: bool, remap_failure: bool,
            nvlink_down: Optional[int], nvlink_errors: Optional[int], pcie_width: Optional[int], gpu_lost: bool,
            clock_event: Optional[str], slow: Optional[float], temp: Optional[int], hang: Optional[float],
-           driver_unloaded: bool, proc: Optional[int], no_log: bool, labdir: Optional[str], as_json: bool) -> None:
+           recovery_action: Optional[str], driver_unloaded: bool, proc: Optional[int], no_log: bool, labdir: Optional[str], as_json: bool) -> None:
     """Inject one GPU fault into lab NODE: fake NVML state plus the driver's kernel-log line.
 
     \b
@@ -50,12 +52,12 @@ def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, remap_pending
         ("xid", xid), ("ecc_dbe", ecc_dbe or None), ("remap_pending", remap_pending or None),
         ("remap_failure", remap_failure or None), ("nvlink_down", nvlink_down), ("nvlink_errors", nvlink_errors), ("pcie_width", pcie_width),
         ("gpu_lost", gpu_lost or None), ("clock_event", clock_event), ("slow", slow), ("temp", temp), ("hang", hang),
-        ("driver_unloaded", driver_unloaded or None), ("proc", proc),
+        ("recovery_action", recovery_action), ("driver_unloaded", driver_unloaded or None), ("proc", proc),
     ) if value is not None]
     if len(chosen) != 1:
         raise UsageError("give exactly one fault: --xid CODE, --ecc-dbe, --remap-pending, --remap-failure, "
                          "--nvlink-down LINK, --nvlink-errors LINK, --pcie-width W, --gpu-lost, --clock-event NAME, "
-                         "--slow F, --temp C, --hang S, --driver-unloaded or --proc PID")
+                         "--slow F, --temp C, --hang S, --recovery-action A, --driver-unloaded or --proc PID")
     fault, value = chosen[0]
     done = lab_inject.inject(lab_inject.lab_dir(labdir), node, fault, gpu=gpu, value=value, log=not no_log)
     if as_json:

@@ -23,9 +23,14 @@ from slurm_ft.errors import EnvironmentProblem
 from slurm_ft.gpu.kmsg import normalize_pci
 from slurm_ft.model import EccCounts, GpuSample, NodeSample, NvLink, Pcie, RetiredPages, RowRemap, XidEvent
 
-GROUPS = ("identity", "ecc", "remap", "nvlink", "nvlink_errors", "pcie", "clocks", "thermal", "power", "processes")
+GROUPS = ("identity", "ecc", "remap", "nvlink", "nvlink_errors", "pcie", "clocks", "thermal", "power", "processes",
+          "recovery")
 ALL = GROUPS
-QUICK = ("identity", "ecc", "remap", "pcie", "clocks", "thermal")
+QUICK = ("identity", "ecc", "remap", "pcie", "clocks", "thermal", "recovery")
+
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION values: what the driver itself says the GPU needs
+RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",
+                    5: "recover_imex_domain", 6: "bus_reset", 7: "system_reboot"}
 
 # NVML constants (stable across nvidia-ml-py releases; spelled out so this module imports without pynvml)
 _VOLATILE, _AGGREGATE = 0, 1
@@ -36,6 +41,8 @@ _NVLINK_MAX_LINKS = 18          # NVLink4 (H100/H200); pynvml 13 says 36 for NVL
 _DL_REPLAY, _DL_RECOVERY, _DL_CRC_FLIT, _DL_CRC_DATA = 0, 1, 2, 3
 XID_EVENT = 0x8                 # nvmlEventTypeXidCriticalError
 _WHOLE_GPU = 0xFFFFFFFF         # gpuInstanceId / computeInstanceId for "not a MIG instance"
+_FI_RECOVERY_ACTION = 230       # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R565+)
+_NVML_SUCCESS, _NVML_NOT_SUPPORTED, _NVML_GPU_IS_LOST = 0, 3, 15
 
 
 def _import_pynvml():
@@ -144,6 +151,8 @@ def _read_gpu(N, index: int, include: frozenset) -> GpuSample:
         if "power" in include:
             mw = r.call("power", N.nvmlDeviceGetPowerUsage, h)
             fields["power_w"] = mw / 1000.0 if mw is not None else None
+        if "recovery" in include:
+            fields["recovery_action"] = _read_recovery_action(N, r, h)
         if "processes" in include:
             procs = r.call("processes", N.nvmlDeviceGetComputeRunningProcesses, h)
             fields["processes"] = tuple(sorted(p.pid for p in procs)) if procs else ()
@@ -151,6 +160,21 @@ def _read_gpu(N, index: int, include: frozenset) -> GpuSample:
         return GpuSample(index=index, lost=True, error=str(exc), unsupported=tuple(r.unsupported),
                          **{k: v for k, v in fields.items() if k in ("name", "uuid", "pci_bus_id")})
     return GpuSample(index=index, unsupported=tuple(r.unsupported), errors=tuple(r.errors), **fields)
+
+
+def _read_recovery_action(N, r: _GpuReader, h) -> Optional[int]:
+    """The driver's own verdict (R565+); older drivers answer per field with an error: not supported."""
+    values = r.call("recovery_action", N.nvmlDeviceGetFieldValues, h, [_FI_RECOVERY_ACTION])
+    if not values:
+        return None
+    v = values[0]
+    if v.nvmlReturn == _NVML_SUCCESS:
+        return int(v.value.uiVal)
+    if v.nvmlReturn == _NVML_GPU_IS_LOST:
+        raise _Lost("recovery_action: GPU is lost")
+    if "recovery_action" not in r.unsupported:
+        r.unsupported.append("recovery_action")
+    return None
 
 
 def _read_ecc(N, r: _GpuReader, h) -> Optional[EccCounts]:

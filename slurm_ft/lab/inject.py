@@ -35,7 +35,10 @@ CLOCK_EVENTS = {           # nvmlClocksEventReason* bits
 }
 
 FAULTS = ("xid", "ecc_dbe", "remap_pending", "remap_failure", "nvlink_down", "nvlink_errors", "pcie_width",
-          "gpu_lost", "clock_event", "slow", "temp", "proc", "hang", "driver_unloaded")
+          "gpu_lost", "clock_event", "slow", "temp", "proc", "hang", "driver_unloaded", "recovery_action")
+RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3, "drain_and_reset": 4}
+_RECOVERY_TEXT = {0: "None", 1: "GPU Reset Required", 2: "Node Reboot Required", 3: "Drain P2P",
+                  4: "Drain and Reset"}
 DRIVER_NOT_LOADED = 9   # NVML_ERROR_DRIVER_NOT_LOADED
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")   # NVML_NVLINK_ERROR_DL_* order
 # one --nvlink-errors adds these (DCGM fails a link on any replay/recovery growth, or CRC at 100+/s)
@@ -89,6 +92,7 @@ class GpuState:
     temp: int = 40
     power_w: float = 120.0
     hang_ms: int = 0
+    recovery_action: int = 0
     xids: List[Tuple[int, int]] = field(default_factory=list)     # (seq, code)
     procs: List[Tuple[int, int]] = field(default_factory=list)    # (pid, bytes)
 
@@ -108,7 +112,7 @@ class GpuState:
                    ("remap_failure", int(self.remap_failure)), ("pcie_gen", self.pcie_gen),
                    ("pcie_width", self.pcie_width), ("clock_events", hex(self.clock_events)),
                    ("slow", f"{self.slow:g}"), ("temp", self.temp), ("power_w", f"{self.power_w:g}"),
-                   ("hang_ms", self.hang_ms)]
+                   ("hang_ms", self.hang_ms), ("recovery_action", self.recovery_action)]
         out += [f"gpu {i} {k} {v}" for k, v in scalars]
         out += [f"gpu {i} nvlink_down {link}" for link in sorted(set(self.nvlink_down))]
         out += [f"gpu {i} nvlink_err {link} {NVLINK_COUNTERS.index(c)} {n}"
@@ -355,6 +359,7 @@ def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now
     seq = max([int(now * 1e6)] + [s + 1 for x in state.gpus for s, _ in x.xids])   # increasing, survives heal
     msgs: List[str] = []
     xids: List[int] = []
+    recovery_change = (0, 0)
 
     if fault == "xid":
         code = _int(value, "Xid code", 1, 10_000)
@@ -421,6 +426,13 @@ def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now
             raise UsageError(f"--hang wants 0..3600 seconds, not {value!r}")
         g.hang_ms = int(seconds * 1000)
         summary = f"every NVML call on this GPU hangs {seconds:g} s"
+    elif fault == "recovery_action":
+        if value not in RECOVERY_ACTIONS:
+            raise UsageError(f"unknown recovery action {value!r}; one of: {', '.join(RECOVERY_ACTIONS)}")
+        old, g.recovery_action = g.recovery_action, RECOVERY_ACTIONS[value]
+        xids.append(154)
+        recovery_change = (old, g.recovery_action)
+        summary = f"driver recovery action {value}, Xid 154"
     elif fault == "driver_unloaded":
         state.init_error = DRIVER_NOT_LOADED
         msgs.append("NVRM: The NVIDIA probe routine was not called for 8 device(s).")
@@ -434,6 +446,12 @@ def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now
         g.xids.append((seq + i, code))
         del g.xids[:-XID_HISTORY]
         link = g.nvlink_down[-1] if code == 74 and g.nvlink_down else 0
+        if code == 154:
+            a, b = recovery_change
+            text = (f"GPU recovery action changed from 0x{a:x} ({_RECOVERY_TEXT.get(a, '?')}) "
+                    f"to 0x{b:x} ({_RECOVERY_TEXT.get(b, '?')})")
+            msgs.append(f"NVRM: Xid (PCI:{g.kmsg_pci}): 154, {text}")
+            continue
         msgs.append(xid_message(g, code, link=link, pid=g.procs[0][0] if g.procs else None))
     if fault == "gpu_lost":
         msgs.append(f"NVRM: GPU {g.pci[4:]}: GPU has fallen off the bus.")

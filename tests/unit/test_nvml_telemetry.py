@@ -78,7 +78,7 @@ def test_healthy_node(libdir, lab):
     assert g["pcie"] == {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16}
     assert g["clock_event_reasons"] == 0 and g["sm_clock_mhz"] == g["sm_clock_max_mhz"] > 0
     assert 30 <= g["temperature_c"] <= 50 and g["power_w"] > 0 and g["processes"] == []
-    assert g["unsupported"] == [] and g["errors"] == []
+    assert g["unsupported"] == [] and g["errors"] == [] and g["recovery_action"] == 0
 
 
 def test_uuids_match_the_state_file_and_default(libdir, lab):
@@ -98,6 +98,7 @@ INJECTIONS = [
     ("nvlink_errors", 4, lambda g: [(x["link"], x["replay_errors"], x["recovery_errors"], x["crc_errors"])
                                     for x in g["nvlinks"] if x["replay_errors"]] == [(4, 1, 1, 100)]),
     ("temp", 91, lambda g: g["temperature_c"] == 91),
+    ("recovery_action", "node_reboot", lambda g: g["recovery_action"] == 2),
     ("pcie_width", 8, lambda g: g["pcie"]["width"] == 8 and g["pcie"]["max_width"] == 16),
     ("gpu_lost", None, lambda g: g["lost"] and "lost" in g["error"].lower()),
     ("clock_event", "hw_slowdown", lambda g: g["clock_event_reasons"] == 0x8),

@@ -19,6 +19,7 @@
  *   gpu <i> nvlink_down L       nvlink_err L COUNTER N   (COUNTER: 0 replay 1 recovery 2 crc_flit 3 crc_data 4 ecc)
  *   gpu <i> pcie_gen G          pcie_width W         clock_events 0xMASK  slow F (SM clock = F x max)
  *   gpu <i> temp C              power_w W
+ *   gpu <i> recovery_action N   (field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 1 reset, 2 reboot, 4 drain+reset)
  *   gpu <i> hang_ms N           (every call on that GPU sleeps N ms first: a hung driver call)
  *   init_error CODE             (nvmlInit fails with CODE, e.g. 9 = driver not loaded)
  *   gpu <i> xid SEQ CODE        (history; each event set gets every xid with a SEQ newer than at registration)
@@ -71,7 +72,7 @@ struct gpu {
     unsigned int pcie_gen, pcie_width;
     unsigned long long clock_events;
     double slow;
-    unsigned int temp, power_mw, hang_ms;
+    unsigned int temp, power_mw, hang_ms, recovery_action;
     struct xid xids[MAX_XIDS];
     int nxids;
     struct proc procs[MAX_PROCS];
@@ -111,6 +112,13 @@ typedef struct {            /* legacy layout for _v1/_v2 */
     char busId[16];
     unsigned int domain, bus, device, pciDeviceId, pciSubSystemId, reserved[4];
 } nvmlPciInfo_v2_t;
+
+typedef struct {            /* nvmlFieldValue_t */
+    unsigned int fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    int valueType, nvmlReturn;
+    union { double dVal; unsigned int uiVal; unsigned long ulVal; unsigned long long ullVal; long long sllVal; } value;
+} nvmlFieldValue_t;
 
 typedef struct { unsigned int pid; unsigned long long usedGpuMemory; unsigned int gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
@@ -184,6 +192,7 @@ static void parse_gpu_line(struct gpu *g, const char *key, char *rest)
     else if (!strcmp(key, "temp")) g->temp = atoi(rest);
     else if (!strcmp(key, "power_w")) g->power_mw = (unsigned int)(atof(rest) * 1000);
     else if (!strcmp(key, "hang_ms")) g->hang_ms = (unsigned int)strtoul(rest, NULL, 0);
+    else if (!strcmp(key, "recovery_action")) g->recovery_action = (unsigned int)strtoul(rest, NULL, 0);
     else if (!strcmp(key, "xid")) {
         struct xid x;
         if (sscanf(rest, "%llu %u", &x.seq, &x.code) != 2) return;
@@ -629,6 +638,32 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t dev, int whic
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t dev, unsigned int *mw) { GPU(dev, g); OUT(mw); *mw = g.power_mw; return NVML_SUCCESS; }
 EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t dev, unsigned int *mw) { GPU(dev, g); OUT(mw); *mw = 700000; return NVML_SUCCESS; }
+
+/* ---- field values: only the GPU recovery action; every other field answers NOT_SUPPORTED ------ */
+
+#define FI_DEV_GET_GPU_RECOVERY_ACTION 230
+
+EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValue_t *values)
+{
+    GPU(dev, g);
+    if (count < 0 || (count > 0 && !values)) return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        v->timestamp = (long long)now.tv_sec * 1000000 + now.tv_nsec / 1000;
+        v->latencyUsec = 0;
+        memset(&v->value, 0, sizeof(v->value));
+        if (v->fieldId == FI_DEV_GET_GPU_RECOVERY_ACTION) {
+            v->valueType = 1;                   /* NVML_VALUE_TYPE_UNSIGNED_INT */
+            v->nvmlReturn = NVML_SUCCESS;
+            v->value.uiVal = g.recovery_action;
+        } else {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return NVML_SUCCESS;
+}
 
 /* ---- processes ----------------------------------------------------------------------------- */
 
