@@ -59,9 +59,11 @@ class XidInfo:
 
     @property
     def advice(self) -> str:
-        if self.severity == "ignore":
+        if self.user_caused:
             return ("caused by the application (or a follow-on of another Xid): no action on the node; "
                     "if the job died, look at its code and the Xid logged before this one")
+        if self.severity == "ignore":
+            return "informational: no action on the node"
         return ADVICE[self.action]
 
     def to_dict(self) -> dict:
