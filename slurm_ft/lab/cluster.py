@@ -171,7 +171,7 @@ class Lab:
             self._health_pause.touch()
             try:
                 self._start_missing_slurmds()
-                self.wait_idle(timeout)
+                self.wait_idle(timeout, busy_ok=True)   # jobs may run: only every slurmd must answer
             except CommandError as exc:
                 raise EnvironmentProblem(f"lab in {self.dir}: a slurmd did not start: {exc} "
                                          f"(logs in {self.dir}/log)") from None
@@ -401,7 +401,8 @@ health:
                 out[parts[0]] = parts[1]
         return out
 
-    def wait_idle(self, timeout: float = 60.0) -> None:
+    def wait_idle(self, timeout: float = 60.0, busy_ok: bool = False) -> None:
+        """Wait until every node is idle (with busy_ok: until every node's slurmd answers)."""
         deadline = time.monotonic() + timeout
         want = set(self.spec.node_names)
         states: Dict[str, str] = {}
@@ -410,15 +411,18 @@ health:
                 states = self.node_states()
             except CommandError:
                 states = {}
-            idle = {n for n, s in states.items() if s == "idle"}
-            if want <= idle:
+            if busy_ok:
+                ready = {n for n, s in states.items() if not s.endswith("*") and not s.startswith("unk")}
+            else:
+                ready = {n for n, s in states.items() if s == "idle"}
+            if want <= ready:
                 return
             if time.monotonic() > deadline:
-                busy = sorted(want - idle)
+                busy = sorted(want - ready)
                 sample = ", ".join(f"{n}={states.get(n, '?')}" for n in busy[:5])
                 raise EnvironmentProblem(
-                    f"lab in {self.dir}: {len(busy)} node(s) not idle after {timeout:g} s ({sample}); "
-                    f"see {self.dir}/log/")
+                    f"lab in {self.dir}: {len(busy)} node(s) not {'up' if busy_ok else 'idle'} after "
+                    f"{timeout:g} s ({sample}); see {self.dir}/log/")
             time.sleep(0.2)
 
     # --- down ---------------------------------------------------------------------------------------
