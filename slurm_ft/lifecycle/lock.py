@@ -52,8 +52,10 @@ class FileLock:
 
 
 def _read(fd: int) -> str:
-    try:
-        pid, started = os.pread(fd, 64, 0).decode().split()
-        return f" (pid {pid}, started {time.strftime('%H:%M:%S', time.localtime(float(started)))})"
-    except (ValueError, OSError):
-        return ""
+    for _ in range(5):   # the holder writes its pid just after taking the lock
+        try:
+            pid, started = os.pread(fd, 64, 0).decode().split()
+            return f" (pid {pid}, started {time.strftime('%H:%M:%S', time.localtime(float(started)))})"
+        except (ValueError, OSError):
+            time.sleep(0.05)
+    return ""

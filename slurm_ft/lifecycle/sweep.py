@@ -258,6 +258,8 @@ class Sweeper:
             if not recheck:   # a spare that passes its routine re-check is no news
                 report.changes.append(f"{name}: validating -> spare ({_short(why)})")
             return
+        if why.endswith("without a verdict") and node.drained:   # e.g. our prolog failed it before it ran
+            why += f" (node drained: {node.reason})"
         reason = _reason(f"{OWNER} validation failed: {why}")
         if recheck:
             decision = guard.may_drain(self.cfg, name, reason, client=self.client, actor=self.actor,

@@ -162,7 +162,8 @@ def test_lemon_ends_on_the_rma_list(clean, tmp_path):
     assert f"{lemon}: failed -> quarantined" in out                 # incident 1
     ft(lab, cfg, "node", "repaired", lemon)
     out = ft(lab, cfg, "sweep").stdout
-    assert f"{lemon}: validating -> quarantined (ECC_DBE gpu5" in out, out   # incident 2
+    # incident 2: the validation job fails (or our prolog fails it first: Slurm cancels the job)
+    assert f"{lemon}: validating -> quarantined (" in out, out
     ft(lab, cfg, "node", "repaired", lemon)
     out = ft(lab, cfg, "sweep").stdout
     assert f"{lemon}: validating -> rma" in out and "lemon: 3 incidents" in out, out   # incident 3
