@@ -89,7 +89,26 @@ def judge(sample: NodeSample, checks: Sequence[str], ctx: ProbeContext) -> List[
         except Exception as exc:  # noqa: BLE001 - a probe bug must never drain a node
             log.debug("probe %s crashed", check, exc_info=True)
             found = [Finding(check, Severity.ERROR, f"probe crashed: {type(exc).__name__}: {exc}", "PROBE_ERROR")]
+        found += _query_errors(sample, check)
         out.extend(found or [Finding(check, Severity.OK, "ok")])
+    return out
+
+
+# NVML query name (slurm_ft.gpu.nvml) -> the check that needed it
+_QUERY_CHECK = (("ecc", "ecc"), ("remapped_rows", "remap"), ("retired", "retired"), ("nvlink", "nvlink"),
+                ("pcie", "pcie"), ("clock_event", "clocks"), ("temperature", "temperature"),
+                ("processes", "processes"), ("handle", "inventory"), ("name", "inventory"),
+                ("uuid", "inventory"), ("pci_info", "inventory"))
+
+
+def _query_errors(sample: NodeSample, check: str) -> List[Finding]:
+    """NVML answers other than not-supported/lost (no permission, ...): the check could not see; say so."""
+    out = []
+    for g in sample.gpus:
+        for err in getattr(g, "errors", ()) or ():
+            query = err.split(":", 1)[0]
+            if any(query.startswith(prefix) and c == check for prefix, c in _QUERY_CHECK):
+                out.append(Finding(check, Severity.ERROR, f"NVML query failed: {err}", "NVML_QUERY_ERROR", g.index))
     return out
 
 

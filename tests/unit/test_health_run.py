@@ -342,3 +342,11 @@ def test_config_values_the_types_cannot_check(tmp_path):
     bad = replace(bad, health=replace(bad.health, burnin=BurninConfig(backend="cuda")))
     with pytest.raises(ConfigError, match="health.burnin.backend"):
         run.run_level("quick", "n", bad, reader=reader_for(gpus()))
+
+
+def test_nvml_query_error_is_an_error_finding_for_its_check(tmp_path):
+    sample = gpus({4: {"errors": ("ecc: Insufficient Permissions",), "ecc": None}})
+    rep = run.run_level("quick", "gpu001", config(tmp_path), reader=reader_for(sample))
+    ecc = [f for f in rep.findings if f.check == "ecc"]
+    assert [(f.severity, f.gpu, f.code) for f in ecc] == [(Severity.ERROR, 4, "NVML_QUERY_ERROR")]
+    assert rep.healthy

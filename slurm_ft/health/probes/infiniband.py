@@ -21,7 +21,7 @@ def _up(p: dict, rate: int) -> bool:
 def probe(sample: NodeSample, ctx) -> List[Finding]:
     want, rate = ctx.node_type.ib_ports, ctx.node_type.ib_rate_gbps
     if not want:
-        return []
+        return [Finding(CHECK, Severity.OK, "not checked: node type expects no InfiniBand ports (ib_ports: 0)")]
     ports = [p for p in sample.extra.get("infiniband", ()) or () if not p.get("error")]
     errors = [p["error"] for p in sample.extra.get("infiniband", ()) or () if p.get("error")]
     ports = [p for p in ports if str(p.get("link_layer", "InfiniBand")).lower() == "infiniband"]
