@@ -104,7 +104,8 @@ def main(argv=None) -> int:
     if started:
         lab = Lab(args.dir, LabSpec(nodes=args.nodes, spares=args.spares, port_base=args.port_base))
     t_up = time.monotonic()
-    lab.up(timeout=180)
+    if started:
+        lab.up(timeout=180)             # a running lab is reset by the scenario instead (it may hold quarantined nodes)
     up_s = time.monotonic() - t_up
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     say(f"lab in {lab.dir}: {lab.spec.nodes} x {lab.spec.gpus_per_node} GPUs + {lab.spec.spares} spares "

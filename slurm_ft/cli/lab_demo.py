@@ -42,15 +42,17 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
     # the timeline says what the controller does; its own warnings would only repeat it in between
     logging.getLogger("slurm_ft.recovery.controller").setLevel(logging.ERROR)
     lab = Lab(directory)                 # a running lab keeps the spec it was brought up with
-    if not lab.running():
+    already = lab.running()
+    if not already:
         lab = Lab(directory, LabSpec(nodes=nodes, spares=spares, gpus_per_node=gpus_per_node, port_base=port_base))
         say(f"bringing the lab up in {lab.dir} ({nodes} nodes x {gpus_per_node} GPUs + {spares} spares) ...")
-    res = lab.up(timeout=120)
+        lab.up(timeout=120)
+    # (a running lab is not waited on here: the scenario resets it, quarantined nodes of a last run included)
     if lab.spec.nodes != nodes or lab.spec.spares != spares:
         raise UsageError(f"the lab in {lab.dir} has {lab.spec.nodes}+{lab.spec.spares} nodes; "
                          f"run `slurm-ft lab down --dir {lab.dir}` or pass --nodes {lab.spec.nodes} "
                          f"--spares {lab.spec.spares}")
-    say(f"lab {'already up' if res.already_running else 'up'}: {nodes} nodes in `train`, {spares} in `spares`")
+    say(f"lab {'already up' if already else 'up'}: {lab.spec.nodes} nodes in `train`, {lab.spec.spares} in `spares`")
 
     def on_phase(p, fault_t):
         say(f"  +{p.t - fault_t:7.2f} s  {p.name:<17} {p.detail}")
