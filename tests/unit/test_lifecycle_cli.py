@@ -1,0 +1,98 @@
+"""The lifecycle commands as a person runs them: output, JSON and exit codes (Slurm modelled in memory)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+import yaml
+
+from slurm_ft.cli import main
+from slurm_ft.lifecycle.store import Store
+
+from test_lifecycle_sweep import ModelSlurm   # same directory: pytest puts it on sys.path
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    cfg = tmp_path / "slurm-ft.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "state_dir": str(tmp_path / "state"),
+        "controller": {"job_partitions": ["train"]},
+        "lifecycle": {"pool_target": 2, "spare_recheck_s": 0, "quarantine_grace_s": 0, "breaker_max_nodes": 1,
+                      "breaker_max_share": 0, "metrics_path": str(tmp_path / "m.prom")}}))
+    os.chmod(cfg, 0o644)
+    slurm = ModelSlurm()
+    monkeypatch.setattr("slurm_ft.cli.node.make_client", lambda config: slurm)
+    monkeypatch.setenv("SLURM_FT_CONFIG", str(cfg))
+    return tmp_path, slurm
+
+
+def cli(capsys, *argv):
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_quarantine_repaired_history_and_list(env, capsys):
+    tmp, slurm = env
+    rc, out, _ = cli(capsys, "node", "quarantine", "gpu003", "--reason", "fans loud")
+    assert rc == 0 and "gpu003: in_service -> quarantined (fans loud)" in out
+    n = slurm.node("gpu003")
+    assert n.drained and n.reason == "slurm-ft: QUARANTINED by " + n.reason.split("by ", 1)[1]
+    assert "gpu003" not in slurm.parts["train"]
+    rc, out, _ = cli(capsys, "node", "repaired", "gpu003", "--note", "fan replaced")
+    assert rc == 0 and "quarantined -> repaired" in out and "next `slurm-ft sweep` validates it" in out
+    rc, out, _ = cli(capsys, "node", "history", "gpu003")
+    lines = out.strip().splitlines()
+    assert len(lines) == 2 and "in_service -> quarantined" in lines[0] and "[admin:" in lines[0]
+    rc, out, _ = cli(capsys, "node", "list", "--json")
+    rows = {r["node"]: r for r in json.loads(out)}
+    assert rows["gpu003"]["state"] == "repaired" and rows["gpu005"]["state"] == "spare"
+    rc, out, _ = cli(capsys, "node", "list", "--state", "repaired")
+    assert "gpu003" in out and "gpu001" not in out
+
+
+def test_bad_input_is_one_line_and_exit_2(env, capsys):
+    rc, _, err = cli(capsys, "node", "repaired", "gpu999")
+    assert rc == 2 and err.strip() == "slurm-ft: error: unknown node 'gpu999' (not in this cluster's slurm.conf)"
+    rc, _, err = cli(capsys, "node", "repaired", "gpu001")
+    assert rc == 2 and "only a quarantined node can be marked repaired" in err
+    assert len(err.strip().splitlines()) == 1
+    rc, _, err = cli(capsys, "node", "list", "--state", "broken")
+    assert rc == 2
+
+
+def test_breaker_status_reset_and_status_screen(env, capsys):
+    tmp, slurm = env
+    with Store(str(tmp / "state")) as st:
+        for node in ("gpu001", "gpu002"):
+            st.breaker_decide(node, time.time(), total_nodes=6, max_share=0, max_nodes=1, window_s=3600)
+    rc, out, _ = cli(capsys, "breaker", "status")
+    assert rc == 1 and out.startswith("breaker OPEN since") and "drains in window: 1 of 1 (gpu001)" in out
+    rc, out, _ = cli(capsys, "status")
+    assert rc == 0 and "breaker OPEN" in out and "spare pool (spares): 2 healthy of target 2" in out
+    rc, out, _ = cli(capsys, "status", "--json", "--write-metrics")
+    d = json.loads(out)
+    assert d["breaker"]["open"] and d["pool"]["healthy"] == 2 and d["nodes_by_state"]["spare"] == 2
+    assert "slurm_ft_breaker_open 1" in (tmp / "m.prom").read_text()
+    rc, out, _ = cli(capsys, "breaker", "reset")
+    assert rc == 0 and out.startswith("breaker reset (was open since")
+    rc, out, _ = cli(capsys, "breaker", "status", "--json")
+    assert rc == 0 and json.loads(out)["open"] is False and json.loads(out)["drains_in_window"] == 0
+
+
+def test_sweep_is_silent_without_news_and_busy_exits_5(env, capsys):
+    tmp, slurm = env
+    rc, out, err = cli(capsys, "sweep")
+    assert (rc, out, err) == (0, "", "")
+    from slurm_ft.lifecycle.lock import FileLock
+    with FileLock(tmp / "state" / "sweep.lock"):
+        rc, out, err = cli(capsys, "sweep")
+    assert rc == 5 and "slurm-ft: error: another sweep is running (pid" in err
+    slurm.drain(["gpu004"], "slurm-ft: ECC_DBE gpu0 double-bit")
+    rc, out, _ = cli(capsys, "sweep", "--json")
+    rep = json.loads(out)
+    assert rc == 0 and rep["changes"][0].startswith("gpu004: in_service -> failed")
