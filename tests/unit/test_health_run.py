@@ -350,3 +350,39 @@ def test_nvml_query_error_is_an_error_finding_for_its_check(tmp_path):
     ecc = [f for f in rep.findings if f.check == "ecc"]
     assert [(f.severity, f.gpu, f.code) for f in ecc] == [(Severity.ERROR, 4, "NVML_QUERY_ERROR")]
     assert rep.healthy
+
+
+def test_watch_runs_the_quick_check_only_for_a_fatal_xid(tmp_path):
+    from slurm_ft.health.watch import Watcher
+    calls = []
+
+    def fake_check(level, node, cfg, **kw):
+        calls.append((level, node, kw["drain"], [e.xid for e in kw["extra_xids"]]))
+        return run.Report(node, level, [], 0.0)
+
+    w = Watcher("gpu001", config(tmp_path), use_nvml=False, use_kmsg=False, check=fake_check)
+    h = w.handle([XidEvent(13, "0000:18:00", 0), XidEvent(31, "0000:18:00", 0)])
+    assert not h.fatal and calls == []
+    for e in (XidEvent(13, gpu=0), XidEvent(79, gpu=2), XidEvent(48, gpu=5)):
+        w.events.put(e)
+    assert w.run(once=True, timeout=2.0) == 1
+    assert calls == [("quick", "gpu001", True, [79, 48])]      # one check for the burst
+
+
+def test_watch_follows_a_growing_kernel_log(tmp_path):
+    from slurm_ft.health.watch import Watcher
+    cfg = config(tmp_path)
+    log = tmp_path / "gpu001.kmsg"
+    log.write_text(_kmsg_line(time.time() - 3600, 79))          # old: before the watcher started
+    seen = []
+    w = Watcher("gpu001", cfg, use_nvml=False, poll_s=0.02,
+                check=lambda level, node, c, **kw: seen.append(kw["extra_xids"]) or run.Report(node, level, [], 0))
+    w.start()
+    try:
+        time.sleep(0.2)
+        with open(log, "a") as fh:
+            fh.write(_kmsg_line(time.time(), 74, "0000:1a:00"))
+        assert w.run(once=True, timeout=5.0) == 1
+    finally:
+        w.stop()
+    assert [[(e.xid, e.pci_bus_id) for e in batch] for batch in seen] == [[(74, "0000:1a:00")]]
