@@ -386,3 +386,49 @@ def test_watch_follows_a_growing_kernel_log(tmp_path):
     finally:
         w.stop()
     assert [[(e.xid, e.pci_bus_id) for e in batch] for batch in seen] == [[(74, "0000:1a:00")]]
+
+
+def test_cli_exits_on_a_hung_nvml_call_without_waiting_for_it(tmp_path):
+    import subprocess
+    import sys
+    cfg = tmp_path / "slurm-ft.yaml"
+    cfg.write_text(f"health:\n  deadline_s: {{quick: 0.5}}\n  kmsg_path: {tmp_path}/k\n"
+                   f"  state_file: {tmp_path}/s.json\n")
+    os.chmod(cfg, 0o644)
+    code = ("import time, slurm_ft.health.gather as g\n"
+            "g.nvml_reader = lambda node, parts: time.sleep(3600)\n"
+            "from slurm_ft.cli import main\n"
+            f"main(['--config', {str(cfg)!r}, 'check', '--level', 'quick', '--json', '--node', 'n1'])\n")
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert time.monotonic() - t0 < 10
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["findings"][0]["code"] == "NVML_HUNG" and out["healthy"] is True
+
+
+def test_cli_check_json_and_exit_codes_on_the_fake_nvml(tmp_path):
+    """The real pynvml over the lab's fake libnvidia-ml.so.1: healthy -> 0, an injected fault -> 1."""
+    import subprocess
+    import sys
+    from slurm_ft.lab.fake_nvml import build
+    lib = build(tmp_path / "lib")
+    cfg = tmp_path / "slurm-ft.yaml"
+    cfg.write_text(f"health:\n  kmsg_path: {tmp_path}/k\n  state_file: {tmp_path}/s.json\n")
+    os.chmod(cfg, 0o644)
+    state = tmp_path / "nvml.state"
+    state.write_text("")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), SLURM_FT_FAKE_NVML_STATE=str(state),
+               SLURM_FT_FAKE_NODE="n1", SLURM_FT_CONFIG=str(cfg))
+    argv = [sys.executable, "-m", "slurm_ft", "check", "--level", "quick", "--json", "--node", "n1"]
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["healthy"] and out["node"] == "n1" and out["level"] == "quick" and out["elapsed_s"] < 5
+    state.write_text("gpu 6 remap_failure 1\n")
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 1
+    fails = [(f["code"], f["gpu"], f["action"]) for f in json.loads(p.stdout)["findings"] if f["severity"] == "fail"]
+    assert fails == [("REMAP_FAILURE", 6, "rma")]
+    bad = subprocess.run(argv[:-2] + ["--level", "deep"], capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2
