@@ -15,13 +15,8 @@ log = logging.getLogger("slurm_ft.controller")
 
 def make_client(config):
     """The Slurm client for this config (the lab's slurm.conf when the config names one)."""
-    from slurm_ft.slurm.client import SlurmClient
-    if hasattr(SlurmClient, "from_config"):
-        return SlurmClient.from_config(config)
-    slurm = getattr(config, "slurm", None)
-    if slurm is None:
-        return SlurmClient()
-    return SlurmClient(conf=slurm.conf or None, timeout=slurm.timeout_s)
+    from slurm_ft.slurm.client import client_from_config
+    return client_from_config(config)
 
 
 def _setup(ctx):

@@ -17,7 +17,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from slurm_ft.config import Config
 from slurm_ft.errors import Busy, CommandError
@@ -56,6 +56,7 @@ class Controller:
         self.on_step = on_step          # called (step, outcome, detail, now) after each act: the demo's timeline
         self._crash = _parse_crash(os.environ.get(CRASH_ENV, ""))
         self._seen_at: Optional[float] = None   # when the snapshot the current steps come from was read
+        self._breaker_said = False
 
     # --- observe -----------------------------------------------------------------------------------
 
@@ -72,17 +73,26 @@ class Controller:
                            taken_at=self.clock())
 
     def _breaker_open(self) -> bool:
-        """The lifecycle drain-rate breaker, when that part is installed: open -> no new recoveries."""
+        """The lifecycle drain-rate breaker (issue 6): while it is open no new recovery starts.
+
+        A bad probe or driver that drains nodes en masse must not also empty the spare pool."""
         try:
-            from slurm_ft.lifecycle.store import Store
+            from slurm_ft.lifecycle import guard
         except ImportError:
             return False
+        why = guard.is_open(self.config)
+        if why and not self._breaker_said:
+            log.error("drain-rate breaker open (%s): no new recoveries until `slurm-ft breaker reset`", why)
+        self._breaker_said = bool(why)
+        return bool(why)
+
+    def _may_drain(self, node: str, reason: str) -> Tuple[bool, str]:
         try:
-            with Store(self.config.state_dir) as store:
-                return store.breaker_state().open
-        except Exception as exc:  # a breaker we cannot read must not stop recoveries already decided
-            log.warning("cannot read the drain-rate breaker: %s", exc)
-            return False
+            from slurm_ft.lifecycle import guard
+        except ImportError:
+            return True, ""
+        d = guard.may_drain(self.config, node, reason, client=self.client, actor="controller", now=self.clock())
+        return d.allowed, d.reason
 
     # --- the cycle ------------------------------------------------------------------------------------
 
@@ -187,15 +197,21 @@ class Controller:
             keep = [n for n in part.nodes if n not in failed]
             self._set_partition(part.name, keep)
             moved.append(part.name)
-        drained = []
+        drained, refused = [], []
         for node in self.client.nodes(list(inc.nodes)):
             if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
-                self.client.drain([node.name], f"slurm-ft: quarantined, {node.state.lower()} during job {inc.job_id}")
-                drained.append(node.name)
-        if not moved and not drained:
+                seen = next((f.split(": ", 1)[1] for f in inc.faults if f.startswith(node.name + ": ")), node.state)
+                reason = f"slurm-ft: quarantined, {seen} during job {inc.job_id}"
+                ok, why = self._may_drain(node.name, reason)
+                if ok:
+                    self.client.drain([node.name], reason)
+                    drained.append(node.name)
+                else:
+                    refused.append(f"{node.name} not drained: {why}")
+        if not moved and not drained and not refused:
             return "skipped", "already out of the job partitions"
-        return "ok", f"{compress(sorted(failed))} out of {','.join(moved) or '-'}" + (
-            f"; drained {compress(drained)}" if drained else "")
+        return "ok", "; ".join([f"{compress(sorted(failed))} out of {','.join(moved) or '-'}"]
+                               + ([f"drained {compress(drained)}"] if drained else []) + refused)
 
     def _swap(self, step: Step, inc: Incident):
         pool_name = self.policy.spare_partition

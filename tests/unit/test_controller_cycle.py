@@ -71,7 +71,8 @@ class ModelSlurm:
         self.calls.append(("requeue", job_id, hold))
         j = self.j[job_id]
         for x in j.nodes:
-            self.n[x] = replace(self.n[x], state="IDLE")
+            if self.n[x].state != "DOWN":
+                self.n[x] = replace(self.n[x], state="IDLE")
         self.j[job_id] = replace(j, state="COMPLETING", nodes=(), restart_count=j.restart_count + 1,
                                  held=hold, reason="JobHeldAdmin" if hold else "BeginTime")
         self.pending_transition.add(job_id)
@@ -239,3 +240,28 @@ def test_admin_drain_is_not_a_fault(tmp_path):
     c = make(tmp_path, s)
     c.cycle()
     assert jn.incidents(c.conn) == [] and s.j[100].state == "RUNNING" and not s.calls
+
+
+def test_open_drain_rate_breaker_holds_new_recoveries(tmp_path, monkeypatch):
+    from slurm_ft.lifecycle import guard
+    monkeypatch.setattr(guard, "is_open", lambda config: "40 nodes drained within 1 h (limit 6)")
+    s = ModelSlurm()
+    s.fail("gpu002")
+    c = make(tmp_path, s)
+    c.cycle()
+    assert jn.incidents(c.conn) == [] and s.j[100].state == "RUNNING" and not s.calls
+    monkeypatch.setattr(guard, "is_open", lambda config: None)      # an admin reset it
+    c.cycle()
+    assert jn.incidents(c.conn)[0].status == "recovered"
+
+
+def test_a_down_node_is_drained_on_quarantine_through_the_breaker(tmp_path):
+    s = ModelSlurm()
+    s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", reason="Not responding")
+    c = make(tmp_path, s)
+    c.cycle()
+    inc = jn.incidents(c.conn)[0]
+    assert inc.status == "recovered" and inc.nodes == ("gpu003",)
+    assert s.n["gpu003"].drained
+    assert s.n["gpu003"].reason == "slurm-ft: quarantined, DOWN: Not responding during job 100"
+    assert "drained gpu003" in inc.step("quarantine").detail
