@@ -236,24 +236,44 @@ def _open_error(path: str, exc: OSError) -> Exception:
     return UsageError(f"cannot read {path}: {exc.strerror or exc}")
 
 
-def read_lines(path: str) -> List[str]:
-    """All lines of a file, `-` (stdin) or the current records of /dev/kmsg."""
+def iter_lines(path: str) -> Iterator[str]:
+    """Lines of a file, `-` (stdin) or the current records of /dev/kmsg, streamed (a big kern.log
+    is never held in memory). Opening errors are raised before the first line."""
     if path == "-":
-        return sys.stdin.read().splitlines()
+        return (line.rstrip("\n") for line in sys.stdin)
     if _is_char_device(path):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
             raise _open_error(path, exc) from exc
-        try:
-            return [rec.rstrip("\n") for rec in _kmsg_records(fd)]
-        finally:
-            os.close(fd)
+        return _records_then_close(fd)
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read().splitlines()
+        fh = open(path, encoding="utf-8", errors="replace")
     except OSError as exc:
         raise _open_error(path, exc) from exc
+    return _lines_then_close(fh, path)
+
+
+def _records_then_close(fd: int) -> Iterator[str]:
+    try:
+        for rec in _kmsg_records(fd):
+            yield rec.rstrip("\n")
+    finally:
+        os.close(fd)
+
+
+def _lines_then_close(fh, path: str) -> Iterator[str]:
+    with fh:
+        try:
+            for line in fh:
+                yield line.rstrip("\n")
+        except OSError as exc:      # e.g. a directory, or an I/O error mid-file
+            raise _open_error(path, exc) from exc
+
+
+def read_lines(path: str) -> List[str]:
+    """All lines of a file, `-` (stdin) or the current records of /dev/kmsg."""
+    return list(iter_lines(path))
 
 
 def read_xids(path: str = DEV_KMSG, *, lookback_s: Optional[float] = None, now: Optional[float] = None,
@@ -268,7 +288,7 @@ def read_xids(path: str = DEV_KMSG, *, lookback_s: Optional[float] = None, now: 
     if missing_ok and path != "-" and not os.path.exists(path):
         return []
     source = "kmsg" if (path == DEV_KMSG or path.endswith("kmsg")) else "file"
-    events = parse_lines(read_lines(path), source=source, boot_time=boot_time, sxid=sxid)
+    events = parse_lines(iter_lines(path), source=source, boot_time=boot_time, sxid=sxid)
     if lookback_s is not None:
         cutoff = (time.time() if now is None else now) - lookback_s
         events = [e for e in events if e.timestamp is None or e.timestamp >= cutoff]
