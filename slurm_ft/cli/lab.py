@@ -69,7 +69,7 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
     Options not given keep the values this lab directory was last brought up with.
     """
     from dataclasses import replace
-    from slurm_ft.lab.cluster import Lab, LabSpec
+    from slurm_ft.lab.cluster import Lab
     given = {"nodes": nodes, "spares": spares, "gpus_per_node": gpus_per_node, "port_base": port_base,
              "health_interval_s": health_interval, "slurmd_timeout_s": slurmd_timeout}
     base = Lab(directory).spec                 # saved spec of this directory, or the defaults
