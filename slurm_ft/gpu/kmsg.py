@@ -21,6 +21,7 @@ gives the timestamp.
 from __future__ import annotations
 
 import errno
+import gzip
 import logging
 import os
 import re
@@ -248,7 +249,10 @@ def iter_lines(path: str) -> Iterator[str]:
             raise _open_error(path, exc) from exc
         return _records_then_close(fd)
     try:
-        fh = open(path, encoding="utf-8", errors="replace")
+        if path.endswith(".gz"):    # rotated logs: kern.log.2.gz
+            fh = gzip.open(path, "rt", encoding="utf-8", errors="replace")
+        else:
+            fh = open(path, encoding="utf-8", errors="replace")
     except OSError as exc:
         raise _open_error(path, exc) from exc
     return _lines_then_close(fh, path)

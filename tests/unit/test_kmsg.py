@@ -101,6 +101,14 @@ def test_map_lost_gpu_without_pci_id():
     assert [e.gpu for e in kmsg.map_to_gpus(events("dev-kmsg.txt"), two_lost)] == [None, 0]
 
 
+def test_rotated_gzip_log(tmp_path):
+    import gzip
+    p = tmp_path / "kern.log.2.gz"
+    with gzip.open(p, "wt") as fh:
+        fh.write((DATA / "syslog.txt").read_text())
+    assert [e.xid for e in kmsg.read_xids(str(p))] == [95, 79]
+
+
 def test_unreadable_file_is_a_usage_error(tmp_path):
     from slurm_ft.errors import UsageError
     with pytest.raises(UsageError, match="cannot read"):
