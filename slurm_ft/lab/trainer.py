@@ -251,7 +251,12 @@ class Rank0:
                 pending[s] += data
                 if b"\n" in pending[s]:
                     line, rest = pending.pop(s).split(b"\n", 1)
-                    rank = int(line.split()[1])          # "hello R"
+                    words = line.split()                 # "hello R"
+                    if (len(words) != 2 or words[0] != b"hello" or not words[1].isdigit()
+                            or not 0 < int(words[1]) < self.world or int(words[1]) in self.peers):
+                        s.close()                        # a stranger, or a rank twice: not one of ours
+                        continue
+                    rank = int(words[1])
                     self.peers[rank] = s
                     self.bufs[rank] = rest
 

@@ -135,3 +135,38 @@ def test_starter_execs_with_resolved_argv(tmp_path):
     assert json.loads(out.read_text()) == [[str(out), str(d / "step_000003"), "$(id);`x`\n"], "3"]
     start = json.loads((d / "slurm-ft-starts.jsonl").read_text().splitlines()[-1])
     assert start["restart"] == 2 and start["step"] == 3
+
+
+def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, monkeypatch):
+    """The command end to end minus Slurm: what reaches SlurmClient.submit, and the starter's text."""
+    from click.testing import CliRunner
+
+    from slurm_ft.cli import cli
+    from slurm_ft.cli import sbatch as sbatch_cli
+
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:8\nsrun x \"$@\"\n")
+    seen = {}
+
+    class Client:
+        def submit(self, argv):
+            starter = [a for a in argv if "slurm-ft-start-" in a][0]
+            seen["argv"] = list(argv)
+            seen["starter"] = starter
+            seen["text"] = open(starter).read()
+            seen["mode"] = os.stat(starter).st_mode & 0o777
+            return 4242
+
+    monkeypatch.setattr(sbatch_cli, "_client", lambda: Client())
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli, ["sbatch", "--ckpt-dir", "ck", "-p", "train", "train.sh", "--resume", "{ckpt}"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout == "Submitted batch job 4242\n"
+    assert not os.path.exists(seen["starter"])                     # sbatch keeps its own copy
+    assert seen["mode"] == 0o700
+    assert seen["text"].splitlines()[1:3] == ["#SBATCH -N 2", "#SBATCH --gres=gpu:8"]
+    i = seen["argv"].index(seen["starter"])
+    assert seen["argv"][i + 1:] == ["--ckpt-dir", str(tmp_path / "ck"), "--", str(script), "--resume", "{ckpt}"]
+    assert "--requeue" in seen["argv"][:i] and "--job-name=train.sh" in seen["argv"][:i]
+    r = CliRunner().invoke(cli, ["sbatch", "--parsable", "train.sh"])
+    assert r.stdout == "4242\n"
