@@ -93,3 +93,23 @@ def test_missing_slurm_is_one_clear_error(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(client_mod.SlurmError, match="is Slurm installed"):
         SlurmClient().partitions()
+
+
+def test_falls_back_to_scontrol_o_where_json_is_missing():
+    """An older Slurm (< 21.08) has no `sinfo --json`: the client reads `scontrol show node -o`."""
+    from pathlib import Path
+    from slurm_ft.runner import Result
+    data = Path(__file__).resolve().parents[1] / "data" / "slurm"
+    calls = []
+
+    class OldSlurm(SlurmClient):
+        def _run(self, argv, check=True, **kwargs):
+            calls.append(list(argv))
+            if "--json" in argv:
+                return Result(tuple(argv), 1, "", "sinfo: unrecognized option '--json'", 0.0)
+            return Result(tuple(argv), 0, (data / "scontrol_show_node.txt").read_text(), "", 0.0)
+
+    c = OldSlurm()
+    assert c.node("gpu003").reason.startswith("slurm-ft: XID79")
+    assert c.node("gpu002").flags == {"DRAIN"}
+    assert calls == [["sinfo", "--json"], ["scontrol", "show", "node", "-o"], ["scontrol", "show", "node", "-o"]]
