@@ -103,7 +103,7 @@ def _format_summary(rows: Sequence[dict]) -> List[str]:
 @click.option("--sxid/--no-sxid", default=True, show_default=True, help="Also list NVSwitch SXid lines.")
 @click.option("--summary", is_flag=True, help="One line per GPU and Xid with a count, instead of every line.")
 def explain(what: Optional[str], as_json: bool, lookback: Optional[float], sxid: bool, summary: bool) -> None:
-    """Explain one Xid CODE, or every Xid in FILE / stdin (-) / this boot's kernel log (no argument).
+    """Explain one Xid CODE, or every Xid in FILE (plain or .gz) / stdin (-) / this boot's kernel log.
 
     \b
     Examples:
