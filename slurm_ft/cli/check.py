@@ -85,12 +85,10 @@ def _print_text(report) -> None:
 
 
 def _progress_bar():
-    state = {"n": 0}
-
-    def show(msg: str) -> None:
-        state["n"] += 1
-        click.echo(f"\r\033[K[{'#' * min(state['n'], 40):<40}] {msg}", nl=False, err=True)
-        if msg.startswith("done"):
+    def show(done: int, total: int, msg: str) -> None:
+        filled = int(40 * done / total) if total else 40
+        click.echo(f"\r\033[K[{'#' * filled:<40}] {msg}", nl=False, err=True)
+        if msg == "done":
             click.echo("", err=True)
 
     return show

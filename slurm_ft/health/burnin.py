@@ -24,13 +24,13 @@ from slurm_ft.config import BurninConfig, NodeType
 from slurm_ft.model import NodeSample
 
 log = logging.getLogger(__name__)
-Progress = Optional[Callable[[str], None]]
+Progress = Optional[Callable[[int, int, str], None]]   # (done, total, message)
 
 _FAKE_MARK = b"SLURM_FT_FAKE_NVML_STATE"   # a string only the lab's fake libnvidia-ml.so.1 contains
 
 
 def run(sample: NodeSample, cfg: BurninConfig, node_type: NodeType, progress: Progress = None) -> dict:
-    say = progress or (lambda msg: None)
+    say = progress or (lambda done, total, msg: None)
     order = ("torch", "cupy", "dcgmi", "lab") if cfg.backend == "auto" else (cfg.backend,)
     why_not = []
     for name in order:
@@ -46,7 +46,7 @@ def run(sample: NodeSample, cfg: BurninConfig, node_type: NodeType, progress: Pr
             why_not.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         if result is not None:
-            say("done")
+            say(1, 1, "done")
             return result
         why_not.append(f"{name}: not available")
     return {"skipped": "no backend (" + "; ".join(why_not) + ")" if why_not else "no backend (burnin.backend: none)"}
@@ -67,7 +67,7 @@ def _torch(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
     errors: Dict[int, str] = {}
     count = torch.cuda.device_count()
     for i in range(count):
-        say(f"gpu {i + 1}/{count}: torch bf16 {n}x{n} matmul for {cfg.seconds:g} s")
+        say(i, count, f"gpu {i + 1}/{count}: torch bf16 {n}x{n} matmul for {cfg.seconds:g} s")
         try:
             dev = torch.device(f"cuda:{i}")
             gen = torch.Generator(device=dev).manual_seed(1234)
@@ -109,7 +109,7 @@ def _cupy(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
     gpus: Dict[int, float] = {}
     errors: Dict[int, str] = {}
     for i in range(count):
-        say(f"gpu {i + 1}/{count}: cupy fp16 {n}x{n} matmul for {cfg.seconds:g} s")
+        say(i, count, f"gpu {i + 1}/{count}: cupy fp16 {n}x{n} matmul for {cfg.seconds:g} s")
         try:
             with cupy.cuda.Device(i):
                 rs = cupy.random.RandomState(1234)
@@ -143,7 +143,7 @@ def _dcgmi(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
     if exe is None:
         return None
     from slurm_ft.runner import run as run_cmd
-    say("dcgmi diag -r 2 (about two minutes)")
+    say(0, 1, "dcgmi diag -r 2 (about two minutes)")
     res = run_cmd([exe, "diag", "-r", "2", "-j"], timeout=max(cfg.seconds, 600.0), check=False)
     try:
         data = json.loads(res.stdout)
@@ -206,7 +206,7 @@ def _lab(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
     gpus: Dict[int, float] = {}
     errors: Dict[int, str] = {}
     for g in sample.gpus:
-        say(f"gpu {g.index + 1}/{len(sample.gpus)}: lab backend (CPU matmul x fake SM clock ratio)")
+        say(g.index, len(sample.gpus), f"gpu {g.index + 1}/{len(sample.gpus)}: lab backend (CPU matmul x fake SM clock)")
         if g.lost:
             errors[g.index] = "GPU lost"
             continue

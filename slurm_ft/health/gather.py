@@ -28,7 +28,7 @@ def nvml_reader(node: str, parts: FrozenSet[str]) -> NodeSample:
 
 def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeType, *, level: str, now: float,
            reader: Optional[Reader] = None, extra_xids: Sequence[XidEvent] = (),
-           progress: Optional[Callable[[str], None]] = None) -> NodeSample:
+           progress: Optional[Callable[[int, int, str], None]] = None) -> NodeSample:
     reader = reader or nvml_reader
     errors: Dict[str, str] = {}
     parts = levels.nvml_parts(checks, level)

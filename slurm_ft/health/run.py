@@ -80,7 +80,12 @@ def judge(sample: NodeSample, checks: Sequence[str], ctx: ProbeContext) -> List[
     """Run each check's probe on the sample; a crash is an error finding; silence is an ok line."""
     errors = sample.extra.get("errors", {}) or {}
     out: List[Finding] = []
+    # checks that judge NVML readings (the kernel-log Xids stay meaningful without NVML)
+    gpu_checks = {c for c, parts in levels.NVML_PARTS.items() if parts - {"identity"}}
     for check in checks:
+        if sample.nvml_error and check in gpu_checks and check != "inventory":
+            out.append(Finding(check, Severity.ERROR, "not checked: NVML unusable (see inventory)", "NOT_CHECKED"))
+            continue
         if check in errors:
             out.append(Finding(check, Severity.ERROR, errors[check], "CHECK_ERROR"))
             continue
@@ -115,7 +120,7 @@ def _query_errors(sample: NodeSample, check: str) -> List[Finding]:
 def run_level(level: str, node: str, config: Config, *, now: Optional[float] = None,
               reader=None, xid_since: Optional[float] = None, xid_history=None,
               extra_xids: Sequence[XidEvent] = (), deadline_s: Optional[float] = None,
-              progress: Optional[Callable[[str], None]] = None) -> Report:
+              progress: Optional[Callable[[int, int, str], None]] = None) -> Report:
     from slurm_ft.health.gather import gather
 
     t0 = time.monotonic()

@@ -432,3 +432,15 @@ def test_cli_check_json_and_exit_codes_on_the_fake_nvml(tmp_path):
     assert fails == [("REMAP_FAILURE", 6, "rma")]
     bad = subprocess.run(argv[:-2] + ["--level", "deep"], capture_output=True, text=True, env=env, timeout=60)
     assert bad.returncode == 2
+
+
+def test_without_nvml_gpu_checks_say_not_checked_but_kernel_log_xids_still_count(tmp_path):
+    now = time.time()
+    (tmp_path / "gpu001.kmsg").write_text(_kmsg_line(now - 5, 79))
+    no_nvml = lambda node, parts: NodeSample(node=node, nvml_error="NVIDIA kernel driver not loaded")  # noqa: E731
+    rep = run.run_level("quick", "gpu001", config(tmp_path), reader=no_nvml, now=now)
+    by = {}
+    for f in rep.findings:
+        by.setdefault(f.check, []).append(f)
+    assert by["inventory"][0].code == "NVML_INIT" and by["ecc"][0].code == "NOT_CHECKED"
+    assert by["xid"][0].code == "XID79" and by["xid"][0].severity is Severity.FAIL
