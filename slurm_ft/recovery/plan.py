@@ -5,9 +5,9 @@ No subprocess, no clock: `now` comes in as an argument, so every rule here is a 
 For a fault-tolerant job with a failed node, an incident runs these steps, each idempotent:
 
   open        the incident is journaled (job, failed nodes, their reasons, restart count)
-  requeue     `scontrol requeue` at once (held when it must wait for a spare, or gives up)
   quarantine  the failed nodes leave the job partitions and stay drained with their reason
   swap        the best healthy spares move from the pool into the job's partition
+  requeue     `scontrol requeue` at once (held when it must wait for a spare, or gives up)
   exclude     ExcNodeList += failed nodes (NumNodes lowered when an elastic job shrinks)
   start       StartTime=now once Slurm shows PENDING/BeginTime (or release when held)
   confirm     the job runs again on healthy nodes: the incident closes as recovered
@@ -231,16 +231,14 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
         state = job.state if job else "gone"
         return [Step("abandon", **base, reason=f"job {inc.job_id} is {state}")]
 
-    # requeue: only a job still running on the fault needs it (Slurm may have requeued it already)
-    if not inc.done("requeue"):
-        short = _shortfall(inc, pool)
-        hold = giving_up or (short > 0 and not _can_shrink(inc, spec, short))
-        why = ("gives up: " + _give_up_reason(inc, incidents, max_restarts, job)) if giving_up else (
-            "held until a spare is free" if hold else "at once, without waiting for a collective timeout")
-        return [Step("requeue", **base, hold=hold, reason=why)]
+    # Quarantine and swap first, while the job still runs: once it is requeued, its nodes run their
+    # epilogs and Slurm is busiest, and those partition edits would sit on the critical path.
     if not quarantined():
         return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
     if giving_up:
+        if not inc.done("requeue"):
+            return [Step("requeue", **base, hold=True,
+                         reason="held, gives up: " + _give_up_reason(inc, incidents, max_restarts, job))]
         return [Step("give_up", **base, reason=_give_up_reason(inc, incidents, max_restarts, job))]
 
     if not _swapped(inc, snap, policy):
@@ -262,10 +260,16 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
         for s in fresh:  # not enough: take none, so the pool serves whoever can run
             pool.insert(0, s)
         pool.sort()
+        if not inc.done("requeue"):   # the gang is dead anyway: stop it, held until a spare is free
+            return [Step("requeue", **base, hold=True, reason="held until a spare is free")]
         if inc.status != "waiting":
             return [Step("wait", **base, reason=f"waiting for a spare: {policy.spare_partition} has "
                                                   f"{len(chosen)} healthy idle node(s), {len(inc.nodes)} needed")]
         return []
+
+    # requeue: only a job still running on the fault needs it (Slurm may have requeued it already)
+    if not inc.done("requeue"):
+        return [Step("requeue", **base, reason="at once, without waiting for a collective timeout")]
 
     if job.state == "RUNNING":
         if _restarted(inc, job):
@@ -312,10 +316,6 @@ def _restarted(inc: Incident, job: Job) -> bool:
     if requeue is not None and requeue.outcome == "ok":
         return job.restart_count > inc.restart_count
     return True
-
-
-def _shortfall(inc: Incident, pool: Sequence[str]) -> int:
-    return max(0, len(inc.nodes) - len(inc.spares) - len([s for s in pool if s not in inc.spares]))
 
 
 def _can_shrink(inc: Incident, spec, short: int) -> bool:

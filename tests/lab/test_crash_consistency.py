@@ -11,7 +11,7 @@ from ctl_helpers import controller_config, fail_node, incidents, once, parts, su
 
 pytestmark = pytest.mark.lab
 
-STEPS = ["open", "requeue", "quarantine", "swap", "exclude", "start", "confirm"]
+STEPS = ["open", "quarantine", "swap", "requeue", "exclude", "start", "confirm"]
 
 
 @pytest.fixture

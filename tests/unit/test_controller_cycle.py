@@ -157,13 +157,13 @@ def test_one_fault_recovers_on_a_spare(tmp_path):
     assert st["parts"] == {"train": ["gpu001", "gpu003", "gpu004", "gpu005"], "spares": ["gpu006"]}
     assert st["incidents"] == [("recovered", ("gpu002",), ("gpu005",))]
     inc = jn.incidents(c.conn)[0]
-    assert [x.name for x in inc.steps] == ["open", "requeue", "quarantine", "swap", "exclude", "start", "confirm"]
+    assert [x.name for x in inc.steps] == ["open", "quarantine", "swap", "requeue", "exclude", "start", "confirm"]
     assert [c for c in s.calls if c[0] == "requeue"] == [("requeue", 100, False)]
     c.cycle()                                   # nothing more to do: no second requeue for the same fault
     assert len([c for c in s.calls if c[0] == "requeue"]) == 1
 
 
-STEPS = ["open", "requeue", "quarantine", "swap", "exclude", "start", "confirm"]
+STEPS = ["open", "quarantine", "swap", "requeue", "exclude", "start", "confirm"]
 
 
 @pytest.mark.parametrize("kind", STEPS)

@@ -121,12 +121,17 @@ def test_launch_failed_held_job_opens_incident_on_prolog_drained_node():
 
 # --- carrying an incident on ----------------------------------------------------------------------
 
-def test_requeue_comes_first_then_quarantine():
+def test_quarantine_and_swap_come_first_then_the_requeue():
+    """Partition edits while the job still runs; the requeue then starts the epilogs and the restart."""
     snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")])
-    steps = plan(snap, [incident()], P, NOW)
+    assert kinds(plan(snap, [incident()], P, NOW)) == ["quarantine"]
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[job()])
+    steps = plan(snap, [incident([("quarantine", "ok")])], P, NOW)
+    assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu005",)
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")],
+                   spare_nodes=[node("gpu006", "IDLE")], jobs=[job()])
+    steps = plan(snap, [incident([("quarantine", "ok"), ("swap", "ok")], spares=("gpu005",))], P, NOW)
     assert kinds(steps) == ["requeue"] and not steps[0].hold
-    steps = plan(snap, [incident([("requeue", "ok")])], P, NOW)
-    assert kinds(steps) == ["quarantine"]
 
 
 def test_swap_takes_best_spare_fewest_past_faults_first():
@@ -167,12 +172,12 @@ def test_running_again_with_new_restart_count_confirms():
 
 
 def test_empty_pool_requeues_held_and_waits_once():
-    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], spare_nodes=[])
-    steps = plan(snap, [incident()], P, NOW)
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], spare_nodes=[], jobs=[job()])
+    steps = plan(snap, [incident([("quarantine", "ok")])], P, NOW)
     assert kinds(steps) == ["requeue"] and steps[0].hold
     j = job("PENDING", restart=1, reason="JobHeldAdmin", held=True, nodes=())
     snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], spare_nodes=[], jobs=[j])
-    inc = incident([("requeue", "ok"), ("quarantine", "ok")])
+    inc = incident([("quarantine", "ok"), ("requeue", "ok")])
     steps = plan(snap, [inc], P, NOW)
     assert kinds(steps) == ["wait"] and "waiting for a spare" in steps[0].reason
     assert plan(snap, [replace(inc, status="waiting")], P, NOW) == []
@@ -180,7 +185,7 @@ def test_empty_pool_requeues_held_and_waits_once():
     snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], spare_nodes=[node("gpu006", "IDLE")], jobs=[j])
     steps = plan(snap, [replace(inc, status="waiting")], P, NOW)
     assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu006",)
-    inc2 = incident([("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok"), ("exclude", "ok")], spares=("gpu006",))
+    inc2 = incident([("quarantine", "ok"), ("requeue", "ok"), ("swap", "ok"), ("exclude", "ok")], spares=("gpu006",))
     snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu006", "IDLE")], spare_nodes=[], jobs=[j])
     steps = plan(snap, [inc2], P, NOW)
     assert kinds(steps) == ["start"] and steps[0].hold
@@ -188,38 +193,36 @@ def test_empty_pool_requeues_held_and_waits_once():
 
 def test_empty_pool_elastic_job_shrinks_instead():
     spec = {7: FtSpec(ckpt_dir="/ck", min_nodes=3)}
-    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], spare_nodes=[], specs=spec)
-    steps = plan(snap, [incident()], P, NOW)
-    assert kinds(steps) == ["requeue"] and not steps[0].hold
-    j = job("PENDING", restart=1, reason="BeginTime", nodes=())
-    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], spare_nodes=[], jobs=[j], specs=spec)
-    steps = plan(snap, [incident([("requeue", "ok"), ("quarantine", "ok")])], P, NOW)
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], spare_nodes=[], jobs=[job()], specs=spec)
+    steps = plan(snap, [incident([("quarantine", "ok")])], P, NOW)
     assert kinds(steps) == ["swap"] and steps[0].spares == () and steps[0].num_nodes == 3
+    steps = plan(snap, [incident([("quarantine", "ok"), ("swap", "ok")], shrink_to=3)], P, NOW)
+    assert kinds(steps) == ["requeue"] and not steps[0].hold
 
 
 def test_elastic_job_never_below_min_nodes():
     spec = {7: FtSpec(ckpt_dir="/ck", min_nodes=4)}
-    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], spare_nodes=[], specs=spec)
-    assert plan(snap, [incident()], P, NOW)[0].hold
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], spare_nodes=[], jobs=[job()], specs=spec)
+    steps = plan(snap, [incident([("quarantine", "ok")])], P, NOW)
+    assert kinds(steps) == ["requeue"] and steps[0].hold
 
 
 def test_gives_up_after_max_restarts_without_progress():
     spec = {7: FtSpec(ckpt_dir="/ck", max_restarts=2)}
-    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], specs=spec,
-                   jobs=[job(restart=2)])
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], specs=spec, jobs=[job(restart=2)])
     past = [incident(id=i, status="recovered", closed_at=NOW - 50, ckpt_step=100, restart_count=i - 1)
             for i in (1, 2)]
-    cur = incident(id=3, restart_count=2, ckpt_step=100)
+    cur = incident([("quarantine", "ok")], id=3, restart_count=2, ckpt_step=100)
     assert restarts_without_progress(cur, past + [cur]) == 2
     steps = plan(snap, past + [cur], P, NOW)
     assert kinds(steps) == ["requeue"] and steps[0].hold and "gives up" in steps[0].reason
-    cur = incident([("requeue", "ok"), ("quarantine", "ok")], id=3, restart_count=2, ckpt_step=100)
+    cur = incident([("quarantine", "ok"), ("requeue", "ok")], id=3, restart_count=2, ckpt_step=100)
     held = cluster([node("gpu001"), node("gpu003"), node("gpu004")], specs=spec,
                    jobs=[job("PENDING", nodes=(), restart=3, reason="JobHeldAdmin", held=True)])
     assert kinds(plan(held, past + [cur], P, NOW)) == ["give_up"]
-    # progress since (a newer checkpoint) resets the count
-    cur = incident(id=3, restart_count=2, ckpt_step=200)
-    assert not plan(snap, past + [cur], P, NOW)[0].hold
+    # progress since (a newer checkpoint) resets the count: a normal recovery
+    cur = incident([("quarantine", "ok")], id=3, restart_count=2, ckpt_step=200)
+    assert kinds(plan(snap, past + [cur], P, NOW)) == ["swap"]
 
 
 def test_incident_of_ended_job_is_abandoned():
@@ -245,7 +248,7 @@ def test_a_chosen_spare_is_reused_after_a_crash():
     j = job("PENDING", restart=1, reason="BeginTime", nodes=())
     snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu006", "IDLE")],
                    spare_nodes=[node("gpu005", "IDLE")], jobs=[j])
-    inc = incident([("requeue", "ok"), ("quarantine", "ok")], spares=("gpu006",))
+    inc = incident([("quarantine", "ok")], spares=("gpu006",))
     inc = replace(inc, steps=inc.steps + (StepRecord("swap", NOW - 1),))
     steps = plan(snap, [inc], P, NOW)
     assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu006",)
