@@ -5,7 +5,7 @@ import json
 
 import click
 
-from slurm_ft.errors import EXIT_NEGATIVE
+from slurm_ft.errors import EXIT_ENVIRONMENT, EXIT_NEGATIVE
 from slurm_ft.recovery import ckpt as ckptlib
 
 
@@ -23,6 +23,8 @@ def ckpt() -> None:
 def latest_cmd(ctx: click.Context, directory: str, as_json: bool, verify: bool, verbose: bool) -> None:
     """Print the newest COMPLETE checkpoint in DIRECTORY; exit 1 with the reason if there is none.
 
+    Exit 4 when DIRECTORY exists but cannot be read.
+
     Layouts: slurm-ft (step_N/ + COMPLETE manifest), PyTorch DCP (.metadata), Megatron
     (latest_checkpointed_iteration.txt), DeepSpeed (latest), Lightning (last.ckpt). Half-written
     checkpoints are skipped, never returned.
@@ -38,7 +40,7 @@ def latest_cmd(ctx: click.Context, directory: str, as_json: bool, verify: bool, 
     if result.path is None:
         if not as_json:
             click.echo(f"slurm-ft: {result.reason}", err=True)
-        ctx.exit(EXIT_NEGATIVE)
+        ctx.exit(EXIT_ENVIRONMENT if result.error else EXIT_NEGATIVE)
 
 
 try:  # the planning engineer's `ckpt plan` (optional module)

@@ -132,10 +132,12 @@ class Latest:
     layout: Optional[str]
     skipped: Tuple[Skipped, ...] = ()
     reason: str = ""
+    error: bool = False             # DIR could not be read (permissions, I/O): not the same as "none yet"
 
     def to_dict(self) -> dict:
         return {
             "directory": self.directory,
+            "error": self.error,
             "path": self.path,
             "step": self.step,
             "layout": self.layout,
@@ -362,18 +364,21 @@ def _check_zip(fs: FS, path: str, size: int) -> Optional[str]:
 
 def _lightning(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], List[Skipped]]:
     cands = []
+    def check(path: str, e: Entry) -> Callable[[], Optional[str]]:
+        # a sharded (FSDP/DCP) Lightning checkpoint is a directory named *.ckpt
+        return (lambda: _check_dcp(fs, path)) if e.is_dir else (lambda: _check_zip(fs, path, e.size))
+
     last = kids.get("last.ckpt")
     if last is not None:
         step = _step_of(os.path.basename(last.link)) if last.link else None
         path = _join(d, "last.ckpt")
         # last.ckpt is by definition the newest: rank it above every step-named file.
-        cands.append(_Cand(path, step if step is not None else 1 << 62,
-                           lambda p=path, n=last.size: _check_zip(fs, p, n)))
+        cands.append(_Cand(path, step if step is not None else 1 << 62, check(path, last)))
     for name, e in kids.items():
-        if name == "last.ckpt" or e.is_dir or not name.endswith(".ckpt"):
+        if name == "last.ckpt" or not name.endswith(".ckpt"):
             continue
         path = _join(d, name)
-        cands.append(_Cand(path, _step_of(name), lambda p=path, s=e.size: _check_zip(fs, p, s)))
+        cands.append(_Cand(path, _step_of(name), check(path, e)))
     return cands, []
 
 
@@ -388,15 +393,26 @@ def detect_layout(fs: FS, d: str, kids: Dict[str, Entry]) -> Optional[str]:
         return "deepspeed"
     if _has_dcp_child(fs, d, kids):
         return "dcp"
-    if any(n.endswith(".ckpt") and not e.is_dir for n, e in kids.items()):
+    if any(n.endswith(".ckpt") for n in kids):
         return "lightning"
     return None
 
 
 def latest(directory: str, fs: Optional[FS] = None, verify: bool = False) -> Latest:
-    """The newest complete checkpoint under ``directory``: pure over ``fs``; never raises on bad data."""
+    """The newest complete checkpoint under ``directory``: pure over ``fs``; never raises on bad data.
+
+    A directory that cannot be read at all gives ``error=True`` (a job must not restart from scratch
+    because its checkpoint filesystem is down); an unreadable candidate is skipped with the reason.
+    """
     fs = fs or LocalFS()
     d = directory.rstrip("/") or "/"
+    try:
+        return _latest(fs, d, verify)
+    except OSError as exc:
+        return Latest(d, None, None, None, (), f"cannot read {d}: {exc.strerror or exc}", error=True)
+
+
+def _latest(fs: FS, d: str, verify: bool) -> Latest:
     entries = fs.list(d)
     if entries is None:
         return Latest(d, None, None, None, (), f"{d} does not exist or is not a directory (no checkpoint yet)")
@@ -413,7 +429,10 @@ def latest(directory: str, fs: Optional[FS] = None, verify: bool = False) -> Lat
     # newest first; a candidate without a step (DIR itself, a 'release' dir) counts as step -1
     cands.sort(key=lambda c: (c.step if c.step is not None else -1, c.path), reverse=True)
     for c in cands:
-        why = c.check()
+        try:
+            why = c.check()
+        except OSError as exc:
+            why = f"unreadable: {exc.strerror or exc}"
         step = c.step if c.step != 1 << 62 else None
         if why is None:
             if layout == "slurm-ft" and step is None:

@@ -70,6 +70,10 @@ def main(argv: Sequence[str]) -> int:
         return 2
     t0 = time.time()
     resolved, found = resolve(argv, ckpt_dir)
+    if found is not None and found.error:
+        # never silently restart from scratch because the checkpoint filesystem is unreachable
+        print(f"slurm-ft: {found.reason}; not starting", file=sys.stderr)
+        return 4
     job = os.environ.get("SLURM_JOB_ID", "")
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     env_ckpt = found.path if found is not None and found.path else ""

@@ -309,3 +309,54 @@ def test_cli_latest_plain_json_and_exit_codes(tmp_path):
     doc = json.loads(r.stdout)
     assert r.exit_code == 0 and doc["step"] == 10 and doc["layout"] == "slurm-ft"
     assert doc["skipped"][0]["path"].endswith("step_000020")
+
+
+class BrokenFS(MemFS):
+    def __init__(self, files, broken):
+        super().__init__(files)
+        self.broken = broken
+
+    def list(self, path):
+        if path in self.broken:
+            raise PermissionError(13, "Permission denied")
+        return super().list(path)
+
+
+def test_unreadable_directory_is_an_error_not_an_empty_one():
+    r = ckpt.latest("/c", BrokenFS(ours("/c", 1, {"a": b"x"}), {"/c"}))
+    assert r.path is None and r.error and "Permission denied" in r.reason
+
+
+def test_unreadable_candidate_is_skipped():
+    fs = BrokenFS({**ours("/c", 1, {"a": b"x"}), **ours("/c", 2, {"a": b"y"})}, {"/c/step_000002"})
+    r = ckpt.latest("/c", fs)
+    assert r.step == 1 and not r.error and "unreadable" in r.skipped[0].reason
+
+
+def test_lightning_sharded_directory_checkpoint():
+    fs = MemFS({"/l/last.ckpt/.metadata": b"__0_0.distcp", "/l/last.ckpt/__0_0.distcp": b"a",
+                "/l/epoch=0-step=10.ckpt": ZIP})
+    assert ckpt.latest("/l", fs).path == "/l/last.ckpt"
+    fs = MemFS({"/l/last.ckpt/__0_0.distcp": b"a", "/l/epoch=0-step=10.ckpt": ZIP})   # no .metadata yet
+    r = ckpt.latest("/l", fs)
+    assert r.path == "/l/epoch=0-step=10.ckpt" and "no .metadata" in r.skipped[0].reason
+
+
+def test_unreadable_directory_exit_4_in_cli_and_the_starter_refuses_to_start(tmp_path, monkeypatch):
+    from slurm_ft.recovery import jobstart
+    d = str(tmp_path)
+    ckpt.write_checkpoint(d, 1, {"a": b"x"})
+    real = ckpt.LocalFS.list
+
+    def broken(self, path):
+        if path == d:
+            raise OSError(5, "Input/output error")
+        return real(self, path)
+
+    monkeypatch.setattr(ckpt.LocalFS, "list", broken)
+    r = CliRunner().invoke(cli, ["ckpt", "latest", d])
+    assert r.exit_code == 4 and "Input/output error" in r.output
+    execs = []
+    monkeypatch.setattr(jobstart.os, "execvp", lambda *a: execs.append(a))
+    assert jobstart.main(["--ckpt-dir", d, "--", "/bin/echo", "{ckpt}"]) == 4
+    assert execs == []                          # never started from scratch behind the user's back
