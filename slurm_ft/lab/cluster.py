@@ -365,13 +365,48 @@ health:
              f"--seed-file={mdir / 'munged.seed'}", "--num-threads=4"],
             timeout=20, env=self._daemon_env())
 
-    def _start_slurmctld(self) -> None:
-        # A fresh cluster on every start: no jobs, node states or reservations from the last run
-        # (-c alone keeps the reservations).
-        state = self.dir / "state" / "ctld"
-        shutil.rmtree(state, ignore_errors=True)
-        state.mkdir(mode=0o755, parents=True)
-        run(["slurmctld", "-c", "-f", self.conf], timeout=30, env=self._daemon_env())
+    def _start_slurmctld(self, fresh: bool = True) -> None:
+        if fresh:
+            # A fresh cluster on every start: no jobs, node states or reservations from the last
+            # run (-c alone keeps the reservations).
+            state = self.dir / "state" / "ctld"
+            shutil.rmtree(state, ignore_errors=True)
+            state.mkdir(mode=0o755, parents=True)
+            run(["slurmctld", "-c", "-f", self.conf], timeout=30, env=self._daemon_env())
+        else:
+            run(["slurmctld", "-f", self.conf], timeout=30, env=self._daemon_env())
+
+    # --- faults for tests and demos: a node's slurmd dies, slurmctld restarts ------------------------
+    def slurmd_pid(self, node: str) -> Optional[int]:
+        for d in self.daemons():
+            if d.get("node") == node:
+                return d["pid"]
+        raise UsageError(f"no node {node!r} in the lab in {self.dir}")
+
+    def kill_slurmd(self, node: str, sig: int = signal.SIGKILL) -> int:
+        """Kill one node's slurmd (the node goes NOT_RESPONDING after about SlurmdTimeout)."""
+        pid = self.slurmd_pid(node)
+        if pid is None:
+            raise UsageError(f"slurmd of {node} is not running")
+        os.kill(pid, sig)
+        return pid
+
+    def start_slurmds(self) -> None:
+        """Start every slurmd that is not running (killed ones come back; ReturnToService=1)."""
+        self._start_missing_slurmds()
+
+    def restart_slurmctld(self, timeout: float = 30.0) -> None:
+        """Stop slurmctld and start it again keeping its state (jobs, node states, reservations)."""
+        pid = _read_pid(self.dir / "run" / "slurmctld.pid")
+        if pid is not None and _is_our_process(pid, "slurmctld", self):
+            _terminate([pid], timeout)
+        self._start_slurmctld(fresh=False)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "UP" in run(["scontrol", "ping"], timeout=10, env=self.env(), check=False).stdout:
+                return
+            time.sleep(0.2)
+        raise EnvironmentProblem(f"slurmctld of the lab in {self.dir} did not answer within {timeout:g} s")
 
     def _start_missing_slurmds(self) -> None:
         missing = [d["node"] for d in self.daemons() if d["name"] == "slurmd" and not d["alive"]]

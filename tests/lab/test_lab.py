@@ -169,3 +169,27 @@ def test_not_root_is_refused(monkeypatch, tmp_path):
     with pytest.raises(EnvironmentProblem, match="must run as root"):
         Lab(tmp_path / "z").up()
     assert not (tmp_path / "z" / "etc").exists()
+
+
+def test_dead_slurmd_is_not_responding_fast_and_comes_back(lab):
+    """SlurmdTimeout is short in the lab: the controller's tests see a dead node within seconds."""
+    import time
+    lab.reset()
+    t0 = time.monotonic()
+    lab.cluster.kill_slurmd("gpu040")
+    lab.client.wait_for(lambda: "NOT_RESPONDING" in lab.client.node("gpu040").flags, 40, "gpu040 not responding")
+    noticed = time.monotonic() - t0
+    assert noticed < 40, noticed
+    lab.cluster.start_slurmds()
+    lab.client.wait_for(lambda: "NOT_RESPONDING" not in lab.client.node("gpu040").flags, 40, "gpu040 back")
+    print(f"slurmd killed -> NOT_RESPONDING after {noticed:.1f} s")
+    lab.reset()
+
+
+def test_restart_slurmctld_keeps_jobs(lab, tmp_path):
+    lab.reset()
+    jid = lab.client.submit(["-N1", "--wrap", "sleep 600"], cwd=str(tmp_path))
+    lab.client.wait_job_state(jid, "RUNNING", 30)
+    lab.cluster.restart_slurmctld()
+    assert lab.client.job(jid).state == "RUNNING"
+    lab.reset()
