@@ -21,6 +21,8 @@ from slurm_ft.model import XidEvent
 
 log = logging.getLogger(__name__)
 
+CHECK_NOW = XidEvent(xid=0, detail="NVML event wait failed", source="nvml")   # run the check, no Xid
+
 
 @dataclass
 class Handled:
@@ -84,18 +86,30 @@ class Watcher:
             log.error("kernel log watch stopped: %s", exc)
 
     def _nvml_events(self, ready: threading.Event) -> None:
-        from slurm_ft.gpu.nvml import XidEventWatcher
-        try:
-            with XidEventWatcher() as w:
-                self.sources.append(f"NVML Xid events on GPUs {w.registered}")
-                ready.set()
-                while not self.stop_event.is_set():
-                    for ev in w.wait(int(self.poll_s * 1000) or 1):
-                        self.events.put(ev)
-        except Exception as exc:  # noqa: BLE001 - no driver, or it went away: the log still works
-            log.warning("NVML Xid events unavailable: %s", exc)
-        finally:
+        from slurm_ft.gpu.nvml import NvmlEventError, XidEventWatcher
+        first = True
+        while not self.stop_event.is_set():
+            try:
+                with XidEventWatcher() as w:
+                    if first:
+                        self.sources.append(f"NVML Xid events on GPUs {w.registered}")
+                        ready.set()
+                    while not self.stop_event.is_set():
+                        for ev in w.wait(int(self.poll_s * 1000) or 1):
+                            self.events.put(ev)
+            except NvmlEventError as exc:
+                # NVML stopped delivering events: a GPU was lost or the driver went away. Check now.
+                log.error("%s; running the quick check", exc)
+                self.events.put(CHECK_NOW)
+            except Exception as exc:  # noqa: BLE001 - no driver at all: the kernel log still works
+                if first:
+                    log.warning("NVML Xid events unavailable: %s", exc)
+                    ready.set()
+                    return
+                log.warning("NVML Xid events: %s; retrying", exc)
+            first = False
             ready.set()
+            self.stop_event.wait(5.0)      # then listen again (the driver may be back after a reset)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -118,8 +132,10 @@ class Watcher:
     def handle(self, batch: List[XidEvent]) -> Handled:
         from slurm_ft.gpu import xid as catalog
         detected = time.time()
+        check_now = any(e is CHECK_NOW for e in batch)
+        batch = [e for e in batch if e is not CHECK_NOW]
         fatal = [e for e in batch if catalog.verdict(e).drains]
-        if not fatal:
+        if not fatal and not check_now:
             for e in batch:
                 v = catalog.verdict(e)
                 log.warning("Xid %s on %s: %s (%s); nothing to do", e.xid, _where(e), v.name,

@@ -444,3 +444,12 @@ def test_without_nvml_gpu_checks_say_not_checked_but_kernel_log_xids_still_count
         by.setdefault(f.check, []).append(f)
     assert by["inventory"][0].code == "NVML_INIT" and by["ecc"][0].code == "NOT_CHECKED"
     assert by["xid"][0].code == "XID79" and by["xid"][0].severity is Severity.FAIL
+
+
+def test_watch_checks_at_once_when_nvml_stops_delivering_events(tmp_path):
+    from slurm_ft.health.watch import CHECK_NOW, Watcher
+    calls = []
+    w = Watcher("gpu001", config(tmp_path), use_nvml=False, use_kmsg=False,
+                check=lambda level, node, c, **kw: calls.append(kw["extra_xids"]) or run.Report(node, level, [], 0))
+    h = w.handle([CHECK_NOW])
+    assert h.fatal and calls == [[]]
