@@ -9,6 +9,8 @@ Layouts recognised (the first one found in a directory decides, in this order):
 ``megatron``   ``DIR/latest_checkpointed_iteration.txt`` -> ``DIR/iter_0000123/`` (mp_rank_* model files or
                a torch_dist ``.metadata``).
 ``deepspeed``  ``DIR/latest`` (a tag) -> ``DIR/<tag>/`` holding ``*model_states.pt``.
+``hf``         Hugging Face Trainer: ``DIR/checkpoint-123/`` with ``trainer_state.json`` (written after the model
+               and optimizer) whose ``global_step`` is 123, and non-empty weights.
 ``dcp``        PyTorch Distributed Checkpoint: a directory with ``.metadata`` (written last by DCP); either DIR
                itself or its step subdirectories. Every ``*.distcp`` file named in ``.metadata`` must exist.
 ``lightning``  ``DIR/last.ckpt`` (or ``*step=N*.ckpt``): non-empty, zip magic and an end-of-central-directory
@@ -306,6 +308,45 @@ def _deepspeed(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], Lis
     return cands, skipped
 
 
+# --- Hugging Face Trainer ---------------------------------------------------------------------
+
+HF_DIR = re.compile(r"checkpoint-(\d+)\Z")
+HF_STATE = "trainer_state.json"
+_HF_WEIGHTS = re.compile(r"(model|pytorch_model|adapter_model)(-\d+-of-\d+)?\.(safetensors|bin)\Z")
+
+
+def _check_hf(fs: FS, path: str, step: int) -> Optional[str]:
+    kids = fs.list(path)
+    if kids is None:
+        return "directory missing"
+    names = {e.name: e for e in kids}
+    if HF_STATE not in names:
+        return f"no {HF_STATE} (the Trainer writes it after the model and optimizer)"
+    try:
+        state = json.loads(fs.read(_join(path, HF_STATE)) or b"")
+        got = int(state["global_step"])
+    except (ValueError, TypeError, KeyError):
+        return f"{HF_STATE} is unreadable or truncated"
+    if got != step:
+        return f"{HF_STATE} says step {got}, directory says {step}"
+    weights = [e for n, e in names.items() if _HF_WEIGHTS.match(n)]
+    if any(e.size <= 0 for e in weights):
+        return "an empty weights file"
+    if not weights and not any(e.is_dir for e in kids):     # DeepSpeed/FSDP keep them in a subdirectory
+        return "no model weights"
+    return None
+
+
+def _hf(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], List[Skipped]]:
+    cands = []
+    for name, e in kids.items():
+        m = HF_DIR.match(name)
+        if m and e.is_dir:
+            path, step = _join(d, name), int(m.group(1))
+            cands.append(_Cand(path, step, lambda p=path, s=step: _check_hf(fs, p, s)))
+    return cands, []
+
+
 # --- PyTorch DCP --------------------------------------------------------------------------------
 
 def _check_dcp(fs: FS, path: str) -> Optional[str]:
@@ -391,6 +432,8 @@ def detect_layout(fs: FS, d: str, kids: Dict[str, Entry]) -> Optional[str]:
         return "megatron"
     if DEEPSPEED_TRACKER in kids and not kids[DEEPSPEED_TRACKER].is_dir:
         return "deepspeed"
+    if any(HF_DIR.match(n) and e.is_dir for n, e in kids.items()):
+        return "hf"
     if _has_dcp_child(fs, d, kids):
         return "dcp"
     if any(n.endswith(".ckpt") for n in kids):
@@ -423,7 +466,7 @@ def _latest(fs: FS, d: str, verify: bool) -> Latest:
     if layout == "slurm-ft":
         cands, skipped = _marker_candidates(fs, d, kids, verify)
     else:
-        cands, skipped = {"megatron": _megatron, "deepspeed": _deepspeed,
+        cands, skipped = {"megatron": _megatron, "deepspeed": _deepspeed, "hf": _hf,
                           "dcp": _dcp, "lightning": _lightning}[layout](fs, d, kids)
     skipped = list(skipped)
     # newest first; a candidate without a step (DIR itself, a 'release' dir) counts as step -1

@@ -360,3 +360,26 @@ def test_unreadable_directory_exit_4_in_cli_and_the_starter_refuses_to_start(tmp
     monkeypatch.setattr(jobstart.os, "execvp", lambda *a: execs.append(a))
     assert jobstart.main(["--ckpt-dir", d, "--", "/bin/echo", "{ckpt}"]) == 4
     assert execs == []                          # never started from scratch behind the user's back
+
+
+def hf(root, step, state=True, weights=b"w"):
+    out = {f"{root}/checkpoint-{step}/model.safetensors": weights, f"{root}/checkpoint-{step}/optimizer.pt": b"o"}
+    if state:
+        out[f"{root}/checkpoint-{step}/trainer_state.json"] = json.dumps({"global_step": step}).encode()
+    return out
+
+
+def test_hf_trainer_newest_with_state():
+    fs = MemFS({**hf("/h", 500), **hf("/h", 1000), **hf("/h", 1500, state=False)})
+    r = ckpt.latest("/h", fs)
+    assert (r.path, r.step, r.layout) == ("/h/checkpoint-1000", 1000, "hf")
+    assert "trainer_state.json" in r.skipped[0].reason
+
+
+def test_hf_trainer_empty_weights_or_wrong_step():
+    files = {**hf("/h", 500), **hf("/h", 1000, weights=b"")}
+    assert ckpt.latest("/h", MemFS(files)).step == 500
+    files = {**hf("/h", 500), **hf("/h", 1000)}
+    files["/h/checkpoint-1000/trainer_state.json"] = b'{"global_step": 900}'
+    r = ckpt.latest("/h", MemFS(files))
+    assert r.step == 500 and "step 900" in r.skipped[0].reason
