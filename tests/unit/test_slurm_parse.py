@@ -33,7 +33,7 @@ def jobs(request):
 # --- nodes, from both outputs ---------------------------------------------------------------------
 
 def test_node_states_and_flags(nodes):
-    assert (nodes["gpu001"].state, nodes["gpu001"].flags) == ("MIXED", frozenset())
+    assert (nodes["gpu001"].state, nodes["gpu001"].flags) == ("ALLOCATED", frozenset())
     assert (nodes["gpu002"].state, nodes["gpu002"].flags) == ("MIXED", {"DRAIN"})
     assert nodes["gpu003"].state == "IDLE" and nodes["gpu003"].flags == {"DRAIN", "MAINTENANCE", "RESERVED"}
     assert nodes["gpu004"].flags == {"NOT_RESPONDING"} and nodes["gpu004"].down

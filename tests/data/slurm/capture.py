@@ -5,8 +5,8 @@ Brings up a small lab (4 train nodes + 1 spare), puts nodes and jobs into the st
 must read, saves what scontrol/sinfo/squeue/sbatch print into this directory, and takes the lab
 down. Run as root on a machine with Slurm: `python tests/data/slurm/capture.py [--port-base N]`.
 
-States captured: idle; IDLE+DRAIN with a reason full of quotes, `=`, `;`; MIXED+DRAIN (drained while
-a job runs); ALLOCATED; a killed slurmd (NOT_RESPONDING, then DOWN*); a running job whose name
+States captured: idle; ALLOCATED (an exclusive job); IDLE+DRAIN with a reason full of quotes, `=`, `;`; MIXED+DRAIN (drained while
+a job runs); a killed slurmd (NOT_RESPONDING, then DOWN*); a running job whose name
 has a space, whose comment has spaces/quotes/`=` and whose command has arguments; a pending job
 waiting on BeginTime; a job held after requeuehold; completed and failed jobs; an active MAINT
 reservation and a future one.
@@ -56,7 +56,7 @@ def capture(lab: Lab, work: Path) -> None:
     script = work / "train.sh"
     script.write_text("#!/bin/sh\nsleep 600\n")
     script.chmod(0o755)
-    running = c.submit(["-J", "train run", "--comment", COMMENT, "-w", "gpu001", "-N1", "--gres=gpu:8",
+    running = c.submit(["-J", "train run", "--comment", COMMENT, "-w", "gpu001", "-N1", "--gres=gpu:8", "--exclusive",
                         "--requeue", "-o", str(work / "train-%j.out"), str(script), "--steps", "10", "two words"],
                        cwd=str(work))
     (HERE / "sbatch_parsable.txt").write_text(f"{running}\n")
