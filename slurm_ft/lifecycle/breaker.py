@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Optional, Tuple
+from typing import Iterable, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,15 @@ def in_window(state: BreakerState, now: float, window_s: float) -> Tuple[str, ..
 
 
 def decide(state: BreakerState, node: str, now: float, *, total_nodes: int, max_share: float,
-           max_nodes: int, window_s: float) -> Tuple[Decision, BreakerState]:
-    """Decide one drain of `node`; return the decision and the state to store."""
+           max_nodes: int, window_s: float, seen: Iterable[str] = ()) -> Tuple[Decision, BreakerState]:
+    """Decide one drain of `node`; return the decision and the state to store.
+
+    `seen`: nodes Slurm shows drained by slurm-ft within the window (and since the reset), so that
+    checks on hosts that do not share this journal still count each other's drains.
+    """
     cap = limit(total_nodes, max_share, max_nodes)
     nodes = in_window(state, now, window_s)
+    nodes = nodes + tuple(sorted(set(seen) - set(nodes)))
     count = len(nodes)
     if state.open:
         return Decision(False, f"drain-rate breaker open since {_stamp(state.open_since)}: {state.open_reason}; "

@@ -31,22 +31,41 @@ def journaled_decision(config: Config, node: str, reason: str = "", *, client=No
     if lc.breaker_max_share <= 0 and lc.breaker_max_nodes <= 0:
         return brk.Decision(True, "breaker disabled", 0, 1 << 30)
     from slurm_ft.lifecycle.store import Store   # the seam, imported only when a drain is on the table
+    seen: list = []
     try:
-        if total_nodes is None and lc.breaker_max_share > 0:
-            if client is None:
-                from slurm_ft.slurm.client import client_from_config
-                client = client_from_config(config)
-            total_nodes = len(client.nodes())
+        if client is None and total_nodes is None:
+            from slurm_ft.slurm.client import client_from_config
+            client = client_from_config(config)
+        if client is not None:
+            nodes = client.nodes()
+            total_nodes = len(nodes) if total_nodes is None else total_nodes
+            seen = recent_drains(nodes, now)
         with Store(config.state_dir) as store:
             decision = store.breaker_decide(node, now, total_nodes=total_nodes or 0, max_share=lc.breaker_max_share,
                                             max_nodes=lc.breaker_max_nodes, window_s=lc.breaker_window_s,
-                                            reason=reason, actor=actor)
+                                            reason=reason, actor=actor, seen=seen)
     except SlurmFTError as exc:
         log.warning("drain-rate breaker unavailable: %s", exc)
         return None
     if not decision.allowed:
         log.warning("%s", decision.reason)
     return decision
+
+
+# Drains of ours that are not fresh faults: a quarantine's rewritten reason, a failed validation.
+_NOT_NEW = ("slurm-ft: QUARANTINED", "slurm-ft: RMA", "slurm-ft: validation failed")
+
+
+def recent_drains(nodes, now: float) -> list:
+    """(node, drain time) of fresh slurm-ft drains as Slurm shows them: a fact every host can read."""
+    from slurm_ft.lifecycle.reconcile import drained_by_us, reason_age
+    out = []
+    for n in nodes:
+        if drained_by_us(n) and not n.reason.startswith(_NOT_NEW):
+            age = reason_age(n, now)
+            if age is not None:
+                out.append((n.name, now - age))
+    return out
 
 
 def may_drain(config: Config, node: str, reason: str = "", *, client=None, total_nodes: Optional[int] = None,

@@ -16,7 +16,7 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from slurm_ft.errors import ConfigError, EnvironmentProblem
 from slurm_ft.lifecycle import breaker as brk
@@ -167,12 +167,14 @@ class Store:
         )
 
     def breaker_decide(self, node: str, now: float, *, total_nodes: int, max_share: float, max_nodes: int,
-                       window_s: float, reason: str = "", actor: str = "") -> brk.Decision:
-        """Decide and record one drain in one transaction."""
+                       window_s: float, reason: str = "", actor: str = "",
+                       seen: Sequence[Tuple[str, float]] = ()) -> brk.Decision:
+        """Decide and record one drain in one transaction. `seen`: (node, drain time) from Slurm."""
         with self._tx() as db:
             state = self.breaker_state()
+            recent = [n for n, t in seen if t >= state.reset_at and now - t <= window_s]
             decision, new = brk.decide(state, node, now, total_nodes=total_nodes, max_share=max_share,
-                                       max_nodes=max_nodes, window_s=window_s)
+                                       max_nodes=max_nodes, window_s=window_s, seen=recent)
             if decision.counted:
                 db.execute("INSERT INTO breaker_drain (node, time, reason, actor) VALUES (?, ?, ?, ?)",
                            (node, now, reason, actor))

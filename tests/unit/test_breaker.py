@@ -86,3 +86,37 @@ def test_concurrent_checks_cannot_overrun_the_limit(tmp_path):
     assert sum(answers) == 3
     with Store(str(tmp_path)) as s:
         assert s.breaker_state().open
+
+
+def test_drains_seen_in_slurm_count_too():
+    """Checks on hosts that do not share the journal still count each other's drains through Slurm."""
+    s = brk.BreakerState()
+    d, s = brk.decide(s, "gpu003", 100.0, total_nodes=20, max_share=0, max_nodes=2, window_s=HOUR,
+                      seen=["gpu001", "gpu002"])
+    assert not d.allowed and d.tripped and d.count == 2
+    d, _ = brk.decide(brk.BreakerState(), "gpu001", 100.0, total_nodes=20, max_share=0, max_nodes=2,
+                      window_s=HOUR, seen=["gpu001", "gpu002"])
+    assert d.allowed and not d.counted            # already drained: a reason update, not a new drain
+
+
+def test_store_filters_seen_by_window_and_reset(tmp_path):
+    kw = dict(total_nodes=68, max_share=0.0, max_nodes=1, window_s=HOUR)
+    with Store(str(tmp_path)) as s:
+        s.breaker_reset(1000.0)
+        old = [("gpu001", 500.0)]                  # before the reset: no longer counts
+        assert s.breaker_decide("gpu002", 2000.0, seen=old, **kw).allowed
+        assert not s.breaker_decide("gpu003", 2001.0, seen=[("gpu004", 1990.0)], **kw).allowed
+
+
+def test_recent_drains_reads_fresh_slurm_ft_drains_only():
+    import time as _t
+    from slurm_ft.lifecycle.guard import recent_drains
+    from slurm_ft.model import Node
+    now = _t.time()
+    stamp = _t.strftime("%Y-%m-%dT%H:%M:%S", _t.localtime(now - 60))
+    nodes = [Node("a", "IDLE", frozenset({"DRAIN"}), "slurm-ft: XID79 gpu1 x", reason_time=stamp),
+             Node("b", "IDLE", frozenset({"DRAIN"}), "slurm-ft: QUARANTINED XID79 gpu1 x", reason_time=stamp),
+             Node("c", "IDLE", frozenset({"DRAIN"}), "admin: bios", reason_time=stamp),
+             Node("d", "IDLE", frozenset(), "", reason_time="")]
+    got = recent_drains(nodes, now)
+    assert [n for n, _ in got] == ["a"] and abs(got[0][1] - (now - 60)) < 2
