@@ -103,7 +103,7 @@ class SlurmClient:
             return parser(res.stdout)
         except ValueError as exc:
             raise SlurmError(res.argv, res.returncode, res.stderr,
-                             f"cannot read the output of `{' '.join(res.argv)}`: {exc}") from None
+                             f"`{' '.join(res.argv)}`: {exc}") from None
 
     def version(self) -> Tuple[int, int, int]:
         """Slurm's version, asked once per client (`scontrol --version`)."""
@@ -126,23 +126,34 @@ class SlurmClient:
 
     def _all_nodes(self) -> List[Node]:
         if self._json_ok:
-            res = self._run(["sinfo", "--json"], check=False)
-            if res.returncode == 0 and res.stdout.lstrip().startswith("{"):
+            res = self._json_or_none(["sinfo", "--json"])
+            if res is not None:
                 return self._parse(res, parse.parse_nodes_json)
-            self._json_ok = False            # an old Slurm without --json: -o from now on
         return self._parse(self._run(["scontrol", "show", "node", "-o"]), parse.parse_nodes_kv)
+
+    def _json_or_none(self, argv: List[str]) -> Optional[Result]:
+        """Run a --json read; None (and -o from now on) when this Slurm has no --json (< 21.08).
+        Any other failure (slurmctld down) is an error, not a reason to change parsers."""
+        res = self._run(argv, check=False)
+        if res.returncode == 0 and res.stdout.lstrip().startswith("{"):
+            return res
+        text = (res.stderr + res.stdout).lower()
+        if "unrecognized option" in text or "invalid option" in text or "unknown option" in text \
+                or (res.returncode == 0 and not res.stdout.lstrip().startswith("{")):
+            self._json_ok = False
+            return None
+        raise SlurmError(res.argv, res.returncode, res.stderr or res.stdout)
 
     def node(self, name: str) -> Node:
         return self.nodes([name])[0]
 
     def jobs(self, job_ids: Optional[Iterable[int]] = None) -> List[Job]:
         """Jobs slurmctld still knows (pending, running, and finished within MinJobAge)."""
+        jobs: List[Job] = []
         if self._json_ok:
-            res = self._run(["squeue", "--json"], check=False)
-            if res.returncode == 0 and res.stdout.lstrip().startswith("{"):
+            res = self._json_or_none(["squeue", "--json"])
+            if res is not None:
                 jobs = self._parse(res, parse.parse_jobs_json)
-            else:
-                self._json_ok = False
         if not self._json_ok:
             res = self._run(["scontrol", "show", "job", "-o"])
             jobs = self._parse(res, parse.parse_jobs_kv)

@@ -371,7 +371,10 @@ def _load_json(text: str, key: str) -> dict:
         raise ValueError(f"JSON without a {key!r} list")
     errors = data.get("errors") or []
     if errors:
-        raise ValueError(f"Slurm reported: {errors[0]}")
+        e = errors[0] if isinstance(errors[0], dict) else {"error": str(errors[0])}
+        words = [str(e[k]) for k in ("description", "source", "error") if e.get(k)]
+        hint = " (is slurmctld up? `scontrol ping`)" if "Unspecified" in str(e.get("error")) else ""
+        raise ValueError(f"Slurm reported: {': '.join(words) or e}{hint}")
     return data
 
 
