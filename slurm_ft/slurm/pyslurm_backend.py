@@ -16,7 +16,6 @@ from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.model import Node
 from slurm_ft.slurm import parse
 from slurm_ft.slurm.client import NodeSpec, SlurmClient, SlurmError, _node_list, check_reason
-from slurm_ft.slurm.hostlist import compress
 
 
 def _import():
@@ -68,10 +67,11 @@ class PySlurmClient(SlurmClient):
 
     def _modify(self, names: List[str], **changes) -> None:
         pyslurm = _import()
-        try:
-            pyslurm.Nodes(compress(names)).modify(pyslurm.Node(**changes))
-        except Exception as exc:
-            raise SlurmError(["pyslurm.Nodes.modify", compress(names)], None, str(exc)) from None
+        for name in names:                   # one RPC per node: Nodes("a,b") splits a hostlist's commas
+            try:
+                pyslurm.Node(name).modify(pyslurm.Node(**changes))
+            except Exception as exc:
+                raise SlurmError(["pyslurm.Node.modify", name], None, str(exc)) from None
 
     def drain(self, nodes: NodeSpec, reason: str) -> List[str]:
         names = _node_list(nodes)
