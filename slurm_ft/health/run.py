@@ -172,10 +172,7 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
 
     now = time.time() if now is None else now
     path = st.path_for(config.health.state_file, node)
-    try:
-        before = st.load(path, node)
-    except ConfigError:
-        raise
+    before = st.load(path, node) if record else st.empty(node)
     xid_since = None
     if level == "epilog":
         job = before.get("job") or {}
