@@ -173,9 +173,14 @@ def apply(client, node_name: str, findings: Sequence[Finding], *, checks: Iterab
         if node.drained:
             if node.reason == reason:
                 return Outcome("kept", f"{node_name} already drained: {reason}", reason)
-            if ours(node.reason) or node.reason.strip() in SLURM_FAULT_REASONS:
+            # rewrite only a health-check reason of ours or Slurm's own fault reason; a lifecycle reason
+            # ("slurm-ft: QUARANTINED ...", "slurm-ft: RMA ...") stays: it decides how the node returns
+            if (ours(node.reason) and check_of(code_of(node.reason))) or node.reason.strip() in SLURM_FAULT_REASONS:
                 client.drain([node_name], reason)   # already drained: this only rewrites the reason
                 return Outcome("reason_updated", f"{node_name} reason {node.reason!r} -> {reason!r}", reason)
+            if ours(node.reason):
+                return Outcome("kept", f"{node_name} already drained by slurm-ft ({node.reason!r}); "
+                                       f"reason kept (found now: {reason})", node.reason)
             return Outcome("left", f"{node_name} is drained by someone else ({node.reason!r}); left as is "
                                    f"(would be: {reason})", reason)
         gate = may_drain(node_name, reason, client=client, config=config, now=now)

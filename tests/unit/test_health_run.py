@@ -453,3 +453,10 @@ def test_watch_checks_at_once_when_nvml_stops_delivering_events(tmp_path):
                 check=lambda level, node, c, **kw: calls.append(kw["extra_xids"]) or run.Report(node, level, [], 0))
     h = w.handle([CHECK_NOW])
     assert h.fatal and calls == [[]]
+
+
+def test_lifecycle_reasons_are_neither_rewritten_nor_resumed():
+    c = StubClient(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: QUARANTINED after XID79 (job 12)"))
+    assert dr.apply(c, "gpu001", [ECC], checks=("ecc",)).action == "kept"
+    assert dr.apply(c, "gpu001", [], checks=levels.checks_for("burnin")).action == "kept"
+    assert c.calls == [] and c.n.reason.startswith("slurm-ft: QUARANTINED")
