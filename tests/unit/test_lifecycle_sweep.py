@@ -31,6 +31,7 @@ class ModelSlurm:
         self.jobs_ = {}
         self.sick = set()
         self.calls = []
+        self.slow = False          # validation jobs stay RUNNING until finish_jobs()
 
     def _node(self, x):
         parts = tuple(p for p, ns in self.parts.items() if x in ns)
@@ -90,9 +91,23 @@ class ModelSlurm:
             text = "\n".join(json.dumps({"node": node, "level": lv, "healthy": True, "findings": []})
                              for lv in re.findall(r"--level '?(\w+)'?", script)) + "\nslurm-ft-validate: PASS\n"
             state = "COMPLETED"
+        if self.slow:
+            self.pending_out = getattr(self, "pending_out", {})
+            self.pending_out[jid] = (opts["output"], text, state)
+            self.jobs_[jid] = Job(jid, "v", "RUNNING")
+            return jid
         Path(opts["output"]).write_text(text)
         self.jobs_[jid] = Job(jid, "v", state)
         return jid
+
+    def finish_jobs(self, forget=False):
+        for jid, (out, text, state) in getattr(self, "pending_out", {}).items():
+            Path(out).write_text(text)
+            if forget:                       # gone from squeue (MinJobAge): the output file decides
+                del self.jobs_[jid]
+            else:
+                self.jobs_[jid] = Job(jid, "v", state)
+        self.pending_out = {}
 
     def job(self, jid):
         if jid not in self.jobs_:
@@ -234,3 +249,22 @@ def test_read_verdict():
     assert read_verdict("slurm-ft-validate: PASS\n", "FAILED", 7)[0] is False
     assert read_verdict("", "TIMEOUT", 7) == (False, "job 7 ended TIMEOUT without a verdict")
     assert read_verdict("slurm-ft-validate: FAIL burnin exit 1\n", "FAILED", 7) == (False, "FAIL burnin exit 1")
+
+
+@pytest.mark.parametrize("forget", [False, True])
+def test_a_long_validation_is_picked_up_by_the_next_sweep(tmp_path, forget):
+    cfg, s = config(tmp_path), ModelSlurm()
+    s.recover("gpu002", "gpu005")
+    sweep(cfg, s)
+    admin(cfg, "gpu002", Event.REPAIRED)
+    s.slow = True
+    with Store(cfg.state_dir) as store:
+        r = Sweeper(cfg, s, store, sleep=lambda x: None).run(wait_s=0)
+    assert r.pending == ["gpu002 (job 100)"] and r.changes == ["gpu002: repaired -> validating (job 100, full + burnin)"]
+    with Store(cfg.state_dir) as store:
+        r = Sweeper(cfg, s, store, sleep=lambda x: None).run(wait_s=0)
+    assert r.changes == [] and r.pending == ["gpu002 (job 100)"]        # still running: no news, no second job
+    s.finish_jobs(forget=forget)
+    r = sweep(cfg, s)
+    assert r.changes[0] == "gpu002: validating -> spare (passed (job 100))" and r.pending == []
+    assert s.node("gpu002").partitions == ("spares",) and s.resv == {}
