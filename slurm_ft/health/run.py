@@ -173,11 +173,14 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
     now = time.time() if now is None else now
     path = st.path_for(config.health.state_file, node)
     before = st.load(path, node) if record else st.empty(node)
-    xid_since = None
+    xid_since = now - config.health.xid_lookback_s
     if level == "epilog":
         job = before.get("job") or {}
         if job_id and str(job.get("id")) == str(job_id) and job.get("start"):
             xid_since = float(job["start"])
+    # Xids logged before somebody resumed a node slurm-ft had drained were dealt with (GPU reset, ...):
+    # they stay in the kernel log until a reboot, but must not drain the node again
+    xid_since = max(xid_since, float(before.get("xid_ack") or 0.0))
     report = run_level(level, node, config, now=now, reader=reader, xid_since=xid_since,
                        xid_history=st.xid_history(before), extra_xids=extra_xids, progress=progress)
     active: List[Finding] = []
@@ -198,6 +201,15 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
         from slurm_ft.health import drain as dr
         from slurm_ft.errors import CommandError
         believed = (before if not record else _reload(path, node)).get("slurm_ft_drained")
+        if believed and not report.hung and report.sample is not None:
+            try:
+                resumed = not client.node(node).drained
+            except CommandError:
+                resumed = False
+            if resumed:
+                report = _acknowledge_xids(report, config, path, node, now, record)
+                active = [f for f in active if f.check != "xid"] + \
+                    [f for f in report.findings if f.check == "xid" and f.severity is Severity.FAIL]
         if report.healthy and not active and believed is False:
             # nothing wrong and no drain of ours outstanding: spare slurmctld an RPC per node per interval
             report.drain = {"action": "none", "message": f"{node} healthy (no slurm-ft drain outstanding)",
@@ -226,3 +238,32 @@ def _reload(path, node: str) -> dict:
         return st.load(path, node)
     except ConfigError:
         return {}
+
+
+def _acknowledge_xids(report: Report, config: Config, path, node: str, now: float, record: bool) -> Report:
+    """The node was resumed behind our back (an admin, the lifecycle sweep): Xids logged until now are
+    acknowledged. Judge the same sample again without them and remember the time in the state file."""
+    from slurm_ft.health import state as st
+    log.info("%s was resumed since slurm-ft drained it: Xids logged before now are acknowledged", node)
+    hc = config.health
+    _, node_type = node_type_for(node, hc)
+    ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=report.level, now=now, xid_since=now,
+                       ignore_processes=tuple(hc.ignore_processes))
+    xid_findings = judge(report.sample, ("xid",), ctx)
+    merged: List[Finding] = []
+    for f in report.findings:                 # keep the checks' order: xid lines where they were
+        if f.check != "xid":
+            merged.append(f)
+        elif xid_findings:
+            merged += xid_findings
+            xid_findings = []
+    report.findings = merged
+    if record:
+        try:
+            with st.locked(path, node) as state:
+                state["xid_ack"] = now
+                state["active"] = [d for d in state.get("active", []) if d.get("check") != "xid"]
+                state["slurm_ft_drained"] = False
+        except PermissionError as exc:
+            log.warning("state file %s not written: %s", path, exc)
+    return report

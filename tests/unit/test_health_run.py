@@ -460,3 +460,22 @@ def test_lifecycle_reasons_are_neither_rewritten_nor_resumed():
     assert dr.apply(c, "gpu001", [ECC], checks=("ecc",)).action == "kept"
     assert dr.apply(c, "gpu001", [], checks=levels.checks_for("burnin")).action == "kept"
     assert c.calls == [] and c.n.reason.startswith("slurm-ft: QUARANTINED")
+
+
+def test_xids_before_an_admin_resume_are_acknowledged_new_ones_drain_again(tmp_path):
+    cfg = config(tmp_path)
+    now = time.time()
+    kmsg = tmp_path / "gpu001.kmsg"
+    kmsg.write_text(_kmsg_line(now - 60, 79))
+    c = StubClient(Node("gpu001", "IDLE"))
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 50)
+    assert rep.drain["action"] == "drained"
+    c.n = replace(c.n, flags=frozenset(), reason="")          # an admin reset the GPU and resumed the node
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 40)
+    assert rep.healthy and not c.n.drained, rep.findings
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 30)
+    assert rep.healthy and not c.n.drained
+    with open(kmsg, "a") as fh:                                 # the fault comes back
+        fh.write(_kmsg_line(now - 20, 79))
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 10)
+    assert rep.drain["action"] == "drained" and c.n.reason.startswith("slurm-ft: XID79")
