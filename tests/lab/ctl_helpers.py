@@ -44,7 +44,7 @@ def submit_ft(lab, tmp_path: Path, nodes: int, *extra: str) -> int:
 
 
 def submit_plain(lab, tmp_path: Path, nodes: int) -> int:
-    p = subprocess.run(["sbatch", "--parsable", "-N", str(nodes), "-o", str(tmp_path / "plain-%j.out"),
+    p = subprocess.run(["sbatch", "--parsable", "--exclusive", "-N", str(nodes), "-o", str(tmp_path / "plain-%j.out"),
                         "--wrap", "sleep 3600"], capture_output=True, text=True, timeout=30, env=lab.env)
     assert p.returncode == 0, p.stderr
     return int(p.stdout.strip().split(";")[0])

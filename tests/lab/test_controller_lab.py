@@ -106,10 +106,11 @@ def test_fault_on_a_node_without_an_ft_job_is_drain_only(lab, cfg, tmp_path):
     plain = submit_plain(lab, tmp_path, 2)
     job = wait_job(lab, plain)
     ft = submit_ft(lab, tmp_path, 2)
-    wait_job(lab, ft)
+    ft_job = wait_job(lab, ft)
     before = parts(lab)
     fail_node(lab, job.nodes[0])                                 # under a plain job
-    idle = [n for n in lab.train_nodes if lab.client.node(n).state == "IDLE"][0]
+    busy = set(job.nodes) | set(ft_job.nodes)
+    idle = [n for n in lab.train_nodes if n not in busy and lab.client.node(n).state == "IDLE"][0]
     fail_node(lab, idle)                                         # under no job at all
     out = once(lab, cfg, budget=10)
     assert '"steps": []' in out.stdout and incidents(lab, cfg) == []
