@@ -307,7 +307,16 @@ def pool_target(cfg: Config, nodes: Sequence[Node], job_partitions: Sequence[str
     gpn = next(iter(cfg.health.node_types.values())).gpus if cfg.health.node_types else 8
     try:
         from slurm_ft.planning.spares import plan_spares
-        plan = plan_spares(max(1, len(workers)) * gpn, gpn)
+        pc = getattr(cfg, "planning", None)   # the same inputs as `slurm-ft spares plan` without flags
+        kw = {}
+        if pc is not None:
+            if pc.node_mtbf_hours is not None or pc.interruptions_per_day is not None:
+                kw.update(node_mtbf_hours=pc.node_mtbf_hours, interruptions_per_day=pc.interruptions_per_day,
+                          at_gpus=pc.at_gpus)
+            else:
+                kw.update(profile=pc.profile)
+            kw.update(replace_fraction=pc.replace_fraction, repair_hours=pc.repair_hours, target=pc.target)
+        plan = plan_spares(max(1, len(workers)) * gpn, gpn, **kw)
     except (ImportError, Exception) as exc:   # the planner is optional here; say why the target is 0
         log.warning("no spare plan: %s", exc)
         return 0, f"no plan ({exc})"

@@ -268,3 +268,16 @@ def test_a_long_validation_is_picked_up_by_the_next_sweep(tmp_path, forget):
     r = sweep(cfg, s)
     assert r.changes[0] == "gpu002: validating -> spare (passed (job 100))" and r.pending == []
     assert s.node("gpu002").partitions == ("spares",) and s.resv == {}
+
+
+def test_pool_target_follows_spares_plan_and_the_planning_section(tmp_path):
+    from slurm_ft.config import PlanningConfig
+    from slurm_ft.lifecycle.sweep import pool_target
+    from slurm_ft.planning.spares import plan_spares
+    nodes = [Node(f"gpu{i:03d}", "IDLE", partitions=("train",)) for i in range(1, 65)]
+    cfg = Config(lifecycle=LifecycleConfig(pool_target=0))
+    target, source = pool_target(cfg, nodes, ("train",))
+    assert target == plan_spares(512, 8).spare_nodes and "spares plan for 64 nodes" in source
+    slow_repair = Config(lifecycle=LifecycleConfig(pool_target=0), planning=PlanningConfig(repair_hours=24 * 14))
+    assert pool_target(slow_repair, nodes, ("train",))[0] > target      # longer repairs need more spares
+    assert pool_target(Config(lifecycle=LifecycleConfig(pool_target=7)), nodes, ("train",)) == (7, "lifecycle.pool_target")
