@@ -191,15 +191,20 @@ class Sweeper:
         minutes = max(1, int(self.lc.validate_timeout_s // 60) + 5)
         self.client.create_reservation([name], name=resv, duration=str(minutes),
                                        flags=("MAINT", "IGNORE_JOBS"), users=("root",))
-        # 2. a repaired node sits in no partition and is drained: put it in the pool's partition, resume it
-        if not recheck:
-            self.put_in_pool(name)
-            self._resume(name)
-        out = self.out_dir() / f"{name}-{int(self.clock())}.out"
-        options = [f"--job-name=slurm-ft-validate-{name}", f"--partition={self.spare}", f"--reservation={resv}",
-                   f"--nodelist={name}", "--nodes=1", "--exclusive", "--no-requeue",
-                   f"--time={max(1, int(self.lc.validate_timeout_s // 60))}", f"--output={out}"]
-        job_id = self.client.submit(validation_script(name, levels, self._check_argv(), options))
+        try:
+            # 2. a repaired node sits in no partition and is drained: put it in the pool's partition, resume it
+            if not recheck:
+                self.put_in_pool(name)
+                self._resume(name)
+            out = self.out_dir() / f"{name}-{int(self.clock())}.out"
+            options = [f"--job-name=slurm-ft-validate-{name}", f"--partition={self.spare}", f"--reservation={resv}",
+                       f"--nodelist={name}", "--nodes=1", "--exclusive", "--no-requeue",
+                       f"--time={max(1, int(self.lc.validate_timeout_s // 60))}", f"--output={out}"]
+            job_id = self.client.submit(validation_script(name, levels, self._check_argv(), options))
+        except BaseException:
+            # a spare must not stay reserved (out of the controller's reach) for a job that never came
+            self._drop_reservation(resv)
+            raise
         entry = self._record(name, Event.VALIDATE,
                              f"{'re-check' if recheck else 'validation'} job {job_id}: {' + '.join(levels)}", node)
         self.store.set_validation(name, job_id, self.clock())
@@ -246,6 +251,7 @@ class Sweeper:
         return read_verdict(text, job.state if job else "gone", job_id)
 
     def _finish(self, report: SweepReport, name: str, job_id: int, passed: bool, why: str) -> None:
+        self._prune_outputs(name)
         rec = self.store.record(name)
         recheck = bool(rec and rec.cause.startswith("re-check"))
         self._drop_reservation(self.reservation_name(name))
@@ -275,6 +281,13 @@ class Sweeper:
         report.changes.append(f"{name}: validating -> {entry.to_state} ({_short(entry.cause)})")
         if entry.to_state is State.RMA:
             report.alerts.append(f"{name}: on the RMA list ({_short(entry.cause)})")
+
+    def _prune_outputs(self, name: str) -> None:
+        """Keep the latest validation output of a node (the one `node history` points at), drop older ones."""
+        keep = self.store.kv_get(f"validation_out:{name}")
+        for f in self.out_dir().glob(f"{name}-*.out"):
+            if str(f) != keep:
+                f.unlink(missing_ok=True)
 
     def _drop_reservation(self, resv: str) -> None:
         if any(r.name == resv for r in self.client.reservations()):

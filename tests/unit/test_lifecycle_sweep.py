@@ -281,3 +281,30 @@ def test_pool_target_follows_spares_plan_and_the_planning_section(tmp_path):
     slow_repair = Config(lifecycle=LifecycleConfig(pool_target=0), planning=PlanningConfig(repair_hours=24 * 14))
     assert pool_target(slow_repair, nodes, ("train",))[0] > target      # longer repairs need more spares
     assert pool_target(Config(lifecycle=LifecycleConfig(pool_target=7)), nodes, ("train",)) == (7, "lifecycle.pool_target")
+
+
+def test_a_failed_submit_leaves_no_reservation_and_is_retried(tmp_path):
+    from slurm_ft.slurm.client import SlurmError
+    cfg, s = config(tmp_path, spare_recheck_s=3600), ModelSlurm()
+    real = s.submit
+
+    def broken(script):
+        raise SlurmError(["sbatch"], 1, "sbatch: error: Batch job submission failed: slurmctld busy")
+    s.submit = broken
+    r = sweep(cfg, s)
+    assert s.resv == {} and len(r.errors) == 2 and "slurmctld busy" in r.errors[0]
+    s.submit = real
+    r = sweep(cfg, s)
+    assert r.errors == [] and s.resv == {}
+    with Store(cfg.state_dir) as st:
+        assert st.record("gpu005").last_pass is not None
+
+
+def test_only_the_latest_validation_output_is_kept(tmp_path):
+    cfg, s = config(tmp_path, spare_recheck_s=1e-9), ModelSlurm()
+    clock = iter(range(1000, 2000, 7))
+    with Store(cfg.state_dir) as store:
+        for _ in range(3):
+            Sweeper(cfg, s, store, clock=lambda: float(next(clock)), sleep=lambda x: None).run(wait_s=5)
+    outs = sorted(p.name for p in (Path(cfg.state_dir) / "validation").iterdir())
+    assert len([o for o in outs if o.startswith("gpu005-")]) == 1
