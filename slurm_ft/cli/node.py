@@ -87,9 +87,12 @@ def history(ctx: click.Context, name: str, as_json: bool) -> None:
     with Store(config.state_dir) as store:
         entries = store.history(name)
         rec = store.record(name)
+        out = store.kv_get(f"validation_out:{name}")
+    out = out if out and os.path.exists(out) else ""
     if as_json:
         click.echo(json.dumps({"node": name, "state": rec.state.value if rec else None,
-                               "history": [e.to_dict() for e in entries]}, indent=2))
+                               "history": [e.to_dict() for e in entries], "validation_output": out or None},
+                              indent=2))
         return
     if not entries:
         click.echo(f"{name}: no recorded transitions (in service or spare since slurm-ft first saw it)")
@@ -98,6 +101,8 @@ def history(ctx: click.Context, name: str, as_json: bool) -> None:
         frm = e.from_state.value if e.from_state else "-"
         click.echo(f"{stamp(e.time)}  {frm:>11} -> {e.to_state.value:<11} {e.event.value:<10} "
                    f"{e.cause}{'  [' + e.actor + ']' if e.actor else ''}")
+    if out:
+        click.echo(f"latest validation output: {out}")
 
 
 def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
