@@ -73,6 +73,7 @@ class HealthConfig:
     xid_lookback_s: float = 7200.0
     state_file: str = "/run/slurm-ft/node-state.json"
     ignore_processes: Tuple[str, ...] = ("nvidia-persistenced", "nv-hostengine", "dcgmi", "nvidia-smi")
+    process_grace_s: float = 5.0     # epilog: a GPU process must still be there after this long to count
     burnin: BurninConfig = field(default_factory=BurninConfig)
     auto_resume: bool = True         # a healthy `check --drain` resumes a node that slurm-ft drained
 
