@@ -40,6 +40,8 @@ def sbatch(argv) -> None:
     Prints `Submitted batch job N` (only N with --parsable).
     """
     req = sub.parse(list(argv), cwd=os.getcwd())
+    for warning in req.warnings():
+        click.echo(f"slurm-ft: warning: {warning}", err=True)
     directives = _directives(req.script) if os.path.isabs(req.script) else []
     if os.path.isabs(req.script):
         with open(req.script, "rb") as fh:

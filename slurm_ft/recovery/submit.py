@@ -61,6 +61,16 @@ class SbatchRequest:
     parsable: bool = False
     job_name_given: bool = False
     nodes: Optional[int] = None       # -N when it is one number
+    fixed_tasks: bool = False         # -n/--ntasks/--ntasks-per-node given to sbatch
+
+    def warnings(self) -> List[str]:
+        """Advice that does not stop the submission."""
+        out = []
+        if self.spec.min_nodes is not None and self.fixed_tasks:
+            out.append("--min-nodes with a task count fixed in sbatch (-n/--ntasks/--ntasks-per-node): Slurm "
+                       "ignores a shrink of such a job (NumNodes) or keeps the old task count; give "
+                       "--ntasks-per-node to srun inside the job instead")
+        return out
 
 
 def _int(value: str, what: str, low: int) -> int:
@@ -80,6 +90,7 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
     parsable = False
     job_name = False
     nodes_value: Optional[str] = None
+    fixed_tasks = False
     i = 0
     argv = list(argv)
     while i < len(argv):
@@ -122,6 +133,8 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
                 job_name = True
             if name == "nodes":
                 nodes_value = value
+            if name in ("ntasks", "ntasks-per-node"):
+                fixed_tasks = True
             i += 1
             continue
         # short options: -N4, -N 4, -vv, -kH
@@ -145,6 +158,8 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
                     job_name = True
                 if c == "N":
                     nodes_value = value
+                if c == "n":
+                    fixed_tasks = True
                 break
             if c in SHORT_FLAGS:
                 opts.append(f"-{c}")
@@ -180,7 +195,7 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
     return SbatchRequest(
         spec=FtSpec(ckpt_dir=ckpt_dir, min_nodes=min_nodes, max_restarts=max_restarts),
         sbatch_options=tuple(opts), script=script, args=args, parsable=parsable,
-        job_name_given=job_name, nodes=nodes,
+        job_name_given=job_name, nodes=nodes, fixed_tasks=fixed_tasks,
     )
 
 

@@ -21,12 +21,13 @@ PY = os.path.realpath(sys.executable)
 NODES = 4
 
 
-def submit_trainer(lab, work: Path, *trainer_args: str) -> int:
+def submit_trainer(lab, work: Path, *trainer_args: str, ft_args=()) -> int:
     ck = work / "ck"
-    argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), "-N", str(NODES),
-            "--ntasks-per-node=1", "--gres=gpu:8", "--open-mode=append", "-o", str(work / "job.out"),
-            "srun", PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
-            *trainer_args]
+    # the task count is srun's (one per node), not fixed in sbatch: an elastic shrink can change it
+    argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), *ft_args, "-N", str(NODES),
+            "--gres=gpu:8", "--open-mode=append", "-o", str(work / "job.out"),
+            "srun", "--ntasks-per-node=1", PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck),
+            "--resume", "{ckpt}", *trainer_args]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=lab.env, cwd=work)
     assert p.returncode == 0, p.stderr
     return int(p.stdout)
@@ -127,3 +128,24 @@ def test_hang_mode_keeps_the_faulty_rank_alive(lab, work):
     assert lab.client.job(job_id).state == "RUNNING"           # hung, not failed: only a controller helps
     time.sleep(1)
     assert [e["step"] for e in read_log(str(ck)) if e["event"] == "step"] == steps   # and no progress
+
+
+def test_elastic_job_resumes_on_fewer_nodes(lab, work):
+    """What the controller does for a --min-nodes job when no spare is left: requeue at a smaller size."""
+    ck = work / "ck"
+    job_id = submit_trainer(lab, work, "--steps", "1000", "--step-time", "0.2", "--ckpt-every", "5",
+                            "--collective-timeout", "60", ft_args=("--min-nodes", "2"))
+    wait_event(ck, lambda e: e["event"] == "ckpt" and e["step"] >= 5, START_S, "checkpoint", lab, job_id)
+    lab.client.requeue(job_id)
+    lab.client.wait_for(lambda: (lambda j: j.state == "PENDING" and j.reason == "BeginTime")(lab.client.job(job_id)),
+                        30, "requeued job pending")
+    lab.client.update_job(job_id, NumNodes=str(NODES - 1))
+    time.sleep(max(0.0, int(time.time()) + 1.05 - time.time()))   # see test_trainer_checkpoints_and_resumes...
+    lab.client.start_now(job_id)
+    resumed = wait_event(ck, lambda e: e["event"] == "start" and e["restart"] == 1, START_S, "start after shrink",
+                         lab, job_id)
+    assert resumed["world"] == NODES - 1 and resumed["step"] >= 5 and resumed["state_ok"]
+    assert len(lab.client.job(job_id).nodes) == NODES - 1
+    wait_event(ck, lambda e: e["event"] == "ckpt" and e["restart"] == 1, 60, "checkpoint after the shrink")
+    latest = ckpt.latest(str(ck), verify=True)
+    assert sorted(os.listdir(latest.path)) == ["COMPLETE"] + [f"rank_{r:05d}" for r in range(NODES - 1)]

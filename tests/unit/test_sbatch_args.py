@@ -170,3 +170,15 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
     assert "--requeue" in seen["argv"][:i] and "--job-name=train.sh" in seen["argv"][:i]
     r = CliRunner().invoke(cli, ["sbatch", "--parsable", "train.sh"])
     assert r.stdout == "4242\n"
+
+
+@pytest.mark.parametrize("opts,warns", [
+    (["--min-nodes", "2", "-N", "4", "--ntasks-per-node=1"], True),
+    (["--min-nodes", "2", "-N", "4", "-n4"], True),
+    (["--min-nodes", "2", "-N", "4", "--ntasks", "4"], True),
+    (["--min-nodes", "2", "-N", "4"], False),
+    (["-N", "4", "--ntasks-per-node=1"], False),          # not elastic: a fixed task count is fine
+])
+def test_elastic_job_with_fixed_task_count_is_warned(opts, warns):
+    r = parse(opts + ["x"], file_exists=NOFILE)
+    assert bool(r.warnings()) == warns
