@@ -7,6 +7,7 @@ that cannot be read does not stop the others: its error lands in `extra["errors"
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import replace
 from typing import Callable, Dict, FrozenSet, Optional, Sequence
@@ -53,6 +54,7 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
     if "infiniband" in checks and node_type.ib_ports:
         extra["infiniband"] = host.infiniband(hc.sysfs_root)
     if "processes" in checks:
+        sample = _settled_processes(node, sample, hc, reader)
         pids = {p for g in sample.gpus for p in g.processes}
         extra["processes"] = host.process_names(sorted(pids))
     if "clocks" in checks and level in ("full", "burnin") and sample.gpus:
@@ -76,3 +78,21 @@ def _sample_clocks(node: str, first: NodeSample, hc: HealthConfig, reader: Reade
         for g in reader(node, frozenset({"identity", "clocks"})).gpus:
             series.setdefault(g.index, []).append(g.clock_event_reasons)
     return series
+
+
+def _settled_processes(node: str, sample: NodeSample, hc: HealthConfig, reader: Reader) -> NodeSample:
+    """GPU processes that are still there after `process_grace_s`: a job's processes take a moment to
+    release their GPU contexts after Slurm kills them, and that is not a leftover. Our own pid never counts."""
+    me = os.getpid()
+
+    def held(s: NodeSample) -> Dict[int, set]:
+        return {g.index: {p for p in g.processes if p != me} for g in s.gpus}
+
+    now_held = held(sample)
+    deadline = time.monotonic() + hc.process_grace_s
+    while any(now_held.values()) and time.monotonic() < deadline:
+        time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+        again = held(reader(node, frozenset({"identity", "processes"})))
+        now_held = {i: pids & again.get(i, set()) for i, pids in now_held.items()}
+    return replace(sample, gpus=tuple(replace(g, processes=tuple(sorted(now_held.get(g.index, ()))))
+                                      for g in sample.gpus))

@@ -479,3 +479,20 @@ def test_xids_before_an_admin_resume_are_acknowledged_new_ones_drain_again(tmp_p
         fh.write(_kmsg_line(now - 20, 79))
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 10)
     assert rep.drain["action"] == "drained" and c.n.reason.startswith("slurm-ft: XID79")
+
+
+def test_epilog_counts_only_gpu_processes_that_outlive_the_grace_period(tmp_path):
+    cfg = config(tmp_path, process_grace_s=0.6)
+    t0 = time.monotonic()
+
+    def reader(node, parts):      # pid 111 exits 0.3 s in (a job tearing down); pid 222 never does
+        procs = (111, 222) if time.monotonic() - t0 < 0.3 else (222,)
+        return NodeSample(node=node, gpus=gpus({1: {"processes": procs}}))
+
+    rep = run.run_level("epilog", "gpu001", cfg, reader=reader)
+    [f] = [f for f in rep.findings if f.check == "processes"]
+    assert f.severity is Severity.FAIL and "222" in f.reason and "111" not in f.reason
+    t0 = time.monotonic() - 10                                   # both gone: nothing left
+    rep = run.run_level("epilog", "gpu001", cfg,
+                        reader=lambda node, parts: NodeSample(node=node, gpus=gpus({1: {"processes": ()}})))
+    assert [f.severity for f in rep.findings if f.check == "processes"] == [Severity.OK]
