@@ -372,9 +372,17 @@ def shard_bytes(step: int, rank: int, world: int, value: int, pad: int) -> bytes
 
 
 def _clean_stale(ckpt_dir: str, keep_run: str) -> None:
+    """Staging directories and rendezvous files of earlier runs (dead by now: Slurm started this one)."""
     for name in os.listdir(ckpt_dir):
         if ckpt.STAGING.match(name) and not name.endswith(keep_run):
             shutil.rmtree(os.path.join(ckpt_dir, name), ignore_errors=True)
+    rdv = os.path.join(ckpt_dir, RDV_DIR)
+    for name in os.listdir(rdv):
+        if name != f"{keep_run}.json":
+            try:
+                os.unlink(os.path.join(rdv, name))
+            except OSError:
+                pass
 
 
 # --- main ---------------------------------------------------------------------------------------
