@@ -419,6 +419,15 @@ health:
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(start, missing))
+        # slurmd returns before its daemon child writes the pid file: wait for it, so that a
+        # caller (and `down`) sees every pid
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if all(d["alive"] for d in self.daemons() if d.get("node") in missing):
+                return
+            time.sleep(0.05)
+        late = [d["node"] for d in self.daemons() if d.get("node") in missing and not d["alive"]]
+        raise EnvironmentProblem(f"slurmd of {compress(late)} did not start; see {self.dir}/log/slurmd.*.log")
 
     def _daemon_env(self) -> Dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
