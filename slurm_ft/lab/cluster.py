@@ -232,10 +232,16 @@ class Lab:
             dev = self.dir / "dev" / f"nvidia{i}"
             if not dev.exists():
                 os.mknod(dev, 0o644 | 0o020000, os.makedev(1, 3))   # char device, like /dev/null
+        init_node = _fake_gpu_init()
         for n in spec.node_names:
-            ndir = self.dir / "nodes" / n
-            ndir.mkdir(exist_ok=True)
-            (ndir / "kmsg").touch(exist_ok=True)
+            # a fresh start means healthy GPUs too: no fault injected into an earlier run survives
+            if init_node is not None:
+                init_node(self.dir, n, spec.gpus_per_node)
+            else:
+                (self.dir / "nodes" / n).mkdir(exist_ok=True)
+                atomic_write(self.dir / "nodes" / n / "kmsg", "")
+            for stale in (self.dir / "nodes" / n).glob("state.json*"):   # health findings of a past run
+                stale.unlink()
             (self.dir / "spool" / f"slurmd.{n}").mkdir(exist_ok=True)
         atomic_write(self.conf, self._slurm_conf())
         atomic_write(self.dir / "etc" / "gres.conf",
@@ -523,6 +529,15 @@ health:
             except CommandError as exc:
                 out["sinfo_error"] = str(exc)
         return out
+
+
+def _fake_gpu_init():
+    """slurm_ft.lab.inject.init_node (healthy fake GPUs, empty kernel log), if that module exists."""
+    try:
+        from slurm_ft.lab.inject import init_node
+    except ImportError:
+        return None
+    return init_node
 
 
 def check_environment() -> None:
