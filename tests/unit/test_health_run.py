@@ -496,3 +496,24 @@ def test_epilog_counts_only_gpu_processes_that_outlive_the_grace_period(tmp_path
     rep = run.run_level("epilog", "gpu001", cfg,
                         reader=lambda node, parts: NodeSample(node=node, gpus=gpus({1: {"processes": ()}})))
     assert [f.severity for f in rep.findings if f.check == "processes"] == [Severity.OK]
+
+
+@pytest.mark.parametrize("rc,prolog_rc", [(0, 0), (1, 1), (2, 0), (3, 0), (70, 0)])
+def test_shims_fail_slurm_only_on_a_fail_finding(tmp_path, rc, prolog_rc):
+    """Only exit 1 (a fail finding) fails a prolog/epilog; slurm-ft's own errors must not drain nodes;
+    the HealthCheckProgram always exits 0. The shims run with a minimal environment."""
+    import subprocess
+    from pathlib import Path as P
+    root = P(__file__).resolve().parents[2]
+    fake = tmp_path / "slurm-ft"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/argv\nexit {rc}\n")
+    fake.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "SLURM_FT_BIN": str(fake), "SLURM_JOB_ID": "7"}
+    for shim, want, level in (("prolog.d/50-slurm-ft", prolog_rc, "prolog"),
+                              ("epilog.d/50-slurm-ft", prolog_rc, "epilog"),
+                              ("healthcheck/slurm-ft-healthcheck", 0, "quick")):
+        p = subprocess.run([str(root / shim)], env=env, capture_output=True, text=True, timeout=30)
+        assert p.returncode == want, (shim, rc, p.stderr)
+        assert (tmp_path / "argv").read_text().splitlines()[-1].startswith(f"check --level {level}")
+    assert "--drain" in (tmp_path / "argv").read_text().splitlines()[-1]
+    assert "--drain" not in (tmp_path / "argv").read_text().splitlines()[0]   # prologs never call Slurm
