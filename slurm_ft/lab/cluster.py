@@ -13,7 +13,8 @@ Layout of <dir>:
   dev/nvidia0..N            character devices (1,3 = /dev/null) that gres.conf lists as GPUs
   hooks/                    prolog, epilog, healthcheck: wrappers that run this repo's scripts
   lib/                      the fake libnvidia-ml.so.1, when slurm_ft.lab.fake_nvml exists
-  nodes/<node>/             per-node fake GPU state and kernel log (written by lab inject)
+  nodes/<node>/             nvml.state (fake GPUs), kmsg (kernel log), state.json (health findings):
+                            reset to healthy on every fresh `up`; `lab inject` writes faults here
   slurm-ft.yaml             slurm-ft's config for the lab (SLURM_FT_CONFIG in the hooks)
 """
 from __future__ import annotations
@@ -223,9 +224,11 @@ class Lab:
 
     def _write_files(self) -> None:
         spec = self.spec
-        for sub in ("etc", "munge", "run", "log", "spool", "state/ctld", "state/slurm-ft", "dev", "hooks", "lib", "nodes"):
+        subs = ("etc", "munge", "run", "log", "spool", "state", "state/ctld", "state/slurm-ft", "dev", "hooks",
+                "lib", "nodes")
+        for sub in subs:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        for p in [self.dir] + [p for p in self.dir.rglob("*") if p.is_dir()]:
+        for p in [self.dir, *(self.dir / sub for sub in subs)]:
             os.chmod(p, 0o755)                # munged and slurmd refuse group/world-writable dirs
         atomic_write(self.dir / "lab.json", json.dumps(asdict(spec), indent=2) + "\n")
         for i in range(spec.gpus_per_node):
