@@ -50,9 +50,9 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
             xids += kmsg.map_to_gpus(list(extra_xids), sample.gpus)
 
     if "disk" in checks:
-        extra["disk"] = host.disk(hc.disk_paths)
+        extra["disk"] = host.disk([p.replace("{node}", node) for p in hc.disk_paths])
     if "infiniband" in checks and node_type.ib_ports:
-        extra["infiniband"] = host.infiniband(hc.sysfs_root)
+        extra["infiniband"] = host.infiniband(hc.sysfs_root.replace("{node}", node))
     if "processes" in checks:
         sample = _settled_processes(node, sample, hc, reader)
         pids = {p for g in sample.gpus for p in g.processes}

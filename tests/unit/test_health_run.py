@@ -517,3 +517,20 @@ def test_shims_fail_slurm_only_on_a_fail_finding(tmp_path, rc, prolog_rc):
         assert (tmp_path / "argv").read_text().splitlines()[-1].startswith(f"check --level {level}")
     assert "--drain" in (tmp_path / "argv").read_text().splitlines()[-1]
     assert "--drain" not in (tmp_path / "argv").read_text().splitlines()[0]   # prologs never call Slurm
+
+
+def test_infiniband_read_from_a_sysfs_tree_under_the_configured_root(tmp_path):
+    root = tmp_path / "gpu001-root"
+    for dev, state, phys in (("mlx5_0", "4: ACTIVE", "5: LinkUp"), ("mlx5_1", "1: DOWN", "3: Disabled")):
+        port = root / "sys/class/infiniband" / dev / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        (port / "phys_state").write_text(phys + "\n")
+        (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+        (port / "link_layer").write_text("InfiniBand\n")
+    cfg = config(tmp_path, sysfs_root=str(tmp_path / "{node}-root"),
+                 node_types={"default": NodeType(nvlinks_per_gpu=0, ib_ports=2, ib_rate_gbps=400)})
+    rep = run.run_level("full", "gpu001", replace(cfg, health=replace(cfg.health, thresholds=replace(
+        cfg.health.thresholds, clock_event_samples=1))), reader=reader_for(gpus()))
+    [ib] = [f for f in rep.findings if f.check == "infiniband"]
+    assert ib.severity is Severity.FAIL and "1 of 2 IB ports up" in ib.reason and "mlx5_1:1 DOWN/Disabled" in ib.reason
