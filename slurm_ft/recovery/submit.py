@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from slurm_ft.errors import UsageError
@@ -17,9 +17,9 @@ from slurm_ft.recovery.tag import DEFAULT_MAX_RESTARTS, FtSpec, encode
 
 PLACEHOLDER = "{ckpt}"
 
-# sbatch 22.05 options that REQUIRE a value (so `--opt value` consumes the next word). Options with an
-# optional value (--exclusive, --nice, --propagate, --get-user-env, --export? no: --export takes one) only
-# accept it as `--opt=value`, exactly as sbatch's getopt does.
+# sbatch 22.05 options that REQUIRE a value (so `--opt value` consumes the next word). Options whose value
+# is optional (--exclusive, --nice, --propagate, --get-user-env) take it only as `--opt=value`, exactly as
+# sbatch's getopt_long does, so they are flags here.
 SHORT_WITH_VALUE = set("aAbcdDeiJLMmnNopqStwxBCFG")
 SHORT_FLAGS = set("hHkOQsvVWI")
 LONG_WITH_VALUE = {
@@ -33,7 +33,7 @@ LONG_WITH_VALUE = {
     "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "open-mode",
     "output", "partition", "power", "priority", "profile", "qos", "reservation", "signal", "sockets-per-node",
     "switches", "thread-spec", "threads-per-core", "time", "time-min", "tmp", "tres-per-task", "uid",
-    "wait-all-nodes", "wckey", "exclude", "threads", "cpu-bind",
+    "wait-all-nodes", "wckey", "exclude",
 }
 LONG_FLAGS = {
     "contiguous", "exclusive", "get-user-env", "hold", "ignore-pbs", "nice", "no-kill", "overcommit",

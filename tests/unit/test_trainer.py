@@ -1,7 +1,6 @@
 """The toy trainer without Slurm: ranks as local processes with the SLURM_* variables srun would set."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
