@@ -112,7 +112,6 @@ def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
     n = _known(client, name)
     lc = config.lifecycle
     with Store(config.state_dir) as store:
-        rec = store.record(name)
         if event is Event.QUARANTINE:
             from slurm_ft.lifecycle.sweep import Sweeper
             if not n.drained:

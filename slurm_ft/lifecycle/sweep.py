@@ -26,8 +26,8 @@ from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.lifecycle import guard
 from slurm_ft.lifecycle.lock import FileLock
-from slurm_ft.lifecycle.reconcile import OWNER, Work, classify, drained_by_us
-from slurm_ft.lifecycle.states import Event, State, TransitionError, default_state
+from slurm_ft.lifecycle.reconcile import OWNER, classify
+from slurm_ft.lifecycle.states import Event, State, default_state
 from slurm_ft.lifecycle.store import Store
 from slurm_ft.model import Job, Node
 
@@ -260,7 +260,7 @@ class Sweeper:
             self.put_in_pool(name)
             if node.drained and node.reason.startswith(OWNER):
                 self._resume(name)
-            entry = self._record(name, Event.PASS, why, node)
+            self._record(name, Event.PASS, why, node)
             if not recheck:   # a spare that passes its routine re-check is no news
                 report.changes.append(f"{name}: validating -> spare ({_short(why)})")
             return
@@ -271,7 +271,7 @@ class Sweeper:
             decision = guard.may_drain(self.cfg, name, reason, client=self.client, actor=self.actor,
                                        now=self.clock())
             if not decision.allowed:
-                entry = self._record(name, Event.PASS, f"re-check failed ({why}) but not quarantined: {decision.reason}", node)
+                self._record(name, Event.PASS, f"re-check failed ({why}) but not quarantined: {decision.reason}", node)
                 report.alerts.append(f"{name}: spare failed its re-check ({_short(why)}); {decision.reason}")
                 return
         self.client.drain([name], reason)
