@@ -281,7 +281,10 @@ class Rank0:
             r, _, _ = select.select(list(socks), [], [], min(left, 1.0))
             for s in r:
                 rank = socks[s]
-                data = s.recv(65536)
+                try:
+                    data = s.recv(65536)
+                except OSError:             # reset by a dying peer: the same as its end of file
+                    data = b""
                 if not data:                # the peer died: like NCCL, nobody notices until the timeout
                     lost.add(rank)
                     if not wait_on_loss:
@@ -294,7 +297,10 @@ class Rank0:
                 time.sleep(left)
             raise CollectiveTimeout(f"{tag}: ranks {sorted(lost)[:8]} never arrived in {timeout:g} s")
         for rank, s in self.peers.items():
-            _send(s, "go")
+            try:
+                _send(s, "go")
+            except OSError:                 # gone since it arrived: the next barrier times out on it
+                pass
 
 
 class Peer:
@@ -323,20 +329,30 @@ class Peer:
 
     def barrier(self, tag: str, timeout: float, wait_on_loss: bool = True) -> None:
         deadline = time.monotonic() + timeout
-        _send(self.sock, tag)
+        try:
+            _send(self.sock, tag)
+        except OSError:
+            self._lost(tag, deadline, wait_on_loss)
         while b"\n" not in self.buf:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise CollectiveTimeout(f"{tag}: no go from rank 0 in {timeout:g} s")
             r, _, _ = select.select([self.sock], [], [], min(left, 1.0))
             if r:
-                data = self.sock.recv(4096)
+                try:
+                    data = self.sock.recv(4096)
+                except OSError:
+                    data = b""
                 if not data:
-                    if wait_on_loss:
-                        time.sleep(max(0.0, deadline - time.monotonic()))
-                    raise CollectiveTimeout(f"{tag}: rank 0 is gone")
+                    self._lost(tag, deadline, wait_on_loss)
                 self.buf += data
         _, self.buf = self.buf.split(b"\n", 1)
+
+    @staticmethod
+    def _lost(tag: str, deadline: float, wait_on_loss: bool) -> None:
+        if wait_on_loss:                    # like NCCL: the loss shows only as the collective's timeout
+            time.sleep(max(0.0, deadline - time.monotonic()))
+        raise CollectiveTimeout(f"{tag}: rank 0 is gone")
 
 
 # --- state and checkpoints ----------------------------------------------------------------------
@@ -405,6 +421,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--fatal-xids", default="", help="comma-separated Xids that kill the rank (default: built in)")
     p.add_argument("--master-addr", default="127.0.0.1")
     a = p.parse_args(list(argv))
+    try:
+        a.fatal_set = frozenset(int(x) for x in a.fatal_xids.split(",") if x.strip()) or FATAL_XIDS
+    except ValueError:
+        p.error(f"--fatal-xids wants comma-separated numbers, not {a.fatal_xids!r}")
     if a.steps < 0 or a.step_time < 0 or a.ckpt_every < 0 or a.collective_timeout <= 0 or a.keep < 1:
         p.error("--steps, --step-time, --ckpt-every must be >= 0, --collective-timeout > 0, --keep >= 1")
     return a
@@ -436,9 +456,8 @@ def main(argv: Sequence[str] = ()) -> int:
 
     watch = None
     if args.gpu_check != "off":
-        fatal = frozenset(int(x) for x in args.fatal_xids.split(",") if x.strip()) or FATAL_XIDS
         try:
-            watch = GpuWatch(visible_gpus(), fatal)
+            watch = GpuWatch(visible_gpus(), args.fatal_set)
         except Exception as exc:     # pynvml missing, or no libnvidia-ml: a toy can still train
             if args.gpu_check == "on":
                 print(f"trainer: rank {rank}: cannot watch GPUs: {exc}", file=sys.stderr)
