@@ -396,5 +396,8 @@ def sweep_locked(config: Config, client, *, wait_s: Optional[float] = None, cloc
         with Store(config.state_dir) as store:
             report = Sweeper(config, client, store, clock=clock).run(wait_s)
             from slurm_ft.lifecycle import collect   # metrics after the pass, from the same store
-            collect.write_metrics(config, client, store, report=report)
+            try:
+                collect.write_metrics(config, client, store, report=report)
+            except OSError as exc:
+                report.errors.append(f"metrics: cannot write {config.lifecycle.metrics_path}: {exc.strerror}")
     return report
