@@ -20,8 +20,13 @@ def status(ctx: click.Context, as_json: bool, write_metrics: bool) -> None:
     with Store(config.state_dir) as store:
         v = view(config, client, store)
         if write_metrics and config.lifecycle.metrics_path:
+            from slurm_ft.errors import EnvironmentProblem
             from slurm_ft.lifecycle import collect, metrics
-            metrics.write(config.lifecycle.metrics_path, collect.snapshot(v))
+            try:
+                metrics.write(config.lifecycle.metrics_path, collect.snapshot(v))
+            except OSError as exc:
+                raise EnvironmentProblem(f"cannot write {config.lifecycle.metrics_path}: {exc.strerror} "
+                                         f"(lifecycle.metrics_path)") from None
     d = v.to_dict()
     if as_json:
         click.echo(json.dumps(d, indent=2))
