@@ -137,6 +137,8 @@ class Sweeper:
         if entry.to_state in (State.QUARANTINED, State.RMA):
             self.mark_quarantined(change.node, entry.to_state)
         report.changes.append(f"{change.node}: {entry.from_state} -> {entry.to_state} ({_short(entry.cause)})")
+        if entry.to_state is State.RMA:
+            report.alerts.append(f"{change.node}: on the RMA list ({_short(entry.cause)})")
 
     def mark_quarantined(self, name: str, state: State) -> None:
         """Rewrite the drain reason to `slurm-ft: QUARANTINED ...`: a later healthy check must not resume

@@ -308,3 +308,19 @@ def test_only_the_latest_validation_output_is_kept(tmp_path):
             Sweeper(cfg, s, store, clock=lambda: float(next(clock)), sleep=lambda x: None).run(wait_s=5)
     outs = sorted(p.name for p in (Path(cfg.state_dir) / "validation").iterdir())
     assert len([o for o in outs if o.startswith("gpu005-")]) == 1
+
+
+def test_three_faults_with_repairs_between_put_the_node_on_the_rma_list(tmp_path):
+    """Each repair passes validation, yet the third fault within the window means RMA, not the pool."""
+    cfg, s = config(tmp_path), ModelSlurm()
+    sweep(cfg, s)
+    for round_ in range(3):
+        s.drain(["gpu006"], f"slurm-ft: XID79 gpu{round_} GPU has fallen off the bus")   # a fault on the spare
+        r = sweep(cfg, s)
+        if round_ < 2:
+            assert "gpu006: failed -> quarantined" in r.changes[1]
+            admin(cfg, "gpu006", Event.REPAIRED)
+            assert "gpu006: validating -> spare" in sweep(cfg, s).changes[1]
+    assert "gpu006: failed -> rma" in r.changes[1] and "lemon: 3 incidents within 30 days" in r.changes[1]
+    assert r.alerts[0].startswith("gpu006: on the RMA list")
+    assert s.node("gpu006").reason.startswith("slurm-ft: RMA XID79 gpu2") and s.node("gpu006").partitions == ()
