@@ -46,9 +46,12 @@ REFUSED = {
     "no-requeue": "a fault-tolerant job must be requeueable",
     "wrap": "--wrap runs a string through a shell; give SCRIPT [ARGS...] instead",
     "wait": "--wait is not supported; follow the job with squeue",
+    "test-only": "--test-only submits nothing; use plain sbatch --test-only",
+    "array": "job arrays are not supported: the tasks would share one checkpoint directory and "
+             "the controller follows whole jobs",
     "help": None, "usage": None, "version": None,
 }
-SHORT_NAMES = {"W": "wait", "h": "help", "V": "version", "J": "job-name", "N": "nodes"}
+SHORT_NAMES = {"W": "wait", "h": "help", "V": "version", "J": "job-name", "N": "nodes", "a": "array"}
 OUR_OPTIONS = {"ckpt-dir", "min-nodes", "max-restarts"}
 
 
