@@ -383,3 +383,51 @@ def test_hf_trainer_empty_weights_or_wrong_step():
     files["/h/checkpoint-1000/trainer_state.json"] = b'{"global_step": 900}'
     r = ckpt.latest("/h", MemFS(files))
     assert r.step == 500 and "step 900" in r.skipped[0].reason
+
+
+CRASHER = r"""
+import os, sys
+from slurm_ft.recovery import ckpt
+d, crash_at = sys.argv[1], int(sys.argv[2])
+count = [0]
+def point(real):
+    def wrapped(*a, **k):
+        count[0] += 1
+        if count[0] == crash_at:
+            os._exit(9)                      # like SIGKILL: no cleanup, no flush of ours
+        return real(*a, **k)
+    return wrapped
+os.replace = point(os.replace)
+os.fsync = point(os.fsync)
+os.makedirs = point(os.makedirs)
+ckpt.write_shard(d, 20, "run", "rank_00000", b"a" * 1000)
+ckpt.write_shard(d, 20, "run", "rank_00001", b"b" * 1000)
+ckpt.commit(d, 20, "run", expect=["rank_00000", "rank_00001"])
+print(count[0])
+"""
+
+
+def test_a_crash_at_any_point_of_a_write_leaves_the_previous_or_the_new_checkpoint(tmp_path):
+    """Kill the writer at every fsync/rename/mkdir in turn: latest() never returns a partial checkpoint."""
+    import subprocess
+    import sys
+    seen_new = seen_old = 0
+    for crash_at in range(1, 100):
+        d = tmp_path / f"c{crash_at}"
+        ckpt.write_checkpoint(str(d), 10, {"rank_00000": b"x", "rank_00001": b"y"})
+        p = subprocess.run([sys.executable, "-c", CRASHER, str(d), str(crash_at)], capture_output=True,
+                           text=True, timeout=60)
+        r = ckpt.latest(str(d), verify=True)
+        assert r.path is not None, (crash_at, r)
+        assert r.step in (10, 20), (crash_at, r)
+        if r.step == 20:
+            seen_new += 1
+            assert sorted(os.listdir(r.path)) == ["COMPLETE", "rank_00000", "rank_00001"]
+        else:
+            seen_old += 1
+        if p.returncode == 0:                # the write ran to its end: every crash point was tried
+            assert r.step == 20
+            break
+    else:
+        pytest.fail("the writer never finished")
+    assert seen_old >= 5 and seen_new >= 1
