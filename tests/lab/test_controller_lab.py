@@ -195,3 +195,22 @@ def _restart_slurmctld(lab) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("slurmctld did not come back")
+
+
+def test_node_that_stops_responding_is_replaced(lab, cfg, tmp_path):
+    """A node whose slurmd dies: NOT_RESPONDING, then DOWN (NODE_FAIL); either way the job comes back."""
+    jid = submit_ft(lab, tmp_path, 3)
+    job = wait_job(lab, jid)
+    bad = job.nodes[2]
+    pid = int((Path(lab.dir) / "run" / f"slurmd.{bad}.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)                                  # the node is gone (reset() restarts it)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not incidents(lab, cfg):
+        once(lab, cfg, budget=60)
+        time.sleep(1)
+    job = wait_job(lab, jid, restart_count=1)
+    [inc] = incidents(lab, cfg)
+    assert inc["status"] == "recovered" and inc["nodes"] == [bad] and bad not in job.nodes
+    node = lab.client.node(bad)
+    assert node.drained and node.reason.startswith("slurm-ft: quarantined")   # stays out when it answers again
+    assert bad not in parts(lab)["train"]
