@@ -38,6 +38,18 @@ PHASES = ["drain", "incident", "requeue", "quarantine", "swap", "exclude", "star
           "first step after"]
 
 
+SEGMENTS = [
+    ("detect: fault -> drained (slurm-ft watch)", "fault", "drain"),
+    ("decide: drained -> incident open (controller)", "drain", "incident"),
+    ("quarantine + swap -> requeue issued (controller)", "incident", "requeue"),
+    ("kill + 64 epilogs -> PENDING (Slurm)", "requeue", "exclude"),
+    ("exclude + StartTime=now (controller)", "exclude", "start now"),
+    ("schedule + 64 prologs -> RUNNING (Slurm)", "start now", "running"),
+    ("srun + 64 ranks load the checkpoint (trainer)", "running", "resumed"),
+    ("first step (trainer)", "resumed", "first step after"),
+]
+
+
 def pct(values, q: float):
     """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
     xs = sorted(values)
@@ -138,6 +150,13 @@ def main(argv=None) -> int:
         vals = [r.at(name) for r in results if r.at(name) is not None]
         if vals:
             per_phase[name] = {"p50_s": round(pct(vals, 50), 3), "p95_s": round(pct(vals, 95), 3), "n": len(vals)}
+    # where the time goes: consecutive segments of the timeline
+    segments = {}
+    for label, a, b in SEGMENTS:
+        vals = [r.at(b) - r.at(a) for r in results if r.at(a) is not None and r.at(b) is not None]
+        if vals:
+            segments[label] = {"p50_s": round(pct(vals, 50), 3), "p95_s": round(pct(vals, 95), 3),
+                               "from": a, "to": b}
     totals = [r.fault_to_resume_s for r in results]
     launch = [r.at("first step after") - r.at("start now") for r in results
               if r.at("start now") is not None and r.at("first step after") is not None]
@@ -155,6 +174,7 @@ def main(argv=None) -> int:
             "launch_to_first_step_p50_s": round(launch_p50, 3),
             "steps_lost": [r.steps_lost for r in results],
             "phases": per_phase,
+            "segments": segments,
             "runs": [r.to_dict() for r in results],
         },
         "slurm_alone": {
@@ -183,6 +203,10 @@ def main(argv=None) -> int:
     print(f"{'phase (s since the fault)':<30}{'p50':>9}{'p95':>9}")
     for name, v in per_phase.items():
         print(f"{name:<30}{v['p50_s']:>9.2f}{v['p95_s']:>9.2f}")
+    print()
+    print(f"{'where the time goes':<52}{'p50':>9}{'p95':>9}")
+    for label, v in segments.items():
+        print(f"{label:<52}{v['p50_s']:>9.2f}{v['p95_s']:>9.2f}")
     print()
     print(f"{'fault -> first step after':<40}{'slurm-ft':>12}{'Slurm alone':>14}")
     print(f"{'  p50':<40}{pct(totals, 50):>11.2f}s{alone_total:>13.1f}s")
