@@ -19,7 +19,7 @@ import re
 import time
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
-from slurm_ft.errors import CommandError, UsageError
+from slurm_ft.errors import CommandError, CommandTimeout, UsageError
 from slurm_ft.model import Job, Node, Partition, Reservation
 from slurm_ft.runner import Result, run
 from slurm_ft.slurm import parse
@@ -43,6 +43,10 @@ class SlurmError(CommandError):
     @property
     def command(self) -> List[str]:
         return self.argv
+
+
+class SlurmTimeout(SlurmError):
+    """A Slurm command ran past the client's timeout (slurmctld hung or unreachable) and was killed."""
 
 
 class JobNotFound(UsageError):
@@ -89,11 +93,11 @@ class SlurmClient:
         try:
             res = run(argv, timeout=timeout or self.timeout, input=input, env=self._environ(env), cwd=cwd,
                       check=False)
-        except CommandError as exc:          # timeout, or the program is missing
-            if exc.returncode is None and "cannot run" in str(exc):
-                raise SlurmError(exc.argv, None, exc.stderr,
-                                 f"cannot run `{exc.argv[0]}`: is Slurm installed? (apt-get install -y slurm-wlm)") from None
-            raise
+        except CommandTimeout as exc:
+            raise SlurmTimeout(exc.argv, None, "", str(exc)) from None
+        except CommandError as exc:          # the program is missing
+            raise SlurmError(exc.argv, None, exc.stderr,
+                             f"cannot run `{exc.argv[0]}`: is Slurm installed? (apt-get install -y slurm-wlm)") from None
         if check and res.returncode != 0:
             raise SlurmError(res.argv, res.returncode, res.stderr or res.stdout)
         return res

@@ -200,7 +200,7 @@ def test_version_is_the_installed_slurm(client):
 def test_timeout_is_enforced(lab, tmp_path):
     """A slurmctld that never answers costs the caller the client's timeout, not Slurm's retries."""
     import socket
-    from slurm_ft.errors import CommandError
+    from slurm_ft.slurm.client import SlurmTimeout
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(1)                                   # accepts, never answers
@@ -210,7 +210,7 @@ def test_timeout_is_enforced(lab, tmp_path):
     conf.write_text(text)
     c = SlurmClient(env={"SLURM_CONF": str(conf)}, timeout=2)
     t0 = time.monotonic()
-    with pytest.raises(CommandError):
+    with pytest.raises(SlurmTimeout, match="timed out after 2 s"):
         c.partitions()
     assert time.monotonic() - t0 < 15
     silent.close()
