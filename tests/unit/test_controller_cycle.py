@@ -265,3 +265,22 @@ def test_a_down_node_is_drained_on_quarantine_through_the_breaker(tmp_path):
     assert s.n["gpu003"].drained
     assert s.n["gpu003"].reason == "slurm-ft: quarantined, DOWN: Not responding during job 100"
     assert "drained gpu003" in inc.step("quarantine").detail
+
+
+@pytest.mark.parametrize("point", [("quarantine", "intent"), ("requeue", "intent"), ("requeue", "result"),
+                                   ("wait", "intent"), ("wait", "result")])
+def test_crash_while_the_pool_is_empty_still_waits_once_then_recovers(tmp_path, point):
+    s = ModelSlurm(n_spares=0)
+    s.fail("gpu002")
+    with pytest.raises(Crash):
+        make(tmp_path, s, crash=point).cycle()
+    c = make(tmp_path, s)
+    c.cycle()
+    inc = jn.incidents(c.conn)[0]
+    assert inc.status == "waiting" and s.j[100].held
+    assert [x for x in s.calls if x[0] == "requeue"] == [("requeue", 100, True)]
+    s.n["gpu009"] = Node("gpu009", "IDLE")
+    s.p["spares"] = ["gpu009"]
+    c.cycle()
+    assert jn.incidents(c.conn)[0].status == "recovered" and "gpu009" in s.j[100].nodes
+    assert len([x for x in s.calls if x[0] == "requeue"]) == 1
