@@ -57,6 +57,9 @@ class LabHandle:
         self.cluster._start_missing_slurmds()          # a test may have killed one
         c.set_partition_nodes("train", self.train_nodes)
         c.set_partition_nodes("spares", self.spare_nodes)
+        for p in c.partitions():
+            if p.state != "UP":
+                run(["scontrol", "update", f"PartitionName={p.name}", "State=UP"], timeout=30, env=self.env)
         deadline = time.monotonic() + timeout
         while True:
             busy = [j for j in c.jobs() if j.state in ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")]
