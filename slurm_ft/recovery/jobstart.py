@@ -93,6 +93,7 @@ def main(argv: Sequence[str]) -> int:
             "event": "jobstart", "t": t0, "job": job, "restart": restart,
             "nodes": os.environ.get("SLURM_JOB_NODELIST", ""), "ckpt": env_ckpt,
             "step": found.step if found else None,
+            "skipped": [{"path": x.path, "reason": x.reason} for x in (found.skipped[:5] if found else ())],
         })
     sys.stderr.flush()
     try:

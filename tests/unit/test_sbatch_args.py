@@ -137,7 +137,7 @@ def test_starter_execs_with_resolved_argv(tmp_path):
     assert "resuming from" in p.stderr
     assert json.loads(out.read_text()) == [[str(out), str(d / "step_000003"), "$(id);`x`\n"], "3"]
     start = json.loads((d / "slurm-ft-starts.jsonl").read_text().splitlines()[-1])
-    assert start["restart"] == 2 and start["step"] == 3
+    assert start["restart"] == 2 and start["step"] == 3 and start["skipped"] == []
 
 
 def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, monkeypatch):
