@@ -21,10 +21,10 @@ PY = os.path.realpath(sys.executable)
 NODES = 4
 
 
-def submit_trainer(lab, work: Path, *trainer_args: str, ft_args=()) -> int:
+def submit_trainer(lab, work: Path, *trainer_args: str, ft_args=(), nodes: int = NODES) -> int:
     ck = work / "ck"
     # the task count is srun's (one per node), not fixed in sbatch: an elastic shrink can change it
-    argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), *ft_args, "-N", str(NODES),
+    argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), *ft_args, "-N", str(nodes),
             "--gres=gpu:8", "--open-mode=append", "-o", str(work / "job.out"),
             "srun", "--ntasks-per-node=1", PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck),
             "--resume", "{ckpt}", *trainer_args]
@@ -149,3 +149,19 @@ def test_elastic_job_resumes_on_fewer_nodes(lab, work):
     wait_event(ck, lambda e: e["event"] == "ckpt" and e["restart"] == 1, 60, "checkpoint after the shrink")
     latest = ckpt.latest(str(ck), verify=True)
     assert sorted(os.listdir(latest.path)) == ["COMPLETE"] + [f"rank_{r:05d}" for r in range(NODES - 1)]
+
+
+def test_trainer_at_the_full_size_of_the_lab(lab, work):
+    """One rank on every train node (64 in the default lab): all meet, every shard lands in the checkpoint."""
+    ck = work / "ck"
+    n = len(lab.train_nodes)
+    job_id = submit_trainer(lab, work, "--steps", "12", "--step-time", "0.3", "--ckpt-every", "5",
+                            "--collective-timeout", "120", nodes=n)
+    start = wait_event(ck, lambda e: e["event"] == "start", START_S, "start", lab, job_id)
+    assert start["world"] == n
+    done = wait_event(ck, lambda e: e["event"] in ("done", "timeout"), 120, "end", lab, job_id)
+    assert done["event"] == "done"
+    latest = ckpt.latest(str(ck), verify=True)
+    assert latest.step == 10 and len(os.listdir(latest.path)) == n + 1
+    assert [e["step"] for e in read_log(str(ck)) if e["event"] == "step"] == list(range(1, 13))
+    assert lab.client.wait_job_state(job_id, ["COMPLETED"], timeout=120).state == "COMPLETED"
