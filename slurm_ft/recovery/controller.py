@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 from slurm_ft.config import Config
-from slurm_ft.errors import Busy, CommandError
+from slurm_ft.errors import Busy, CommandError, SlurmFTError
 from slurm_ft.model import Incident, Step
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery.plan import Policy, fault_time, plan
@@ -129,7 +129,11 @@ class Controller:
         """Run one step with its intent and result journaled; return the outcome."""
         now = self.clock()
         if step.kind == "open":
-            self._open(step, now)
+            try:
+                self._open(step, now)
+            except SlurmFTError as exc:     # the job ended between the read and now: nothing to open
+                log.warning("job %s: not opening an incident: %s", step.job_id, exc)
+                return "failed"
             return "ok"
         inc = _one(jn.incidents(self.conn, job_id=step.job_id, open_only=True))
         if inc is None or inc.id != step.incident_id:
@@ -140,7 +144,7 @@ class Controller:
         self._maybe_crash(step.kind, "intent")
         try:
             outcome, detail = getattr(self, "_" + step.kind)(step, inc)
-        except CommandError as exc:
+        except SlurmFTError as exc:         # Slurm refused or timed out, or the job is gone: retried next read
             outcome, detail = "failed", str(exc)
             log.warning("incident %s job %s: %s failed: %s", inc.id, inc.job_id, step.kind, exc)
         done = self.clock()

@@ -284,3 +284,22 @@ def test_crash_while_the_pool_is_empty_still_waits_once_then_recovers(tmp_path, 
     c.cycle()
     assert jn.incidents(c.conn)[0].status == "recovered" and "gpu009" in s.j[100].nodes
     assert len([x for x in s.calls if x[0] == "requeue"]) == 1
+
+
+def test_a_job_that_vanishes_mid_recovery_is_abandoned_not_a_crash(tmp_path):
+    from slurm_ft.slurm.client import JobNotFound
+    s = ModelSlurm()
+    s.fail("gpu002")
+    real_requeue = s.requeue
+
+    def gone(job_id, hold=False):           # the user cancels it just as we requeue; MinJobAge passes
+        del s.j[job_id]
+        raise JobNotFound(f"job {job_id} not found")
+
+    s.requeue = gone
+    c = make(tmp_path, s)
+    c.cycle()
+    inc = jn.incidents(c.conn)[0]
+    assert inc.status == "abandoned" and inc.step("requeue").outcome == "failed"
+    assert "gpu005" in s.p["spares"] or "gpu005" in s.p["train"]       # the spare is in one partition
+    s.requeue = real_requeue
