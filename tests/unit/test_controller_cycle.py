@@ -14,7 +14,6 @@ import pytest
 from slurm_ft.config import Config, ControllerConfig
 from slurm_ft.model import Job, Node, Partition
 from slurm_ft.recovery import journal as jn
-from slurm_ft.recovery import controller as ctl_mod
 from slurm_ft.recovery.controller import Controller
 from slurm_ft.recovery.tag import FtSpec, encode
 
