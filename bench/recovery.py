@@ -33,7 +33,7 @@ from slurm_ft.lab.cluster import Lab, LabSpec                       # noqa: E402
 from slurm_ft.lab.scenario import Scenario                         # noqa: E402
 from slurm_ft.runner import run                                    # noqa: E402
 
-PHASES = ["drain", "incident", "requeue", "quarantine", "swap", "exclude", "start now", "running", "resumed",
+PHASES = ["drain", "incident", "quarantine", "swap", "requeue", "pending, exclude", "start now", "running", "resumed",
           "first step after"]
 
 
@@ -41,8 +41,8 @@ SEGMENTS = [
     ("detect: fault -> drained (slurm-ft watch)", "fault", "drain"),
     ("decide: drained -> incident open (controller)", "drain", "incident"),
     ("quarantine + swap -> requeue issued (controller)", "incident", "requeue"),
-    ("kill + 64 epilogs -> PENDING (Slurm)", "requeue", "exclude"),
-    ("exclude + StartTime=now (controller)", "exclude", "start now"),
+    ("kill + 64 epilogs -> PENDING (Slurm)", "requeue", "pending, exclude"),
+    ("exclude + StartTime=now (controller)", "pending, exclude", "start now"),
     ("schedule + 64 prologs -> RUNNING (Slurm)", "start now", "running"),
     ("srun + 64 ranks load the checkpoint (trainer)", "running", "resumed"),
     ("first step (trainer)", "resumed", "first step after"),

@@ -309,7 +309,7 @@ PHASE_OF_STEP: Dict[str, str] = {
     "requeue": "requeue",
     "quarantine": "quarantine",
     "swap": "swap",
-    "exclude": "exclude",
+    "exclude": "pending, exclude",   # the job is PENDING again (killed, epilogs done): exclude the node
     "start": "start now",
     "confirm": "running",
 }
