@@ -207,7 +207,8 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
             except CommandError:
                 resumed = False
             if resumed:
-                report = _acknowledge_xids(report, config, path, node, now, record)
+                since = float((before if not record else _reload(path, node)).get("drained_seen") or now)
+                report = _acknowledge_xids(report, config, path, node, since, now, record)
                 active = [f for f in active if f.check != "xid"] + \
                     [f for f in report.findings if f.check == "xid" and f.severity is Severity.FAIL]
         if report.healthy and not active and believed is False:
@@ -223,10 +224,12 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
             report.drain = {"action": "error", "message": str(exc), "reason": dr.reason_text(report.findings)}
             return report
         ours_now = outcome.action in ("drained", "reason_updated", "kept") and dr.ours(outcome.reason)
-        if record and believed is not ours_now:
+        if record and (ours_now or believed is not ours_now):
             try:
                 with st.locked(path, node) as state:
                     state["slurm_ft_drained"] = ours_now
+                    if ours_now:      # the last time slurm-ft saw its drain on the node (see _acknowledge_xids)
+                        state["drained_seen"] = now
             except PermissionError as exc:
                 log.warning("state file %s not written: %s", path, exc)
     return report
@@ -240,14 +243,16 @@ def _reload(path, node: str) -> dict:
         return {}
 
 
-def _acknowledge_xids(report: Report, config: Config, path, node: str, now: float, record: bool) -> Report:
-    """The node was resumed behind our back (an admin, the lifecycle sweep): Xids logged until now are
-    acknowledged. Judge the same sample again without them and remember the time in the state file."""
+def _acknowledge_xids(report: Report, config: Config, path, node: str, since: float, now: float,
+                      record: bool) -> Report:
+    """The node was resumed behind our back (an admin, the lifecycle sweep) after slurm-ft drained it.
+    Xids logged before slurm-ft last saw its drain on the node (`since`) were dealt with: judge the same
+    sample again without them and remember the time. An Xid logged later is new and counts."""
     from slurm_ft.health import state as st
-    log.info("%s was resumed since slurm-ft drained it: Xids logged before now are acknowledged", node)
+    log.info("%s was resumed since slurm-ft drained it: Xids logged before %s are acknowledged", node, since)
     hc = config.health
     _, node_type = node_type_for(node, hc)
-    ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=report.level, now=now, xid_since=now,
+    ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=report.level, now=now, xid_since=since,
                        ignore_processes=tuple(hc.ignore_processes))
     xid_findings = judge(report.sample, ("xid",), ctx)
     merged: List[Finding] = []
@@ -261,7 +266,7 @@ def _acknowledge_xids(report: Report, config: Config, path, node: str, now: floa
     if record:
         try:
             with st.locked(path, node) as state:
-                state["xid_ack"] = now
+                state["xid_ack"] = since
                 state["active"] = [d for d in state.get("active", []) if d.get("check") != "xid"]
                 state["slurm_ft_drained"] = False
         except PermissionError as exc:

@@ -534,3 +534,19 @@ def test_infiniband_read_from_a_sysfs_tree_under_the_configured_root(tmp_path):
         cfg.health.thresholds, clock_event_samples=1))), reader=reader_for(gpus()))
     [ib] = [f for f in rep.findings if f.check == "infiniband"]
     assert ib.severity is Severity.FAIL and "1 of 2 IB ports up" in ib.reason and "mlx5_1:1 DOWN/Disabled" in ib.reason
+
+
+def test_a_new_xid_right_after_a_resume_drains_at_once(tmp_path):
+    """The watcher's case: drained, resumed by an admin, the fault recurs, the next check runs before
+    any healthy one: the new Xid is not acknowledged with the old ones."""
+    cfg = config(tmp_path)
+    now = time.time()
+    kmsg = tmp_path / "gpu001.kmsg"
+    kmsg.write_text(_kmsg_line(now - 60, 79))
+    c = StubClient(Node("gpu001", "IDLE"))
+    run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 50)
+    c.n = replace(c.n, flags=frozenset(), reason="")           # resumed
+    with open(kmsg, "a") as fh:
+        fh.write(_kmsg_line(now - 20, 79, "0000:1c:00"))
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 10)
+    assert rep.drain["action"] == "drained" and c.n.reason.startswith("slurm-ft: XID79 gpu4"), rep.findings
