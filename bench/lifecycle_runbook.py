@@ -72,9 +72,15 @@ def main() -> None:
         job_id = int(out.split()[-1])
         _wait(lambda: marker.exists(), 120, "job start")
         pool_node = spares[0]
+        used: set = set()
         for r in range(args.rounds):
             job = client.job(job_id)
-            bad = next(n for n in job.nodes if n != pool_node)
+            # a node not faulted before: a third fault on one node would (rightly) put it on the RMA list
+            bad = next(n for n in job.nodes if n != pool_node and n not in used)
+            used.add(bad)
+            # On a cluster the HealthCheckProgram runs between a node's return and its next fault and
+            # clears the node-local "drained by us" belief; here the next fault follows within seconds.
+            (lab.dir / "nodes" / bad / "state.json").unlink(missing_ok=True)
             inj.inject(lab.dir, bad, "xid", gpu=3, value=79)
             marker.unlink()
             t_fault = time.monotonic()
