@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import select
+import signal
 import statistics
 import subprocess
 import sys
@@ -132,6 +133,9 @@ def bench_watch(lab, node: str, injections: int) -> dict:
                     break
             latencies.append(ev["time"] - t0)
             while not client.node(node).drained:     # cross-check: Slurm really has it drained
+                if time.time() - t0 > 15:
+                    raise SystemExit(f"injection {i}: watch reported {ev.get('check', {}).get('drain')} but "
+                                     f"{node} is not drained after 15 s")
                 time.sleep(0.01)
             confirmed.append(time.time() - t0)
             time.sleep(0.3)                          # let the second source's copy of the event pass
@@ -158,6 +162,7 @@ def main() -> None:
     ap.add_argument("--port-base", type=int, default=int(os.environ.get("SLURM_FT_TEST_PORT_BASE", "20700")))
     ap.add_argument("--no-lab", action="store_true", help="only the quick-level part (no Slurm needed)")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))    # run the finally blocks: stop the lab
 
     q = bench_quick(args.runs)
     print(f"quick level, 8 fake GPUs, fresh process (median of {q['runs']}):")
