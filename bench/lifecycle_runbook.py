@@ -96,6 +96,8 @@ def main() -> None:
             timed("node history NODE", "node", "history", bad)
             timed("xid explain (node's kernel log)", "xid", "explain", str(lab.dir / "nodes" / bad / "kmsg"), ok=(0, 1))
             inj.heal(lab.dir, bad)
+            # the repair's reboot also empties /run, where the node keeps its health state file
+            (lab.dir / "nodes" / bad / "state.json").unlink(missing_ok=True)
             timed("node repaired NODE", "node", "repaired", bad, "--note", "bench")
             timed("sweep validates (full + burnin) -> spare", "sweep")
             node = client.node(bad)
