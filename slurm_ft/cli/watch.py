@@ -30,14 +30,12 @@ def watch(ctx: click.Context, node, once: bool, timeout, no_nvml: bool, no_drain
     if not no_drain:
         from slurm_ft.health.drain import make_client
         client = make_client(config)
-    w = Watcher(name, config, client=client, use_nvml=not no_nvml)
-
     def check(level, node_, config_, **kw):
         from slurm_ft.health.run import check_node
         kw["drain"] = kw.get("drain") and not no_drain
         return check_node(level, node_, config_, **kw)
 
-    w._check = check
+    w = Watcher(name, config, client=client, use_nvml=not no_nvml, check=check)
 
     def on_term(signum, frame):
         w.stop_event.set()
