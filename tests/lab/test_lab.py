@@ -140,14 +140,15 @@ def test_second_lab_up_idempotent_port_clash_and_down(lab, tmp_path_factory):
         os.kill(victim, 9)
         assert small.up(timeout=60).already_running
         assert all(d["alive"] for d in small.daemons())
-    finally:
         p = _cli("lab", "down", "--dir", str(small.dir))
-    assert "stopped" in p.stdout
-    assert _lab_processes(small.dir) == []
-    st = _cli("lab", "status", "--dir", str(small.dir), check=False)
-    assert st.returncode == 1 and "not running" in st.stdout
-    assert _cli("lab", "down", "--dir", str(small.dir)).stdout.endswith("nothing was running\n")
-    shutil.rmtree(tmp_path)
+        assert "stopped" in p.stdout
+        assert _lab_processes(small.dir) == []
+        st = _cli("lab", "status", "--dir", str(small.dir), check=False)
+        assert st.returncode == 1 and "not running" in st.stdout
+        assert _cli("lab", "down", "--dir", str(small.dir)).stdout.endswith("nothing was running\n")
+    finally:
+        small.down(quiet=True)
+        shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def test_lab_below_a_private_directory_is_a_clear_error(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -40,6 +41,7 @@ def main() -> None:
         capture(lab, top)
     finally:
         lab.down()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def capture(lab: Lab, work: Path) -> None:
