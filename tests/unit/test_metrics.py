@@ -76,3 +76,34 @@ def test_write_is_atomic_and_readable(tmp_path):
 def test_no_sweep_yet_leaves_the_timestamp_out():
     text = metrics.render(snapshot(last_sweep_time=None, last_sweep_duration_s=None))
     assert "last_sweep" not in text
+
+
+def test_recovery_phases_come_from_the_controllers_journal(tmp_path):
+    """Seconds from the fault to the end of each step, as the controller journaled them."""
+    from slurm_ft.config import Config
+    from slurm_ft.lifecycle.collect import snapshot, view
+    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.model import Node, Partition
+    from slurm_ft.recovery import journal as jn
+
+    class Slurm:
+        def nodes(self):
+            return [Node("gpu001", "ALLOCATED", partitions=("train",)), Node("gpu002", "IDLE", partitions=("spares",))]
+
+        def partitions(self):
+            return [Partition("train", ("gpu001",)), Partition("spares", ("gpu002",))]
+
+    cfg = Config(state_dir=str(tmp_path))
+    with Store(cfg.state_dir) as store:
+        inc = jn.open_incident(store.db, job_id=7, nodes=["gpu003"], faults=["slurm-ft: XID79"], partition="train",
+                               restart_count=0, job_nodes=2, ckpt_step=None, fault_at=100.0, now=100.5)
+        for name, done in (("requeue", 101.0), ("swap", 101.5), ("start", 103.0)):
+            sid = jn.record_intent(store.db, inc, name, done - 0.2)
+            jn.record_result(store.db, sid, "ok", done)
+        jn.close_incident(store.db, inc, "recovered", 104.0)
+        v = view(cfg, Slurm(), store, with_target=False)
+    assert v.phase_seconds == {"requeue": [1.0], "swap": [1.5], "start": [3.0], "total": [4.0]}
+    text = metrics.render(snapshot(v))
+    assert 'slurm_ft_recovery_phase_seconds_bucket{phase="start",le="2"} 0' in text
+    assert 'slurm_ft_recovery_phase_seconds_bucket{phase="start",le="5"} 1' in text
+    assert "slurm_ft_incidents_total 1" in text and "slurm_ft_incidents_open 0" in text
