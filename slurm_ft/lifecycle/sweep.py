@@ -315,24 +315,17 @@ class Sweeper:
 
 
 def pool_target(cfg: Config, nodes: Sequence[Node], job_partitions: Sequence[str]) -> Tuple[int, str]:
-    """The configured target, or `spares plan` for the job partitions' size (Llama 3 failure rates)."""
+    """The configured target, or `spares plan` for the job partitions' size (the planning section's rates)."""
     if cfg.lifecycle.pool_target:
         return cfg.lifecycle.pool_target, "lifecycle.pool_target"
     workers = [n for n in nodes if set(job_partitions) & set(n.partitions)]
     gpn = next(iter(cfg.health.node_types.values())).gpus if cfg.health.node_types else 8
-    try:
-        from slurm_ft.planning.spares import plan_spares
-        pc = getattr(cfg, "planning", None)   # the same inputs as `slurm-ft spares plan` without flags
-        kw = {}
-        if pc is not None:
-            if pc.node_mtbf_hours is not None or pc.interruptions_per_day is not None:
-                kw.update(node_mtbf_hours=pc.node_mtbf_hours, interruptions_per_day=pc.interruptions_per_day,
-                          at_gpus=pc.at_gpus)
-            else:
-                kw.update(profile=pc.profile)
-            kw.update(replace_fraction=pc.replace_fraction, repair_hours=pc.repair_hours, target=pc.target)
-        plan = plan_spares(max(1, len(workers)) * gpn, gpn, **kw)
-    except (ImportError, Exception) as exc:   # the planner is optional here; say why the target is 0
+    try:   # the same inputs as `slurm-ft spares plan` without flags: the config's planning section
+        from slurm_ft.planning.spares import plan_from_settings, plan_spares
+        pc = getattr(cfg, "planning", None)
+        gpus = max(1, len(workers)) * gpn
+        plan = plan_from_settings(gpus, gpn, pc) if pc is not None else plan_spares(gpus, gpn)
+    except Exception as exc:   # a bad planning section must not stop the sweep: say why the target is 0
         log.warning("no spare plan: %s", exc)
         return 0, f"no plan ({exc})"
     return plan.spare_nodes, (f"spares plan for {len(workers)} nodes: {plan.rate_source}, "
