@@ -316,13 +316,8 @@ class Controller:
         return "ok", step.reason
 
     def _set_partition(self, name: str, nodes: List[str]) -> None:
-        if nodes:
-            self.client.set_partition_nodes(name, nodes)
-            return
-        # The last spare taken (or the last node quarantined): Slurm accepts `Nodes=` (an empty
-        # partition) but SlurmClient.set_partition_nodes refuses an empty list, so go one level down.
-        self.client.partition(name)
-        self.client._run(["scontrol", "update", f"PartitionName={name}", "Nodes="])
+        # may be empty: the last spare taken (or the last node quarantined) leaves `Nodes=`
+        self.client.set_partition_nodes(name, nodes)
 
     def _admin_comment(self, job_id: int, text: str) -> None:
         """Tell the job's owner why it waits (scontrol show job: AdminComment); best effort."""

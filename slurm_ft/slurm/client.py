@@ -229,8 +229,11 @@ class SlurmClient:
         self._run(["scontrol", "update", f"NodeName={name}", *_fields(fields)])
 
     def set_partition_nodes(self, partition: str, nodes: NodeSpec) -> None:
-        """Replace the partition's node list (the spare swap); every node must exist."""
-        names = _node_list(nodes)
+        """Replace the partition's node list (the spare swap); every node must exist.
+
+        An empty list (or "") empties the partition (`Nodes=`, which Slurm accepts): the swap
+        needs it when the last spare is taken."""
+        names = [] if nodes == "" or (not isinstance(nodes, str) and not list(nodes)) else _node_list(nodes)
         self.partition(partition)
         if names:
             self.nodes(names)

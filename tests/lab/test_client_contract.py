@@ -115,6 +115,10 @@ def test_set_partition_nodes_swaps_a_spare_in(client, lab):
     with pytest.raises(UsageError, match="unknown node"):
         client.set_partition_nodes("train", ["gpu001", "gpu999"])
     assert set(client.partition("train").nodes) == set(train)    # the bad call changed nothing
+    client.set_partition_nodes("spares", [])                      # the last spare taken: `Nodes=`
+    assert client.partition("spares").nodes == ()
+    assert client.node(lab.spare_nodes[1]).partitions == ()
+    client.set_partition_nodes("spares", lab.spare_nodes)
 
 
 # --- jobs -----------------------------------------------------------------------------------------
