@@ -180,9 +180,9 @@ def _slurm_requeued(job: Job) -> bool:
         return True
     if job.restart_count == 0:
         return False
-    # squeue --json (22.05) reports a launch-failed requeue as state_reason JobHeldUser (the words are in
-    # state_description); scontrol prints launch_failed_requeued_held. A root/admin hold is JobHeldAdmin.
-    return reason_in(job.reason, SLURM_REQUEUED_REASONS) or (job.held and job.reason == "JobHeldUser")
+    # The client gives Slurm's own words (squeue's state_description, scontrol's Reason): a hold by a
+    # user or admin (JobHeldUser/JobHeldAdmin, "job requeued in held state") is not Slurm's requeue.
+    return reason_in(job.reason, SLURM_REQUEUED_REASONS)
 
 
 def _job_partition(job: Job, snap: Snapshot, policy: Policy) -> Optional[str]:

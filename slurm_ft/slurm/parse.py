@@ -247,7 +247,9 @@ def parse_jobs_kv(text: str) -> List[Job]:
 
 
 def job_from_json(j: dict) -> Job:
-    reason = j.get("state_reason") or ""
+    # squeue prints state_description where Slurm set one: state_reason alone says JobHeldUser for
+    # both a launch-failed requeue ("launch failed requeued held") and a requeuehold.
+    reason = (j.get("state_description") or "").strip() or j.get("state_reason") or ""
     if reason == "None":
         reason = ""
     priority = int(j.get("priority") or 0)

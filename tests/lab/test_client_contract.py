@@ -176,7 +176,7 @@ def test_requeue_hold_and_release(client, lab, tmp_path):
     client.requeue(jid, hold=True)
     held = client.wait_for(lambda: (lambda j: j if j.state == "PENDING" and j.held else None)(client.job(jid)),
                            15, "job held")
-    assert held.priority == 0
+    assert held.priority == 0 and held.reason.replace("_", " ") == "job requeued in held state"   # not a launch failure
     with pytest.raises(UsageError, match="held"):
         client.start_now(jid, timeout=2)
     client.update_job(jid, ExcNodeList=[bad])                 # the spare swap's exclusion

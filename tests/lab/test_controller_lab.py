@@ -153,6 +153,8 @@ def test_prolog_failure_launch_failed_held_job_is_released_onto_a_spare(lab, cfg
     jid = submit_ft(lab, tmp_path, 2)
     wait_job(lab, jid, state="PENDING", restart_count=1, timeout=60)
     assert lab.client.node(bad).drained
+    held = lab.client.job(jid)      # Slurm's words (state_description), not just JobHeldUser
+    assert held.held and held.reason.replace("_", " ") == "launch failed requeued held", held.reason
     once(lab, cfg)
     job = wait_job(lab, jid)
     [inc] = incidents(lab, cfg)

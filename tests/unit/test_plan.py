@@ -119,6 +119,15 @@ def test_launch_failed_held_job_opens_incident_on_prolog_drained_node():
     assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
 
 
+def test_a_hold_by_a_user_or_requeuehold_is_not_slurms_requeue():
+    """Only Slurm's own words ("launch failed requeued held") mean Slurm requeued it after a fault."""
+    nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "Prolog error"),
+             node("gpu003", "IDLE"), node("gpu004", "IDLE")]
+    for reason in ("JobHeldUser", "JobHeldAdmin", "job requeued in held state"):
+        j = job("PENDING", nodes=(), restart=1, reason=reason, held=True)
+        assert plan(cluster(nodes, jobs=[j]), [], P, NOW) == [], reason
+
+
 # --- carrying an incident on ----------------------------------------------------------------------
 
 def test_quarantine_and_swap_come_first_then_the_requeue():
