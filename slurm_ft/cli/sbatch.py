@@ -19,21 +19,24 @@ def _directives(script: str) -> list:
     return sub.script_directives(text)
 
 
-def _client():
+def _client(ctx: click.Context):
+    """The client the config asks for (the lab's slurm.conf when it names one)."""
+    from slurm_ft.config import load_config
     from slurm_ft.slurm.client import SlurmClient
-    return SlurmClient()
+    return SlurmClient.from_config(load_config((ctx.obj or {}).get("config_path")))
 
 
 @click.command("sbatch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
                                           "help_option_names": ["--help"]})
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
-def sbatch(argv) -> None:
+@click.pass_context
+def sbatch(ctx: click.Context, argv) -> None:
     """Submit SCRIPT as a fault-tolerant job.
 
     \b
     slurm-ft sbatch [--ckpt-dir DIR] [--min-nodes M] [--max-restarts K] [SBATCH-OPTIONS...] SCRIPT [ARGS...]
 
-    The job is submitted with --requeue and a slurm-ft tag in its comment, so the controller may requeue it
+    The job is submitted with --requeue (--requeue=expedite on Slurm >= 25.11) and a slurm-ft tag in its comment, so the controller may requeue it
     on a spare node. Every `{ckpt}` in SCRIPT or ARGS becomes, at every (re)start, the newest complete
     checkpoint in DIR (empty on the first start); SLURM_FT_CKPT holds the same. SCRIPT and ARGS are passed
     as an argv array, never through a shell. #SBATCH lines at the top of SCRIPT are honoured as by sbatch.
@@ -54,7 +57,9 @@ def sbatch(argv) -> None:
         with os.fdopen(fd, "w") as fh:
             fh.write(sub.starter_script(directives))
         os.chmod(path, 0o700)
-        job_id = _client().submit(sub.sbatch_argv(req, path))
+        client = _client(ctx)
+        requeue = sub.requeue_option(client.version())      # `scontrol --version`, asked once
+        job_id = client.submit(sub.sbatch_argv(req, path, requeue))
     finally:
         os.unlink(path)
     click.echo(str(job_id) if req.parsable else f"Submitted batch job {job_id}")

@@ -115,7 +115,7 @@ def status_cmd(ctx: click.Context, partition: Optional[str], check: bool, as_jso
 
     cfg = _load_planning(ctx)
     part = partition or cfg.controller.spare_partition
-    client = SlurmClient()
+    client = SlurmClient.from_config(cfg)
     st = pool_status(client.nodes(), client.partitions(), part, cfg.controller.job_partitions, gpus_per_node)
     if st.cluster_nodes == 0:
         raise UsageError(f"no nodes outside partition {part!r} to protect")

@@ -170,7 +170,7 @@ class Scenario:
 
         def loop():
             from slurm_ft.slurm.client import SlurmClient
-            ctl = Controller(SlurmClient(conf=str(self.lab.conf)), jn.connect(jn.path_in(config.state_dir)), config,
+            ctl = Controller(SlurmClient.from_config(config), jn.connect(jn.path_in(config.state_dir)), config,
                              on_step=on_step)
             while not self._stop.is_set():
                 try:

@@ -8,7 +8,7 @@ import pytest
 
 from slurm_ft.errors import UsageError
 from slurm_ft.recovery import ckpt, jobstart
-from slurm_ft.recovery.submit import parse, sbatch_argv, script_directives, starter_script
+from slurm_ft.recovery.submit import parse, requeue_option, sbatch_argv, script_directives, starter_script
 from slurm_ft.recovery.tag import FtSpec, decode
 
 NOFILE = lambda p: False  # noqa: E731  (no script files exist: SCRIPT is a command name)
@@ -57,6 +57,25 @@ def test_argv_built_for_sbatch_carries_tag_requeue_and_user_argv_verbatim():
     assert decode(tag) == FtSpec(ckpt_dir="/c d")
     i = argv.index("/tmp/start.py")
     assert argv[i + 1:] == ["--ckpt-dir", "/c d", "--", "/w/job.sh", *evil]
+
+
+@pytest.mark.parametrize("version,option", [
+    ((22, 5, 8), "--requeue"), ((25, 5, 0), "--requeue"),
+    ((25, 11, 0), "--requeue=expedite"), ((26, 5, 1), "--requeue=expedite"),
+])
+def test_requeue_option_by_slurm_version(version, option):
+    """Expedited requeue (Slurm requeues on node failure, eligible at once) exists from 25.11 only."""
+    r = parse(["--requeue=expedite", "-N", "2", "x"], file_exists=NOFILE)    # the user's own is replaced
+    argv = sbatch_argv(r, "/st", requeue_option(version))
+    assert [a for a in argv if a.startswith("--requeue")] == [option]
+    assert argv.index(option) < argv.index("/st")       # an sbatch option, not the job's argument
+
+
+def test_requeue_option_for_the_captured_slurm_version():
+    from pathlib import Path
+    from slurm_ft.slurm.parse import parse_version
+    text = (Path(__file__).parent.parent / "data" / "slurm" / "scontrol_version.txt").read_text()
+    assert requeue_option(parse_version(text)) == "--requeue"        # this machine's 22.05
 
 
 def test_job_name_not_added_when_given():
@@ -140,7 +159,8 @@ def test_starter_execs_with_resolved_argv(tmp_path):
     assert start["restart"] == 2 and start["step"] == 3 and start["skipped"] == []
 
 
-def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("version,requeue", [((22, 5, 8), "--requeue"), ((25, 11, 0), "--requeue=expedite")])
+def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, monkeypatch, version, requeue):
     """The command end to end minus Slurm: what reaches SlurmClient.submit, and the starter's text."""
     from click.testing import CliRunner
 
@@ -152,6 +172,10 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
     seen = {}
 
     class Client:
+        def version(self):
+            seen["versions"] = seen.get("versions", 0) + 1
+            return version
+
         def submit(self, argv):
             starter = [a for a in argv if "slurm-ft-start-" in a][0]
             seen["argv"] = list(argv)
@@ -160,7 +184,7 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
             seen["mode"] = os.stat(starter).st_mode & 0o777
             return 4242
 
-    monkeypatch.setattr(sbatch_cli, "_client", lambda: Client())
+    monkeypatch.setattr(sbatch_cli, "_client", lambda ctx: Client())
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(cli, ["sbatch", "--ckpt-dir", "ck", "-p", "train", "train.sh", "--resume", "{ckpt}"])
     assert r.exit_code == 0, r.output
@@ -170,7 +194,8 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
     assert seen["text"].splitlines()[1:3] == ["#SBATCH -N 2", "#SBATCH --gres=gpu:8"]
     i = seen["argv"].index(seen["starter"])
     assert seen["argv"][i + 1:] == ["--ckpt-dir", str(tmp_path / "ck"), "--", str(script), "--resume", "{ckpt}"]
-    assert "--requeue" in seen["argv"][:i] and "--job-name=train.sh" in seen["argv"][:i]
+    assert requeue in seen["argv"][:i] and "--job-name=train.sh" in seen["argv"][:i]
+    assert [a for a in seen["argv"] if a.startswith("--requeue")] == [requeue] and seen["versions"] == 1
     r = CliRunner().invoke(cli, ["sbatch", "--parsable", "train.sh"])
     assert r.stdout == "4242\n"
 
