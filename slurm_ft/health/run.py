@@ -208,9 +208,8 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
                 resumed = False
             if resumed:
                 since = float((before if not record else _reload(path, node)).get("drained_seen") or now)
-                report = _acknowledge_xids(report, config, path, node, since, now, record)
-                active = [f for f in active if f.check != "xid"] + \
-                    [f for f in report.findings if f.check == "xid" and f.severity is Severity.FAIL]
+                report = _acknowledge(report, config, path, node, since, now, record)
+                active = [f for f in report.findings if f.severity is Severity.FAIL]
         if report.healthy and not active and believed is False:
             # nothing wrong and no drain of ours outstanding: spare slurmctld an RPC per node per interval
             report.drain = {"action": "none", "message": f"{node} healthy (no slurm-ft drain outstanding)",
@@ -243,11 +242,13 @@ def _reload(path, node: str) -> dict:
         return {}
 
 
-def _acknowledge_xids(report: Report, config: Config, path, node: str, since: float, now: float,
-                      record: bool) -> Report:
-    """The node was resumed behind our back (an admin, the lifecycle sweep) after slurm-ft drained it.
-    Xids logged before slurm-ft last saw its drain on the node (`since`) were dealt with: judge the same
-    sample again without them and remember the time. An Xid logged later is new and counts."""
+def _acknowledge(report: Report, config: Config, path, node: str, since: float, now: float,
+                 record: bool) -> Report:
+    """The node was resumed behind our back (an admin, the lifecycle sweep) after slurm-ft drained it:
+    what made us drain it was dealt with. Xids logged before slurm-ft last saw its drain on the node
+    (`since`) no longer count (the sample is judged again without them), and findings left active by
+    other levels are dropped: the level that can see them re-checks at its next run. An Xid logged
+    later is new and counts."""
     from slurm_ft.health import state as st
     log.info("%s was resumed since slurm-ft drained it: Xids logged before %s are acknowledged", node, since)
     hc = config.health
@@ -267,7 +268,8 @@ def _acknowledge_xids(report: Report, config: Config, path, node: str, since: fl
         try:
             with st.locked(path, node) as state:
                 state["xid_ack"] = since
-                state["active"] = [d for d in state.get("active", []) if d.get("check") != "xid"]
+                state["active"] = [st.finding_to_dict(f, report.level, now) for f in report.findings
+                                   if f.severity is Severity.FAIL]
                 state["slurm_ft_drained"] = False
         except PermissionError as exc:
             log.warning("state file %s not written: %s", path, exc)

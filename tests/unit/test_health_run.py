@@ -550,3 +550,18 @@ def test_a_new_xid_right_after_a_resume_drains_at_once(tmp_path):
         fh.write(_kmsg_line(now - 20, 79, "0000:1c:00"))
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 10)
     assert rep.drain["action"] == "drained" and c.n.reason.startswith("slurm-ft: XID79 gpu4"), rep.findings
+
+
+def test_a_resume_by_somebody_else_drops_findings_only_another_level_could_clear(tmp_path):
+    cfg = config(tmp_path)
+    c = StubClient(Node("gpu001", "IDLE"))
+    left = gpus({1: {"processes": (4242,)}})
+    run.check_node("epilog", "gpu001", replace(cfg, health=replace(cfg.health, process_grace_s=0.0)),
+                   reader=reader_for(left), job_id="5")
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
+    assert rep.drain["action"] == "drained" and "GPU_PROC_LEFT" in c.n.reason   # quick cannot clear it
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
+    assert rep.drain["action"] == "kept"
+    c.n = replace(c.n, flags=frozenset(), reason="")           # an admin killed it and resumed the node
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
+    assert not c.n.drained and st.active(st.load(tmp_path / "state" / "gpu001.json")) == []
