@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from slurm_ft.errors import CommandError, EnvironmentProblem, UsageError
 from slurm_ft.fsutil import atomic_write
@@ -455,7 +455,8 @@ health:
         return out
 
     def wait_idle(self, timeout: float = 60.0, busy_ok: bool = False) -> None:
-        """Wait until every node is idle (with busy_ok: until every node's slurmd answers)."""
+        """Wait until every node in a partition is idle (with busy_ok: until its slurmd answers).
+        A node in no partition (quarantined by the controller) is not waited for."""
         deadline = time.monotonic() + timeout
         want = set(self.spec.node_names)
         states: Dict[str, str] = {}
@@ -464,14 +465,10 @@ health:
                 states = self.node_states()
             except CommandError:
                 states = {}
-            if busy_ok:
-                ready = {n for n, s in states.items() if not s.endswith("*") and not s.startswith("unk")}
-            else:
-                ready = {n for n, s in states.items() if s == "idle"}
-            if want <= ready:
+            busy = nodes_not_ready(want, states, busy_ok)
+            if not busy:
                 return
             if time.monotonic() > deadline:
-                busy = sorted(want - ready)
                 sample = ", ".join(f"{n}={states.get(n, '?')}" for n in busy[:5])
                 raise EnvironmentProblem(
                     f"lab in {self.dir}: {len(busy)} node(s) not {'up' if busy_ok else 'idle'} after "
@@ -532,6 +529,21 @@ health:
             except CommandError as exc:
                 out["sinfo_error"] = str(exc)
         return out
+
+
+def nodes_not_ready(want: Iterable[str], states: Dict[str, str], busy_ok: bool = False) -> List[str]:
+    """The nodes of `want` still to wait for, given `sinfo -N` states (node -> state). sinfo lists
+    every node of every partition as soon as slurmctld answers, so a node it leaves out is in no
+    partition (quarantined) and nobody can use it: not waited for. No answer yet -> all of them."""
+    if not states:
+        return sorted(want)
+
+    def ready(state: str) -> bool:
+        if busy_ok:
+            return not state.endswith("*") and not state.startswith("unk")
+        return state == "idle"
+
+    return sorted(n for n in want if n in states and not ready(states[n]))
 
 
 def _fake_gpu_init():

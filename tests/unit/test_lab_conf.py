@@ -104,3 +104,16 @@ def test_lab_config_yaml_loads(lab, tmp_path):
     assert cfg.health.kmsg_path == f"{lab.dir}/nodes/{{node}}/kmsg"
     assert cfg.health.state_file == f"{lab.dir}/nodes/{{node}}/state.json"
     assert cfg.slurm.conf == str(lab.conf)
+
+
+def test_wait_idle_skips_nodes_in_no_partition():
+    """A node the controller quarantined (out of every partition) is not listed by `sinfo -N`: `lab up`
+    must not wait for it (it used to hang there)."""
+    want = ["gpu001", "gpu002", "gpu003"]
+    states = {"gpu001": "idle", "gpu002": "idle"}                        # gpu003: in no partition
+    assert cluster.nodes_not_ready(want, states) == []
+    assert cluster.nodes_not_ready(want, {**states, "gpu002": "idle*"}) == ["gpu002"]
+    assert cluster.nodes_not_ready(want, {}) == want                     # slurmctld not answering yet
+    busy = {"gpu001": "allocated", "gpu002": "drained", "gpu003": "unknown*"}
+    assert cluster.nodes_not_ready(want, busy, busy_ok=True) == ["gpu003"]
+    assert cluster.nodes_not_ready(want, busy) == want
