@@ -58,10 +58,6 @@ class ModelSlurm:
         self.calls.append(("partition", name, tuple(nodes)))
         self.p[name] = list(nodes)
 
-    def _run(self, argv):       # the controller empties a partition one level down (see _set_partition)
-        assert argv[:2] == ["scontrol", "update"] and argv[3] == "Nodes="
-        self.set_partition_nodes(argv[2].split("=", 1)[1], [])
-
     def drain(self, nodes, reason):
         for x in nodes:
             self.n[x] = replace(self.n[x], flags=self.n[x].flags | {"DRAIN"}, reason=reason)
@@ -302,3 +298,38 @@ def test_a_job_that_vanishes_mid_recovery_is_abandoned_not_a_crash(tmp_path):
     assert inc.status == "abandoned" and inc.step("requeue").outcome == "failed"
     assert "gpu005" in s.p["spares"] or "gpu005" in s.p["train"]       # the spare is in one partition
     s.requeue = real_requeue
+
+
+def test_waiting_on_a_job_rereads_only_the_queue_until_it_changes(tmp_path):
+    """While Slurm runs the epilogs (seconds), the controller polls one squeue, not the full snapshot:
+    the restart's hooks and ranks share the CPUs with it. A change of the job ends the wait at once."""
+    from slurm_ft.model import Step
+    from slurm_ft.recovery import controller as ctl_mod
+    from slurm_ft.recovery.snapshot import Snapshot
+
+    class Queue:
+        def __init__(self, job, change_after):
+            self.job, self.change_after, self.reads = job, change_after, 0
+
+        def jobs(self, job_ids=None):
+            self.reads += 1
+            if self.reads >= self.change_after:
+                return [replace(self.job, state="PENDING", reason="BeginTime")]
+            return [self.job]
+
+        def nodes(self, names=None):
+            raise AssertionError("a wait on a job must not read the nodes")
+
+    job = Job(7, "t", "COMPLETING", nodes=("gpu001",), num_nodes=1)
+    snap = Snapshot.of([], [job], [])
+    waits = [Step("poll", 7, incident_id=1, reason="job is COMPLETING")]
+    cfg = Config(state_dir=str(tmp_path / "state"), controller=ControllerConfig(poll_s=0.1))
+    slept = []
+    q = Queue(job, change_after=3)
+    c = Controller(q, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=slept.append)
+    c._await_job_change(snap, waits)
+    assert q.reads == 3 and slept == [0.1] * 3                   # back to a full read at the change
+    q = Queue(job, change_after=10 ** 6)
+    c.client, slept[:] = q, []
+    c._await_job_change(snap, waits)
+    assert q.reads == len(slept) == int(ctl_mod.FULL_READ_S / 0.1)   # nothing changed: a full read anyway
