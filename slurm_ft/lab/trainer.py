@@ -16,7 +16,9 @@ One rank per task (SLURM_PROCID of SLURM_NTASKS). Like data-parallel training wi
 * rank 0 prints ``step=S t=... restart=R nodes=N`` per step and appends JSON lines to
   DIR/trainer-log.jsonl (events start, step, ckpt, fault, timeout, done) for benchmarks.
 
-Kept cheap (stdlib + pynvml + ckpt.py): 64 ranks share two CPU cores in the lab.
+Kept cheap: 64 ranks start at once on two CPU cores in the lab, so a rank imports the standard library
+and pynvml only (no typing, no slurm_ft module: ckpt.py is imported where a checkpoint is written);
+`python -X importtime -m slurm_ft.lab.trainer --help` shows what it costs.
 """
 from __future__ import annotations
 
@@ -29,10 +31,6 @@ import signal
 import socket
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
-
-from slurm_ft.recovery import ckpt
-
 LOG_NAME = "trainer-log.jsonl"
 RDV_DIR = ".rendezvous"
 PORT_BASE, PORT_SPAN = 30000, 20000
@@ -42,6 +40,13 @@ PORT_BASE, PORT_SPAN = 30000, 20000
 FATAL_XIDS = frozenset({46, 48, 62, 64, 74, 79, 94, 95, 119, 120, 140})
 EXIT_CUDA = 1          # a CUDA error surfaces as a Python exception: exit status 1
 EXIT_TIMEOUT = 3       # a collective timed out (NCCL watchdog abort)
+CKPT_MARKER = "COMPLETE"   # = slurm_ft.recovery.ckpt.MARKER (a test holds them equal): read at every resume
+
+
+def _ckpt():
+    """slurm_ft.recovery.ckpt, imported when first needed (writing a checkpoint), not at every rank's start."""
+    from slurm_ft.recovery import ckpt
+    return ckpt
 
 
 class CollectiveTimeout(Exception):
@@ -65,7 +70,7 @@ class EventLog:
             os.close(fd)
 
 
-def read_log(ckpt_dir: str) -> List[dict]:
+def read_log(ckpt_dir: str) -> list[dict]:
     """The trainer's events (for tests and benchmarks); a torn last line is ignored."""
     out = []
     try:
@@ -80,14 +85,14 @@ def read_log(ckpt_dir: str) -> List[dict]:
     return out
 
 
-def runs(events: Sequence[dict]) -> List[dict]:
+def runs(events: list[dict]) -> list[dict]:
     """One summary per start of the job (restart count), in order, from the event log.
 
     Each: restart, start_t, resumed_from_step (None = from scratch), first_step, first_step_t,
     last_step, last_step_t, last_ckpt, faults (the fault events), end ('done', 'timeout' or None), and
     steps_lost: the steps of the previous run redone by this one (previous last_step - resumed step).
     """
-    by: Dict[int, dict] = {}
+    by: dict[int, dict] = {}
     for e in events:
         r = by.setdefault(int(e.get("restart", 0)), {
             "restart": int(e.get("restart", 0)), "start_t": None, "resumed_from_step": None, "first_step": None,
@@ -119,21 +124,21 @@ def runs(events: Sequence[dict]) -> List[dict]:
 class GpuWatch:
     """Watches this node's GPUs for the faults that would kill a CUDA job: a lost GPU or a fatal Xid."""
 
-    def __init__(self, indices: Optional[List[int]], fatal_xids=FATAL_XIDS):
+    def __init__(self, indices: list[int] | None, fatal_xids=FATAL_XIDS):
         import pynvml
         self.nv = pynvml
         self.fatal = fatal_xids
         _nvml_init(pynvml)
         count = pynvml.nvmlDeviceGetCount()
         self.indices = [i for i in (indices if indices is not None else range(count)) if i < count]
-        self.lost_at_start: Optional[str] = None
+        self.lost_at_start: str | None = None
         self.events = None
         try:
             evset = pynvml.nvmlEventSetCreate()
         except pynvml.NVMLError as exc:      # no event support: liveness checks only
             print(f"trainer: NVML Xid events unavailable ({exc}); checking GPU liveness only", file=sys.stderr)
             return
-        self.by_handle: Dict[int, int] = {}  # handle address -> index (a lost GPU cannot tell its index)
+        self.by_handle: dict[int, int] = {}  # handle address -> index (a lost GPU cannot tell its index)
         for i in self.indices:
             try:                             # Xids logged from now on (a rank's own history)
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
@@ -146,7 +151,7 @@ class GpuWatch:
                     raise
         self.events = evset
 
-    def check(self) -> Optional[str]:
+    def check(self) -> str | None:
         """A description of the first fatal fault seen since the last call, or None."""
         nv = self.nv
         if self.lost_at_start:
@@ -197,7 +202,7 @@ def _nvml_init(nv) -> None:
         nv.nvmlInit()
 
 
-def visible_gpus() -> Optional[List[int]]:
+def visible_gpus() -> list[int] | None:
     raw = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("SLURM_JOB_GPUS") or ""
     try:
         return [int(x) for x in raw.split(",")] if raw else None
@@ -228,11 +233,11 @@ class Rank0:
         with open(ckpt_tmp, "w") as fh:
             json.dump({"host": host, "port": self.port, "pid": os.getpid(), "t": time.time()}, fh)
         os.replace(ckpt_tmp, rdv_file)
-        self.peers: Dict[int, socket.socket] = {}
-        self.bufs: Dict[int, bytes] = {}
+        self.peers: dict[int, socket.socket] = {}
+        self.bufs: dict[int, bytes] = {}
 
     def accept_all(self, deadline: float) -> None:
-        pending: Dict[socket.socket, bytes] = {}
+        pending: dict[socket.socket, bytes] = {}
         while len(self.peers) < self.world - 1:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -366,9 +371,9 @@ def expected_value(step: int, rank: int) -> int:
     return step * (rank + 1)
 
 
-def load_resume(path: str, rank: int) -> Tuple[int, int, bool]:
+def load_resume(path: str, rank: int) -> tuple[int, int, bool]:
     """(step, value, state_ok) from a checkpoint directory written by this trainer."""
-    with open(os.path.join(path, ckpt.MARKER)) as fh:
+    with open(os.path.join(path, CKPT_MARKER)) as fh:
         manifest = json.load(fh)
     step = int(manifest["step"])
     old_world = int(manifest.get("meta", {}).get("world", 1)) or 1
@@ -389,8 +394,9 @@ def shard_bytes(step: int, rank: int, world: int, value: int, pad: int) -> bytes
 
 def _clean_stale(ckpt_dir: str, keep_run: str) -> None:
     """Staging directories and rendezvous files of earlier runs (dead by now: Slurm started this one)."""
+    staging = _ckpt().STAGING
     for name in os.listdir(ckpt_dir):
-        if ckpt.STAGING.match(name) and not name.endswith(keep_run):
+        if staging.match(name) and not name.endswith(keep_run):
             shutil.rmtree(os.path.join(ckpt_dir, name), ignore_errors=True)
     rdv = os.path.join(ckpt_dir, RDV_DIR)
     for name in os.listdir(rdv):
@@ -403,7 +409,7 @@ def _clean_stale(ckpt_dir: str, keep_run: str) -> None:
 
 # --- main ---------------------------------------------------------------------------------------
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+def parse_args(argv: list[str] | tuple[str, ...]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m slurm_ft.lab.trainer", description=__doc__.split("\n\n")[0])
     p.add_argument("--ckpt-dir", required=True, help="checkpoints, the event log and the rendezvous file")
     p.add_argument("--resume", default="", help="checkpoint to resume from ('' = from scratch); pass {ckpt}")
@@ -440,7 +446,7 @@ def _fault(args, log: EventLog, rank: int, node: str, what: str, step: int) -> N
     os._exit(EXIT_CUDA)
 
 
-def main(argv: Sequence[str] = ()) -> int:
+def main(argv: list[str] | tuple[str, ...] = ()) -> int:
     args = parse_args(argv)
     env = os.environ
     rank = int(env.get("SLURM_PROCID", "0"))
@@ -505,10 +511,11 @@ def main(argv: Sequence[str] = ()) -> int:
                 print(f"step={step} t={now:.3f} restart={restart} nodes={world}", flush=True)
                 log.write("step", step=step, nodes=world)
             if args.ckpt_every and step % args.ckpt_every == 0:
-                ckpt.write_shard(args.ckpt_dir, step, run_id, shard_name(rank),
-                                 shard_bytes(step, rank, world, value, args.shard_bytes))
+                _ckpt().write_shard(args.ckpt_dir, step, run_id, shard_name(rank),
+                                   shard_bytes(step, rank, world, value, args.shard_bytes))
                 comm.barrier(f"c {step}", args.collective_timeout, wait_on_loss)
                 if rank == 0:
+                    ckpt = _ckpt()
                     path = ckpt.commit(args.ckpt_dir, step, run_id, expect=[shard_name(r) for r in range(world)],
                                        meta={"world": world, "job": job, "restart": restart})
                     ckpt.prune(args.ckpt_dir, args.keep)

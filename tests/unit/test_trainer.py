@@ -138,3 +138,21 @@ def test_bad_options_exit_2():
     p = subprocess.run([sys.executable, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", "/tmp/x", "--keep", "0"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--keep" in p.stderr
+
+
+def test_a_rank_starts_on_the_standard_library_and_pynvml_only():
+    """64 ranks start at once on the lab's two cores: the trainer's import pulls in no other slurm_ft
+    module (ckpt.py comes in when a checkpoint is written), and its resume marker is ckpt's."""
+    import subprocess
+    import sys
+
+    from slurm_ft.lab import trainer
+    from slurm_ft.recovery import ckpt
+    assert trainer.CKPT_MARKER == ckpt.MARKER
+    from pathlib import Path
+    repo = str(Path(trainer.__file__).resolve().parents[2])
+    code = (f"import sys; sys.path.insert(0, {repo!r}); import slurm_ft.lab.trainer; "
+            "print(sorted(m for m in sys.modules if m.startswith('slurm_ft') or m in ('typing', 'dataclasses')))")
+    # -S: what site.py imports on this machine (its .pth files) is not the trainer's doing
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['slurm_ft', 'slurm_ft.lab', 'slurm_ft.lab.trainer']"
