@@ -184,13 +184,22 @@ class Scenario:
         self._ctl_thread.start()
 
     def submit(self, nodes: int) -> int:
+        # Each rank runs `python -S` with the two directories it needs on PYTHONPATH (this checkout, and
+        # pynvml's): site.py's .pth processing (the editable-install finder and whatever else is
+        # installed) costs every one of the 64 ranks CPU that the restart's prologs need.
+        import importlib.util
+        nvml = importlib.util.find_spec("pynvml")
+        path = [str(Path(__file__).resolve().parents[2])]
+        if nvml is not None and nvml.origin:
+            path.append(os.path.dirname(nvml.origin))
+        env = dict(self.env, PYTHONPATH=os.pathsep.join(path + [p for p in [self.env.get("PYTHONPATH")] if p]))
         argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(self.ckpt_dir),
                 "--max-restarts", "100", "-J", "slurm-ft-demo", "-N", str(nodes), "--ntasks-per-node=1",
                 "--gres=gpu:8", "--open-mode=append", "-o", str(self.work / "job.out"),
-                "srun", PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
+                "srun", PY, "-S", "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
                 "--steps", "1000000", "--step-time", str(self.step_time), "--ckpt-every", str(self.ckpt_every),
                 "--collective-timeout", str(self.collective_timeout)]
-        res = run(argv, timeout=120, env=self.env, cwd=str(self.work))
+        res = run(argv, timeout=120, env=env, cwd=str(self.work))
         self.job_id = int(res.stdout.strip().split(";")[0])
         return self.job_id
 
