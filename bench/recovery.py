@@ -2,6 +2,7 @@
 """Fault-to-first-resumed-step: slurm-ft against Slurm alone, on the lab at 64 nodes x 8 GPUs.
 
     python bench/recovery.py [--faults 5] [--dir /tmp/slurm-ft-bench-lab] [--port-base 18000] [--json]
+    python bench/recovery.py --compare BEFORE.json AFTER.json     # two --save outputs, medians side by side
 
 One run of the 512-GPU trainer job; `--faults` times in a row a fatal Xid 79 goes to one GPU of one of
 its nodes (a different node each time). Each time `slurm-ft watch` on that node drains it, the controller
@@ -92,7 +93,39 @@ def repair(sc: Scenario, node: str) -> None:
     sc.client.set_partition_nodes("spares", sorted(set(pool) | {node}))
 
 
+def compare(before: dict, after: dict, names=("before", "after")) -> str:
+    """Two saved runs side by side: p50 of each segment and of the total, with the load averages."""
+    a, b = before["slurm_ft"], after["slurm_ft"]
+    la = lambda r: f"{r['lab'].get('load_average_start', '?')} -> {r['lab'].get('load_average_1m', '?')}"
+    w = 52
+    lines = [f"{'p50 (s)':<{w}}{names[0]:>10}{names[1]:>10}{'change':>9}"]
+    for label in list(a["segments"]) + [k for k in b["segments"] if k not in a["segments"]]:
+        x, y = a["segments"].get(label, {}).get("p50_s"), b["segments"].get(label, {}).get("p50_s")
+        diff = f"{y - x:+9.2f}" if x is not None and y is not None else f"{'':>9}"
+        lines.append(f"{label:<{w}}{_f(x):>10}{_f(y):>10}{diff}")
+    for key, label in (("fault_to_first_step_p50_s", "fault -> first step after, p50"),
+                       ("fault_to_first_step_p95_s", "fault -> first step after, p95")):
+        x, y = a[key], b[key]
+        lines.append(f"{label:<{w}}{_f(x):>10}{_f(y):>10}{y - x:+9.2f}")
+    lines.append(f"{'faults':<{w}}{before['faults']:>10}{after['faults']:>10}")
+    lines.append(f"load average (1 min) at start -> end: {names[0]} {la(before)}; {names[1]} {la(after)}")
+    return "\n".join(lines)
+
+
+def _f(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--compare":
+        if len(argv) != 3:
+            print("usage: bench/recovery.py --compare BEFORE.json AFTER.json", file=sys.stderr)
+            return 2
+        runs = [json.loads(Path(p).read_text()) for p in argv[1:]]
+        print(compare(*runs, names=tuple(Path(p).stem for p in argv[1:])))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--faults", type=int, default=5)
     ap.add_argument("--dir", default="/tmp/slurm-ft-bench-lab")
@@ -120,6 +153,7 @@ def main(argv=None) -> int:
     if started:
         lab.up(timeout=180)             # a running lab is reset by the scenario instead (it may hold quarantined nodes)
     up_s = time.monotonic() - t_up
+    load_start = os.getloadavg()[0]
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     say(f"lab in {lab.dir}: {lab.spec.nodes} x {lab.spec.gpus_per_node} GPUs + {lab.spec.spares} spares "
         f"({'up in %.1f s' % up_s if started else 'already up'}); load average {os.getloadavg()[0]:.1f}")
@@ -166,7 +200,7 @@ def main(argv=None) -> int:
     out = {
         "lab": {"nodes": lab.spec.nodes, "gpus_per_node": lab.spec.gpus_per_node, "spares": lab.spec.spares,
                 "step_time_s": args.step_time, "ckpt_every": args.ckpt_every,
-                "load_average_1m": round(os.getloadavg()[0], 1)},
+                "load_average_start": round(load_start, 1), "load_average_1m": round(os.getloadavg()[0], 1)},
         "faults": len(results),
         "slurm_ft": {
             "fault_to_first_step_p50_s": round(pct(totals, 50), 3),

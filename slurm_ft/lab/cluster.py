@@ -298,6 +298,10 @@ MessageTimeout=10
 # Slurm 22.05 has no SchedulerParameters=nohold_on_prolog_fail (23.02+): a job whose prolog fails is
 # requeued HELD here, and slurm-ft releases it.
 SchedulerType=sched/backfill
+# batch_sched_delay (default 3 s): slurmctld's background loop runs a queued schedule() only when the
+# last pass is at least this old, so a StartTime=now less than 3 s after any pass (the requeue's, a
+# submit's) waited up to 3 s. 0 = the loop's next tick (about 1 s). See man slurm.conf (22.05).
+SchedulerParameters=batch_sched_delay=0
 PrologFlags=Alloc
 Prolog={d}/hooks/prolog
 Epilog={d}/hooks/epilog
