@@ -163,8 +163,12 @@ class Outcome:
 
 
 def apply(client, node_name: str, findings: Sequence[Finding], *, checks: Iterable[str],
-          active: Sequence[Finding] = (), config=None, now: float = 0.0, auto_resume: bool = True) -> Outcome:
-    """Bring the node's Slurm state in line with this run's findings (plus still-active ones)."""
+          active: Sequence[Finding] = (), config=None, now: float = 0.0, auto_resume: bool = True,
+          hold: str = "") -> Outcome:
+    """Bring the node's Slurm state in line with this run's findings (plus still-active ones).
+
+    `hold`: why this run must not resume a drain of ours even if healthy (its sample is older than
+    the drain); the node stays drained and the message says why."""
     node = client.node(node_name)
     bad = fails(list(findings)) + [f for f in active if f.severity is Severity.FAIL
                                   and (f.check, f.code, f.gpu) not in {(x.check, x.code, x.gpu) for x in findings}]
@@ -194,6 +198,9 @@ def apply(client, node_name: str, findings: Sequence[Finding], *, checks: Iterab
         checks = set(checks)
         if not auto_resume:
             return Outcome("kept", f"{node_name} healthy; auto_resume off, still drained: {node.reason}", node.reason)
+        if hold:
+            return Outcome("kept", f"{node_name} healthy in this run, but {hold}; still drained: {node.reason}",
+                           node.reason)
         if check is None or check not in checks:
             return Outcome("kept", f"{node_name} healthy at this level, but this level does not run the check "
                                    f"behind {node.reason!r}; still drained", node.reason)

@@ -8,6 +8,7 @@ drain. `healthy` means no `fail` finding, which is also the exit code: 0 healthy
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import threading
@@ -198,39 +199,58 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
     else:
         active = st.active(before)
     if drain and not report.hung:
-        from slurm_ft.health import drain as dr
-        from slurm_ft.errors import CommandError
-        believed = (before if not record else _reload(path, node)).get("slurm_ft_drained")
-        if believed and not report.hung and report.sample is not None:
-            try:
-                resumed = not client.node(node).drained
-            except CommandError:
-                resumed = False
-            if resumed:
-                since = float((before if not record else _reload(path, node)).get("drained_seen") or now)
-                report = _acknowledge(report, config, path, node, since, now, record)
-                active = [f for f in report.findings if f.severity is Severity.FAIL]
-        if report.healthy and not active and believed is False:
-            # nothing wrong and no drain of ours outstanding: spare slurmctld an RPC per node per interval
-            report.drain = {"action": "none", "message": f"{node} healthy (no slurm-ft drain outstanding)",
-                            "reason": ""}
-            return report
+        # one drain decision at a time per node (the HealthCheckProgram, `watch` and a manual check may
+        # overlap): what the state says about our drain and what Slurm shows must not change in between
+        with st.drain_lock(path) if record else contextlib.nullcontext():
+            return _drain_step(report, node, config, client, path, before, record, active, now)
+    return report
+
+
+def _drain_step(report: Report, node: str, config: Config, client, path, before: dict, record: bool,
+                active: List[Finding], now: float) -> Report:
+    """Drain or resume the node for this run's findings (called under the node's drain lock)."""
+    from slurm_ft.health import drain as dr
+    from slurm_ft.errors import CommandError
+
+    state = _reload(path, node) if record else before
+    believed = state.get("slurm_ft_drained")
+    # the last time a check saw slurm-ft's drain on the node; 0: not known (then no Xid is acknowledged)
+    seen = float(state.get("drained_seen") or 0.0)
+    if believed and report.sample is not None:
         try:
-            outcome = dr.apply(client, node, report.findings, checks=report.checks, active=active, config=config,
-                               now=now, auto_resume=config.health.auto_resume)
-            report.drain = outcome.to_dict()
-        except CommandError as exc:   # Slurm unreachable: the verdict stands, the drain is reported failed
-            report.drain = {"action": "error", "message": str(exc), "reason": dr.reason_text(report.findings)}
-            return report
-        ours_now = outcome.action in ("drained", "reason_updated", "kept") and dr.ours(outcome.reason)
-        if record and (ours_now or believed is not ours_now):
-            try:
-                with st.locked(path, node) as state:
-                    state["slurm_ft_drained"] = ours_now
-                    if ours_now:      # the last time slurm-ft saw its drain on the node (see _acknowledge_xids)
-                        state["drained_seen"] = now
-            except PermissionError as exc:
-                log.warning("state file %s not written: %s", path, exc)
+            resumed = not client.node(node).drained
+        except CommandError:
+            resumed = False
+        if resumed:
+            since = max(seen, float(state.get("xid_ack") or 0.0))
+            report = _acknowledge(report, config, path, node, since, now, record)
+            active = [f for f in report.findings if f.severity is Severity.FAIL]
+    if report.healthy and not active and believed is False:
+        # nothing wrong and no drain of ours outstanding: spare slurmctld an RPC per node per interval
+        report.drain = {"action": "none", "message": f"{node} healthy (no slurm-ft drain outstanding)",
+                        "reason": ""}
+        return report
+    # a check that started after this one saw our drain on the node: this run's healthy sample may
+    # predate the fault it found, so it must not resume that drain
+    hold = (f"a check started {seen - now:.1f} s after this one saw slurm-ft's drain"
+            if believed and seen > now else "")
+    try:
+        outcome = dr.apply(client, node, report.findings, checks=report.checks, active=active, config=config,
+                           now=now, auto_resume=config.health.auto_resume, hold=hold)
+        report.drain = outcome.to_dict()
+    except CommandError as exc:   # Slurm unreachable: the verdict stands, the drain is reported failed
+        report.drain = {"action": "error", "message": str(exc), "reason": dr.reason_text(report.findings)}
+        return report
+    ours_now = outcome.action in ("drained", "reason_updated", "kept") and dr.ours(outcome.reason)
+    if record and (ours_now or believed is not ours_now):
+        from slurm_ft.health import state as st
+        try:
+            with st.locked(path, node) as state:
+                state["slurm_ft_drained"] = ours_now
+                if ours_now:      # the last time slurm-ft saw its drain on the node (see _acknowledge)
+                    state["drained_seen"] = max(now, float(state.get("drained_seen") or 0.0))
+        except PermissionError as exc:
+            log.warning("state file %s not written: %s", path, exc)
     return report
 
 

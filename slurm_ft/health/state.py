@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +28,8 @@ from typing import Iterable, Iterator, List, Optional
 from slurm_ft.errors import ConfigError
 from slurm_ft.fsutil import atomic_write, refuse_unsafe
 from slurm_ft.model import Action, Finding, Severity
+
+log = logging.getLogger(__name__)
 
 VERSION = 1
 HISTORY_JOBS = 20          # app-class Xid history kept per GPU:code
@@ -77,6 +80,31 @@ def locked(path: Path, node: str = "") -> Iterator[dict]:
         yield state
         if json.dumps(state, sort_keys=True) != before:   # a healthy node's routine run writes nothing
             save(path, state)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def drain_lock(path: Path) -> Iterator[bool]:
+    """Serialise the drain decisions of overlapping checks on one node (yields whether it is held).
+
+    A check decides from its own sample and the state file, then drains or resumes through Slurm and
+    notes it here; two checks interleaving those steps undo each other (a run whose sample predates a
+    fault resumed the drain a newer run had just made, which then looked like an admin's resume).
+    A separate lock file: the prolog's quick state update never waits for a Slurm call. Without a
+    writable state directory the check goes on unlocked (a warning), as its state writes do.
+    """
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        refuse_unsafe(path.parent, "state directory")
+        fd = os.open(str(path) + ".drain.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        log.warning("drain lock next to %s not taken: %s", path, exc)
+        yield False
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield True
     finally:
         os.close(fd)
 

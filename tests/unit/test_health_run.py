@@ -565,3 +565,78 @@ def test_a_resume_by_somebody_else_drops_findings_only_another_level_could_clear
     c.n = replace(c.n, flags=frozenset(), reason="")           # an admin killed it and resumed the node
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
     assert not c.n.drained and st.active(st.load(tmp_path / "state" / "gpu001.json")) == []
+
+
+def test_overlapping_checks_neither_undo_a_drain_nor_hide_its_xid(tmp_path):
+    """Two --drain checks on one node at once (its HealthCheckProgram and a manual check): the older
+    one sampled the node before an XID79, the newer one after. The older run must not resume the drain
+    the newer one makes, or the next check takes that resume for an admin's, acknowledges the Xid and
+    reports the faulty node healthy (seen in the lab with 8 checks at once, every node at XID79)."""
+    cfg = config(tmp_path)
+    now = time.time()
+    kmsg = tmp_path / "gpu001.kmsg"
+    kmsg.write_text("")
+    asking, drained, old_done = threading.Event(), threading.Event(), threading.Event()
+
+    class RacingSlurm(StubClient):
+        def node(self, name):
+            if threading.current_thread().name == "old-check":
+                asking.set()
+                drained.wait(1.0)        # the old run reads the node just after the new run drained it
+            return self.n
+
+        def drain(self, nodes, reason):
+            super().drain(nodes, reason)
+            drained.set()
+            old_done.wait(1.0)           # ... and acts before the new run notes its drain in the state
+
+    c = RacingSlurm(Node("gpu001", "IDLE"))
+    old = {}
+
+    def old_check():
+        try:
+            old["report"] = run.check_node("quick", "gpu001", cfg, drain=True, client=c,
+                                           reader=reader_for(gpus()), now=now)
+        finally:
+            old_done.set()
+
+    t = threading.Thread(target=old_check, name="old-check")
+    t.start()
+    assert asking.wait(10)                                   # the old run has its (healthy) sample
+    kmsg.write_text(_kmsg_line(now + 0.5, 79))               # the fault
+    new = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now + 1)
+    t.join(10)
+    assert old["report"].healthy and not new.healthy
+    assert c.n.drained and c.n.reason.startswith("slurm-ft: XID79 gpu3"), c.calls
+    assert ("resume", ("gpu001",)) not in c.calls
+    nxt = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now + 2)
+    assert not nxt.healthy and nxt.drain["action"] == "kept", (nxt.findings, nxt.drain)
+
+
+def test_a_healthy_run_older_than_our_drain_does_not_resume_it(tmp_path):
+    """Serialised, the older run may still decide last: its sample predates the drain another check saw."""
+    cfg = config(tmp_path)
+    now = time.time()
+    c = StubClient(Node("gpu001", "IDLE"))
+    (tmp_path / "gpu001.kmsg").write_text(_kmsg_line(now + 0.5, 79))
+    assert run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()),
+                          now=now + 1).drain["action"] == "drained"
+    (tmp_path / "gpu001.kmsg").write_text("")                # what the older run saw: no Xid yet
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now)
+    assert rep.healthy and rep.drain["action"] == "kept" and "started 1.0 s after this one" in rep.drain["message"]
+    assert c.n.drained and ("resume", ("gpu001",)) not in c.calls
+    assert st.load(tmp_path / "state" / "gpu001.json")["drained_seen"] == now + 1   # not moved back
+
+
+def test_without_a_known_drain_time_a_resume_acknowledges_no_xid(tmp_path):
+    """A state that believes in a drain of ours but not when it was seen (a file from before
+    `drained_seen`, or left over from before a repair) must not acknowledge a fault logged just now."""
+    cfg = config(tmp_path)
+    now = time.time()
+    p = tmp_path / "state" / "gpu001.json"
+    st.save(p, {**st.empty("gpu001"), "slurm_ft_drained": True})
+    (tmp_path / "gpu001.kmsg").write_text(_kmsg_line(now - 1, 79))
+    c = StubClient(Node("gpu001", "IDLE"))                      # resumed (or never drained in this life)
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now)
+    assert not rep.healthy and rep.drain["action"] == "drained" and c.n.reason.startswith("slurm-ft: XID79")
+    assert (st.load(p).get("xid_ack") or 0) < now - 1
