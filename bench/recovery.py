@@ -97,17 +97,17 @@ def compare(before: dict, after: dict, names=("before", "after")) -> str:
     """Two saved runs side by side: p50 of each segment and of the total, with the load averages."""
     a, b = before["slurm_ft"], after["slurm_ft"]
     la = lambda r: f"{r['lab'].get('load_average_start', '?')} -> {r['lab'].get('load_average_1m', '?')}"
-    w = 52
-    lines = [f"{'p50 (s)':<{w}}{names[0]:>10}{names[1]:>10}{'change':>9}"]
+    w, c = 52, max(10, *(len(n) + 2 for n in names))
+    lines = [f"{'p50 (s)':<{w}}{names[0]:>{c}}{names[1]:>{c}}{'change':>9}"]
     for label in list(a["segments"]) + [k for k in b["segments"] if k not in a["segments"]]:
         x, y = a["segments"].get(label, {}).get("p50_s"), b["segments"].get(label, {}).get("p50_s")
         diff = f"{y - x:+9.2f}" if x is not None and y is not None else f"{'':>9}"
-        lines.append(f"{label:<{w}}{_f(x):>10}{_f(y):>10}{diff}")
+        lines.append(f"{label:<{w}}{_f(x):>{c}}{_f(y):>{c}}{diff}")
     for key, label in (("fault_to_first_step_p50_s", "fault -> first step after, p50"),
                        ("fault_to_first_step_p95_s", "fault -> first step after, p95")):
         x, y = a[key], b[key]
-        lines.append(f"{label:<{w}}{_f(x):>10}{_f(y):>10}{y - x:+9.2f}")
-    lines.append(f"{'faults':<{w}}{before['faults']:>10}{after['faults']:>10}")
+        lines.append(f"{label:<{w}}{_f(x):>{c}}{_f(y):>{c}}{y - x:+9.2f}")
+    lines.append(f"{'faults':<{w}}{before['faults']:>{c}}{after['faults']:>{c}}")
     lines.append(f"load average (1 min) at start -> end: {names[0]} {la(before)}; {names[1]} {la(after)}")
     return "\n".join(lines)
 
@@ -139,6 +139,9 @@ def main(argv=None) -> int:
                     help="HealthCheckInterval assumed for Slurm alone (configured; the lab runs 30 s)")
     ap.add_argument("--timeout", type=float, default=600.0, help="per phase")
     ap.add_argument("--keep-lab", action="store_true", help="leave a lab brought up here running")
+    ap.add_argument("--no-job-hooks", action="store_true",
+                    help="diagnostic: a lab without Prolog/Epilog, to measure what the 64 prolog and 64 "
+                         "epilog checks cost a restart (never a way to run; needs a lab this run starts)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON to FILE (for the planning sim)")
     args = ap.parse_args(argv)
@@ -147,8 +150,11 @@ def main(argv=None) -> int:
 
     lab = Lab(args.dir)
     started = not lab.running()
+    if args.no_job_hooks and not started:
+        ap.error(f"--no-job-hooks needs a lab this run starts; one is up in {args.dir}")
     if started:
-        lab = Lab(args.dir, LabSpec(nodes=args.nodes, spares=args.spares, port_base=args.port_base))
+        lab = Lab(args.dir, LabSpec(nodes=args.nodes, spares=args.spares, port_base=args.port_base,
+                                    job_hooks=not args.no_job_hooks))
     t_up = time.monotonic()
     if started:
         lab.up(timeout=180)             # a running lab is reset by the scenario instead (it may hold quarantined nodes)
@@ -199,6 +205,7 @@ def main(argv=None) -> int:
     alone_total = args.collective_timeout + requeue_delay + launch_p50
     out = {
         "lab": {"nodes": lab.spec.nodes, "gpus_per_node": lab.spec.gpus_per_node, "spares": lab.spec.spares,
+                "job_hooks": lab.spec.job_hooks,
                 "step_time_s": args.step_time, "ckpt_every": args.ckpt_every,
                 "load_average_start": round(load_start, 1), "load_average_1m": round(os.getloadavg()[0], 1)},
         "faults": len(results),

@@ -60,6 +60,8 @@ class LabSpec:
     health_interval_s: int = 300    # HealthCheckInterval, cycled over the nodes: 68 python checks per
                                     # interval per lab; 30 s with several labs saturated 2 cores
     slurmd_timeout_s: int = 10      # a dead slurmd is NOT_RESPONDING after about this long
+    job_hooks: bool = True          # Prolog/Epilog (prolog.d/, epilog.d/); False only to measure what
+                                    # they cost a restart (bench/recovery.py --no-job-hooks)
 
     def validate(self) -> "LabSpec":
         if self.nodes < 1 or self.spares < 0:
@@ -75,7 +77,7 @@ class LabSpec:
     @property
     def shape(self) -> tuple:
         """What a running lab must match for `up` to reuse it."""
-        return (self.nodes, self.spares, self.gpus_per_node, self.port_base)
+        return (self.nodes, self.spares, self.gpus_per_node, self.port_base, self.job_hooks)
 
     @property
     def node_names(self) -> List[str]:
@@ -260,6 +262,8 @@ class Lab:
         names = compress(spec.node_names)
         first, last = spec.port_base + 1, spec.port_base + len(spec.node_names)
         host = socket.gethostname().split(".")[0]
+        hooks = (f"PrologFlags=Alloc\nProlog={d}/hooks/prolog\nEpilog={d}/hooks/epilog\n" if spec.job_hooks
+                 else "# No Prolog/Epilog: a lab for measuring what they cost (LabSpec.job_hooks=False)\n")
         return f"""\
 # Written by `slurm-ft lab up` for the lab in {d}. Rewritten on each start; edit the code, not this.
 ClusterName=slurmftlab
@@ -302,10 +306,7 @@ SchedulerType=sched/backfill
 # last pass is at least this old, so a StartTime=now less than 3 s after any pass (the requeue's, a
 # submit's) waited up to 3 s. 0 = the loop's next tick (about 1 s). See man slurm.conf (22.05).
 SchedulerParameters=batch_sched_delay=0
-PrologFlags=Alloc
-Prolog={d}/hooks/prolog
-Epilog={d}/hooks/epilog
-HealthCheckProgram={d}/hooks/healthcheck
+{hooks}HealthCheckProgram={d}/hooks/healthcheck
 HealthCheckInterval={spec.health_interval_s}
 HealthCheckNodeState=ANY,CYCLE
 JobCompType=jobcomp/none
