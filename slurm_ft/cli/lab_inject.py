@@ -74,7 +74,8 @@ def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, remap_pending
 @click.option("--all", "all_nodes", is_flag=True, help="Heal every node of the lab.")
 @click.option("--dir", "labdir", metavar="PATH", help=_DIR_HELP)
 def heal(node: Optional[str], all_nodes: bool, labdir: Optional[str]) -> None:
-    """Give NODE (or --all nodes) healthy GPUs again and an empty kernel log, as after repair and reboot."""
+    """Give NODE (or --all nodes) healthy GPUs again, an empty kernel log and no slurm-ft health state
+    (the reboot of a repair empties /run), as after repair and reboot."""
     if bool(node) == all_nodes:
         raise UsageError("give a NODE or --all")
     d = lab_inject.lab_dir(labdir)
@@ -83,4 +84,4 @@ def heal(node: Optional[str], all_nodes: bool, labdir: Optional[str]) -> None:
         click.echo(f"healed {len(names)} node(s) in {d}")
     else:
         lab_inject.heal(d, node)
-        click.echo(f"{node}: healthy GPUs, kernel log emptied")
+        click.echo(f"{node}: healthy GPUs, kernel log emptied, health state forgotten")

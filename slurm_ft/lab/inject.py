@@ -249,9 +249,35 @@ def init_node(labdir: Path, node: str, gpus: int = 8) -> Path:
     return d
 
 
+def health_state_file(labdir: Path, node: str) -> Optional[Path]:
+    """The node's slurm-ft health state file: `health.state_file` of the lab's slurm-ft.yaml, with
+    {node} filled in (nodes/<node>/state.json when the config cannot be read). None when it lies
+    outside the lab directory: a heal never removes the real host's /run state."""
+    labdir = Path(labdir)
+    template = str(labdir / "nodes" / "{node}" / "state.json")
+    cfg = labdir / "slurm-ft.yaml"
+    if cfg.exists():
+        try:
+            from slurm_ft.config import load_config
+            template = load_config(str(cfg)).health.state_file
+        except Exception:  # noqa: BLE001 - a broken lab config must not stop a heal; the default path stays
+            pass
+    path = Path(template.replace("{node}", node))
+    try:
+        path.resolve().relative_to(labdir.resolve())
+    except ValueError:
+        return None
+    return path
+
+
 def heal(labdir: Path, node: str) -> None:
-    """Back to healthy GPUs (same count) and an empty kernel log, as after repair and reboot."""
+    """Back to healthy GPUs (same count), an empty kernel log and no slurm-ft health state, as after
+    repair and reboot. The reboot empties /run, where a real node keeps that state: stale findings
+    would fail the next prolog, and a stale belief in a drain of ours would decide the next check."""
     with _node_lock(labdir, node):
+        state_file = health_state_file(labdir, node)
+        if state_file is not None:
+            state_file.unlink(missing_ok=True)
         try:
             ngpus = len(load_state(labdir, node).gpus)
         except UsageError:          # an unreadable state file: heal is how it gets fixed

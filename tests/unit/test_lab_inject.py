@@ -74,6 +74,34 @@ def test_heal_all_restores_every_node(lab):
         assert (lab / "nodes" / n / "kmsg").read_text() == ""
 
 
+def test_heal_forgets_the_health_state_as_the_reboot_of_a_repair_does(lab):
+    """Stale active findings would fail the next prolog; a stale belief in a drain of ours would
+    decide the next check. Already healthy GPUs do not keep it either; --all forgets every node's."""
+    from slurm_ft.health import state as hst
+    for n in ("gpu001", "gpu002"):
+        hst.save(lab / "nodes" / n / "state.json", {**hst.empty(n), "slurm_ft_drained": True})
+    inject.inject(lab, "gpu001", "xid", gpu=0, value=79)
+    inject.heal(lab, "gpu001")
+    assert not (lab / "nodes" / "gpu001" / "state.json").exists()
+    assert (lab / "nodes" / "gpu002" / "state.json").exists()          # only the healed node's
+    r = cli(lab, "heal", "--all")
+    assert r.returncode == 0 and not list(lab.glob("nodes/*/state.json"))
+    inject.heal(lab, "gpu001")                                          # nothing to forget: fine
+
+
+def test_heal_removes_the_state_file_the_lab_config_names_and_nothing_outside_the_lab(lab, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("run") / "gpu001.json"
+    elsewhere.write_text("{}")
+    (lab / "slurm-ft.yaml").write_text(f"health:\n  state_file: {lab}/run/{{node}}.json\n")
+    (lab / "run").mkdir()
+    (lab / "run" / "gpu001.json").write_text("{}")
+    inject.heal(lab, "gpu001")
+    assert not (lab / "run" / "gpu001.json").exists()
+    (lab / "slurm-ft.yaml").write_text(f"health:\n  state_file: {elsewhere.parent}/{{node}}.json\n")
+    inject.heal(lab, "gpu001")
+    assert elsewhere.exists()                                           # not the lab's: left alone
+
+
 def test_concurrent_injections_all_land(lab):
     def worker(gpu):
         for _ in range(15):
