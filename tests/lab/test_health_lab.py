@@ -182,3 +182,50 @@ def test_watch_drains_within_a_second_of_xid79_and_ignores_xid13(lab, hl):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# a `slurm-ft` whose Slurm calls are slow: argv[1] s before each node read, argv[2] s after a drain
+# (a loaded slurmctld; it widens the window in which two overlapping checks interleave)
+_SLOW_SLURM = """
+import sys, time
+from slurm_ft.slurm import client as c
+before_read, after_drain = float(sys.argv.pop(1)), float(sys.argv.pop(1))
+read, drain = c.SlurmClient.node, c.SlurmClient.drain
+def slow_read(self, name):
+    time.sleep(before_read)
+    return read(self, name)
+def slow_drain(self, nodes, reason):
+    drain(self, nodes, reason)
+    time.sleep(after_drain)
+c.SlurmClient.node, c.SlurmClient.drain = slow_read, slow_drain
+from slurm_ft.cli import main
+main(prog_name="slurm-ft")
+"""
+
+
+def test_overlapping_checks_leave_a_node_with_xid79_drained_and_unhealthy(lab, hl):
+    """The node's HealthCheckProgram samples it just before an XID79; a manual check samples it just
+    after and drains it. The older (healthy) run must not resume that drain, and the next check must
+    not take such a resume for an admin's: it once reported the faulty node healthy."""
+    node = lab.train_nodes[20]
+    state = Path(yaml.safe_load(Path(hl.config).read_text())["health"]["state_file"].replace("{node}", node))
+
+    def check(before_read: float, after_drain: float) -> subprocess.Popen:
+        return subprocess.Popen([PY, "-c", _SLOW_SLURM, str(before_read), str(after_drain), "check", "--level",
+                                 "quick", "--json", "--drain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=hl.env(node))
+
+    older = check(3.0, 0.0)
+    deadline = time.monotonic() + 60
+    while not state.exists():                    # the older run has sampled the node (and noted it)
+        assert time.monotonic() < deadline and older.poll() is None, older.communicate()
+        time.sleep(0.05)
+    inj.inject(lab.dir, node, "xid", gpu=2, value=79)
+    newer = check(0.0, 3.0)
+    out_new, err_new = newer.communicate(timeout=120)
+    out_old, err_old = older.communicate(timeout=120)
+    assert json.loads(out_old)["healthy"] and not json.loads(out_new)["healthy"], (out_old, out_new)
+    assert json.loads(out_old)["drain"]["action"] != "resumed", out_old
+    assert slurm_ft_drained(lab).get(node, "").startswith("slurm-ft: XID79 gpu2"), (out_old, err_old, out_new)
+    rc, rep = hl.check(node, "quick")
+    assert rc == 1 and not rep["healthy"] and rep["drain"]["action"] == "kept", rep
