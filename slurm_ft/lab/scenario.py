@@ -113,6 +113,8 @@ class Scenario:
         self._steps: List[tuple] = []       # (kind, outcome, detail, t) from the controller
         self._lock = threading.Lock()
         self._fault_t: Optional[float] = None
+        self._log_pos = 0                   # events(): bytes of the trainer's log already read
+        self._events: List[dict] = []
         from slurm_ft.slurm.client import SlurmClient
         self.client = SlurmClient(conf=str(lab.conf))
 
@@ -141,6 +143,7 @@ class Scenario:
             if time.monotonic() > deadline:
                 raise EnvironmentProblem(f"lab in {self.lab.dir} did not settle (jobs or nodes busy) within 120 s")
             time.sleep(0.3)
+        self._log_pos, self._events = 0, []
         if self.work.exists():
             shutil.rmtree(self.work)
         self.work.mkdir(parents=True)
@@ -212,8 +215,27 @@ class Scenario:
 
     # --- observing the trainer -----------------------------------------------------------------------
     def events(self) -> List[dict]:
-        from slurm_ft.lab.trainer import read_log
-        return read_log(str(self.ckpt_dir))
+        """The trainer's events so far. Read on from where the last call stopped: the fault loop polls
+        every 50 ms while the restart's hooks and ranks need the CPUs, and the log only grows."""
+        import json
+        from slurm_ft.lab.trainer import LOG_NAME
+        try:
+            with open(self.ckpt_dir / LOG_NAME, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size < self._log_pos:     # a new log (prepare() again)
+                    self._log_pos, self._events = 0, []
+                fh.seek(self._log_pos)
+                data = fh.read()
+        except FileNotFoundError:
+            self._log_pos, self._events = 0, []
+            return []
+        end = data.rfind(b"\n") + 1                # a torn last line waits for the next call
+        for line in data[:end].splitlines():
+            try:
+                self._events.append(json.loads(line))
+            except ValueError:
+                pass
+        self._log_pos += end
+        return list(self._events)
 
     def wait_event(self, pred, timeout: float, what: str) -> dict:
         deadline = time.monotonic() + timeout
