@@ -80,8 +80,9 @@ def decide(state: BreakerState, node: str, now: float, *, total_nodes: int, max_
     if node in nodes:   # the same node again (check then controller): no new drain for the window
         return Decision(True, f"{node} already counted ({count}/{cap} in window)", count, cap), state
     if count + 1 > cap:
-        why = (f"{count} nodes drained within {_span(window_s)} (limit {cap}); "
-               f"{node} would be one more")
+        # Stored as the open reason and shown on every later refusal, which names its own node:
+        # say which drain tripped it, so the two node names cannot be confused.
+        why = f"{count} nodes drained within {_span(window_s)} (limit {cap}), tripped by a drain of {node}"
         new = replace(state, open_since=now, open_reason=why)
         return Decision(False, f"drain-rate breaker tripped: {why}; not draining {node}", count, cap,
                         tripped=True), new

@@ -217,7 +217,7 @@ def test_a_fault_on_every_node_drains_no_more_than_the_breaker_allows(clean, tmp
         assert st.returncode == 1
         b = json.loads(st.stdout)
         assert b["open"] and b["limit"] == limit and b["drains_in_window"] == limit
-        assert "would be one more" in b["reason"]
+        assert "tripped by a drain of" in b["reason"]
         text = ft(lab, cfg, "status", "--write-metrics").stdout
         assert "breaker OPEN since" in text
         assert "slurm_ft_breaker_open 1" in (tmp_path / "metrics" / "slurm_ft.prom").read_text()
