@@ -302,10 +302,9 @@ MessageTimeout=10
 # Slurm 22.05 has no SchedulerParameters=nohold_on_prolog_fail (23.02+): a job whose prolog fails is
 # requeued HELD here, and slurm-ft releases it.
 SchedulerType=sched/backfill
-# batch_sched_delay (default 3 s): slurmctld's background loop runs a queued schedule() only when the
-# last pass is at least this old, so a StartTime=now less than 3 s after any pass (the requeue's, a
-# submit's) waited up to 3 s. 0 = the loop's next tick (about 1 s). See man slurm.conf (22.05).
-SchedulerParameters=batch_sched_delay=0
+# Not SchedulerParameters=batch_sched_delay=0 (tried): it schedules a requeued job in the second of its
+# kill, whose credential 22.05 has just revoked ("Killing non-startable batch job: Job credential
+# revoked", the job FAILS). The default 3 s keeps a StartTime=now clear of that second.
 {hooks}HealthCheckProgram={d}/hooks/healthcheck
 HealthCheckInterval={spec.health_interval_s}
 HealthCheckNodeState=ANY,CYCLE

@@ -26,8 +26,9 @@ def test_slurm_conf(lab):
                  "SelectType=select/cons_tres", "ProctrackType=proctrack/linuxproc", "JobRequeue=1",
                  f"Prolog={lab.dir}/hooks/prolog", f"Epilog={lab.dir}/hooks/epilog",
                  f"HealthCheckProgram={lab.dir}/hooks/healthcheck", "HealthCheckInterval=300",
-                 "SlurmdTimeout=10", "KillWait=2", "SchedulerParameters=batch_sched_delay=0", f"SlurmdSpoolDir={lab.dir}/spool/slurmd.%n"):
+                 "SlurmdTimeout=10", "KillWait=2", f"SlurmdSpoolDir={lab.dir}/spool/slurmd.%n"):
         assert line in lines, line
+    assert not [ln for ln in lines if ln.startswith("SchedulerParameters=")]   # see the comment in slurm.conf
     assert "nohold_on_prolog_fail" not in conf.replace("# Slurm 22.05 has no SchedulerParameters=nohold_on_prolog_fail", "")
 
 
