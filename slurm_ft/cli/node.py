@@ -21,10 +21,7 @@ def admin() -> str:
 
 def make_client(config: Config):
     from slurm_ft.slurm.client import SlurmClient
-    if hasattr(SlurmClient, "from_config"):
-        return SlurmClient.from_config(config)
-    conf = getattr(getattr(config, "slurm", None), "conf", None)   # the lab names its slurm.conf
-    return SlurmClient(conf=conf or None)
+    return SlurmClient.from_config(config)
 
 
 def setup(ctx: click.Context):

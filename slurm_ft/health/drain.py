@@ -144,10 +144,7 @@ def may_drain(node: str, reason: str, *, client, config, now: float) -> Gate:
 def make_client(config):
     """The Slurm client for this config (the lab's slurm.conf when the config names one)."""
     from slurm_ft.slurm.client import SlurmClient
-    slurm = getattr(config, "slurm", None)
-    if slurm is None:
-        return SlurmClient()
-    return SlurmClient(conf=slurm.conf or None, timeout=slurm.timeout_s)
+    return SlurmClient.from_config(config)
 
 
 # --- apply -------------------------------------------------------------------------------------

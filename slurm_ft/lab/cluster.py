@@ -299,8 +299,8 @@ InactiveLimit=0
 SlurmdTimeout={spec.slurmd_timeout_s}
 SlurmctldTimeout=30
 MessageTimeout=10
-# Slurm 22.05 has no SchedulerParameters=nohold_on_prolog_fail (23.02+): a job whose prolog fails is
-# requeued HELD here, and slurm-ft releases it.
+# No SchedulerParameters=nohold_on_prolog_fail here (22.05.8's slurmd does carry the option): a job
+# whose prolog fails is requeued HELD, the path the controller must handle (it releases such jobs).
 SchedulerType=sched/backfill
 # Not SchedulerParameters=batch_sched_delay=0 (tried): it schedules a requeued job in the second of its
 # kill, whose credential 22.05 has just revoked ("Killing non-startable batch job: Job credential
@@ -351,6 +351,9 @@ slurm:
 health:
   kmsg_path: {d}/nodes/{{node}}/kmsg
   state_file: {d}/nodes/{{node}}/state.json
+lifecycle:
+  # validation jobs run `check --level full|burnin` on the node: against the lab's fake NVML
+  validate_command: [env, LD_LIBRARY_PATH={d}/lib, SLURM_FT_LAB_DIR={d}, {sys.executable}, -m, slurm_ft]
 """
 
     def _build_fake_nvml(self) -> None:
