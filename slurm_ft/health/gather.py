@@ -47,7 +47,9 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
             errors["xid"] = f"cannot read the kernel log: {exc}"
         if extra_xids:
             from slurm_ft.gpu import kmsg
-            xids += kmsg.map_to_gpus(list(extra_xids), sample.gpus)
+            logged = list(xids)
+            xids += [e for e in kmsg.map_to_gpus(list(extra_xids), sample.gpus)
+                     if not any(_same_fault(e, k) for k in logged)]
 
     if "disk" in checks:
         extra["disk"] = host.disk([p.replace("{node}", node) for p in hc.disk_paths])
@@ -96,3 +98,12 @@ def _settled_processes(node: str, sample: NodeSample, hc: HealthConfig, reader: 
         now_held = {i: pids & again.get(i, set()) for i, pids in now_held.items()}
     return replace(sample, gpus=tuple(replace(g, processes=tuple(sorted(now_held.get(g.index, ()))))
                                       for g in sample.gpus))
+
+
+def _same_fault(event: XidEvent, logged: XidEvent, window_s: float = 5.0) -> bool:
+    """An NVML Xid event and the kernel-log line the driver printed for it are one fault, not two."""
+    if (event.xid, event.gpu) != (logged.xid, logged.gpu):
+        return False
+    if event.timestamp is None or logged.timestamp is None:
+        return True
+    return abs(event.timestamp - logged.timestamp) <= window_s

@@ -123,6 +123,18 @@ def test_xid_in_kernel_log_is_mapped_to_its_gpu(tmp_path):
     assert xids["XID13"].gpu == 0 and xids["XID13"].severity is Severity.OK
 
 
+def test_nvml_event_and_its_kernel_log_line_are_one_fault_a_later_one_is_another(tmp_path):
+    now = time.time()
+    (tmp_path / "gpu001.kmsg").write_text(_kmsg_line(now - 1, 79, "0000:1b:00"))
+    same = XidEvent(79, gpu=3, source="nvml", timestamp=now - 0.5)
+    rep = run.run_level("quick", "gpu001", config(tmp_path), reader=reader_for(gpus()), now=now, extra_xids=[same])
+    assert [f.reason for f in rep.findings if f.code == "XID79"] == ["GPU has fallen off the bus"]
+    later = XidEvent(79, gpu=3, source="nvml", timestamp=now + 30)
+    rep = run.run_level("quick", "gpu001", config(tmp_path), reader=reader_for(gpus()), now=now + 30,
+                        extra_xids=[later])
+    assert [f.reason for f in rep.findings if f.code == "XID79"] == ["GPU has fallen off the bus x2"]
+
+
 def test_epilog_judges_only_xids_since_the_job_started(tmp_path):
     cfg = config(tmp_path)
     t_job = time.time() - 100
