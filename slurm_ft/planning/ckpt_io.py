@@ -93,7 +93,6 @@ def plan_checkpoint(params: float, *, gpus: int, gpus_per_node: int = 8, shards:
     N = d.given("shards", "shards written, one per rank (N)", shards,
                 note="fully sharded (FSDP/ZeRO-3, DCP)" if shards == gpus else "the other ranks hold replicas")
     per_rank = d.step("per_rank_gb", "bytes per writing rank", "S / N", f"{gnum(S)} / {gnum(N)}", S / N, "GB")
-    writers = min(N, n)
     if N >= n:
         per_node = d.step("per_node_gb", "bytes per node (shards spread over all nodes)", "S / n",
                           f"{gnum(S)} / {gnum(n)}", S / n, "GB")

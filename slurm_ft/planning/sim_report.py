@@ -50,8 +50,8 @@ def setup(profile: Profile, policy: Policy, *, gpus: int, gpus_per_node: int, da
     days_ = d.given("days", "simulated days (T)", days, "days")
     lam = d.step("rate_per_gpu_day", "faults per GPU-day (r)", "c / (D × G0)", f"{gnum(c)} / ({gnum(D)} × {gnum(G0)})",
                  c / (D * G0), "/GPU-day")
-    exp_ = d.step("expected_interruptions", "expected interruptions (r × G × T)", "r × G × T",
-                  f"{gnum(lam)} × {gnum(G)} × {gnum(days_)}", lam * G * days_)
+    d.step("expected_interruptions", "expected interruptions (r × G × T)", "r × G × T",
+           f"{gnum(lam)} × {gnum(G)} × {gnum(days_)}", lam * G * days_)
     M = d.step("mtbi_s", "mean time between interruptions (M)", "86400 / (r × G)", f"86400 / ({gnum(lam)} × {gnum(G)})",
                86400 / (lam * G), "s")
     dc = d.given("ckpt_cost_s", "blocking checkpoint cost (d)", ckpt_cost_s, "s")

@@ -108,3 +108,12 @@ def lab():
     yield handle
     if not reused:
         cluster.down()
+
+
+@pytest.fixture
+def work(lab, tmp_path):
+    """A clean lab and a job directory that the jobs (run as root by slurmd) can enter."""
+    lab.reset()
+    os.chmod(tmp_path, 0o755)
+    yield tmp_path
+    lab.reset()

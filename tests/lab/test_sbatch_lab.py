@@ -41,14 +41,6 @@ def wait_file(path: Path, timeout: float = 180.0) -> dict:  # job starts are slo
     raise AssertionError(f"{path} did not appear within {timeout} s")
 
 
-@pytest.fixture
-def work(lab, tmp_path):
-    lab.reset()
-    os.chmod(tmp_path, 0o755)
-    yield tmp_path
-    lab.reset()
-
-
 def test_strings_reach_the_job_unchanged_and_are_never_evaluated(lab, work):
     canary = work / "canary"
     evil = [s.replace("{canary}", str(canary)) for s in EVIL]

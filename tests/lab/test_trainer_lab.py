@@ -50,14 +50,6 @@ def wait_event(ck: Path, pred, timeout: float, what: str, lab=None, job_id=None)
     raise AssertionError(f"no {what} within {timeout} s; last events: {tail}{state}")
 
 
-@pytest.fixture
-def work(lab, tmp_path):
-    lab.reset()
-    os.chmod(tmp_path, 0o755)
-    yield tmp_path
-    lab.reset()
-
-
 def test_trainer_checkpoints_and_resumes_after_requeue(lab, work):
     ck = work / "ck"
     job_id = submit_trainer(lab, work, "--steps", "1000", "--step-time", "0.2", "--ckpt-every", "5",
