@@ -111,4 +111,5 @@ def test_refused_options_exit_2_and_submit_nothing(lab, work, args, msg):
     before = {j.job_id for j in lab.client.jobs()}
     p = slurm_ft(lab, "sbatch", *args, cwd=work, check=False)
     assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr
-    assert {j.job_id for j in lab.client.jobs()} == before
+    # no new job (finished jobs of earlier tests may age out of the queue meanwhile)
+    assert not {j.job_id for j in lab.client.jobs()} - before
