@@ -95,9 +95,7 @@ def main() -> None:
             timed("node list", "node", "list")
             timed("node history NODE", "node", "history", bad)
             timed("xid explain (node's kernel log)", "xid", "explain", str(lab.dir / "nodes" / bad / "kmsg"), ok=(0, 1))
-            inj.heal(lab.dir, bad)
-            # the repair's reboot also empties /run, where the node keeps its health state file
-            (lab.dir / "nodes" / bad / "state.json").unlink(missing_ok=True)
+            inj.heal(lab.dir, bad)                # and, as the repair's reboot, forgets its health state
             timed("node repaired NODE", "node", "repaired", bad, "--note", "bench")
             timed("sweep validates (full + burnin) -> spare", "sweep")
             node = client.node(bad)

@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_ft.lab.cluster import Lab, LabSpec                       # noqa: E402
-from slurm_ft.lab.scenario import Scenario, forget_health_state    # noqa: E402
+from slurm_ft.lab.scenario import Scenario    # noqa: E402
 from slurm_ft.runner import run                                    # noqa: E402
 
 PHASES = ["drain", "incident", "quarantine", "swap", "requeue", "pending, exclude", "start now", "running", "resumed",
@@ -91,8 +91,7 @@ def measure_requeue_delay(sc: Scenario) -> float:
 def repair(sc: Scenario, node: str) -> None:
     """What the lifecycle does between faults (repair, validate, back to the pool), minus the waiting."""
     from slurm_ft.lab.inject import heal
-    heal(sc.lab.dir, node)
-    forget_health_state(sc.lab, node)     # the repair's reboot empties /run, where the health state lives
+    heal(sc.lab.dir, node)                # also forgets the health state, as the repair's reboot would
     sc.client.resume([node])
     pool = sc.client.partition("spares").nodes
     sc.client.set_partition_nodes("spares", sorted(set(pool) | {node}))

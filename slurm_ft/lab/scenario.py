@@ -83,16 +83,6 @@ def _r(x: Optional[float]) -> Optional[float]:
     return round(x, 3) if x is not None else None
 
 
-def forget_health_state(lab, node: str) -> None:
-    """Remove the node-local health state file (it lives in /run on a real node: a reboot empties it)."""
-    from slurm_ft.config import load_config
-    path = load_config(str(lab.config_path)).health.state_file.replace("{node}", node)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 class Scenario:
     """One lab, one trainer job, a controller thread; `fault()` breaks a GPU and times the recovery."""
 
@@ -125,9 +115,7 @@ class Scenario:
         jobs = [j.job_id for j in self.client.jobs() if j.state not in ("COMPLETED", "CANCELLED", "FAILED")]
         if jobs:
             run(["scancel", *map(str, jobs)], timeout=30, env=self.env, check=False)
-        inject.heal_all(self.lab.dir)
-        for n in self.lab.spec.node_names:        # healed = repaired and rebooted: /run (the health state) is empty
-            forget_health_state(self.lab, n)
+        inject.heal_all(self.lab.dir)             # also forgets each node's health state, as a reboot would
         self.client.set_partition_nodes("train", self.lab.spec.train_nodes)
         if self.lab.spec.spare_nodes:
             self.client.set_partition_nodes("spares", self.lab.spec.spare_nodes)

@@ -139,8 +139,7 @@ def test_full_lap_fault_recovery_quarantine_repair_validate_and_reuse(clean, tmp
     assert ft(lab, cfg, "sweep").stdout == ""     # nothing changed: silent
 
     # repair -> the sweep validates it in a maintenance reservation -> back in spares
-    inj.heal(lab.dir, bad)
-    (Path(lab.dir) / "nodes" / bad / "state.json").unlink(missing_ok=True)   # the repair's reboot empties /run
+    inj.heal(lab.dir, bad)                        # heal also empties the node's health state, as a reboot
     ft(lab, cfg, "node", "repaired", bad, "--note", "reseated GPU 2")
     out = ft(lab, cfg, "sweep").stdout
     assert f"{bad}: repaired -> validating" in out and f"{bad}: validating -> spare" in out, out
