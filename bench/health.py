@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-PY = os.path.realpath(sys.executable)
+PY = sys.executable
 BIN = str(Path(PY).parent / "slurm-ft")       # the console script a shim would exec
 
 

@@ -28,7 +28,7 @@ from slurm_ft.lab import inject as inj
 from slurm_ft.lab.cluster import Lab, LabSpec
 from slurm_ft.slurm.client import SlurmClient
 
-PY = os.path.realpath(sys.executable)
+PY = sys.executable
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_ft.lab.trainer import read_log, runs  # noqa: E402
 
-PY = os.path.realpath(sys.executable)
+PY = sys.executable
 
 
 def pct(values, q):

@@ -25,7 +25,7 @@ from slurm_ft.runner import run
 
 log = logging.getLogger(__name__)
 
-PY = os.path.realpath(sys.executable)
+PY = sys.executable
 WATCH_WARMUP_S = 5.0        # time given to `slurm-ft watch` to start following the node's kernel log
 
 

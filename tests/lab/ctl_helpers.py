@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import yaml
 
-PY = os.path.realpath(sys.executable)
+PY = sys.executable
 
 
 def controller_config(lab, tmp_path: Path) -> Path:

@@ -19,7 +19,7 @@ from slurm_ft.lab import inject as inj
 
 pytestmark = pytest.mark.lab
 
-PY = os.path.realpath(sys.executable)
+PY = sys.executable
 
 # fault, inject kwargs, level that must find it, a cheaper level that must NOT fail on it, code, gpu
 FAULTS = [

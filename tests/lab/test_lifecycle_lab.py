@@ -22,7 +22,7 @@ from slurm_ft.lab import inject as inj
 
 pytestmark = pytest.mark.lab
 
-PY = os.path.realpath(sys.executable)
+PY = sys.executable
 HOLD = "lab test: held back"        # an admin's drain: the controller must not take these spares
 
 

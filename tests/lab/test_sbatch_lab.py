@@ -16,7 +16,7 @@ from slurm_ft.recovery.tag import FtSpec, decode
 
 pytestmark = pytest.mark.lab
 
-PY = os.path.realpath(sys.executable)
+PY = sys.executable
 EVIL = ["it's", 'say "hi"', "$(touch {canary})", "a;b && touch {canary}", "`touch {canary}`", "two\nlines",
         "tab\there", "*", "~", "$HOME", "back\\slash", "--comment=not-ours", "-N", "{ckpt"]
 DUMP = ("import json, os, sys; json.dump({'argv': sys.argv[2:], 'ckpt': os.environ.get('SLURM_FT_CKPT'), "

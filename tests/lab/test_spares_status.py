@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-PY = os.path.realpath(sys.executable)
+PY = sys.executable
 
 
 def status(lab, *args, check_rc=0):

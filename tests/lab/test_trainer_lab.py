@@ -17,7 +17,7 @@ from slurm_ft.recovery import ckpt
 
 pytestmark = pytest.mark.lab
 
-PY = os.path.realpath(sys.executable)
+PY = sys.executable
 NODES = 4
 
 
