@@ -138,6 +138,7 @@ class SlurmConfig:
 class Config:
     path: Optional[str] = None
     state_dir: str = "/var/lib/slurm-ft"
+    fleet_lock: str = ""            # the lock every partition/reservation change takes; "" = <state_dir>/fleet.lock
     health: HealthConfig = field(default_factory=HealthConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)

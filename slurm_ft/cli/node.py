@@ -103,12 +103,22 @@ def history(ctx: click.Context, name: str, as_json: bool) -> None:
 
 
 def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
-    from slurm_ft.lifecycle.states import default_state
+    from slurm_ft.lifecycle.states import TransitionError, default_state, next_state
     from slurm_ft.lifecycle.store import Store
     config, client = setup(ctx)
     n = _known(client, name)
     lc = config.lifecycle
     with Store(config.state_dir) as store:
+        # refuse before touching Slurm: a refused transition must leave the node as it was (drained
+        # and moved out with the record unchanged, the sweep would put it back or lose track of it)
+        rec = store.record(name)
+        current = rec.state if rec else default_state(n.partitions, config.controller.spare_partition)
+        try:
+            next_state(current, event)
+        except TransitionError as exc:
+            if current is State.VALIDATING and rec and rec.validation_job:
+                raise TransitionError(f"{exc} (`scancel {rec.validation_job}`)") from None
+            raise
         if event is Event.QUARANTINE:
             from slurm_ft.lifecycle.sweep import Sweeper
             if not n.drained:

@@ -1,4 +1,5 @@
-"""A non-blocking fcntl lock in the state directory, so two sweeps never overlap.
+"""An fcntl lock file: non-blocking by default (two sweeps never overlap), or waiting a bounded time
+(the fleet lock that every change of partition or reservation membership takes, held for a few calls).
 
 The kernel drops the lock when its holder dies (even by SIGKILL), so a crashed sweep never leaves a
 stale lock behind; the pid and start time written into the file only serve the message.
@@ -20,18 +21,28 @@ class FileLock:
         self.what = what
         self._fd: Optional[int] = None
 
-    def acquire(self) -> "FileLock":
+    def acquire(self, wait_s: float = 0.0) -> "FileLock":
+        """Take the lock; with wait_s > 0, retry for that long before giving up (Busy, exit 5)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise EnvironmentProblem(f"{self.path}: cannot open the lock file: {exc.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read(fd)
-            os.close(fd)
-            raise Busy(f"another {self.what} is running{holder}; it holds {self.path}") from None
+        deadline = time.monotonic() + max(0.0, wait_s)
+        pause = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(pause)
+                    pause = min(0.05, pause * 2)
+                    continue
+                holder = _read(fd)
+                os.close(fd)
+                waited = f" for {wait_s:g} s" if wait_s > 0 else ""
+                raise Busy(f"another {self.what} is running{holder}; it holds {self.path}{waited}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {time.time():.0f}\n".encode(), 0)
         self._fd = fd

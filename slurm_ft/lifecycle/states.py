@@ -130,7 +130,9 @@ def _refusal(current: State, event: Event) -> str:
                           "`slurm-ft node quarantine NODE`",
         },
         Event.RELEASE: {},
-        Event.QUARANTINE: {State.QUARANTINED: "it is already quarantined", State.RMA: "it is on the RMA list"},
+        Event.QUARANTINE: {State.QUARANTINED: "it is already quarantined", State.RMA: "it is on the RMA list",
+                           State.VALIDATING: "its validation job runs in a maintenance reservation; cancel the "
+                                             "job and the sweep quarantines it as a failed validation"},
     }
     hint = hints.get(event, {}).get(current)
     if hint is None and event is Event.RELEASE:

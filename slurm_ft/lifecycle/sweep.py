@@ -26,6 +26,7 @@ from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.lifecycle import guard
 from slurm_ft.lifecycle.lock import FileLock
+from slurm_ft.lifecycle.membership import Delta, Membership
 from slurm_ft.lifecycle.reconcile import OWNER, classify
 from slurm_ft.lifecycle.states import Event, State, default_state
 from slurm_ft.lifecycle.store import Store
@@ -71,6 +72,8 @@ class Sweeper:
         self.actor = actor
         self.spare = config.controller.spare_partition
         self.lemon = dict(lemon_k=self.lc.lemon_incidents, lemon_window_s=self.lc.lemon_window_days * 86400.0)
+        # every partition/reservation edit as a delta under the fleet lock the controller takes too
+        self.membership = Membership.from_config(client, config, f"{actor}'s partition change")
 
     # --- the pass ---------------------------------------------------------------------------
 
@@ -164,20 +167,19 @@ class Sweeper:
                                 **self.lemon)
 
     def take_out(self, name: str) -> List[str]:
-        """Remove a node from every job partition and the spare pool, each edit from a fresh read."""
-        removed = []
-        for part in self.client.partitions():
-            if name in part.nodes and (part.name == self.spare or part.name in self.job_partitions()):
-                fresh = self.client.partition(part.name)
-                if name in fresh.nodes:
-                    self.client.set_partition_nodes(part.name, [n for n in fresh.nodes if n != name])
-                    removed.append(part.name)
-        return removed
+        """Remove a node from every job partition and the spare pool (a delta under the fleet lock)."""
+        return self.membership.remove(name, [self.spare, *self.job_partitions()])
 
-    def put_in_pool(self, name: str) -> None:
-        fresh = self.client.partition(self.spare)
-        if name not in fresh.nodes:
-            self.client.set_partition_nodes(self.spare, list(fresh.nodes) + [name])
+    def put_in_pool(self, name: str) -> bool:
+        """Add the node to the pool unless a job partition holds it now (the controller swapped it in)."""
+        with self.membership.locked():
+            parts = self.membership.partitions()
+            serving = [p for p in self.job_partitions() if p in parts and name in parts[p].nodes]
+            if serving:
+                log.warning("%s: in %s, not returned to %s", name, ",".join(serving), self.spare)
+                return False
+            self.membership.change({self.spare: Delta(add=(name,))}, parts)
+            return True
 
     # --- validation jobs ----------------------------------------------------------------------
 
@@ -188,15 +190,23 @@ class Sweeper:
         levels = self.lc.spare_recheck_levels if recheck else self.lc.validate_levels
         name = node.name
         resv = self.reservation_name(name)
-        # 1. reserve first: from here on nothing but our job can land on the node
-        self._drop_reservation(resv)
         minutes = max(1, int(self.lc.validate_timeout_s // 60) + 5)
-        self.client.create_reservation([name], name=resv, duration=str(minutes),
-                                       flags=("MAINT", "IGNORE_JOBS"), users=("root",))
+        with self.membership.locked():   # the controller takes spares under this lock: check and reserve at once
+            if recheck and not self._idle_spare(name):
+                return {}
+            # 1. reserve first: from here on nothing but our job can land on the node, and the controller
+            #    no longer takes it (a reserved node is not available)
+            self._drop_reservation(resv)
+            self.membership.reserve([name], resv, duration=str(minutes), flags=("MAINT", "IGNORE_JOBS"),
+                                    users=("root",))
+            try:   # 2. a repaired node sits in no partition and is drained: into the pool's partition
+                if not recheck and not self.put_in_pool(name):
+                    raise UsageError(f"in a job partition; not validated (run `slurm-ft node quarantine {name}`)")
+            except BaseException:
+                self._drop_reservation(resv)
+                raise
         try:
-            # 2. a repaired node sits in no partition and is drained: put it in the pool's partition, resume it
             if not recheck:
-                self.put_in_pool(name)
                 self._resume(name)
             out = self.out_dir() / f"{name}-{int(self.clock())}.out"
             options = [f"--job-name=slurm-ft-validate-{name}", f"--partition={self.spare}", f"--reservation={resv}",
@@ -214,6 +224,13 @@ class Sweeper:
         if not recheck:   # a routine re-check is news only when it fails
             report.changes.append(f"{name}: {entry.from_state} -> validating (job {job_id}, {' + '.join(levels)})")
         return {name: job_id}
+
+    def _idle_spare(self, name: str) -> bool:
+        """Still in the pool only, and available: the controller may have swapped it in since our read."""
+        parts = self.membership.partitions()
+        pool = parts[self.spare].nodes if self.spare in parts else ()
+        serving = any(name in parts[p].nodes for p in self.job_partitions() if p in parts)
+        return name in pool and not serving and self.client.node(name).available
 
     def _check_argv(self) -> List[str]:
         argv = list(self.lc.validate_command) or [sys.executable, "-m", "slurm_ft"]
@@ -256,10 +273,12 @@ class Sweeper:
         self._prune_outputs(name)
         rec = self.store.record(name)
         recheck = bool(rec and rec.cause.startswith("re-check"))
-        self._drop_reservation(self.reservation_name(name))
+        resv = self.reservation_name(name)
         node = self.client.node(name)
         if passed:
-            self.put_in_pool(name)
+            with self.membership.locked():   # in the pool before the reservation ends: never in neither
+                self.put_in_pool(name)
+                self._drop_reservation(resv)
             if node.drained and node.reason.startswith(OWNER):
                 self._resume(name)
             self._record(name, Event.PASS, why, node)
@@ -273,11 +292,13 @@ class Sweeper:
             decision = guard.may_drain(self.cfg, name, reason, client=self.client, actor=self.actor,
                                        now=self.clock())
             if not decision.allowed:
+                self._drop_reservation(resv)
                 self._record(name, Event.PASS, f"re-check failed ({why}) but not quarantined: {decision.reason}", node)
                 report.alerts.append(f"{name}: spare failed its re-check ({_short(why)}); {decision.reason}")
                 return
-        self.client.drain([name], reason)
+        self.client.drain([name], reason)   # drained before the reservation ends: the controller never takes it
         self.take_out(name)
+        self._drop_reservation(resv)
         entry = self._record(name, Event.FAIL, why, node)
         self.mark_quarantined(name, entry.to_state)
         report.changes.append(f"{name}: validating -> {entry.to_state} ({_short(entry.cause)})")
@@ -292,8 +313,7 @@ class Sweeper:
                 f.unlink(missing_ok=True)
 
     def _drop_reservation(self, resv: str) -> None:
-        if any(r.name == resv for r in self.client.reservations()):
-            self.client.delete_reservation(resv)
+        self.membership.unreserve(resv)
 
     # --- the pool against the plan ------------------------------------------------------------
 

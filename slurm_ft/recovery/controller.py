@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from slurm_ft.config import Config
 from slurm_ft.errors import Busy, CommandError, SlurmFTError
+from slurm_ft.lifecycle.membership import Delta, Membership
 from slurm_ft.model import Incident, Step
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery.plan import Policy, fault_time, plan
@@ -68,6 +69,7 @@ class Controller:
         self._crash = _parse_crash(os.environ.get(CRASH_ENV, ""))
         self._seen_at: Optional[float] = None   # when the snapshot the current steps come from was read
         self._breaker_said = False
+        self.membership = Membership.from_config(client, config, "controller's partition change")
 
     # --- observe -----------------------------------------------------------------------------------
 
@@ -228,13 +230,10 @@ class Controller:
 
     def _quarantine(self, step: Step, inc: Incident):
         failed = set(inc.nodes)
-        moved = []
-        for part in self.client.partitions():       # a fresh read just before each write
-            if not self.policy.is_job_partition(part.name) or not failed & set(part.nodes):
-                continue
-            keep = [n for n in part.nodes if n not in failed]
-            self._set_partition(part.name, keep)
-            moved.append(part.name)
+        with self.membership.locked():   # a delta on a read under the fleet lock: the sweep's edits stay
+            parts = self.membership.partitions()
+            moved = [p for p in parts if self.policy.is_job_partition(p) and failed & set(parts[p].nodes)]
+            self.membership.change({p: Delta(remove=tuple(sorted(failed))) for p in moved}, parts)
         drained, refused = [], []
         for node in self.client.nodes(list(inc.nodes)):
             if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
@@ -253,24 +252,26 @@ class Controller:
 
     def _swap(self, step: Step, inc: Incident):
         pool_name = self.policy.spare_partition
-        fresh = {p.name: p for p in self.client.partitions()}   # one read, just before the writes
-        target, pool = fresh.get(inc.partition), fresh.get(pool_name)
-        if target is None or pool is None:
-            return "failed", f"partition {inc.partition if target is None else pool_name} not found"
-        bad = []
-        for node in self.client.nodes(list(step.spares)) if step.spares else []:
-            if node.name not in target.nodes and not node.available:
-                bad.append(node.name)
-        if bad:
-            keep = [s for s in step.spares if s not in bad]
-            jn.update_incident(self.conn, inc.id, spares=keep)
-            return "failed", f"spare(s) {compress(bad)} no longer healthy; choosing again"
-        # Into the job partition first, out of the pool second: a crash in between leaves the spare in
-        # both (never in neither), and the redo finishes the move.
-        if any(s not in target.nodes for s in step.spares):
-            self.client.set_partition_nodes(inc.partition, list(target.nodes) + [s for s in step.spares if s not in target.nodes])
-        if any(s in pool.nodes for s in step.spares):
-            self._set_partition(pool_name, [n for n in pool.nodes if n not in step.spares])
+        with self.membership.locked():   # the checks and the move on one read, no writer in between
+            fresh = self.membership.partitions()
+            target, pool = fresh.get(inc.partition), fresh.get(pool_name)
+            if target is None or pool is None:
+                return "failed", f"partition {inc.partition if target is None else pool_name} not found"
+            # a spare the sweep took out of the pool meanwhile (failed re-check, reserved, quarantined)
+            gone = [s for s in step.spares if s not in target.nodes and s not in pool.nodes]
+            bad = list(gone)
+            for node in self.client.nodes(list(step.spares)) if step.spares else []:
+                if node.name not in target.nodes and not node.available and node.name not in bad:
+                    bad.append(node.name)
+            if bad:
+                keep = [s for s in step.spares if s not in bad]
+                jn.update_incident(self.conn, inc.id, spares=keep)
+                return "failed", f"spare(s) {compress(sorted(bad))} no longer healthy in {pool_name}; choosing again"
+            # Into the job partition first, out of the pool second (Delta order): a crash in between
+            # leaves the spare in both (never in neither), and the redo finishes the move.
+            if step.spares:
+                self.membership.change({inc.partition: Delta(add=tuple(step.spares)),
+                                        pool_name: Delta(remove=tuple(step.spares))}, fresh)
         if step.num_nodes:
             jn.update_incident(self.conn, inc.id, status="open", note=f"shrunk to {step.num_nodes} nodes: pool short")
         what = f"{compress(step.spares)} {pool_name} -> {inc.partition}" if step.spares else "no spare"
@@ -348,10 +349,6 @@ class Controller:
         jn.update_incident(self.conn, inc.id, note=step.reason)
         log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason
-
-    def _set_partition(self, name: str, nodes: List[str]) -> None:
-        # may be empty: the last spare taken (or the last node quarantined) leaves `Nodes=`
-        self.client.set_partition_nodes(name, nodes)
 
     def _admin_comment(self, job_id: int, text: str) -> None:
         """Tell the job's owner why it waits (scontrol show job: AdminComment); best effort."""
