@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from slurm_ft.cli import main
+from slurm_ft.lifecycle.states import Event, State
 from slurm_ft.lifecycle.store import Store
 
 from test_lifecycle_sweep import ModelSlurm   # same directory: pytest puts it on sys.path
@@ -96,3 +97,19 @@ def test_sweep_is_silent_without_news_and_busy_exits_5(env, capsys):
     rc, out, _ = cli(capsys, "sweep", "--json")
     rep = json.loads(out)
     assert rc == 0 and rep["changes"][0].startswith("gpu004: in_service -> failed")
+
+
+def test_quarantine_of_a_validating_node_is_refused_before_slurm_is_touched(env, capsys):
+    tmp, slurm = env
+    with Store(str(tmp / "state")) as st:
+        st.enrol("gpu005", State.SPARE, time.time())
+        st.apply("gpu005", Event.VALIDATE, time.time(), default=State.SPARE, cause="re-check job 123")
+        st.set_validation("gpu005", 123, time.time())
+    slurm.resv["slurm-ft-maint-gpu005"] = ["gpu005"]
+    before = (dict(slurm.parts), slurm.node("gpu005"))
+    rc, _, err = cli(capsys, "node", "quarantine", "gpu005")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "cannot apply 'quarantine' to a node in state 'validating'" in err and "`scancel 123`" in err
+    assert (dict(slurm.parts), slurm.node("gpu005")) == before      # not drained, still in the pool
+    with Store(str(tmp / "state")) as st:
+        assert st.record("gpu005").state is State.VALIDATING and st.record("gpu005").validation_job == 123
