@@ -2,8 +2,9 @@
 
 Stateless between cycles except for the journal: a controller killed at any moment (SIGKILL included)
 and started again reads the open incidents back and the plan carries them on. Each act re-reads what
-it changes from Slurm just before writing (partition node lists above all), and does nothing when the
-work is already done, so an intent whose result never reached the journal is safe to redo.
+it changes from Slurm just before writing (partition node lists under the fleet lock the sweep and the
+node CLI take too, lifecycle/membership.py), and does nothing when the work is already done, so an
+intent whose result never reached the journal is safe to redo.
 
 Testing hook: SLURM_FT_CRASH_AT=<step>:<intent|result> makes the controller SIGKILL itself right after
 that step's intent or result is journaled (the crash-consistency test kills it at every step this way).
