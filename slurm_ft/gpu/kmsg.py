@@ -409,59 +409,96 @@ def read_xids(path: str = DEV_KMSG, *, lookback_s: Optional[float] = None, now: 
 
 
 def follow(path: str = DEV_KMSG, *, poll_s: float = 0.05, stop: Optional[Callable[[], bool]] = None,
-           boot_time: Optional[float] = None, from_start: bool = False, sxid: bool = False) -> Iterator[XidEvent]:
-    """Yield Xid events as the kernel (or the lab) appends them; starts at the end unless from_start.
+           boot_time: Optional[float] = None, from_start: bool = False, sxid: bool = False,
+           start: Optional[dict] = None, on_position: Optional[Callable[[dict], None]] = None) -> Iterator[XidEvent]:
+    """Yield Xid events as the kernel (or the lab) appends them; starts at the end unless from_start,
+    or just after `start`, a position an earlier follow reported through on_position.
 
-    /dev/kmsg: one record per read, poll() for new ones, EPIPE (overwritten records) is skipped.
+    /dev/kmsg: one record per read, poll() for new ones, EPIPE (overwritten records) is skipped; a
+    position is the boot and the last record's sequence number.
     A regular file: read what was appended; a truncated or replaced file is read again from its start
-    (the lab's `heal` empties a node's log, as a reboot would).
+    (the lab's `heal` empties a node's log, as a reboot would); a position is its inode and offset.
+    on_position is called after the events of what was read so far were yielded.
     `stop` is called every poll_s; the generator ends when it returns true.
     """
     parser = Parser(source="kmsg", boot_time=boot_time, sxid=sxid)
     should_stop = stop or (lambda: False)
+    report = on_position or (lambda pos: None)
     if _is_char_device(path):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise _open_error(path, exc) from exc
-        try:
-            if not from_start:
-                os.lseek(fd, 0, os.SEEK_END)
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            while not should_stop():
-                if poller.poll(int(poll_s * 1000)):
-                    for rec in _kmsg_records(fd):
-                        yield from parser.feed(rec)
-        finally:
-            os.close(fd)
+        yield from _follow_kmsg(path, parser, poll_s, should_stop, from_start, start, report)
         return
-    yield from _follow_file(path, parser, poll_s, should_stop, from_start)
+    yield from _follow_file(path, parser, poll_s, should_stop, from_start, start, report)
+
+
+def _follow_kmsg(path: str, parser: Parser, poll_s: float, should_stop: Callable[[], bool], from_start: bool,
+                 start: Optional[dict], report: Callable[[dict], None]) -> Iterator[XidEvent]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _open_error(path, exc) from exc
+    boot = round(parser.boot_time or _boot_time())
+    after = -1
+    if start and start.get("boot") == boot and isinstance(start.get("seq"), int):
+        after = start["seq"]            # same boot: resume after the last record read
+    try:
+        if not from_start and after < 0:      # start at the end: skip what is there, note its last record
+            for rec in _kmsg_records(fd):
+                m = KMSG_RECORD_RE.match(rec)
+                after = int(m.group("seq")) if m else after
+            report({"path": path, "boot": boot, "seq": after})
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        first = True
+        while not should_stop():
+            if first or poller.poll(int(poll_s * 1000)):
+                first = False
+                seq = after
+                for rec in _kmsg_records(fd):
+                    m = KMSG_RECORD_RE.match(rec)
+                    if m and int(m.group("seq")) <= after:
+                        continue
+                    seq = int(m.group("seq")) if m else seq
+                    yield from parser.feed(rec)
+                if seq != after:
+                    after = seq
+                    report({"path": path, "boot": boot, "seq": seq})
+    finally:
+        os.close(fd)
 
 
 def _follow_file(path: str, parser: Parser, poll_s: float, should_stop: Callable[[], bool],
-                 from_start: bool) -> Iterator[XidEvent]:
+                 from_start: bool, start: Optional[dict] = None,
+                 report: Callable[[dict], None] = lambda pos: None) -> Iterator[XidEvent]:
     fh = None
     ino = None
-    buf = ""
+    buf = b""
     try:
         while not should_stop():
             if fh is None:
                 try:
-                    fh = open(path, encoding="utf-8", errors="replace")
+                    fh = open(path, "rb")
                 except FileNotFoundError:
                     time.sleep(poll_s)
                     from_start = True   # a file that appears later is new: read it all
                     continue
-                ino = os.fstat(fh.fileno()).st_ino
-                if not from_start:
+                st = os.fstat(fh.fileno())
+                ino = st.st_ino
+                if start and start.get("ino") == ino and isinstance(start.get("offset"), int) \
+                        and 0 <= start["offset"] <= st.st_size:
+                    fh.seek(start["offset"])      # resume where an earlier watcher stopped
+                elif start and start.get("path") == path:
+                    pass                          # replaced or cut since: all of it is new
+                elif not from_start:
                     fh.seek(0, os.SEEK_END)
-            chunk = fh.read()
+                start = None
+                report({"path": path, "ino": ino, "offset": fh.tell()})
+            chunk = fh.read(1 << 20)
             if chunk:
                 buf += chunk
-                *lines, buf = buf.split("\n")
+                *lines, buf = buf.split(b"\n")
                 for line in lines:
-                    yield from parser.feed(line)
+                    yield from parser.feed(line.decode("utf-8", "replace"))
+                report({"path": path, "ino": ino, "offset": fh.tell() - len(buf)})
                 continue
             try:
                 st = os.stat(path)
@@ -470,7 +507,7 @@ def _follow_file(path: str, parser: Parser, poll_s: float, should_stop: Callable
                 replaced = True
             if replaced:
                 fh.close()
-                fh, buf, from_start = None, "", True
+                fh, buf, from_start = None, b"", True
                 continue
             time.sleep(poll_s)
     finally:

@@ -2,6 +2,7 @@
 and a huge log costs bounded work (issue 10, items 4, 8, 9)."""
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 
@@ -149,3 +150,67 @@ def test_tail_read_of_a_small_file_keeps_every_line(tmp_path):
     log.write_text(_mono(1.0, 79, "0000:18:00") + _mono(2.0, 48, "0000:2a:00"))
     lines, cut = kmsg.tail_lines(str(log), block=7)
     assert not cut and [ln for ln in lines if ln] == log.read_text().splitlines()
+
+
+# --- state that must not wedge a node (item 10) -----------------------------------------------------
+
+def _watch(cfg, seen):
+    from slurm_ft.health.watch import Watcher
+    return Watcher("gpu001", cfg, use_nvml=False, poll_s=0.02,
+                   check=lambda level, node, c, **kw: seen.append([e.xid for e in kw["extra_xids"]])
+                   or run.Report(node, level, [], 0))
+
+
+def _wait_for(cond, timeout=10.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_restarted_watcher_handles_an_xid_logged_while_it_was_down(tmp_path):
+    hc = HealthConfig(kmsg_path=str(tmp_path / "{node}.kmsg"), state_file=str(tmp_path / "st" / "{node}.json"))
+    cfg = Config(health=hc)
+    log = tmp_path / "gpu001.kmsg"
+    log.write_text("4,1,1000,-;NVRM: Xid (PCI:0000:1a:00): 79, pid=1, old, before any watcher\n")
+    seen: list = []
+    w = _watch(cfg, seen)
+    w.start()
+    try:
+        _wait_for(lambda: w.run(timeout=0.1) == 0 and (tmp_path / "st" / "gpu001.json.watch").exists())
+    finally:
+        w.stop()
+    with open(log, "a") as fh:                      # the watcher is down (a restart, an upgrade)
+        fh.write("4,2,2000,-;NVRM: Xid (PCI:0000:1a:00): 74, pid=1, NVLink error while nobody watched\n")
+    w = _watch(cfg, seen)
+    w.start()
+    try:
+        assert w.run(once=True, timeout=10.0) == 1
+    finally:
+        w.stop()
+    assert seen == [[74]]                           # the new one, once; not the old one
+
+
+def test_truncated_state_file_is_moved_aside_and_the_check_goes_on(tmp_path):
+    from slurm_ft.health import state as st
+    hc = HealthConfig(kmsg_path=str(tmp_path / "{node}.kmsg"), state_file=str(tmp_path / "st" / "{node}.json"),
+                      disk_paths=(str(tmp_path),), node_types={"default": NodeType(nvlinks_per_gpu=0)})
+    path = tmp_path / "st" / "gpu001.json"
+    path.parent.mkdir(mode=0o700)
+    path.write_text('{"version": 1, "node": "gpu001", "act')
+    os.chmod(path, 0o600)
+    rep = run.check_node("quick", "gpu001", Config(health=hc), reader=reader_for(gpus()))
+    assert rep.healthy
+    aside = list(path.parent.glob("gpu001.json.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_text().endswith('"act')
+    assert st.load(path, "gpu001")["version"] == 1
+
+
+@pytest.mark.parametrize("text", ['[]', '{"version": 1, "active": "x"}', '{"version": 1, "active": [{"check": 1}]}',
+                                  '{"version": 1, "last": {"quick": 3}}', '{"version": 2}', '{"version": 1, "xid_ack": "x"}'])
+def test_state_files_of_the_wrong_shape_are_rebuilt(tmp_path, text):
+    from slurm_ft.health import state as st
+    path = tmp_path / "s.json"
+    path.write_text(text)
+    os.chmod(path, 0o600)
+    assert st.load(path, "n") == st.empty("n") and not path.exists()
