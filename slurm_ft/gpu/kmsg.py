@@ -36,6 +36,7 @@ import sys
 import time
 from dataclasses import replace
 from datetime import datetime
+from functools import lru_cache
 from typing import Callable, Iterable, Iterator, List, Optional, Sequence
 
 from slurm_ft.errors import EnvironmentProblem, UsageError
@@ -48,10 +49,10 @@ DEV_KMSG = "/dev/kmsg"
 _PCI = r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
 XID_RE = re.compile(
     r"NVRM: Xid \((?:PCI:)?" + _PCI + r"(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\): "
-    r"(?P<xid>\d+)(?:,\s*(?P<detail>.*?))?\s*$")
+    r"(?P<xid>\d+)(?:,\s*(?P<detail>.*))?$")      # detail: greedy, stripped later (a lazy one is quadratic)
 FALLEN_RE = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?" + _PCI + r": GPU has fallen off the bus")
 THE_GPU_RE = re.compile(r"NVRM: The NVIDIA GPU " + _PCI)
-SXID_RE = re.compile(r"(?P<dev>nvidia-nvswitch\d*): SXid \((?:PCI:)?" + _PCI + r"\): (?P<xid>\d+)(?:,\s*(?P<detail>.*?))?\s*$")
+SXID_RE = re.compile(r"(?P<dev>nvidia-nvswitch\d*): SXid \((?:PCI:)?" + _PCI + r"\): (?P<xid>\d+)(?:,\s*(?P<detail>.*))?$")
 
 KMSG_RECORD_RE = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;]*);(?P<msg>.*)$")
 DMESG_MONO_RE = re.compile(r"^\[\s*(?P<sec>\d+\.\d+)\]\s?")
@@ -62,10 +63,11 @@ SYSLOG_RE = re.compile(r"^(?P<t>\w{3} [ \d]\d \d\d:\d\d:\d\d)(?P<frac>\.\d+)? ")
 HOST_TAG_RE = re.compile(r"^\S+ (?P<tag>[^\s:\[]+)(?:\[\d+\])?: ?")
 KERNEL_FACILITY = 0
 FUTURE_SKEW_S = 86400.0     # a clock or time-zone skew this large still reads as this year
-MAX_BYTES = 16 << 20        # read at most the last 16 MiB of a kernel log file
+MAX_BYTES = 4 << 20         # read at most the last 4 MiB of a kernel log file (~40k lines, ~1 s)
 _TRUSTED_START = ("NVRM: ", "nvidia-nvswitch")
 
 
+@lru_cache(maxsize=4096)     # a node has a few GPUs; a big log names them over and over
 def normalize_pci(text: str) -> str:
     """`00000000:18:00.0`, `0000:18:00`, `PCI:0000:18:00` -> `0000:18:00` (domain:bus:device, lower-case)."""
     m = re.search(r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})(?:\.[0-7])?", text)
