@@ -55,7 +55,7 @@ ContainerID
 """.split())
 JOB_FREE_TEXT = frozenset("JobName Command WorkDir AdminComment SystemComment Comment StdErr StdIn StdOut "
                           "Container".split())
-_MAX_CANDIDATES = 4000    # ` Key=` spots in one record; more is not a record Slurm printed
+_MAX_CANDIDATES = 1000    # ` Key=` spots in one record; more is not a record Slurm printed
 
 PARTITION_KEYS = frozenset("""
 PartitionName AllowGroups AllowAccounts AllowQos AllocNodes Default QoS DefaultTime DisableRootJobs
