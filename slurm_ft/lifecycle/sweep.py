@@ -343,6 +343,9 @@ def validation_script(node: str, levels: Sequence[str], check_argv: Sequence[str
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad:
         raise UsageError(f"unknown validation level {bad[0]!r} (valid: {', '.join(LEVELS)})")
+    odd = [o for o in sbatch_options if not o.isprintable()]
+    if odd:   # a newline would end the #SBATCH comment and start a shell command
+        raise UsageError(f"sbatch option with control characters: {odd[0]!r}")
     cmd = " ".join(shlex.quote(a) for a in check_argv)
     where = "".join(c if c.isalnum() or c in "-_.[],:" else "?" for c in node)   # a comment line stays one line
     lines = ["#!/bin/sh"] + [f"#SBATCH {o}" for o in sbatch_options] + [

@@ -41,6 +41,8 @@ def test_validation_script_refuses_an_unknown_level_and_runs_no_data(tmp_path):
     text = validation_script(node, ["full"], ["true"])
     subprocess.run(["sh", "-c", text], check=True, capture_output=True, timeout=10)
     assert not marker.exists()
+    with pytest.raises(UsageError, match="control characters"):
+        validation_script("gpu001", ["full"], ["true"], [f"--reservation=r\ntouch {marker}"])
 
 
 @pytest.mark.parametrize("value", [".inf", ".nan", "-.inf"])
