@@ -34,10 +34,11 @@ import select
 import stat
 import sys
 import time
+from collections import deque
 from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence
+from typing import Callable, Deque, Iterable, Iterator, List, Optional, Sequence
 
 from slurm_ft.errors import EnvironmentProblem, UsageError
 from slurm_ft.model import GpuSample, XidEvent
@@ -369,6 +370,19 @@ def tail_lines(path: str, *, max_bytes: int = MAX_BYTES, cutoff: Optional[float]
     return data.decode("utf-8", "replace").split("\n"), pos > 0
 
 
+def _last_bytes(lines: Iterable[str], max_bytes: int) -> "tuple[List[str], bool]":
+    """The last lines of a stream that fit in max_bytes (memory stays bounded, the time cannot)."""
+    kept: Deque[str] = deque()
+    size, cut = 0, False
+    for line in lines:
+        kept.append(line)
+        size += len(line) + 1
+        while size > max_bytes:
+            size -= len(kept.popleft()) + 1
+            cut = True
+    return list(kept), cut
+
+
 def _first_time(data: bytes, boot_time: Optional[float], now: Optional[float]) -> Optional[float]:
     """The time of the first whole line in a block (None when it has none)."""
     lines = data.split(b"\n", 2)
@@ -401,8 +415,10 @@ def read_xids(path: str = DEV_KMSG, *, lookback_s: Optional[float] = None, now: 
         first = _strip_prefix(lines[0], boot_time, now)[1] if cut and lines else None
         if cut and (cutoff is None or first is None or first > cutoff):
             log.warning("%s: read only its last %d MiB", path, max_bytes >> 20)
-    else:
-        lines = iter_lines(path)
+    else:                              # a stream (stdin, .gz, /dev/kmsg): read on, keep only its end
+        lines, cut = _last_bytes(iter_lines(path), max_bytes)
+        if cut:
+            log.warning("%s: read only its last %d MiB", path, max_bytes >> 20)
     events = parse_lines(lines, source=source, boot_time=boot_time, sxid=sxid, now=now)
     if cutoff is not None:
         events = [e for e in events if e.timestamp is None or e.timestamp >= cutoff]

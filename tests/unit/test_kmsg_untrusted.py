@@ -214,3 +214,12 @@ def test_state_files_of_the_wrong_shape_are_rebuilt(tmp_path, text):
     path.write_text(text)
     os.chmod(path, 0o600)
     assert st.load(path, "n") == st.empty("n") and not path.exists()
+
+
+def test_a_compressed_log_keeps_only_its_end_in_memory(tmp_path):
+    import gzip
+    log = tmp_path / "kern.log.1.gz"
+    with gzip.open(log, "wt") as fh:
+        fh.write(_mono(100.0, 13) * 20000 + _mono(101.0, 79))
+    events = kmsg.read_xids(str(log), boot_time=BT, max_bytes=64 << 10)
+    assert events[-1].xid == 79 and len(events) < 1000
