@@ -458,6 +458,8 @@ def _follow_kmsg(path: str, parser: Parser, poll_s: float, should_stop: Callable
     after = -1
     if start and start.get("boot") == boot and isinstance(start.get("seq"), int):
         after = start["seq"]            # same boot: resume after the last record read
+    elif start and start.get("path") == path:
+        from_start = True               # a saved place from an earlier boot: all of this boot is new
     try:
         if not from_start and after < 0:      # start at the end: skip what is there, note its last record
             for rec in _kmsg_records(fd):
