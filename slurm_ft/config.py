@@ -155,6 +155,7 @@ def load_config(path: Optional[str] = None) -> Config:
             raise ConfigError(f"{p}: config file not found")
         return Config()
     refuse_unsafe(p, "config file")
+    refuse_unsafe(p.resolve().parent, "config directory")   # a world-writable dir lets others swap the file
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -165,7 +166,19 @@ def load_config(path: Optional[str] = None) -> Config:
         raise ConfigError(f"{p}: top level must be a mapping, not {type(data).__name__}")
     if "path" in data:
         raise ConfigError(f"{p}: unknown key path")
-    return build(Config, {**data, "path": str(p)}, str(p), "")
+    cfg = build(Config, {**data, "path": str(p)}, str(p), "")
+    _check_levels(cfg, str(p))
+    return cfg
+
+
+def _check_levels(cfg: "Config", file: str) -> None:
+    """Level names come from a closed set: they reach a validation job's script."""
+    from slurm_ft.health.levels import LEVELS
+    for key in ("validate_levels", "spare_recheck_levels"):
+        for i, level in enumerate(getattr(cfg.lifecycle, key)):
+            if level not in LEVELS:
+                raise ConfigError(f"{file}: lifecycle.{key}[{i}]: unknown level {level!r} "
+                                  f"(valid: {', '.join(LEVELS)})")
 
 
 def build(cls, data: Any, file: str, where: str):
@@ -179,6 +192,11 @@ def build(cls, data: Any, file: str, where: str):
         raise ConfigError(f"{file}: unknown key {_key(where, unknown[0])} (valid: {', '.join(sorted(names))})")
     kwargs = {k: _convert(hints[k], v, file, _key(where, k)) for k, v in data.items()}
     return cls(**kwargs)
+
+
+# values that are a share of a whole (0..1)
+_SHARES = frozenset({"breaker_max_share", "burnin_relative_min", "burnin_absolute_min", "replace_fraction",
+                     "target"})
 
 
 def _key(where: str, name: str) -> str:
@@ -213,8 +231,12 @@ def _convert(tp, value, file: str, key: str):
     if tp in (int, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (tp is int and not isinstance(value, int)):
             raise ConfigError(f"{file}: {key} must be a number{' (integer)' if tp is int else ''}, not {value!r}")
-        if value < 0:
-            raise ConfigError(f"{file}: {key} must not be negative, got {value!r}")
+        if value < 0 or value != value or value == float("inf"):
+            raise ConfigError(f"{file}: {key} must be a finite number, not negative, got {value!r}")
+        if key.rsplit(".", 1)[-1] in _SHARES and value > 1:
+            raise ConfigError(f"{file}: {key} is a share: at most 1, got {value!r}")
+        if key.startswith("health.deadline_s.") and value == 0:
+            raise ConfigError(f"{file}: {key} must be more than 0 seconds")
         return tp(value)
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):

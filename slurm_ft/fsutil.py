@@ -12,8 +12,8 @@ from slurm_ft.errors import ConfigError
 def refuse_unsafe(path: str | os.PathLike, what: str = "file") -> None:
     """Refuse a file (or directory) that others may write: these programs run as root.
 
-    A world-writable path, or one writable by a group while owned by somebody else than root or
-    the current user, lets any local user change what root executes or decides.
+    A world-writable path (sticky or not), one writable by a group other than root's, or one owned by
+    somebody else than root or the current user lets a local user change what root executes or decides.
     """
     p = Path(path)
     try:
@@ -22,6 +22,8 @@ def refuse_unsafe(path: str | os.PathLike, what: str = "file") -> None:
         return
     if st.st_mode & stat.S_IWOTH:
         raise ConfigError(f"{p}: {what} is writable by others; run `chmod o-w {p}`")
+    if st.st_mode & stat.S_IWGRP and st.st_gid != 0:
+        raise ConfigError(f"{p}: {what} is writable by group {st.st_gid}; run `chmod g-w {p}`")
     if st.st_uid not in (0, os.geteuid()):
         raise ConfigError(f"{p}: {what} is owned by uid {st.st_uid}, not root or the current user")
 

@@ -17,7 +17,8 @@ def _load_planning(ctx: click.Context):
 
 def _plan_options(f):
     opts = [
-        click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (default 8; status: from Slurm)."),
+        click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+                     help="GPUs per node (default 8; status: from Slurm)."),
         click.option("--profile", default=None, help="Failure profile (built-in: llama3, 419 in 54 days on 16,384 GPUs)."),
         click.option("--profile-file", type=click.Path(dir_okay=False), default=None,
                      help="A failure profile in YAML (name, days, gpus, classes: [{name, count, replace, kind}])."),
@@ -69,7 +70,7 @@ def make_plan(ctx: click.Context, gpus: int, gpus_per_node: Optional[int], profi
         if node_mtbf_hours is None and interruptions_per_day is None:
             profile = cfg.profile
     return sp.plan_spares(
-        gpus, gpus_per_node or 8, profile=profile,
+        gpus, 8 if gpus_per_node is None else gpus_per_node, profile=profile,
         profile_data=read_profile_file(profile_file) if profile_file else None,
         node_mtbf_hours=node_mtbf_hours, interruptions_per_day=interruptions_per_day, at_gpus=at_gpus,
         replace_fraction=replace_fraction if replace_fraction is not None else cfg.replace_fraction,

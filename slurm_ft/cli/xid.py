@@ -102,7 +102,10 @@ def _format_summary(rows: Sequence[dict]) -> List[str]:
               help="Only Xids logged in the last SECONDS (needs timestamps in the log).")
 @click.option("--sxid/--no-sxid", default=True, show_default=True, help="Also list NVSwitch SXid lines.")
 @click.option("--summary", is_flag=True, help="One line per GPU and Xid with a count, instead of every line.")
-def explain(what: Optional[str], as_json: bool, lookback: Optional[float], sxid: bool, summary: bool) -> None:
+@click.option("--max-mb", type=click.IntRange(min=1), default=kmsg.MAX_BYTES >> 20, show_default=True,
+              help="Read at most the last MB megabytes of a FILE (a warning says when that cut it).")
+def explain(what: Optional[str], as_json: bool, lookback: Optional[float], sxid: bool, summary: bool,
+            max_mb: int) -> None:
     """Explain one Xid CODE, or every Xid in FILE (plain or .gz) / stdin (-) / this boot's kernel log.
 
     \b
@@ -121,7 +124,7 @@ def explain(what: Optional[str], as_json: bool, lookback: Optional[float], sxid:
         click.echo(json.dumps(info.to_dict(), indent=2) if as_json else "\n".join(_format_code(info)))
         return
     path = what or kmsg.DEV_KMSG
-    events = kmsg.read_xids(path, lookback_s=lookback, sxid=sxid)
+    events = kmsg.read_xids(path, lookback_s=lookback, sxid=sxid, max_bytes=max_mb << 20)
     if events:
         gpus = _gpus_from_nvml()
         if gpus:

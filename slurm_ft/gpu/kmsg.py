@@ -15,8 +15,13 @@ Line formats the driver prints (open-gpu-kernel-modules `kernel_rc.c`, and older
 Each may come wrapped in a /dev/kmsg record (`6,1234,5140900,-;...`), a dmesg prefix (`[ 123.456]`,
 `[Sun Nov 29 16:25:19 2026]`, ISO time), or a syslog/journal prefix (`Nov 29 16:25:19 host kernel:`,
 `journalctl -k -o short-precise`: `Nov 29 16:25:19.123456 host kernel:`).
-The NVRM pattern is searched anywhere in the line, so any other wrapper works too; the prefix only
-gives the timestamp.
+Only the kernel can report an Xid: a line counts when it comes from the kernel (a /dev/kmsg record of
+facility 0, dmesg output, a syslog/journal line tagged `kernel:`, or a bare line of a root-owned file)
+and its message starts with `NVRM:` (`nvidia-nvswitchN:` for SXid). Anyone can write
+`someuser: NVRM: Xid ...` to syslog with `logger`: such a line becomes a `forged` event, reported as
+suspicious and never a drain. Classic syslog has no year: a date that would lie in the future is last
+year's. Regular files are read from their end, back to the look-back window or a byte cap, whichever
+comes first, so a huge log costs a bounded time.
 """
 from __future__ import annotations
 
@@ -29,9 +34,11 @@ import select
 import stat
 import sys
 import time
+from collections import deque
 from dataclasses import replace
 from datetime import datetime
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence
+from functools import lru_cache
+from typing import Callable, Deque, Iterable, Iterator, List, Optional, Sequence
 
 from slurm_ft.errors import EnvironmentProblem, UsageError
 from slurm_ft.model import GpuSample, XidEvent
@@ -43,18 +50,25 @@ DEV_KMSG = "/dev/kmsg"
 _PCI = r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
 XID_RE = re.compile(
     r"NVRM: Xid \((?:PCI:)?" + _PCI + r"(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\): "
-    r"(?P<xid>\d+)(?:,\s*(?P<detail>.*?))?\s*$")
+    r"(?P<xid>\d+)(?:,\s*(?P<detail>.*))?$")      # detail: greedy, stripped later (a lazy one is quadratic)
 FALLEN_RE = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?" + _PCI + r": GPU has fallen off the bus")
 THE_GPU_RE = re.compile(r"NVRM: The NVIDIA GPU " + _PCI)
-SXID_RE = re.compile(r"(?P<dev>nvidia-nvswitch\d*): SXid \((?:PCI:)?" + _PCI + r"\): (?P<xid>\d+)(?:,\s*(?P<detail>.*?))?\s*$")
+SXID_RE = re.compile(r"(?P<dev>nvidia-nvswitch\d*): SXid \((?:PCI:)?" + _PCI + r"\): (?P<xid>\d+)(?:,\s*(?P<detail>.*))?$")
 
 KMSG_RECORD_RE = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;]*);(?P<msg>.*)$")
 DMESG_MONO_RE = re.compile(r"^\[\s*(?P<sec>\d+\.\d+)\]\s?")
 DMESG_CTIME_RE = re.compile(r"^\[(?P<t>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?")
 ISO_RE = re.compile(r"^(?P<t>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s")
-SYSLOG_RE = re.compile(r"^(?P<t>\w{3} [ \d]\d \d\d:\d\d:\d\d)(?P<frac>\.\d+)? \S+ ")
+SYSLOG_RE = re.compile(r"^(?P<t>\w{3} [ \d]\d \d\d:\d\d:\d\d)(?P<frac>\.\d+)? ")
+# after a syslog/journal time: `host tag[pid]: message`; only the tag `kernel` is the kernel
+HOST_TAG_RE = re.compile(r"^\S+ (?P<tag>[^\s:\[]+)(?:\[\d+\])?: ?")
+KERNEL_FACILITY = 0
+FUTURE_SKEW_S = 86400.0     # a clock or time-zone skew this large still reads as this year
+MAX_BYTES = 4 << 20         # read at most the last 4 MiB of a kernel log file (~40k lines, ~1 s)
+_TRUSTED_START = ("NVRM: ", "nvidia-nvswitch")
 
 
+@lru_cache(maxsize=4096)     # a node has a few GPUs; a big log names them over and over
 def normalize_pci(text: str) -> str:
     """`00000000:18:00.0`, `0000:18:00`, `PCI:0000:18:00` -> `0000:18:00` (domain:bus:device, lower-case)."""
     m = re.search(r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})(?:\.[0-7])?", text)
@@ -69,22 +83,54 @@ def _boot_time() -> float:
     return psutil.boot_time()
 
 
-def _strip_prefix(line: str, boot_time: Optional[float]) -> "tuple[str, Optional[float]]":
-    """Remove a kmsg/dmesg/syslog prefix; return the message and its wall-clock time when known."""
+def _syslog_time(text: str, frac: Optional[str], now: Optional[float]) -> Optional[float]:
+    """A yearless syslog time: this year, or last year when this year's date lies in the future."""
+    ref = time.time() if now is None else now
+    year = time.localtime(ref).tm_year
+    for y in (year, year - 1):
+        try:
+            t = time.mktime(time.strptime(f"{y} {text}", "%Y %b %d %H:%M:%S")) + float(frac or 0)
+        except ValueError:      # Feb 29 in a year without one
+            continue
+        if t <= ref + FUTURE_SKEW_S:
+            return t
+    return None
+
+
+def _tagged(rest: str) -> "tuple[str, str]":
+    """`host kernel: [ 1.2] msg` -> (msg, "kernel"); another tag -> (its message, "other")."""
+    m = HOST_TAG_RE.match(rest)
+    if not m:
+        return rest, "other"
+    msg = rest[m.end():]
+    if m.group("tag") != "kernel":
+        return msg, "other"
+    inner = DMESG_MONO_RE.match(msg)       # syslog keeps the kernel's own boot-relative stamp
+    return (msg[inner.end():] if inner else msg), "kernel"
+
+
+def _strip_prefix(line: str, boot_time: Optional[float],
+                  now: Optional[float] = None) -> "tuple[str, Optional[float], str]":
+    """Remove a kmsg/dmesg/syslog prefix: (message, wall-clock time when known, origin).
+
+    origin: "kernel" (kmsg facility 0, dmesg, a `kernel:` tag), "other" (another facility or tag:
+    anyone may have written it) or "bare" (no prefix: a plain file, trusted as far as its owner is).
+    """
     m = KMSG_RECORD_RE.match(line)
     if m:
         bt = _boot_time() if boot_time is None else boot_time
-        return m.group("msg"), bt + int(m.group("usec")) / 1e6
+        origin = "kernel" if int(m.group("prio")) >> 3 == KERNEL_FACILITY else "other"
+        return m.group("msg"), bt + int(m.group("usec")) / 1e6, origin
     m = DMESG_MONO_RE.match(line)
     if m:
         bt = _boot_time() if boot_time is None else boot_time
-        return line[m.end():], bt + float(m.group("sec"))
+        return line[m.end():], bt + float(m.group("sec")), "kernel"
     m = DMESG_CTIME_RE.match(line)
     if m:
         try:
-            return line[m.end():], time.mktime(time.strptime(m.group("t"), "%a %b %d %H:%M:%S %Y"))
-        except ValueError:
-            return line[m.end():], None
+            return line[m.end():], time.mktime(time.strptime(m.group("t"), "%a %b %d %H:%M:%S %Y")), "kernel"
+        except (ValueError, OverflowError):
+            return line[m.end():], None, "kernel"
     m = ISO_RE.match(line)
     if m:
         t = m.group("t").replace(",", ".").replace(" ", "T")
@@ -92,26 +138,29 @@ def _strip_prefix(line: str, boot_time: Optional[float]) -> "tuple[str, Optional
             t = t[:-1] + "+00:00"
         elif re.search(r"[+-]\d{4}$", t):
             t = t[:-2] + ":" + t[-2:]
+        msg, origin = _tagged(line[m.end():])
         try:
-            return line[m.end():], datetime.fromisoformat(t).timestamp()
-        except ValueError:
-            return line[m.end():], None
+            ts: Optional[float] = datetime.fromisoformat(t).timestamp()
+        except (ValueError, OverflowError):
+            ts = None
+        if ts is not None and ts > (time.time() if now is None else now) + FUTURE_SKEW_S:
+            ts = None               # a future date is not believed (and then counts as old, see probes)
+        return msg, ts, origin
     m = SYSLOG_RE.match(line)
-    if m:  # no year in classic syslog: assume this year
-        try:
-            t = time.strptime(f"{time.localtime().tm_year} {m.group('t')}", "%Y %b %d %H:%M:%S")
-            return line[m.end():], time.mktime(t) + float(m.group("frac") or 0)
-        except ValueError:
-            return line[m.end():], None
-    return line, None
+    if m:
+        msg, origin = _tagged(line[m.end():])
+        return msg, _syslog_time(m.group("t"), m.group("frac"), now), origin
+    return line, None, "bare"
 
 
 class Parser:
     """Turns log lines into XidEvents; keeps the little state the three-line fallen-off-bus message needs."""
 
-    def __init__(self, *, source: str = "kmsg", boot_time: Optional[float] = None, sxid: bool = True):
+    def __init__(self, *, source: str = "kmsg", boot_time: Optional[float] = None, sxid: bool = True,
+                 now: Optional[float] = None):
         self.source = source
         self.boot_time = boot_time
+        self.now = now                  # the reading time (for yearless syslog dates); None: the clock
         self.sxid = sxid
         self._pending_the_gpu: Optional[str] = None   # PCI id from "The NVIDIA GPU <pci>", awaiting "fallen off"
         self._pending_left = 0
@@ -122,24 +171,26 @@ class Parser:
             return []
         if self.boot_time is None and (line[:1].isdigit() or line.startswith("[")):
             self.boot_time = _boot_time()      # once: boot-relative prefixes need it
-        msg, ts = _strip_prefix(line, self.boot_time)
-        m = XID_RE.search(msg)
+        msg, ts, origin = _strip_prefix(line, self.boot_time, self.now)
+        if origin == "other" or not msg.startswith(_TRUSTED_START):
+            return self._forged(msg, ts)
+        m = XID_RE.match(msg)
         if m:
             return [XidEvent(
                 xid=int(m.group("xid")), pci_bus_id=normalize_pci(m.group("pci")),
                 detail=(m.group("detail") or "").strip(), source=self.source, timestamp=ts,
                 gpu_instance=int(m.group("gi")) if m.group("gi") is not None else None,
                 compute_instance=int(m.group("ci")) if m.group("ci") is not None else None)]
-        m = FALLEN_RE.search(msg)
+        m = FALLEN_RE.match(msg)
         if m:
             return [self._fallen(m.group("pci"), ts)]
-        m = THE_GPU_RE.search(msg)
+        m = THE_GPU_RE.match(msg)
         if m:
             if "fallen off the bus" in msg:
                 return [self._fallen(m.group("pci"), ts)]
             self._pending_the_gpu, self._pending_left = m.group("pci"), 2
             return []
-        if self._pending_the_gpu and "NVRM:" in msg:
+        if self._pending_the_gpu and msg.startswith("NVRM:"):
             if "fallen off the bus" in msg:
                 pci, self._pending_the_gpu = self._pending_the_gpu, None
                 return [self._fallen(pci, ts)]
@@ -148,12 +199,23 @@ class Parser:
                 self._pending_the_gpu = None
             return []
         if self.sxid:
-            m = SXID_RE.search(msg)
+            m = SXID_RE.match(msg)
             if m:
                 return [XidEvent(xid=int(m.group("xid")), pci_bus_id=normalize_pci(m.group("pci")),
                                  detail=f"{m.group('dev')}: {(m.group('detail') or '').strip()}",
                                  source=self.source, timestamp=ts, kind="sxid")]
         return []
+
+    def _forged(self, msg: str, ts: Optional[float]) -> List[XidEvent]:
+        """An Xid-looking line the kernel did not write (another syslog tag or facility, or NVRM in
+        the middle of a message): reported as suspicious, never a drain."""
+        m = XID_RE.search(msg) or FALLEN_RE.search(msg)
+        if not m:
+            return []
+        xid = int(m.group("xid")) if "xid" in m.groupdict() else 79
+        log.warning("Xid-looking line not written by the kernel (ignored): %.200s", msg)
+        return [XidEvent(xid=xid, pci_bus_id=normalize_pci(m.group("pci")), detail=msg[:200],
+                         source=self.source, timestamp=ts, kind="forged")]
 
     def _fallen(self, pci: str, ts: Optional[float]) -> XidEvent:
         return XidEvent(xid=79, pci_bus_id=normalize_pci(pci), detail="GPU has fallen off the bus",
@@ -161,9 +223,9 @@ class Parser:
 
 
 def parse_lines(lines: Iterable[str], *, source: str = "file", boot_time: Optional[float] = None,
-                sxid: bool = True) -> List[XidEvent]:
-    """Every Xid (and SXid, fallen-off-the-bus) event in these lines, in order."""
-    parser = Parser(source=source, boot_time=boot_time, sxid=sxid)
+                sxid: bool = True, now: Optional[float] = None) -> List[XidEvent]:
+    """Every Xid (and SXid, fallen-off-the-bus, forged) event in these lines, in order."""
+    parser = Parser(source=source, boot_time=boot_time, sxid=sxid, now=now)
     out: List[XidEvent] = []
     for line in lines:
         out.extend(parser.feed(line))
@@ -183,7 +245,7 @@ def map_to_gpus(events: Sequence[XidEvent], gpus: Sequence[GpuSample]) -> List[X
     """
     by_pci = {normalize_pci(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
     anonymous = [g.index for g in gpus if not g.pci_bus_id]
-    strangers = {e.pci_bus_id for e in events if e.kind != "sxid" and e.pci_bus_id not in by_pci}
+    strangers = {e.pci_bus_id for e in events if e.kind in ("xid", "fallen_off_bus") and e.pci_bus_id not in by_pci}
     if len(anonymous) == 1 and len(strangers) == 1:
         by_pci[strangers.pop()] = anonymous[0]
     return [replace(e, gpu=by_pci.get(e.pci_bus_id, e.gpu)) if e.kind != "sxid" else e for e in events]
@@ -280,80 +342,183 @@ def read_lines(path: str) -> List[str]:
     return list(iter_lines(path))
 
 
+def tail_lines(path: str, *, max_bytes: int = MAX_BYTES, cutoff: Optional[float] = None,
+               boot_time: Optional[float] = None, now: Optional[float] = None,
+               block: int = 1 << 20) -> "tuple[List[str], bool]":
+    """The last lines of a regular file, read backwards in blocks until a block starts with a line
+    older than `cutoff` or `max_bytes` are read: (lines oldest first, whether older lines were left)."""
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise _open_error(path, exc) from exc
+    with fh:
+        pos = end = os.fstat(fh.fileno()).st_size
+        blocks: List[bytes] = []
+        while pos > 0 and end - pos < max_bytes:
+            step = min(block, pos, max_bytes - (end - pos))
+            pos -= step
+            fh.seek(pos)
+            data = fh.read(step)
+            blocks.append(data)
+            if cutoff is not None and pos > 0:
+                ts = _first_time(data, boot_time, now)
+                if ts is not None and ts < cutoff:
+                    break
+    data = b"".join(reversed(blocks))
+    if pos > 0:                        # the first line is cut: drop it
+        data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
+    return data.decode("utf-8", "replace").split("\n"), pos > 0
+
+
+def _last_bytes(lines: Iterable[str], max_bytes: int) -> "tuple[List[str], bool]":
+    """The last lines of a stream that fit in max_bytes (memory stays bounded, the time cannot)."""
+    kept: Deque[str] = deque()
+    size, cut = 0, False
+    for line in lines:
+        kept.append(line)
+        size += len(line) + 1
+        while size > max_bytes:
+            size -= len(kept.popleft()) + 1
+            cut = True
+    return list(kept), cut
+
+
+def _first_time(data: bytes, boot_time: Optional[float], now: Optional[float]) -> Optional[float]:
+    """The time of the first whole line in a block (None when it has none)."""
+    lines = data.split(b"\n", 2)
+    if len(lines) < 3:
+        return None
+    line = lines[1].decode("utf-8", "replace")
+    if boot_time is None and (line[:1].isdigit() or line.startswith("[")):
+        boot_time = _boot_time()
+    return _strip_prefix(line, boot_time, now)[1]
+
+
 def read_xids(path: str = DEV_KMSG, *, lookback_s: Optional[float] = None, now: Optional[float] = None,
               boot_time: Optional[float] = None, gpus: Sequence[GpuSample] = (), sxid: bool = False,
-              missing_ok: bool = False) -> List[XidEvent]:
+              missing_ok: bool = False, max_bytes: int = MAX_BYTES) -> List[XidEvent]:
     """Xid events in a kernel log, oldest first.
 
     lookback_s keeps only events newer than `now - lookback_s` (events without a time are kept);
     /dev/kmsg holds this boot only, and its record times are boot-relative (psutil.boot_time()).
-    gpus maps PCI ids to NVML indexes. A missing file is an error unless missing_ok.
+    A regular file is read from its end, at most max_bytes of it (a warning says when that cut the
+    look-back window short). gpus maps PCI ids to NVML indexes. A missing file is an error unless missing_ok.
     """
     if missing_ok and path != "-" and not os.path.exists(path):
         return []
     source = "kmsg" if (path == DEV_KMSG or path.endswith("kmsg")) else "file"
-    events = parse_lines(iter_lines(path), source=source, boot_time=boot_time, sxid=sxid)
-    if lookback_s is not None:
-        cutoff = (time.time() if now is None else now) - lookback_s
+    cutoff = None if lookback_s is None else (time.time() if now is None else now) - lookback_s
+    if path != "-" and not path.endswith(".gz") and os.path.isfile(path):
+        if boot_time is None:
+            boot_time = _boot_time()
+        lines, cut = tail_lines(path, max_bytes=max_bytes, cutoff=cutoff, boot_time=boot_time, now=now)
+        first = _strip_prefix(lines[0], boot_time, now)[1] if cut and lines else None
+        if cut and (cutoff is None or first is None or first > cutoff):
+            log.warning("%s: read only its last %d MiB", path, max_bytes >> 20)
+    else:                              # a stream (stdin, .gz, /dev/kmsg): read on, keep only its end
+        lines, cut = _last_bytes(iter_lines(path), max_bytes)
+        if cut:
+            log.warning("%s: read only its last %d MiB", path, max_bytes >> 20)
+    events = parse_lines(lines, source=source, boot_time=boot_time, sxid=sxid, now=now)
+    if cutoff is not None:
         events = [e for e in events if e.timestamp is None or e.timestamp >= cutoff]
     events = dedupe_fallen(events)
     return map_to_gpus(events, gpus) if gpus else events
 
 
 def follow(path: str = DEV_KMSG, *, poll_s: float = 0.05, stop: Optional[Callable[[], bool]] = None,
-           boot_time: Optional[float] = None, from_start: bool = False, sxid: bool = False) -> Iterator[XidEvent]:
-    """Yield Xid events as the kernel (or the lab) appends them; starts at the end unless from_start.
+           boot_time: Optional[float] = None, from_start: bool = False, sxid: bool = False,
+           start: Optional[dict] = None, on_position: Optional[Callable[[dict], None]] = None) -> Iterator[XidEvent]:
+    """Yield Xid events as the kernel (or the lab) appends them; starts at the end unless from_start,
+    or just after `start`, a position an earlier follow reported through on_position.
 
-    /dev/kmsg: one record per read, poll() for new ones, EPIPE (overwritten records) is skipped.
+    /dev/kmsg: one record per read, poll() for new ones, EPIPE (overwritten records) is skipped; a
+    position is the boot and the last record's sequence number.
     A regular file: read what was appended; a truncated or replaced file is read again from its start
-    (the lab's `heal` empties a node's log, as a reboot would).
+    (the lab's `heal` empties a node's log, as a reboot would); a position is its inode and offset.
+    on_position is called after the events of what was read so far were yielded.
     `stop` is called every poll_s; the generator ends when it returns true.
     """
     parser = Parser(source="kmsg", boot_time=boot_time, sxid=sxid)
     should_stop = stop or (lambda: False)
+    report = on_position or (lambda pos: None)
     if _is_char_device(path):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise _open_error(path, exc) from exc
-        try:
-            if not from_start:
-                os.lseek(fd, 0, os.SEEK_END)
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            while not should_stop():
-                if poller.poll(int(poll_s * 1000)):
-                    for rec in _kmsg_records(fd):
-                        yield from parser.feed(rec)
-        finally:
-            os.close(fd)
+        yield from _follow_kmsg(path, parser, poll_s, should_stop, from_start, start, report)
         return
-    yield from _follow_file(path, parser, poll_s, should_stop, from_start)
+    yield from _follow_file(path, parser, poll_s, should_stop, from_start, start, report)
+
+
+def _follow_kmsg(path: str, parser: Parser, poll_s: float, should_stop: Callable[[], bool], from_start: bool,
+                 start: Optional[dict], report: Callable[[dict], None]) -> Iterator[XidEvent]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _open_error(path, exc) from exc
+    boot = round(parser.boot_time or _boot_time())
+    after = -1
+    if start and start.get("boot") == boot and isinstance(start.get("seq"), int):
+        after = start["seq"]            # same boot: resume after the last record read
+    elif start and start.get("path") == path:
+        from_start = True               # a saved place from an earlier boot: all of this boot is new
+    try:
+        if not from_start and after < 0:      # start at the end: skip what is there, note its last record
+            for rec in _kmsg_records(fd):
+                m = KMSG_RECORD_RE.match(rec)
+                after = int(m.group("seq")) if m else after
+            report({"path": path, "boot": boot, "seq": after})
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        first = True
+        while not should_stop():
+            if first or poller.poll(int(poll_s * 1000)):
+                first = False
+                seq = after
+                for rec in _kmsg_records(fd):
+                    m = KMSG_RECORD_RE.match(rec)
+                    if m and int(m.group("seq")) <= after:
+                        continue
+                    seq = int(m.group("seq")) if m else seq
+                    yield from parser.feed(rec)
+                if seq != after:
+                    after = seq
+                    report({"path": path, "boot": boot, "seq": seq})
+    finally:
+        os.close(fd)
 
 
 def _follow_file(path: str, parser: Parser, poll_s: float, should_stop: Callable[[], bool],
-                 from_start: bool) -> Iterator[XidEvent]:
+                 from_start: bool, start: Optional[dict] = None,
+                 report: Callable[[dict], None] = lambda pos: None) -> Iterator[XidEvent]:
     fh = None
     ino = None
-    buf = ""
+    buf = b""
     try:
         while not should_stop():
             if fh is None:
                 try:
-                    fh = open(path, encoding="utf-8", errors="replace")
+                    fh = open(path, "rb")
                 except FileNotFoundError:
                     time.sleep(poll_s)
                     from_start = True   # a file that appears later is new: read it all
                     continue
-                ino = os.fstat(fh.fileno()).st_ino
-                if not from_start:
+                st = os.fstat(fh.fileno())
+                ino = st.st_ino
+                if start and start.get("ino") == ino and isinstance(start.get("offset"), int) \
+                        and 0 <= start["offset"] <= st.st_size:
+                    fh.seek(start["offset"])      # resume where an earlier watcher stopped
+                elif start and start.get("path") == path:
+                    pass                          # replaced or cut since: all of it is new
+                elif not from_start:
                     fh.seek(0, os.SEEK_END)
-            chunk = fh.read()
+                start = None
+                report({"path": path, "ino": ino, "offset": fh.tell()})
+            chunk = fh.read(1 << 20)
             if chunk:
                 buf += chunk
-                *lines, buf = buf.split("\n")
+                *lines, buf = buf.split(b"\n")
                 for line in lines:
-                    yield from parser.feed(line)
+                    yield from parser.feed(line.decode("utf-8", "replace"))
+                report({"path": path, "ino": ino, "offset": fh.tell() - len(buf)})
                 continue
             try:
                 st = os.stat(path)
@@ -362,7 +527,7 @@ def _follow_file(path: str, parser: Parser, poll_s: float, should_stop: Callable
                 replaced = True
             if replaced:
                 fh.close()
-                fh, buf, from_start = None, "", True
+                fh, buf, from_start = None, b"", True
                 continue
             time.sleep(poll_s)
     finally:

@@ -126,6 +126,9 @@ def is_known(xid: int) -> bool:
 
 def verdict(event: XidEvent) -> XidInfo:
     """What one logged Xid means, using the line's detail where the code alone does not decide."""
+    if event.kind == "forged":      # an Xid-looking line the kernel did not write (see gpu.kmsg)
+        return XidInfo(event.xid, f"suspicious Xid {event.xid} line not written by the kernel", "forged", "warn",
+                       "none", False, "slurm-ft: only kernel records report Xids", known=False)
     info = lookup(event.xid)
     if event.kind == "sxid":
         # NVSwitch errors are not GPU Xids; the catalog does not cover them, report without draining.

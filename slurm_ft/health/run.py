@@ -119,7 +119,7 @@ def _query_errors(sample: NodeSample, check: str) -> List[Finding]:
 
 
 def run_level(level: str, node: str, config: Config, *, now: Optional[float] = None,
-              reader=None, xid_since: Optional[float] = None, xid_history=None,
+              reader=None, xid_since: Optional[float] = None, xid_history=None, xid_untimed: bool = True,
               extra_xids: Sequence[XidEvent] = (), deadline_s: Optional[float] = None,
               progress: Optional[Callable[[int, int, str], None]] = None) -> Report:
     from slurm_ft.health.gather import gather
@@ -156,6 +156,7 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
     sample = box["sample"]
     ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=level, now=now,
                        xid_since=xid_since if xid_since is not None else now - hc.xid_lookback_s,
+                       xid_untimed=xid_untimed,
                        ignore_processes=tuple(hc.ignore_processes), xid_history=xid_history or {})
     findings = judge(sample, checks, ctx)
     return Report(node, level, findings, time.monotonic() - t0, checks, node_type=type_name, sample=sample)
@@ -183,6 +184,7 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
     # they stay in the kernel log until a reboot, but must not drain the node again
     xid_since = max(xid_since, float(before.get("xid_ack") or 0.0))
     report = run_level(level, node, config, now=now, reader=reader, xid_since=xid_since,
+                       xid_untimed=not before.get("xid_ack"),   # an untimed line is older than a resume
                        xid_history=st.xid_history(before), extra_xids=extra_xids, progress=progress)
     active: List[Finding] = []
     if record and not report.hung:
@@ -274,7 +276,7 @@ def _acknowledge(report: Report, config: Config, path, node: str, since: float, 
     hc = config.health
     _, node_type = node_type_for(node, hc)
     ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=report.level, now=now, xid_since=since,
-                       ignore_processes=tuple(hc.ignore_processes))
+                       xid_untimed=False, ignore_processes=tuple(hc.ignore_processes))
     xid_findings = judge(report.sample, ("xid",), ctx)
     merged: List[Finding] = []
     for f in report.findings:                 # keep the checks' order: xid lines where they were

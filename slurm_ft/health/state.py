@@ -21,11 +21,11 @@ import fcntl
 import json
 import logging
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional
 
-from slurm_ft.errors import ConfigError
 from slurm_ft.fsutil import atomic_write, refuse_unsafe
 from slurm_ft.model import Action, Finding, Severity
 
@@ -45,20 +45,56 @@ def empty(node: str) -> dict:
 
 
 def load(path: Path, node: str = "") -> dict:
-    """The state, or an empty one when the file does not exist; a corrupt file is an error."""
+    """The state, or an empty one when the file does not exist. A corrupt file (cut short by a full
+    disk, edited by hand) is moved aside with a warning and the state starts afresh: it must not keep
+    every check of the node failing until somebody deletes it. An unsafe one is still refused."""
     if not path.exists():
         return empty(node)
     refuse_unsafe(path, "state file")
     refuse_unsafe(path.parent, "state directory")
     try:
         data = json.loads(path.read_text() or "{}")
+        problem = _shape_problem(data)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: unreadable state file ({exc}); remove it to start afresh") from None
-    if not isinstance(data, dict) or data.get("version") != VERSION:
-        raise ConfigError(f"{path}: not a slurm-ft v{VERSION} state file; remove it to start afresh")
+        problem = f"unreadable ({exc})"
+    if problem:
+        _move_aside(path, problem)
+        return empty(node)
     base = empty(node or data.get("node", ""))
     base.update(data)
     return base
+
+
+def _shape_problem(data) -> str:
+    """Why this JSON is not a state file we wrote, or ""."""
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return f"not a slurm-ft v{VERSION} state file"
+    types = {"active": list, "last": dict, "xid_history": dict, "job": (dict, type(None))}
+    for key, tp in types.items():
+        if key in data and not isinstance(data[key], tp):
+            return f"{key} is a {type(data[key]).__name__}"
+    if not all(isinstance(v, dict) for v in data.get("last", {}).values()):
+        return "a last result is not a mapping"
+    if not all(isinstance(v, list) for v in data.get("xid_history", {}).values()):
+        return "an Xid history is not a list"
+    for d in data.get("active", []):
+        try:
+            finding_from_dict(d)
+        except (TypeError, KeyError, ValueError, AttributeError):
+            return "an active finding cannot be read"
+    for key in ("updated", "xid_ack", "drained_seen"):
+        if data.get(key) is not None and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))):
+            return f"{key} is not a time"
+    return ""
+
+
+def _move_aside(path: Path, problem: str) -> None:
+    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+    try:
+        os.replace(path, aside)
+        log.warning("%s: %s; moved to %s, starting afresh", path, problem, aside)
+    except OSError as exc:     # cannot move it (read-only dir): read as empty all the same
+        log.warning("%s: %s; not moved aside (%s), starting afresh", path, problem, exc)
 
 
 def save(path: Path, state: dict) -> None:

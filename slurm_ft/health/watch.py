@@ -22,6 +22,14 @@ from slurm_ft.model import XidEvent
 log = logging.getLogger(__name__)
 
 CHECK_NOW = XidEvent(xid=0, detail="NVML event wait failed", source="nvml")   # run the check, no Xid
+SAVE_EVERY_S = 5.0       # a log position with no Xid before it is saved at most this often
+
+
+@dataclass
+class Position:
+    """Queued after the events read before it: once they are handled, the watcher saves it, and a
+    restarted watcher resumes there (an Xid logged while it was down is handled, none twice)."""
+    where: dict
 
 
 @dataclass
@@ -80,10 +88,40 @@ class Watcher:
         from slurm_ft.health import host
         try:
             for ev in kmsg.follow(path, poll_s=self.poll_s, stop=self.stop_event.is_set,
-                                  boot_time=host.boot_time()):
+                                  boot_time=host.boot_time(), start=self._load_position(path),
+                                  on_position=lambda where: self.events.put(Position(where))):
                 self.events.put(ev)
         except Exception as exc:  # noqa: BLE001 - the other source keeps running
             log.error("kernel log watch stopped: %s", exc)
+
+    def _position_file(self):
+        from slurm_ft.health import state as st
+        p = st.path_for(self.config.health.state_file, self.node)
+        return p.with_name(p.name + ".watch")
+
+    def _load_position(self, path: str) -> Optional[dict]:
+        """Where the last watcher stopped reading `path`; None (start at the end) when unknown."""
+        import json
+        f = self._position_file()
+        try:
+            where = json.loads(f.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("%s: unreadable watch position (%s); starting at the end of the log", f, exc)
+            return None
+        return where if isinstance(where, dict) and where.get("path") == path else None
+
+    def _save_position(self, where: dict) -> None:
+        import json
+        from slurm_ft.fsutil import atomic_write, refuse_unsafe
+        f = self._position_file()
+        try:
+            f.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            refuse_unsafe(f.parent, "state directory")
+            atomic_write(f, json.dumps(where) + "\n", mode=0o600)
+        except Exception as exc:  # noqa: BLE001 - the watch goes on; a restart then starts at the end
+            log.warning("watch position not saved in %s: %s", f, exc)
 
     def _nvml_events(self, ready: threading.Event) -> None:
         from slurm_ft.gpu.nvml import NvmlEventError, XidEventWatcher
@@ -150,11 +188,17 @@ class Watcher:
         """Handle events until stopped, `timeout` passes, or (once) the first fatal Xid is handled."""
         end = time.monotonic() + timeout if timeout is not None else None
         handled_fatal = 0
+        saved_at = 0.0
         while not self.stop_event.is_set():
             wait = 0.2 if end is None else max(0.0, min(0.2, end - time.monotonic()))
             batch = self.next_batch(wait)
-            if batch:
-                h = self.handle(batch)
+            positions = [p for p in batch if isinstance(p, Position)]
+            batch = [e for e in batch if not isinstance(e, Position)]
+            h = self.handle(batch) if batch else None
+            if positions and (batch or time.monotonic() - saved_at >= SAVE_EVERY_S):
+                self._save_position(positions[-1].where)       # after its events were handled
+                saved_at = time.monotonic()
+            if h is not None:
                 if on_handled:
                     on_handled(h)
                 if h.fatal:

@@ -354,20 +354,32 @@ def pool_target(cfg: Config, nodes: Sequence[Node], job_partitions: Sequence[str
 
 def validation_script(node: str, levels: Sequence[str], check_argv: Sequence[str],
                       sbatch_options: Sequence[str] = ()) -> str:
-    """The batch script: each level in turn, a marker line the sweep reads back, no shell evaluation of data."""
+    """The batch script: each level in turn, a marker line the sweep reads back, no shell evaluation of data.
+
+    Levels come from a closed set (a config value is never shell text); the node name and every
+    argument are quoted all the same.
+    """
+    from slurm_ft.health.levels import LEVELS
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if bad:
+        raise UsageError(f"unknown validation level {bad[0]!r} (valid: {', '.join(LEVELS)})")
+    odd = [o for o in sbatch_options if not o.isprintable()]
+    if odd:   # a newline would end the #SBATCH comment and start a shell command
+        raise UsageError(f"sbatch option with control characters: {odd[0]!r}")
     cmd = " ".join(shlex.quote(a) for a in check_argv)
+    where = "".join(c if c.isalnum() or c in "-_.[],:" else "?" for c in node)   # a comment line stays one line
     lines = ["#!/bin/sh"] + [f"#SBATCH {o}" for o in sbatch_options] + [
-        f"# slurm-ft validation of {node}: {' + '.join(levels)} (submitted by `slurm-ft sweep`)",
+        f"# slurm-ft validation of {where}: {' + '.join(levels)} (submitted by `slurm-ft sweep`)",
     ]
     for level in levels:
         q = shlex.quote(level)
         lines += [
-            f"echo 'slurm-ft-validate: level {level}'",
+            f"echo {shlex.quote(f'slurm-ft-validate: level {level}')}",
             f"{cmd} --level {q} --json --node {shlex.quote(node)}",
             "rc=$?",
-            f'if [ "$rc" -ne 0 ]; then echo "{FAIL_MARK} {level} exit $rc"; exit 1; fi',
+            f'if [ "$rc" -ne 0 ]; then echo {shlex.quote(f"{FAIL_MARK} {level} exit")} "$rc"; exit 1; fi',
         ]
-    lines.append(f"echo '{PASS_MARK}'")
+    lines.append(f"echo {shlex.quote(PASS_MARK)}")
     return "\n".join(lines) + "\n"
 
 

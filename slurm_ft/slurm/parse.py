@@ -39,6 +39,24 @@ MailUser MailType Prefer ReqNodes ExcNodes Nodes CPU_IDs Mem GRES KillOInInvalid
 CpusPerTask Container ContainerID HetJobId HetJobOffset HetJobIdSet Partitions
 """.split())
 
+# The same keys in the order 22.05 prints them (slurm/src/api/job_info.c): a job record's free text
+# (JobName, Command, Comment, ...) is the user's, so the fields are told apart by this order too.
+JOB_ORDER = tuple("""
+JobId ArrayJobId ArrayTaskId ArrayTaskThrottle HetJobId HetJobOffset HetJobIdSet JobName UserId GroupId
+MCS_label Priority Nice Account QOS JobState Reason Dependency Requeue Restarts BatchFlag Reboot ExitCode
+DerivedExitCode RunTime TimeLimit TimeMin SubmitTime EligibleTime AccrueTime StartTime EndTime Deadline
+SuspendTime SecsPreSuspend LastSchedEval Scheduler Partition Partitions AllocNode:Sid ReqNodeList
+ExcNodeList NodeList BatchHost NumNodes NumCPUs NumTasks CPUs/Task CpusPerTask ReqB:S:C:T TRES Socks/Node
+NtasksPerN:B:S:C CoreSpec Nodes CPU_IDs Mem GRES MinCPUsNode MinMemoryNode MinMemoryCPU MinTmpDiskNode
+Features Prefer DelayBoot Reservation OverSubscribe Contiguous Licenses Network Command WorkDir
+AdminComment SystemComment Comment StdErr StdIn StdOut Power CpusPerTres MemPerTres TresBind TresFreq
+TresPerJob TresPerNode TresPerTask MailUser MailType ReqNodes ExcNodes KillOInInvalidDependent Container
+ContainerID
+""".split())
+JOB_FREE_TEXT = frozenset("JobName Command WorkDir AdminComment SystemComment Comment StdErr StdIn StdOut "
+                          "Container".split())
+_MAX_CANDIDATES = 1000    # ` Key=` spots in one record; more is not a record Slurm printed
+
 PARTITION_KEYS = frozenset("""
 PartitionName AllowGroups AllowAccounts AllowQos AllocNodes Default QoS DefaultTime DisableRootJobs
 ExclusiveUser GraceTime Hidden MaxNodes MaxTime MinNodes LLN MaxCPUsPerNode Nodes PriorityJobFactor
@@ -96,14 +114,93 @@ def parse_kv_line(line: str, keys: Iterable[str]) -> Dict[str, str]:
     return out
 
 
-def parse_records(text: str, keys: Iterable[str]) -> List[Dict[str, str]]:
-    """One dict per non-empty line of `scontrol show X -o`. "No ... in the system" -> []."""
-    out = []
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("No ") and " in the system" in line:
+def parse_records(text: str, keys: Iterable[str],
+                  parse_line=None) -> List[Dict[str, str]]:
+    """One dict per record of `scontrol show X -o`. "No ... in the system" -> [].
+
+    Records are split at newlines only (not at U+2028 and the other breaks str.splitlines knows, which
+    free text may hold), and a line that does not start with the first record's first key continues
+    the record before it (a newline inside a comment).
+    """
+    parse_line = parse_line or (lambda line: parse_kv_line(line, keys))
+    lines: List[str] = []
+    first = ""
+    for line in text.split("\n"):
+        if not first and (not line.strip() or line.startswith("No ") and " in the system" in line):
             continue
-        out.append(parse_kv_line(line, keys))
+        if not first:
+            first = line.split("=", 1)[0] + "="
+        if line.startswith(first) or not lines:
+            lines.append(line)
+        else:
+            lines[-1] += "\n" + line
+    return [parse_line(line) for line in lines if line.strip()]
+
+
+def parse_job_line(line: str, order: Tuple[str, ...] = JOB_ORDER,
+                   free: frozenset = JOB_FREE_TEXT) -> Dict[str, str]:
+    """Split one `scontrol show job -o` record, whose free-text fields may hold ` Key=Value` text.
+
+    Slurm prints each key once, in `order`; only free-text values may hold spaces (a key a newer Slurm
+    adds may follow a value). Of the ways to split the line that respect this, the one that finds the
+    most keys is the record: a comment holding ` JobState=RUNNING NodeList=gpu050` splits into fewer
+    keys when read as fields than as text. Two best splits are ambiguous: ValueError (fail safe), as
+    for a line no split explains but that holds some key twice.
+    """
+    rank = {k: i for i, k in enumerate(order)}
+    line = line.rstrip("\n")
+    cands = [(m.start(), m.end(), rank[m.group(1)])
+             for m in re.finditer(r"(?:^|(?<= ))([A-Za-z][A-Za-z0-9_:/]*)=", line) if m.group(1) in rank]
+    if not cands or cands[0][0] != 0 or order[cands[0][2]] != order[0]:
+        raise ValueError(f"not a job record: {line[:80]!r}")
+    if len(cands) > _MAX_CANDIDATES:
+        raise ValueError(f"job record with {len(cands)} key-like fields: not read")
+    n = len(cands)
+    # best[i] = (keys found, ways) splitting line[cands[i][0]:] with cands[i] a key; ways capped at 2
+    best: List[Tuple[int, int, int]] = [(0, 0, -1)] * n     # (count, ways, next candidate or n for the end)
+    for i in range(n - 1, -1, -1):
+        key_rank = cands[i][2]
+        top, ways, nxt = 0, 0, -1
+        for j in (range(i + 1, n + 1) if order[key_rank] in free else (i + 1,)):
+            if j < n and (cands[j][2] <= key_rank or best[j][1] == 0):
+                continue
+            if order[key_rank] not in free and not _plain_value(line[cands[i][1]:cands[j][0] if j < n else len(line)], rank):
+                continue
+            count = 1 + (best[j][0] if j < n else 0)
+            if count > top:
+                top, ways, nxt = count, (best[j][1] if j < n else 1), j
+            elif count == top:
+                ways = min(2, ways + (best[j][1] if j < n else 1))
+        best[i] = (top, ways, nxt)
+    if best[0][1] == 0:
+        return _unambiguous_fallback(line, cands, order)
+    if best[0][1] > 1:
+        raise ValueError(f"ambiguous job record (free text holds Slurm keys): {line[:80]!r}")
+    out: Dict[str, str] = {}
+    i = 0
+    while i < n:
+        j = best[i][2]
+        key = order[cands[i][2]]
+        value = line[cands[i][1]:cands[j][0] if j < n else len(line)].rstrip(" ")
+        out[key] = value if key in free else value.split(" ")[0]
+        i = j
     return out
+
+
+def _plain_value(value: str, rank: Dict[str, int]) -> bool:
+    """A non-free-text value: one word, then only ` Key=word` of keys this parser does not know."""
+    words = value.rstrip(" ").split(" ")
+    return all(re.fullmatch(r"[A-Za-z][A-Za-z0-9_:/]*=\S*", w) and w.split("=", 1)[0] not in rank
+               for w in words[1:])
+
+
+def _unambiguous_fallback(line: str, cands, order) -> Dict[str, str]:
+    """A record the order does not explain (keys of another Slurm version): split at every key, but
+    only when no key occurs twice (then no free text can have forged one)."""
+    ranks = [c[2] for c in cands]
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"job record that no field order explains and that repeats a key: {line[:80]!r}")
+    return parse_kv_line(line, order)
 
 
 def _val(d: Dict[str, str], key: str) -> str:
@@ -243,7 +340,7 @@ def job_from_kv(d: Dict[str, str]) -> Job:
 
 def parse_jobs_kv(text: str) -> List[Job]:
     """`scontrol show job -o` -> jobs."""
-    return [job_from_kv(d) for d in parse_records(text, JOB_KEYS)]
+    return [job_from_kv(d) for d in parse_records(text, JOB_KEYS, parse_job_line)]
 
 
 def job_from_json(j: dict) -> Job:

@@ -116,7 +116,7 @@ def test_script_directives_copied_until_first_command():
     text = "#!/bin/bash\n#SBATCH -N 4\n\n# note\n#SBATCH --gres=gpu:8\nsrun x\n#SBATCH -N 9\n"
     assert script_directives(text) == ["#SBATCH -N 4", "#SBATCH --gres=gpu:8"]
     s = starter_script(["#SBATCH -N 4"], python="/usr/bin/python3")
-    assert s.startswith("#!/usr/bin/python3\n#SBATCH -N 4\n")
+    assert s.startswith("#!/usr/bin/python3\n# -*- coding: utf-8 -*-\n#SBATCH -N 4\n")
     compile(s, "starter", "exec")
 
 
@@ -191,7 +191,7 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
     assert r.stdout == "Submitted batch job 4242\n"
     assert not os.path.exists(seen["starter"])                     # sbatch keeps its own copy
     assert seen["mode"] == 0o700
-    assert seen["text"].splitlines()[1:3] == ["#SBATCH -N 2", "#SBATCH --gres=gpu:8"]
+    assert seen["text"].splitlines()[2:4] == ["#SBATCH -N 2", "#SBATCH --gres=gpu:8"]
     i = seen["argv"].index(seen["starter"])
     assert seen["argv"][i + 1:] == ["--ckpt-dir", str(tmp_path / "ck"), "--", str(script), "--resume", "{ckpt}"]
     assert requeue in seen["argv"][:i] and "--job-name=train.sh" in seen["argv"][:i]

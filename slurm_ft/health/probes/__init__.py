@@ -44,6 +44,7 @@ class ProbeContext:
     level: str = "quick"
     now: float = 0.0
     xid_since: Optional[float] = None           # Xids logged before this time are history, not findings
+    xid_untimed: bool = True                    # count Xid lines without a time (not after a resume)
     ignore_processes: Tuple[str, ...] = ()      # process names allowed to hold a GPU between jobs
     # (gpu index, xid) -> number of distinct jobs in which that app-class Xid was seen (node state file)
     xid_history: Mapping[Tuple[int, int], int] = field(default_factory=dict)

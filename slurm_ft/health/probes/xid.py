@@ -20,13 +20,16 @@ CHECK = "xid"
 _SEVERITY = {"fail": Severity.FAIL, "warn": Severity.WARN, "ignore": Severity.OK}
 
 
-def recent(sample: NodeSample, since) -> List[XidEvent]:
-    return [e for e in sample.xids if since is None or e.timestamp is None or e.timestamp >= since]
+def recent(sample: NodeSample, since, untimed: bool = True) -> List[XidEvent]:
+    """Xids logged at or after `since`; a line without a time counts only when `untimed` (it cannot be
+    shown newer than an admin's resume, so after one it is history)."""
+    return [e for e in sample.xids
+            if since is None or (untimed if e.timestamp is None else e.timestamp >= since)]
 
 
 def probe(sample: NodeSample, ctx) -> List[Finding]:
     groups: Dict[Tuple, List[XidEvent]] = {}
-    for e in recent(sample, ctx.xid_since):
+    for e in recent(sample, ctx.xid_since, ctx.xid_untimed):
         key = (e.kind, e.xid, e.gpu if e.gpu is not None else e.pci_bus_id)
         groups.setdefault(key, []).append(e)
     out: List[Finding] = []
@@ -49,7 +52,7 @@ def probe(sample: NodeSample, ctx) -> List[Finding]:
                 reason += f"; recurred on this GPU in {seen} jobs (hardware suspect)"
             else:
                 reason += " (application error, not a node fault)"
-        prefix = "SXID" if kind == "sxid" else "XID"
+        prefix = {"sxid": "SXID", "forged": "FORGED_XID"}.get(kind, "XID")
         out.append(Finding(CHECK, sev, reason, f"{prefix}{code}", e.gpu, action))
     return out
 
