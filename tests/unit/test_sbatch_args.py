@@ -8,7 +8,8 @@ import pytest
 
 from slurm_ft.errors import UsageError
 from slurm_ft.recovery import ckpt, jobstart
-from slurm_ft.recovery.submit import parse, requeue_option, sbatch_argv, script_directives, starter_script
+from slurm_ft.recovery.submit import parse, sbatch_argv, script_directives, starter_script
+from slurm_ft.slurm.versions import requeue_option
 from slurm_ft.recovery.tag import FtSpec, decode
 
 NOFILE = lambda p: False  # noqa: E731  (no script files exist: SCRIPT is a command name)
@@ -59,23 +60,18 @@ def test_argv_built_for_sbatch_carries_tag_requeue_and_user_argv_verbatim():
     assert argv[i + 1:] == ["--ckpt-dir", "/c d", "--", "/w/job.sh", *evil]
 
 
-@pytest.mark.parametrize("version,option", [
-    ((22, 5, 8), "--requeue"), ((25, 5, 0), "--requeue"),
-    ((25, 11, 0), "--requeue=expedite"), ((26, 5, 1), "--requeue=expedite"),
+@pytest.mark.parametrize("version,params,option", [
+    ((22, 5, 8), "enable_expedited_requeue", "--requeue"), ((25, 5, 0), "enable_expedited_requeue", "--requeue"),
+    ((25, 11, 0), "enable_expedited_requeue", "--requeue=expedite"),
+    ((26, 5, 1), "enable_stepmgr,enable_expedited_requeue", "--requeue=expedite"),
+    ((26, 5, 1), "(null)", "--requeue"), ((26, 5, 1), "enable_expedited_requeue_x", "--requeue"),
 ])
-def test_requeue_option_by_slurm_version(version, option):
-    """Expedited requeue (Slurm requeues on node failure, eligible at once) exists from 25.11 only."""
+def test_requeue_option_by_slurm_version_and_config(version, params, option):
+    """Expedited requeue exists from 25.11 and is refused unless slurmctld enables it."""
     r = parse(["--requeue=expedite", "-N", "2", "x"], file_exists=NOFILE)    # the user's own is replaced
-    argv = sbatch_argv(r, "/st", requeue_option(version))
+    argv = sbatch_argv(r, "/st", requeue_option(version, params))
     assert [a for a in argv if a.startswith("--requeue")] == [option]
     assert argv.index(option) < argv.index("/st")       # an sbatch option, not the job's argument
-
-
-def test_requeue_option_for_the_captured_slurm_version():
-    from pathlib import Path
-    from slurm_ft.slurm.parse import parse_version
-    text = (Path(__file__).parent.parent / "data" / "slurm" / "scontrol_version.txt").read_text()
-    assert requeue_option(parse_version(text)) == "--requeue"        # this machine's 22.05
 
 
 def test_job_name_not_added_when_given():
