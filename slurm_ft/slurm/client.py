@@ -183,13 +183,14 @@ class SlurmClient:
         return [by_id[j] for j in wanted if j in by_id]
 
     def job(self, job_id: int) -> Job:
-        """One job; unknown (or long finished) -> JobNotFound. Fills StdOut, which 22.05's JSON leaves empty."""
+        """One job; unknown (or long finished) -> JobNotFound. Fills StdOut from `scontrol show job -o`
+        where the JSON leaves it empty (22.05) or as the unexpanded pattern (`out-%j.txt`, 26.05)."""
         jid = _job_id(job_id)
         found = self.jobs([jid])
         if not found:
             raise JobNotFound(f"job {jid} not found (unknown id, or finished more than MinJobAge ago)")
         job = found[0]
-        if not job.std_out:
+        if not job.std_out or "%" in job.std_out:
             res = self._run(["scontrol", "show", "job", "-o", str(jid)], check=False)
             if res.returncode == 0:
                 kv = self._parse(res, parse.parse_jobs_kv)

@@ -277,7 +277,7 @@ def job_from_json(j: dict) -> Job:
         comment=j.get("comment") or "",
         restart_count=_number(j.get("restart_cnt")),
         requeue=bool(j.get("requeue")),
-        held=_is_held(priority, reason, state) or (state == "PENDING" and j.get("hold") is True),
+        held=_is_held(priority, reason, state) or (state in ("PENDING", "REQUEUE_HOLD") and j.get("hold") is True),
         command=j.get("command") or "",
         work_dir=j.get("current_working_directory") or "",
         std_out=j.get("standard_output") or "",

@@ -13,7 +13,8 @@ States captured: idle; ALLOCATED (an exclusive job); IDLE+DRAIN with a reason fu
 a job runs); a killed slurmd (NOT_RESPONDING, then DOWN*); a running job whose name
 has a space, whose comment has spaces/quotes/`=` and whose command has arguments; a pending job
 waiting on BeginTime; a job held after requeuehold; completed and failed jobs; an active MAINT
-reservation and a future one.
+reservation and a future one; where expedited requeue is enabled (>= 25.11), a `--requeue=expedite`
+job requeued HELD after a non-zero exit with clean epilogs.
 """
 from __future__ import annotations
 
@@ -87,6 +88,9 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
     c.wait_job_state(done, "COMPLETED", 60)
     c.wait_job_state(failed, "FAILED", 60)
     c.wait_job_state(begin, "PENDING", 10)
+    if c.expedited_requeue_available():   # >= 25.11 with enable_expedited_requeue: a non-zero exit with
+        exp = c.submit(["-w", "gpu004", "-N1", "--requeue=expedite", "--wrap", "exit 3"], cwd=str(work))
+        c.wait_for(lambda: c.job(exp).held, 60, "expedited requeue held")   # clean epilogs -> held
     c.requeue(held, hold=True)
     c.wait_for(lambda: c.job(held).held, 30, "held")
     c.drain("gpu002", "slurm-ft: draining while a job runs")
