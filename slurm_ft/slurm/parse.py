@@ -24,6 +24,7 @@ MemSpecLimit State ThreadsPerCore TmpDisk Weight Owner MCS_label Partitions Boot
 LastBusyTime ResumeAfterTime CfgTRES AllocTRES CapWatts CurrentWatts AveWatts ExtSensorsJoules
 ExtSensorsWatts ExtSensorsTemp Reason Comment Extra NextState InstanceId InstanceType CpuBind
 CoreSpecCount CPUSpecList LowestJoules ConsumedJoules Features
+ReservationName SuspendTime
 """.split())
 
 JOB_KEYS = frozenset("""
@@ -37,7 +38,8 @@ Licenses Network Command WorkDir Comment AdminComment SystemComment StdErr StdIn
 TresPerNode TresPerJob TresPerTask CpusPerTres MemPerTres TresBind TresFreq Reservation
 MailUser MailType Prefer ReqNodes ExcNodes Nodes CPU_IDs Mem GRES KillOInInvalidDependent
 CpusPerTask Container ContainerID HetJobId HetJobOffset HetJobIdSet Partitions
-""".split())
+ReqTRES AllocTRES Exclusive LicensesAlloc SubmitLine ExpeditedRequeue
+""".split())   # (last line: keys 24.11 and 26.05 add, from tests/data/slurm/<version>/)
 
 PARTITION_KEYS = frozenset("""
 PartitionName AllowGroups AllowAccounts AllowQos AllocNodes Default QoS DefaultTime DisableRootJobs
@@ -45,11 +47,13 @@ ExclusiveUser GraceTime Hidden MaxNodes MaxTime MinNodes LLN MaxCPUsPerNode Node
 PriorityTier RootOnly ReqResv OverSubscribe OverTimeLimit PreemptMode State TotalCPUs TotalNodes
 SelectTypeParameters JobDefaults DefMemPerNode MaxMemPerNode TRES DenyAccounts DenyQos
 MaxCPUsPerSocket PowerDownOnIdle ResumeTimeout SuspendTimeout SuspendTime TRESBillingWeights
+ExclusiveTopo Exclusive
 """.split())
 
 RESERVATION_KEYS = frozenset("""
 ReservationName StartTime EndTime Duration Nodes NodeCnt CoreCnt Features PartitionName Flags TRES
 Users Groups Accounts Licenses State BurstBuffer Watts MaxStartDelay Comment
+AllowedPartitions QOS
 """.split())
 
 # Node state suffixes of sinfo/scontrol short forms -> the flag they stand for.
@@ -328,8 +332,9 @@ def parse_jobs_json(text: str) -> List[Job]:
 
 
 def _is_held(priority: int, reason: str, state: str) -> bool:
-    # A held job is PENDING with priority 0 (JobHeldAdmin/JobHeldUser, or requeued held).
-    if state != "PENDING":
+    # A held job is PENDING with priority 0 (JobHeldAdmin/JobHeldUser, or requeued held); from 25.11 a job
+    # requeued held shows REQUEUE_HOLD until released.
+    if state not in ("PENDING", "REQUEUE_HOLD"):
         return False
     return priority == 0 or reason.startswith("JobHeld") or "held" in reason.lower()
 

@@ -209,3 +209,19 @@ def test_job_state_list_gives_one_state(states):
 def test_node_state_list(states):
     n = parse.node_from_json({"name": "gpu001", "state": states})
     assert n.state == states[0] and n.flags == frozenset(states[1:])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kv_and_json_agree_on_every_version(version):
+    """`scontrol show job -o` (the fallback, and StdOut's source) reads the same jobs as the JSON,
+    with the keys 24.11 and 26.05 added (ExpeditedRequeue=, SubmitLine=, ...) kept out of the values."""
+    kv = {j.job_id: j for j in parse.parse_jobs_kv(read(version, "scontrol_show_job.txt"))}
+    js = json_jobs(version)
+    assert kv.keys() == js.keys()
+    for jid in kv:
+        for field in ("name", "state", "user", "partition", "nodes", "num_nodes", "comment", "restart_count",
+                      "requeue", "held", "work_dir", "submit_time", "batch_host", "exit_code", "priority"):
+            assert getattr(kv[jid], field) == getattr(js[jid], field), (version, jid, field)
+        assert kv[jid].std_out.startswith("/") and " " not in kv[jid].std_out
+    kvn = parse.parse_nodes_kv(read(version, "scontrol_show_node.txt"))
+    assert kvn == list(json_nodes(version).values())
