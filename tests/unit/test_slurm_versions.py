@@ -225,3 +225,12 @@ def test_kv_and_json_agree_on_every_version(version):
         assert kv[jid].std_out.startswith("/") and " " not in kv[jid].std_out
     kvn = parse.parse_nodes_kv(read(version, "scontrol_show_node.txt"))
     assert kvn == list(json_nodes(version).values())
+
+
+def test_snippet_documents_the_settings_of_newer_versions():
+    """etc/slurm.conf.snippet shows (commented: older slurmctld do not know them) what the 26.05 lab sets."""
+    text = (Path(__file__).resolve().parents[2] / "etc" / "slurm.conf.snippet").read_text()
+    for line in versions.lab_conf_lines(feats("26.05")).splitlines():
+        if not line.startswith("#"):
+            assert f"#{line}" in text.splitlines(), line
+    assert "requeue_delay=" in text and "#HealthCheckNodeState=START_ONLY" in text.splitlines()
