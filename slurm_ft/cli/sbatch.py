@@ -36,7 +36,7 @@ def sbatch(ctx: click.Context, argv) -> None:
     \b
     slurm-ft sbatch [--ckpt-dir DIR] [--min-nodes M] [--max-restarts K] [SBATCH-OPTIONS...] SCRIPT [ARGS...]
 
-    The job is submitted with --requeue (--requeue=expedite on Slurm >= 25.11) and a slurm-ft tag in its comment, so the controller may requeue it
+    The job is submitted with --requeue (--requeue=expedite on Slurm >= 25.11 with enable_expedited_requeue) and a slurm-ft tag in its comment, so the controller may requeue it
     on a spare node. Every `{ckpt}` in SCRIPT or ARGS becomes, at every (re)start, the newest complete
     checkpoint in DIR (empty on the first start); SLURM_FT_CKPT holds the same. SCRIPT and ARGS are passed
     as an argv array, never through a shell. #SBATCH lines at the top of SCRIPT are honoured as by sbatch.
@@ -58,7 +58,7 @@ def sbatch(ctx: click.Context, argv) -> None:
             fh.write(sub.starter_script(directives))
         os.chmod(path, 0o700)
         client = _client(ctx)
-        requeue = sub.requeue_option(client.version())      # `scontrol --version`, asked once
+        requeue = client.requeue_option()    # --requeue=expedite only where slurmctld enables it
         job_id = client.submit(sub.sbatch_argv(req, path, requeue))
     finally:
         os.unlink(path)

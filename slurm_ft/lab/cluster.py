@@ -1,4 +1,4 @@
-"""The lab: a real Slurm 22.05 cluster on one machine (munged, slurmctld, one slurmd per node).
+"""The lab: a real Slurm cluster (22.05, 24.11, 26.05) on one machine (munged, slurmctld, one slurmd per node).
 
 Everything lives in one directory (default /tmp/slurm-ft-lab): slurm.conf, gres.conf, the lab's own
 munged (key, socket, pid, log), state, spool, logs, fake GPU device files, hook wrappers and a
@@ -7,7 +7,8 @@ port bases; `down` stops only the processes whose pid files are in its directory
 
 Layout of <dir>:
   lab.json                  the spec the lab was brought up with (nodes, spares, ports)
-  etc/slurm.conf gres.conf  written on every `up` of a stopped lab
+  etc/slurm.conf gres.conf  written on every `up` of a stopped lab (and cgroup.conf where the version
+                            needs one: slurm_ft.slurm.versions says what differs by version)
   munge/                    munge.key, munge.socket, munged.pid, munged.log
   run/ log/ spool/ state/   pid files, daemon logs, slurmd spool dirs, slurmctld state
   dev/nvidia0..N            character devices (1,3 = /dev/null) that gres.conf lists as GPUs
@@ -37,6 +38,7 @@ from typing import Dict, Iterable, List, Optional
 from slurm_ft.errors import CommandError, EnvironmentProblem, UsageError
 from slurm_ft.fsutil import atomic_write
 from slurm_ft.runner import run
+from slurm_ft.slurm import versions
 from slurm_ft.slurm.hostlist import compress
 
 log = logging.getLogger(__name__)
@@ -248,7 +250,11 @@ class Lab:
             for stale in (self.dir / "nodes" / n).glob("state.json*"):   # health findings of a past run
                 stale.unlink()
             (self.dir / "spool" / f"slurmd.{n}").mkdir(exist_ok=True)
-        atomic_write(self.conf, self._slurm_conf())
+        feats = versions.features(versions.installed_version())
+        cgroup = versions.lab_cgroup_conf(feats)
+        if cgroup is not None:
+            atomic_write(self.dir / "etc" / "cgroup.conf", cgroup)
+        atomic_write(self.conf, self._slurm_conf(versions.lab_conf_lines(feats)))
         atomic_write(self.dir / "etc" / "gres.conf",
                      f"# written by slurm-ft lab\nAutoDetect=off\nNodeName={compress(spec.node_names)} "
                      f"Name=gpu File={self.dir}/dev/nvidia[0-{spec.gpus_per_node - 1}]\n")
@@ -257,7 +263,7 @@ class Lab:
         atomic_write(self.config_path, self._slurm_ft_yaml(), mode=0o644)
         self._build_fake_nvml()
 
-    def _slurm_conf(self) -> str:
+    def _slurm_conf(self, version_lines: str = "") -> str:
         spec, d = self.spec, self.dir
         names = compress(spec.node_names)
         first, last = spec.port_base + 1, spec.port_base + len(spec.node_names)
@@ -308,7 +314,7 @@ SchedulerType=sched/backfill
 {hooks}HealthCheckProgram={d}/hooks/healthcheck
 HealthCheckInterval={spec.health_interval_s}
 HealthCheckNodeState=ANY,CYCLE
-JobCompType=jobcomp/none
+{version_lines}JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 NodeName={names} NodeHostname=localhost Port=[{first}-{last}] CPUs={spec.cpus_per_node} RealMemory=64000 Gres=gpu:{spec.gpus_per_node} State=UNKNOWN
 PartitionName=train Nodes={compress(spec.train_nodes)} Default=YES MaxTime=INFINITE State=UP

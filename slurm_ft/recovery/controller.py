@@ -25,7 +25,7 @@ from slurm_ft.errors import Busy, CommandError, SlurmFTError
 from slurm_ft.lifecycle.membership import Delta, Membership
 from slurm_ft.model import Incident, Step
 from slurm_ft.recovery import journal as jn
-from slurm_ft.recovery.plan import Policy, fault_time, plan
+from slurm_ft.recovery.plan import PENDING_STATES, Policy, fault_time, plan
 from slurm_ft.recovery.snapshot import Snapshot
 from slurm_ft.recovery.tag import decode
 from slurm_ft.slurm.hostlist import compress
@@ -296,7 +296,7 @@ class Controller:
 
     def _start(self, step: Step, inc: Incident):
         job = self.client.job(inc.job_id)
-        if job.state != "PENDING":
+        if job.state not in PENDING_STATES:
             return "skipped", f"job is {job.state}"
         self._next_second_after_kill(inc)
         if job.held or step.hold:

@@ -35,6 +35,9 @@ HELD_REASONS = ("launch failed requeued held", "JobHeldAdmin", "JobHeldUser", "j
 # Slurm requeued the job itself: the fault happened while it ran, so it is ours to finish.
 # (Not `job_requeued_in_held_state`: that is our own or an admin's `requeuehold`, which we leave alone.)
 SLURM_REQUEUED_REASONS = ("launch failed requeued held", "BeginTime", "NodeDown")
+# Pending, waiting to start again. From Slurm 25.11 a job requeued HELD stays REQUEUE_HOLD until released
+# (an expedited requeue after a non-zero exit with clean epilogs: the controller releases it like any hold).
+PENDING_STATES = ("PENDING", "REQUEUE_HOLD")
 
 
 def reason_in(reason: str, names: Iterable[str]) -> bool:
@@ -277,7 +280,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
                 return [Step("poll", **base, reason="running again, but on a failed node")]
             return [Step("confirm", **base, reason=f"running on {len(job.nodes)} nodes")]
         return [Step("poll", **base, reason="requeue not seen by Slurm yet")]
-    if job.state != "PENDING":
+    if job.state not in PENDING_STATES:
         return [Step("poll", **base, reason=f"job is {job.state}")]
     if not inc.done("exclude"):
         return [Step("exclude", **base, num_nodes=inc.shrink_to,

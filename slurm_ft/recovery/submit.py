@@ -241,15 +241,9 @@ def starter_script(directives: Sequence[str] = (), python: str = sys.executable)
     return "\n".join(lines)
 
 
-def requeue_option(slurm_version: Tuple[int, ...]) -> str:
-    """`--requeue=expedite` from Slurm 25.11 (Slurm itself requeues the job on node failure, eligible at
-    once and at top priority); plain `--requeue` before, where the controller clears the begin time."""
-    return "--requeue=expedite" if tuple(slurm_version[:2]) >= (25, 11) else "--requeue"
-
-
 def sbatch_argv(req: SbatchRequest, starter_path: str, requeue: str = "--requeue") -> List[str]:
     """The full sbatch argument list after ``sbatch``: options, our tag and `requeue` (see
-    requeue_option), starter, then the user's argv."""
+    SlurmClient.requeue_option), starter, then the user's argv."""
     argv = list(req.sbatch_options)
     if not req.job_name_given:
         argv.append("--job-name=" + os.path.basename(req.script))

@@ -1,8 +1,10 @@
 """SlurmClient: the one seam through which slurm-ft reads and changes Slurm.
 
 Backend "commands": scontrol/sinfo/squeue/sbatch/scancel argv lists through `slurm_ft.runner.run`,
-a timeout on every call, pure parsers in `parse.py`. Reads prefer `sinfo --json`/`squeue --json`
-(unambiguous; 22.05 has them) and fall back to `scontrol show ... -o` where --json is missing.
+a timeout on every call, pure parsers in `parse.py`. Reads prefer JSON (unambiguous): `scontrol show
+node|job --json` where the version has it (>= 23.02), `sinfo --json`/`squeue --json` on 22.05, and
+fall back to `scontrol show ... -o` where --json is missing. What differs by version is decided in
+`versions.py`, from the version asked once per client.
 
 Input is checked before Slurm sees it: unknown nodes, malformed hostlists, partitions that do not
 exist, and strings Slurm would mangle are refused with a UsageError that names the value. What
@@ -22,7 +24,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 from slurm_ft.errors import CommandError, CommandTimeout, UsageError
 from slurm_ft.model import Job, Node, Partition, Reservation
 from slurm_ft.runner import Result, run
-from slurm_ft.slurm import parse
+from slurm_ft.slurm import parse, versions
 from slurm_ft.slurm.hostlist import compress, expand
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,7 @@ class SlurmClient:
         self.timeout = float(timeout)
         self._version: Optional[Tuple[int, int, int]] = None
         self._json_ok = True
+        self._expedite: Optional[bool] = None
 
     # --- plumbing ------------------------------------------------------------------------------
     def _environ(self, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
@@ -113,7 +116,15 @@ class SlurmClient:
         """Slurm's version, asked once per client (`scontrol --version`)."""
         if self._version is None:
             self._version = self._parse(self._run(["scontrol", "--version"]), parse.parse_version)
+            warning = versions.untested_warning(self._version)
+            if warning and self._version not in _WARNED:
+                _WARNED.add(self._version)
+                log.warning("%s", warning)
         return self._version
+
+    def features(self) -> versions.Features:
+        """What this Slurm offers slurm-ft (slurm_ft.slurm.versions), from the version asked once."""
+        return versions.features(self.version())
 
     # --- reads ---------------------------------------------------------------------------------
     def nodes(self, names: Optional[NodeSpec] = None) -> List[Node]:
@@ -130,7 +141,9 @@ class SlurmClient:
 
     def _all_nodes(self) -> List[Node]:
         if self._json_ok:
-            res = self._json_or_none(["sinfo", "--json"])
+            # >= 23.02's sinfo --json groups nodes by partition and state, without a `nodes` list
+            argv = ["scontrol", "show", "node", "--json"] if self.features().scontrol_json else ["sinfo", "--json"]
+            res = self._json_or_none(argv)
             if res is not None:
                 return self._parse(res, parse.parse_nodes_json)
         return self._parse(self._run(["scontrol", "show", "node", "-o"]), parse.parse_nodes_kv)
@@ -155,7 +168,9 @@ class SlurmClient:
         """Jobs slurmctld still knows (pending, running, and finished within MinJobAge)."""
         jobs: List[Job] = []
         if self._json_ok:
-            res = self._json_or_none(["squeue", "--json"])
+            # scontrol lists every job slurmctld knows, as 22.05's squeue --json does (its filters ignored)
+            argv = ["scontrol", "show", "job", "--json"] if self.features().scontrol_json else ["squeue", "--json"]
+            res = self._json_or_none(argv)
             if res is not None:
                 jobs = self._parse(res, parse.parse_jobs_json)
         if not self._json_ok:
@@ -168,13 +183,14 @@ class SlurmClient:
         return [by_id[j] for j in wanted if j in by_id]
 
     def job(self, job_id: int) -> Job:
-        """One job; unknown (or long finished) -> JobNotFound. Fills StdOut, which 22.05's JSON leaves empty."""
+        """One job; unknown (or long finished) -> JobNotFound. Fills StdOut from `scontrol show job -o`
+        where the JSON leaves it empty (22.05) or as the unexpanded pattern (`out-%j.txt`, 26.05)."""
         jid = _job_id(job_id)
         found = self.jobs([jid])
         if not found:
             raise JobNotFound(f"job {jid} not found (unknown id, or finished more than MinJobAge ago)")
         job = found[0]
-        if not job.std_out:
+        if not job.std_out or "%" in job.std_out:
             res = self._run(["scontrol", "show", "job", "-o", str(jid)], check=False)
             if res.returncode == 0:
                 kv = self._parse(res, parse.parse_jobs_kv)
@@ -252,8 +268,20 @@ class SlurmClient:
         self._run(["scontrol", "requeuehold" if hold else "requeue", str(jid)])
 
     def expedited_requeue_available(self) -> bool:
-        """Slurm >= 25.11: `sbatch --requeue=expedite` exists (Expedited Requeue mode)."""
-        return self.version()[:2] >= (25, 11)
+        """`sbatch --requeue=expedite` is accepted here: Slurm >= 25.11 AND slurmctld runs with
+        SlurmctldParameters=enable_expedited_requeue (without it Slurm refuses such a job). The running
+        config is read once per client (`scontrol show config`)."""
+        if self._expedite is None:
+            params = ""
+            if self.features().expedite:
+                config = self._parse(self._run(["scontrol", "show", "config"]), parse.parse_config)
+                params = config.get("SlurmctldParameters", "")
+            self._expedite = versions.expedite_enabled(self.version(), params)
+        return self._expedite
+
+    def requeue_option(self) -> str:
+        """The sbatch option slurm-ft submits with: `--requeue=expedite` where the cluster allows it."""
+        return "--requeue=expedite" if self.expedited_requeue_available() else "--requeue"
 
     def release(self, job_id: int) -> None:
         """Release a held job (after `requeuehold`, or a prolog failure). It still waits for its BeginTime."""
@@ -371,6 +399,9 @@ class SlurmClient:
             last = seen[0] if seen else None
             raise WaitTimeout(f"job {jid} in {'/'.join(sorted(wanted))}", timeout,
                               f"{last.state} ({last.reason})" if last else None) from None
+
+
+_WARNED: set = set()     # versions already warned about in this process: one warning, not one per client
 
 
 # --- input checks (pure) ----------------------------------------------------------------------------

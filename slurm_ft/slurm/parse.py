@@ -24,6 +24,7 @@ MemSpecLimit State ThreadsPerCore TmpDisk Weight Owner MCS_label Partitions Boot
 LastBusyTime ResumeAfterTime CfgTRES AllocTRES CapWatts CurrentWatts AveWatts ExtSensorsJoules
 ExtSensorsWatts ExtSensorsTemp Reason Comment Extra NextState InstanceId InstanceType CpuBind
 CoreSpecCount CPUSpecList LowestJoules ConsumedJoules Features
+ReservationName SuspendTime
 """.split())
 
 JOB_KEYS = frozenset("""
@@ -37,7 +38,8 @@ Licenses Network Command WorkDir Comment AdminComment SystemComment StdErr StdIn
 TresPerNode TresPerJob TresPerTask CpusPerTres MemPerTres TresBind TresFreq Reservation
 MailUser MailType Prefer ReqNodes ExcNodes Nodes CPU_IDs Mem GRES KillOInInvalidDependent
 CpusPerTask Container ContainerID HetJobId HetJobOffset HetJobIdSet Partitions
-""".split())
+ReqTRES AllocTRES Exclusive LicensesAlloc SubmitLine ExpeditedRequeue
+""".split())   # (last line: keys 24.11 and 26.05 add, from tests/data/slurm/<version>/)
 
 # The same keys in the order 22.05 prints them (slurm/src/api/job_info.c): a job record's free text
 # (JobName, Command, Comment, ...) is the user's, so the fields are told apart by this order too.
@@ -63,11 +65,13 @@ ExclusiveUser GraceTime Hidden MaxNodes MaxTime MinNodes LLN MaxCPUsPerNode Node
 PriorityTier RootOnly ReqResv OverSubscribe OverTimeLimit PreemptMode State TotalCPUs TotalNodes
 SelectTypeParameters JobDefaults DefMemPerNode MaxMemPerNode TRES DenyAccounts DenyQos
 MaxCPUsPerSocket PowerDownOnIdle ResumeTimeout SuspendTimeout SuspendTime TRESBillingWeights
+ExclusiveTopo Exclusive
 """.split())
 
 RESERVATION_KEYS = frozenset("""
 ReservationName StartTime EndTime Duration Nodes NodeCnt CoreCnt Features PartitionName Flags TRES
 Users Groups Accounts Licenses State BurstBuffer Watts MaxStartDelay Comment
+AllowedPartitions QOS
 """.split())
 
 # Node state suffixes of sinfo/scontrol short forms -> the flag they stand for.
@@ -283,8 +287,15 @@ def parse_nodes_kv(text: str) -> List[Node]:
 
 
 def node_from_json(n: dict) -> Node:
-    base = str(n.get("state", "unknown")).upper()
-    flags = frozenset(str(f).upper() for f in (n.get("state_flags") or ()))
+    """One node of 22.05's `sinfo --json` (state a string, flags apart) or of the data_parser JSON of
+    `scontrol show node --json` (>= 23.02: state a list, base state first, then its flags)."""
+    state = n.get("state", "unknown")
+    if isinstance(state, list):
+        parts = [str(p).upper() for p in state] or ["UNKNOWN"]
+        base, flags = parts[0], frozenset(parts[1:])
+    else:
+        base = str(state).upper()
+        flags = frozenset(str(f).upper() for f in (n.get("state_flags") or ()))
     return Node(
         name=n["name"],
         state=base,
@@ -294,14 +305,15 @@ def node_from_json(n: dict) -> Node:
         reason_time=format_epoch(n.get("reason_changed_at")),
         partitions=tuple(n.get("partitions") or ()),
         gres=n.get("gres") or "",
-        cpus=int(n.get("cpus") or 0),
-        real_memory_mb=int(n.get("real_memory") or 0),
+        cpus=_number(n.get("cpus")),
+        real_memory_mb=_number(n.get("real_memory")),
         comment=n.get("comment") or "",
     )
 
 
 def parse_nodes_json(text: str) -> List[Node]:
-    """`sinfo --json` -> nodes (22.05 prints every node: filter afterwards)."""
+    """`sinfo --json` (22.05) or `scontrol show node --json` (>= 23.02) -> nodes (every node: filter
+    afterwards). The sinfo --json of >= 23.02 has no `nodes` list and is refused."""
     data = _load_json(text, "nodes")
     return [node_from_json(n) for n in data["nodes"]]
 
@@ -344,13 +356,15 @@ def parse_jobs_kv(text: str) -> List[Job]:
 
 
 def job_from_json(j: dict) -> Job:
+    """One job of 22.05's `squeue --json` or of the data_parser JSON (>= 23.02: `scontrol show job
+    --json`, `squeue --json`), where states are lists and numbers {"set", "infinite", "number"}."""
     # squeue prints state_description where Slurm set one: state_reason alone says JobHeldUser for
     # both a launch-failed requeue ("launch failed requeued held") and a requeuehold.
     reason = (j.get("state_description") or "").strip() or j.get("state_reason") or ""
     if reason == "None":
         reason = ""
-    priority = int(j.get("priority") or 0)
-    state = j.get("job_state") or "UNKNOWN"
+    priority = _number(j.get("priority"))
+    state = _job_state(j.get("job_state"))
     return Job(
         job_id=int(j["job_id"]),
         name=j.get("name") or "",
@@ -359,12 +373,12 @@ def job_from_json(j: dict) -> Job:
         user=j.get("user_name") or "",
         partition=j.get("partition") or "",
         nodes=_names(j.get("nodes") or ""),
-        num_nodes=int(j.get("node_count") or 0),
+        num_nodes=_number(j.get("node_count")),
         excluded_nodes=_names(j.get("excluded_nodes") or ""),
         comment=j.get("comment") or "",
-        restart_count=int(j.get("restart_cnt") or 0),
+        restart_count=_number(j.get("restart_cnt")),
         requeue=bool(j.get("requeue")),
-        held=_is_held(priority, reason, state),
+        held=_is_held(priority, reason, state) or (state in ("PENDING", "REQUEUE_HOLD") and j.get("hold") is True),
         command=j.get("command") or "",
         work_dir=j.get("current_working_directory") or "",
         std_out=j.get("standard_output") or "",
@@ -378,6 +392,36 @@ def job_from_json(j: dict) -> Job:
     )
 
 
+# Job state flags that scontrol and 22.05's JSON print instead of the base state, in Slurm's own order
+# (job_state_string()); the data_parser JSON lists them after the base state.
+_JOB_STATE_FLAGS = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
+                    "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING")
+
+
+def _job_state(value) -> str:
+    if not isinstance(value, list):
+        return str(value or "UNKNOWN")
+    parts = [str(p).upper() for p in value]
+    for flag in _JOB_STATE_FLAGS:
+        if flag in parts:
+            return flag
+    return parts[0] if parts else "UNKNOWN"
+
+
+def _number(value, default: int = 0) -> int:
+    """An int, or the data_parser's {"set": bool, "infinite": bool, "number": N} (unset -> default)."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return default
+        value = value.get("number")
+    if isinstance(value, bool) or value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"not a number: {str(value)[:40]!r}") from None
+
+
 def parse_jobs_json(text: str) -> List[Job]:
     """`squeue --json` -> jobs (22.05 ignores squeue's filters with --json: filter afterwards)."""
     data = _load_json(text, "jobs")
@@ -385,16 +429,21 @@ def parse_jobs_json(text: str) -> List[Job]:
 
 
 def _is_held(priority: int, reason: str, state: str) -> bool:
-    # A held job is PENDING with priority 0 (JobHeldAdmin/JobHeldUser, or requeued held).
-    if state != "PENDING":
+    # A held job is PENDING with priority 0 (JobHeldAdmin/JobHeldUser, or requeued held); from 25.11 a job
+    # requeued held shows REQUEUE_HOLD until released.
+    if state not in ("PENDING", "REQUEUE_HOLD"):
         return False
     return priority == 0 or reason.startswith("JobHeld") or "held" in reason.lower()
 
 
 def _exit_code_json(value) -> str:
-    """22.05 JSON gives the raw wait status; print it as scontrol does: `exit:signal`."""
+    """22.05 JSON gives the raw wait status, the data_parser JSON {"return_code", "signal": {"id"}};
+    print either as scontrol does: `exit:signal`."""
     if value is None or value == "":
         return ""
+    if isinstance(value, dict):
+        sig = value.get("signal") or {}
+        return f"{_number(value.get('return_code'))}:{_number(sig.get('id') if isinstance(sig, dict) else 0)}"
     status = int(value)
     return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
 
@@ -446,6 +495,19 @@ def parse_version(text: str) -> Tuple[int, int, int]:
     if not m:
         raise ValueError(f"no version in {text.strip()[:60]!r}")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def parse_config(text: str) -> Dict[str, str]:
+    """`scontrol show config` -> {Key: value} (`Key = value` lines; other lines are skipped)."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key):
+            out.setdefault(key, value.strip())
+    if not out:
+        raise ValueError("no `Key = value` lines in `scontrol show config`")
+    return out
 
 
 def format_epoch(value) -> str:

@@ -5,10 +5,12 @@ import json
 import os
 
 import pytest
+from pathlib import Path
 
 from slurm_ft.errors import UsageError
 from slurm_ft.recovery import ckpt, jobstart
-from slurm_ft.recovery.submit import parse, requeue_option, sbatch_argv, script_directives, starter_script
+from slurm_ft.recovery.submit import parse, sbatch_argv, script_directives, starter_script
+from slurm_ft.slurm.versions import requeue_option
 from slurm_ft.recovery.tag import FtSpec, decode
 
 NOFILE = lambda p: False  # noqa: E731  (no script files exist: SCRIPT is a command name)
@@ -59,23 +61,18 @@ def test_argv_built_for_sbatch_carries_tag_requeue_and_user_argv_verbatim():
     assert argv[i + 1:] == ["--ckpt-dir", "/c d", "--", "/w/job.sh", *evil]
 
 
-@pytest.mark.parametrize("version,option", [
-    ((22, 5, 8), "--requeue"), ((25, 5, 0), "--requeue"),
-    ((25, 11, 0), "--requeue=expedite"), ((26, 5, 1), "--requeue=expedite"),
+@pytest.mark.parametrize("version,params,option", [
+    ((22, 5, 8), "enable_expedited_requeue", "--requeue"), ((25, 5, 0), "enable_expedited_requeue", "--requeue"),
+    ((25, 11, 0), "enable_expedited_requeue", "--requeue=expedite"),
+    ((26, 5, 1), "enable_stepmgr,enable_expedited_requeue", "--requeue=expedite"),
+    ((26, 5, 1), "(null)", "--requeue"), ((26, 5, 1), "enable_expedited_requeue_x", "--requeue"),
 ])
-def test_requeue_option_by_slurm_version(version, option):
-    """Expedited requeue (Slurm requeues on node failure, eligible at once) exists from 25.11 only."""
+def test_requeue_option_by_slurm_version_and_config(version, params, option):
+    """Expedited requeue exists from 25.11 and is refused unless slurmctld enables it."""
     r = parse(["--requeue=expedite", "-N", "2", "x"], file_exists=NOFILE)    # the user's own is replaced
-    argv = sbatch_argv(r, "/st", requeue_option(version))
+    argv = sbatch_argv(r, "/st", requeue_option(version, params))
     assert [a for a in argv if a.startswith("--requeue")] == [option]
     assert argv.index(option) < argv.index("/st")       # an sbatch option, not the job's argument
-
-
-def test_requeue_option_for_the_captured_slurm_version():
-    from pathlib import Path
-    from slurm_ft.slurm.parse import parse_version
-    text = (Path(__file__).parent.parent / "data" / "slurm" / "scontrol_version.txt").read_text()
-    assert requeue_option(parse_version(text)) == "--requeue"        # this machine's 22.05
 
 
 def test_job_name_not_added_when_given():
@@ -159,22 +156,35 @@ def test_starter_execs_with_resolved_argv(tmp_path):
     assert start["restart"] == 2 and start["step"] == 3 and start["skipped"] == []
 
 
-@pytest.mark.parametrize("version,requeue", [((22, 5, 8), "--requeue"), ((25, 11, 0), "--requeue=expedite")])
-def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, monkeypatch, version, requeue):
-    """The command end to end minus Slurm: what reaches SlurmClient.submit, and the starter's text."""
+@pytest.mark.parametrize("version,expedite_on,requeue", [
+    ("22.05", True, "--requeue"), ("24.11", True, "--requeue"),
+    ("26.05", True, "--requeue=expedite"), ("26.05", False, "--requeue")])
+def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, monkeypatch, version, expedite_on,
+                                                                     requeue):
+    """The command end to end minus Slurm: what reaches SlurmClient.submit, and the starter's text.
+    Slurm's answers are those captured from each version's lab (26.05's runs enable_expedited_requeue;
+    without it, as slurmctld's default, 26.05 gets plain --requeue)."""
     from click.testing import CliRunner
 
     from slurm_ft.cli import cli
     from slurm_ft.cli import sbatch as sbatch_cli
+    from slurm_ft.runner import Result
+    from slurm_ft.slurm.client import SlurmClient
 
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:8\nsrun x \"$@\"\n")
-    seen = {}
+    seen = {"asked": []}
+    captured = Path(__file__).parent.parent / "data" / "slurm" / version
+    config = (captured / "scontrol_show_config.txt").read_text()
+    if not expedite_on:
+        config = config.replace("enable_expedited_requeue", "(null)")
 
-    class Client:
-        def version(self):
-            seen["versions"] = seen.get("versions", 0) + 1
-            return version
+    class Client(SlurmClient):
+        def _run(self, argv, **kw):
+            seen["asked"].append(" ".join(argv))
+            text = {"scontrol --version": (captured / "scontrol_version.txt").read_text(),
+                    "scontrol show config": config}[" ".join(argv)]
+            return Result(list(argv), 0, text, "", 0.0)
 
         def submit(self, argv):
             starter = [a for a in argv if "slurm-ft-start-" in a][0]
@@ -195,7 +205,9 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
     i = seen["argv"].index(seen["starter"])
     assert seen["argv"][i + 1:] == ["--ckpt-dir", str(tmp_path / "ck"), "--", str(script), "--resume", "{ckpt}"]
     assert requeue in seen["argv"][:i] and "--job-name=train.sh" in seen["argv"][:i]
-    assert [a for a in seen["argv"] if a.startswith("--requeue")] == [requeue] and seen["versions"] == 1
+    assert [a for a in seen["argv"] if a.startswith("--requeue")] == [requeue]
+    assert seen["asked"].count("scontrol --version") == 1       # the version is learnt once
+    assert seen["asked"].count("scontrol show config") == (1 if version == "26.05" else 0)
     r = CliRunner().invoke(cli, ["sbatch", "--parsable", "train.sh"])
     assert r.stdout == "4242\n"
 

@@ -3,13 +3,18 @@
 
 Brings up a small lab (4 train nodes + 1 spare), puts nodes and jobs into the states the parsers
 must read, saves what scontrol/sinfo/squeue/sbatch print into this directory, and takes the lab
-down. Run as root on a machine with Slurm: `python tests/data/slurm/capture.py [--port-base N]`.
+down. Run as root on a machine with Slurm: `python tests/data/slurm/capture.py [--port-base N] [--out DIR]`.
+By default the files go to tests/data/slurm/<major.minor>/ (e.g. 24.11/); the files directly in this
+directory are the first 22.05 capture, kept for the tests that read them.
+Where the version has them, `scontrol show ... --json` is captured too (else its error in *.err),
+with `scontrol show config` and the errors of a few refused commands.
 
 States captured: idle; ALLOCATED (an exclusive job); IDLE+DRAIN with a reason full of quotes, `=`, `;`; MIXED+DRAIN (drained while
 a job runs); a killed slurmd (NOT_RESPONDING, then DOWN*); a running job whose name
 has a space, whose comment has spaces/quotes/`=` and whose command has arguments; a pending job
 waiting on BeginTime; a job held after requeuehold; completed and failed jobs; an active MAINT
-reservation and a future one.
+reservation and a future one; where expedited requeue is enabled (>= 25.11), a `--requeue=expedite`
+job requeued HELD after a non-zero exit with clean epilogs.
 """
 from __future__ import annotations
 
@@ -32,27 +37,38 @@ COMMENT = 'slurm-ft:ft=1 note="a b" x=y;z'
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port-base", type=int, default=18700)
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     top = Path(tempfile.mkdtemp(prefix="slurm-ft-capture-", dir="/tmp"))
     os.chmod(top, 0o755)
     lab = Lab(top / "lab", LabSpec(nodes=4, spares=1, gpus_per_node=8, port_base=args.port_base))
     lab.up()
     try:
-        capture(lab, top)
+        c = SlurmClient(env={"SLURM_CONF": str(lab.conf)})
+        major, minor, _ = c.version()
+        out = args.out or HERE / f"{major}.{minor:02d}"
+        out.mkdir(parents=True, exist_ok=True)
+        capture(lab, top, out)
     finally:
         lab.down()
         shutil.rmtree(top, ignore_errors=True)
 
 
-def capture(lab: Lab, work: Path) -> None:
+def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
     c = SlurmClient(env={"SLURM_CONF": str(lab.conf)})
 
     def save(name: str, argv) -> None:
         out = c._run(argv, check=False)
-        (HERE / name).write_text(out.stdout)
+        if out.returncode != 0:          # e.g. `scontrol show node --json` on 22.05
+            name = name.rsplit(".", 1)[0] + ".err"
+            (out_dir / name).write_text(f"rc={out.returncode}\n{out.stderr}{out.stdout}")
+        else:
+            (out_dir / name).write_text(out.stdout)
         print(f"{name}: {len(out.stdout.splitlines())} lines")
 
     save("scontrol_show_node_idle.txt", ["scontrol", "show", "node", "-o"])
+    save("scontrol_show_config.txt", ["scontrol", "show", "config"])
+    save("scontrol_show_job_unknown.txt", ["scontrol", "show", "job", "-o", "999999"])
     save("scontrol_show_reservation_none.txt", ["scontrol", "show", "reservation", "-o"])
 
     script = work / "train.sh"
@@ -61,7 +77,7 @@ def capture(lab: Lab, work: Path) -> None:
     running = c.submit(["-J", "train run", "--comment", COMMENT, "-w", "gpu001", "-N1", "--gres=gpu:8", "--exclusive",
                         "--requeue", "-o", str(work / "train-%j.out"), str(script), "--steps", "10", "two words"],
                        cwd=str(work))
-    (HERE / "sbatch_parsable.txt").write_text(f"{running}\n")
+    (out_dir / "sbatch_parsable.txt").write_text(f"{running}\n")
     begin = c.submit(["--begin=now+1hour", "-N1", "--wrap", "sleep 1"], cwd=str(work))
     small = c.submit(["-w", "gpu002", "-n1", "--gres=gpu:1", "--wrap", "sleep 600"], cwd=str(work))
     held = c.submit(["-p", "spares", "-N1", "--requeue", "--wrap", "sleep 600"], cwd=str(work))
@@ -72,6 +88,9 @@ def capture(lab: Lab, work: Path) -> None:
     c.wait_job_state(done, "COMPLETED", 60)
     c.wait_job_state(failed, "FAILED", 60)
     c.wait_job_state(begin, "PENDING", 10)
+    if c.expedited_requeue_available():   # >= 25.11 with enable_expedited_requeue: a non-zero exit with
+        exp = c.submit(["-w", "gpu004", "-N1", "--requeue=expedite", "--wrap", "exit 3"], cwd=str(work))
+        c.wait_for(lambda: c.job(exp).held, 60, "expedited requeue held")   # clean epilogs -> held
     c.requeue(held, hold=True)
     c.wait_for(lambda: c.job(held).held, 30, "held")
     c.drain("gpu002", "slurm-ft: draining while a job runs")
@@ -90,8 +109,11 @@ def capture(lab: Lab, work: Path) -> None:
     save("scontrol_show_partition.txt", ["scontrol", "show", "partition", "-o"])
     save("scontrol_show_reservation.txt", ["scontrol", "show", "reservation", "-o"])
     save("scontrol_version.txt", ["scontrol", "--version"])
+    for what in ("node", "job", "partition", "reservation"):
+        save(f"scontrol_show_{what}.json", ["scontrol", "show", what, "--json"])
     c.wait_for(lambda: c.node("gpu004").state == "DOWN", 60, "gpu004 down")
     save("scontrol_show_node_down.txt", ["scontrol", "show", "node", "-o", "gpu004"])
+    save("scontrol_show_node_down.json", ["scontrol", "show", "node", "gpu004", "--json"])
     time.sleep(0.1)
 
 
