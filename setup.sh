@@ -15,8 +15,9 @@ missing=()
 command -v slurmctld >/dev/null || missing+=(slurm-wlm)
 command -v munged >/dev/null || missing+=(munge)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
-command -v python3 >/dev/null || missing+=(python3)
-if command -v python3 >/dev/null && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+if ! command -v python3 >/dev/null; then
+  missing+=(python3 python3-venv)        # Debian's python3 has no ensurepip without python3-venv
+elif ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
   missing+=(python3-venv)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
