@@ -1,11 +1,15 @@
-"""The drain-rate breaker, as a pure decision: may slurm-ft drain one more node now?
+"""The drain-rate breaker, as a pure decision: may slurm-ft take N more nodes out of service now?
 
-A bad probe or a driver update must not drain the fleet. slurm-ft drains at most `limit` nodes within
-a sliding window (the smaller of a share of all nodes and a count). The drain that would pass the
-limit trips the breaker instead: the node is not drained, checks keep reporting, and every later drain
-is refused until an admin runs `slurm-ft breaker reset` (drains before the reset no longer count).
+A bad probe or a driver update must not drain the fleet. slurm-ft takes at most `limit` nodes out
+within a sliding window (the smaller of a share of all nodes and a count). The count comes from Slurm's
+own node states and reasons, the one source every node, the sweep and the controller share: a node
+drained with a `slurm-ft:` reason (any code: QUARANTINED and RMA rewrites included) or by Slurm for a
+failed prolog/epilog (our hooks caused it), whose reason time (Slurm's ReasonTime; a rewrite only makes
+it later, so a node counts longer, never less) lies within the window. While that count is at the
+limit the breaker is open everywhere at once; it closes as nodes are resumed or their drains age out
+of the window. `may_take_out` is the function; `FleetView` the snapshot it reads.
 
-The state lives in the journal (see store.py); this module only decides.
+(`BreakerState`/`decide` below are the older journal-local breaker, kept for the journal's record.)
 """
 from __future__ import annotations
 
@@ -108,3 +112,79 @@ def _span(seconds: float) -> str:
 def _stamp(t: Optional[float]) -> str:
     import time as _time   # formatting only; decisions never read the clock
     return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(t)) if t is not None else "?"
+
+
+# --- the fleet-wide breaker over a Slurm snapshot ---------------------------------------------------
+
+# Slurm's own drain reasons for a failed prolog/epilog: on a slurm-ft cluster, our hooks caused them
+HOOK_REASONS = ("Prolog error", "Epilog error", "Prolog failed", "Epilog failed")
+OWNER = "slurm-ft:"
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """What the breaker needs from one Slurm snapshot: fleet size and the nodes we took out, with when."""
+    total: int
+    out: Tuple[Tuple[str, float], ...]      # (node, unix time of its drain reason)
+    taken_at: float
+
+    def to_dict(self) -> dict:
+        return {"total": self.total, "out": [list(o) for o in self.out], "taken_at": self.taken_at}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FleetView":
+        """From `to_dict` output (the node-local copy the prolog reads); ValueError when malformed."""
+        try:
+            out = tuple((str(n), float(t)) for n, t in d["out"])
+            return cls(int(d["total"]), out, float(d["taken_at"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed fleet view: {exc}") from None
+
+
+def taken_out_by_us(node) -> bool:
+    """Drained (or down) with a slurm-ft reason, or by Slurm for a failed prolog/epilog."""
+    reason = (node.reason or "").strip()
+    if not (node.drained or node.down) or not reason:
+        return False
+    return reason.startswith(OWNER) or reason in HOOK_REASONS
+
+
+def view(nodes, now: float) -> FleetView:
+    """The breaker's snapshot of `nodes` (model.Node). A reason without a readable time counts as now."""
+    from slurm_ft.lifecycle.reconcile import reason_age
+    out = []
+    for n in nodes:
+        if taken_out_by_us(n):
+            age = reason_age(n, now)
+            out.append((n.name, now - age if age is not None else now))
+    return FleetView(len(nodes), tuple(sorted(out)), now)
+
+
+def may_take_out(fleet: FleetView, nodes: Iterable[str], now: float, *, max_share: float, max_nodes: int,
+                 window_s: float) -> Decision:
+    """May slurm-ft take `nodes` out of service now, given the fleet as `fleet` shows it?
+
+    Nodes already out count once and cost nothing more. Yes iff the distinct nodes out within the
+    window plus the new ones stay within `limit`. Pure: the same snapshot gives the same answer on
+    every host."""
+    cap = limit(fleet.total, max_share, max_nodes)
+    recent = sorted({n for n, t in fleet.out if now - t <= window_s})
+    want = list(dict.fromkeys(nodes))
+    new = [n for n in want if n not in set(recent)]
+    count = len(recent)
+    what = ", ".join(want) or "no node"
+    if not new:
+        return Decision(True, f"{what} already out ({count}/{cap} within {_span(window_s)})", count, cap)
+    if count + len(new) > cap:
+        head = "drain-rate breaker open" if count >= cap else "drain-rate breaker would trip"
+        return Decision(False, f"{head}: {count} nodes taken out by slurm-ft within {_span(window_s)} "
+                               f"(limit {cap}); not taking out {', '.join(new)}", count, cap, tripped=count < cap)
+    return Decision(True, f"take out {count + len(new)}/{cap} within {_span(window_s)}", count, cap, counted=True)
+
+
+def is_open(fleet: FleetView, now: float, *, max_share: float, max_nodes: int, window_s: float) -> bool:
+    """At the limit: every further take-out is refused (the controller holds new recoveries too)."""
+    if max_share <= 0 and max_nodes <= 0:
+        return False
+    cap = limit(fleet.total, max_share, max_nodes)
+    return len({n for n, t in fleet.out if now - t <= window_s}) >= cap

@@ -106,17 +106,3 @@ def test_store_filters_seen_by_window_and_reset(tmp_path):
         old = [("gpu001", 500.0)]                  # before the reset: no longer counts
         assert s.breaker_decide("gpu002", 2000.0, seen=old, **kw).allowed
         assert not s.breaker_decide("gpu003", 2001.0, seen=[("gpu004", 1990.0)], **kw).allowed
-
-
-def test_recent_drains_reads_fresh_slurm_ft_drains_only():
-    import time as _t
-    from slurm_ft.lifecycle.guard import recent_drains
-    from slurm_ft.model import Node
-    now = _t.time()
-    stamp = _t.strftime("%Y-%m-%dT%H:%M:%S", _t.localtime(now - 60))
-    nodes = [Node("a", "IDLE", frozenset({"DRAIN"}), "slurm-ft: XID79 gpu1 x", reason_time=stamp),
-             Node("b", "IDLE", frozenset({"DRAIN"}), "slurm-ft: QUARANTINED XID79 gpu1 x", reason_time=stamp),
-             Node("c", "IDLE", frozenset({"DRAIN"}), "admin: bios", reason_time=stamp),
-             Node("d", "IDLE", frozenset(), "", reason_time="")]
-    got = recent_drains(nodes, now)
-    assert [n for n, _ in got] == ["a"] and abs(got[0][1] - (now - 60)) < 2

@@ -271,22 +271,28 @@ def test_gate_refusal_leaves_node_in_service():
     assert out.action == "refused" and "breaker open" in out.message and c.calls == []
 
 
-def test_builtin_limit_counts_slurm_ft_drains_in_slurm(monkeypatch):
-    import builtins
+def test_builtin_gate_counts_slurm_ft_drains_in_slurm():
     dr.set_gate(None)
-    real_import = builtins.__import__
-
-    def no_guard(name, *a, **kw):   # exercise the fallback used when the lifecycle guard is absent
-        if name == "slurm_ft.lifecycle" and a and a[2] and "guard" in a[2]:
-            raise ImportError("no guard")
-        return real_import(name, *a, **kw)
-    monkeypatch.setattr(builtins, "__import__", no_guard)
     from slurm_ft.config import LifecycleConfig
     cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.0, breaker_max_nodes=2))
     drained = [Node(f"gpu00{i}", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu0 x") for i in (2, 3)]
     c = StubClient(Node("gpu001", "IDLE"), drained)
     g = dr.may_drain("gpu001", "r", client=c, config=cfg, now=0.0)
     assert not g.allowed and "limit 2" in g.why
+
+
+def test_builtin_gate_refuses_when_slurm_cannot_be_read():
+    from slurm_ft.config import LifecycleConfig
+    from slurm_ft.errors import CommandError
+    dr.set_gate(None)
+
+    class Down(StubClient):
+        def nodes(self, names=None):
+            raise CommandError(["scontrol", "show", "node"], 1, "Unable to contact slurm controller")
+    cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.5, breaker_max_nodes=0))
+    c = Down(Node("gpu001", "IDLE"))
+    out = dr.apply(c, "gpu001", [XID79], checks=("xid",), config=cfg, now=0.0)
+    assert out.action == "refused" and "unknown" in out.message and c.calls == []
 
 
 def test_unchanged_result_does_not_rewrite_the_state_file(tmp_path):
