@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from dataclasses import dataclass
@@ -122,6 +123,21 @@ def may_drain(node: str, reason: str, *, client, config, now: float) -> Gate:
     return Gate(d.allowed, d.reason)
 
 
+def _serialized(config):
+    if _gate_override is not None or config is None:
+        return contextlib.nullcontext()
+    from slurm_ft.lifecycle import guard
+    return guard.serialized(config)
+
+
+def _settle(node: str, reason: str, client, config) -> str:
+    """Undo our drain when drains racing on other hosts passed the breaker (see guard.settle)."""
+    if _gate_override is not None or config is None:
+        return ""
+    from slurm_ft.lifecycle import guard
+    return guard.settle(config, node, reason, client=client)
+
+
 def make_client(config):
     """The Slurm client for this config (the lab's slurm.conf when the config names one)."""
     from slurm_ft.slurm.client import SlurmClient
@@ -165,11 +181,15 @@ def apply(client, node_name: str, findings: Sequence[Finding], *, checks: Iterab
                                        f"reason kept (found now: {reason})", node.reason)
             return Outcome("left", f"{node_name} is drained by someone else ({node.reason!r}); left as is "
                                    f"(would be: {reason})", reason)
-        gate = may_drain(node_name, reason, client=client, config=config, now=now)
-        if not gate.allowed:
-            log.warning("%s", gate.why)
-            return Outcome("refused", gate.why, reason)
-        client.drain([node_name], reason)
+        with _serialized(config):
+            gate = may_drain(node_name, reason, client=client, config=config, now=now)
+            if not gate.allowed:
+                log.warning("%s", gate.why)
+                return Outcome("refused", gate.why, reason)
+            client.drain([node_name], reason)
+            undone = _settle(node_name, reason, client, config)
+        if undone:
+            return Outcome("refused", undone, reason)
         return Outcome("drained", f"drained {node_name}: {reason} ({gate.why})", reason)
     if node.drained and ours(node.reason):
         check = check_of(code_of(node.reason))

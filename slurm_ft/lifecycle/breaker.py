@@ -182,6 +182,21 @@ def may_take_out(fleet: FleetView, nodes: Iterable[str], now: float, *, max_shar
     return Decision(True, f"take out {count + len(new)}/{cap} within {_span(window_s)}", count, cap, counted=True)
 
 
+def keeps(fleet: FleetView, node: str, now: float, *, max_share: float, max_nodes: int, window_s: float) -> bool:
+    """After taking `node` out: may it stay out, given a snapshot read after the drain?
+
+    Checks on different hosts can each see room for one more and drain together. Each re-reads Slurm
+    after its drain; a node stays out only if fewer than `limit` other nodes in the window went out at
+    the same second or earlier. Ties count against it: racers in one second (ReasonTime has whole
+    seconds) all step back rather than all stay: under a race the fleet may drain fewer, never more."""
+    recent = {n: t for n, t in fleet.out if now - t <= window_s}
+    mine = recent.get(node)
+    cap = limit(fleet.total, max_share, max_nodes)
+    if mine is None or len(recent) <= cap:
+        return True
+    return len([n for n, t in recent.items() if n != node and t <= mine]) < cap
+
+
 def is_open(fleet: FleetView, now: float, *, max_share: float, max_nodes: int, window_s: float) -> bool:
     """At the limit: every further take-out is refused (the controller holds new recoveries too)."""
     if max_share <= 0 and max_nodes <= 0:

@@ -14,8 +14,11 @@ saved next to its state file (`save_view`/`hook_decision`); a missing, corrupt o
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
@@ -77,12 +80,54 @@ def may_drain(config: Config, node: str, reason: str = "", *, client=None, total
     return may_take_out(config, [node], client=client, actor=actor, now=now)
 
 
-def is_open(config: Config, nodes: Optional[Sequence] = None, now: Optional[float] = None) -> Optional[str]:
-    """Why the controller must hold new recoveries, or None.
+@contextlib.contextmanager
+def serialized(config: Config):
+    """Decide, drain and `settle` one at a time among the callers sharing `state_dir` (one host, the lab,
+    a shared file system). Best effort: without the lock file the callers rely on `settle` alone."""
+    fd = None
+    try:
+        os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(config.state_dir, "breaker.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as exc:
+        log.warning("breaker lock in %s not taken: %s", config.state_dir, exc)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
 
-    At the limit the breaker refuses new take-outs, which already bounds the spares recoveries use; the
-    controller holds only when Slurm shows MORE nodes taken out than the limit (something went past the
-    breaker), or when the count cannot be read (fail safe)."""
+
+def settle(config: Config, node: str, reason: str, *, client, actor: str = "check") -> str:
+    """Right after draining `node` with `reason`: re-read Slurm; undo the drain when racing drains on
+    other hosts put the fleet past the limit (`breaker.keeps`) or the count cannot be read. Returns why
+    it was undone, or "" when the drain stands."""
+    if not enabled(config):
+        return ""
+    now = time.time()
+    lc = config.lifecycle
+    try:
+        fleet = fleet_view(config, client=client, now=now)
+        if brk.keeps(fleet, node, now, max_share=lc.breaker_max_share, max_nodes=lc.breaker_max_nodes,
+                     window_s=lc.breaker_window_s):
+            return ""
+        why = (f"drain-rate breaker: drains racing on other hosts passed the limit "
+               f"{brk.limit(fleet.total, lc.breaker_max_share, lc.breaker_max_nodes)}; drain of {node} undone")
+    except (SlurmFTError, OSError) as exc:
+        why = f"fleet drain count unknown after draining {node} ({exc}); drain undone"
+    try:
+        if client.node(node).reason == reason:      # still our drain: nobody rewrote it meanwhile
+            client.resume([node])
+    except (SlurmFTError, OSError) as exc:
+        log.error("%s: %s; undoing the drain of %s failed: %s", actor, why, node, exc)
+        return f"{why} (resume failed: {exc})"
+    log.error("%s: %s", actor, why)
+    return why
+
+
+def is_open(config: Config, nodes: Optional[Sequence] = None, now: Optional[float] = None) -> Optional[str]:
+    """Why the controller must hold new recoveries, or None: while the breaker is at its limit (a mass
+    drain is under way: a spare would likely fail the same way), or when the count cannot be read."""
     if not enabled(config):
         return None
     now = time.time() if now is None else now
@@ -93,7 +138,7 @@ def is_open(config: Config, nodes: Optional[Sequence] = None, now: Optional[floa
     lc = config.lifecycle
     cap = brk.limit(fleet.total, lc.breaker_max_share, lc.breaker_max_nodes)
     recent = {n for n, t in fleet.out if now - t <= lc.breaker_window_s}
-    if len(recent) > cap:
+    if len(recent) >= cap:
         return f"{len(recent)} nodes taken out by slurm-ft within {brk._span(lc.breaker_window_s)} (limit {cap})"
     return None
 

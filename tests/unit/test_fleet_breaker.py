@@ -102,13 +102,12 @@ def test_guard_refuses_loudly_when_the_count_is_unknown(tmp_path, caplog):
     assert any(r.levelname == "ERROR" and "unknown" in r.message for r in caplog.records)
 
 
-def test_controller_holds_recoveries_only_past_the_limit(tmp_path):
-    c = cfg(tmp_path)
-    assert guard.is_open(c, nodes=fleet(), now=NOW) is None
-    at_limit = fleet(out("a", "slurm-ft: QUARANTINED x"))
-    assert guard.is_open(c, nodes=at_limit, now=NOW) is None        # full: refuses drains, recoveries go on
+def test_controller_holds_recoveries_at_the_limit(tmp_path):
+    c = cfg(tmp_path, breaker_max_nodes=2)
+    assert guard.is_open(c, nodes=fleet(out("a", "slurm-ft: XID79 gpu1 x")), now=NOW) is None
     why = guard.is_open(c, nodes=fleet(out("a", "slurm-ft: QUARANTINED x"), out("b", "Prolog error")), now=NOW)
-    assert why and "2 nodes" in why and "limit 1" in why
+    assert why and "2 nodes" in why and "limit 2" in why
+    assert guard.is_open(cfg(tmp_path, breaker_max_nodes=0), nodes=fleet(out("a", "Prolog error")), now=NOW) is None
 
 
 def test_hook_decision_needs_a_fresh_saved_view(tmp_path):
@@ -129,3 +128,40 @@ def test_hook_decision_needs_a_fresh_saved_view(tmp_path):
 
 def test_hook_decision_with_the_breaker_off_allows(tmp_path):
     assert guard.hook_decision(cfg(tmp_path, breaker_max_nodes=0), "gpu1", now=NOW).allowed
+
+
+def test_racing_drains_step_back_so_the_fleet_never_passes_the_limit():
+    """Two checks on different hosts both saw room for one more (limit 2, 1 out) and both drained."""
+    kw = dict(max_share=0.0, max_nodes=2, window_s=HOUR)
+    first = out("a", "slurm-ft: XID79 gpu1 x", age=600)
+    same_second = fleet(first, out("b", "slurm-ft: XID79 gpu1 x", age=5), out("c", "slurm-ft: XID79 gpu1 x", age=5))
+    v = brk.view(same_second, NOW)
+    assert [brk.keeps(v, n, NOW, **kw) for n in "abc"] == [True, False, False]   # ties: both step back
+    later = fleet(first, out("b", "slurm-ft: XID79 gpu1 x", age=9), out("c", "slurm-ft: XID79 gpu1 x", age=5))
+    v = brk.view(later, NOW)
+    assert [brk.keeps(v, n, NOW, **kw) for n in "abc"] == [True, True, False]    # the later one steps back
+    assert brk.keeps(brk.view(fleet(first), NOW), "zz", NOW, **kw)              # not out: nothing to undo
+
+
+def test_settle_undoes_our_drain_past_the_limit_and_when_slurm_cannot_be_read(tmp_path):
+    c = cfg(tmp_path, breaker_max_nodes=1)
+    now = time.time()
+    mine = Node("b", "IDLE", frozenset({"DRAIN"}), "slurm-ft: XID79 gpu1 x", reason_time=stamp(now))
+
+    class S(Stub):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.resumed = []
+
+        def node(self, name):
+            return mine
+
+        def resume(self, names):
+            self.resumed += names
+    other = Node("a", "IDLE", frozenset({"DRAIN"}), "slurm-ft: ECC_DBE gpu0 x", reason_time=stamp(now - 1))
+    s = S([other, mine] + [Node(f"n{i}", "IDLE") for i in range(8)])
+    assert "undone" in guard.settle(c, "b", mine.reason, client=s) and s.resumed == ["b"]
+    s = S([mine] + [Node(f"n{i}", "IDLE") for i in range(9)])
+    assert guard.settle(c, "b", mine.reason, client=s) == "" and s.resumed == []
+    s = S(error=True)
+    assert "unknown" in guard.settle(c, "b", mine.reason, client=s) and s.resumed == ["b"]

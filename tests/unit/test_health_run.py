@@ -516,15 +516,17 @@ def test_epilog_counts_only_gpu_processes_that_outlive_the_grace_period(tmp_path
     assert [f.severity for f in rep.findings if f.check == "processes"] == [Severity.OK]
 
 
-@pytest.mark.parametrize("rc,prolog_rc", [(0, 0), (1, 1), (2, 0), (3, 0), (70, 0)])
-def test_shims_fail_slurm_only_on_a_fail_finding(tmp_path, rc, prolog_rc):
-    """Only exit 1 (a fail finding) fails a prolog/epilog; slurm-ft's own errors must not drain nodes;
-    the HealthCheckProgram always exits 0. The shims run with a minimal environment."""
+@pytest.mark.parametrize("rc,verdict,prolog_rc", [(0, False, 0), (1, True, 1), (1, False, 0), (2, False, 0),
+                                                   (3, False, 0), (70, True, 0)])
+def test_shims_fail_slurm_only_on_a_fail_finding(tmp_path, rc, verdict, prolog_rc):
+    """Only exit 1 with a verdict line (a fail finding within the breaker) fails a prolog/epilog; slurm-ft's
+    own errors must not drain nodes; the HealthCheckProgram always exits 0. Minimal environment."""
     import subprocess
     from pathlib import Path as P
     root = P(__file__).resolve().parents[2]
     fake = tmp_path / "slurm-ft"
-    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/argv\nexit {rc}\n")
+    say = "echo 'slurm-ft-verdict: FAIL slurm-ft: XID79 gpu1 x'\n" if verdict else ""
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/argv\n{say}exit {rc}\n")
     fake.chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "SLURM_FT_BIN": str(fake), "SLURM_JOB_ID": "7"}
     for shim, want, level in (("prolog.d/50-slurm-ft", prolog_rc, "prolog"),
