@@ -8,22 +8,19 @@ failed prolog/epilog (our hooks caused it), whose reason time (Slurm's ReasonTim
 it later, so a node counts longer, never less) lies within the window. While that count is at the
 limit the breaker is open everywhere at once; it closes as nodes are resumed or their drains age out
 of the window. `may_take_out` is the function; `FleetView` the snapshot it reads.
-
-(`BreakerState`/`decide` below are the older journal-local breaker, kept for the journal's record.)
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable, Optional, Tuple
 
 
 @dataclass(frozen=True)
 class BreakerState:
-    drains: Tuple[Tuple[str, float], ...] = ()   # (node, unix time) of drains slurm-ft let through
-    open_since: Optional[float] = None           # set when tripped; cleared only by an admin's reset
+    """The breaker as `slurm-ft status` shows it (computed from a snapshot, see lifecycle.collect)."""
+    open_since: Optional[float] = None           # ReasonTime of the drain that reached the limit
     open_reason: str = ""
-    reset_at: float = 0.0                        # drains before this no longer count
 
     @property
     def open(self) -> bool:
@@ -58,47 +55,6 @@ def limit(total_nodes: int, max_share: float, max_nodes: int) -> int:
     return min(caps) if caps else 1 << 30
 
 
-def in_window(state: BreakerState, now: float, window_s: float) -> Tuple[str, ...]:
-    """Distinct nodes drained within the window and since the last reset, oldest first."""
-    seen: dict = {}
-    for node, t in sorted(state.drains, key=lambda d: d[1]):
-        if t >= state.reset_at and now - t <= window_s:
-            seen.setdefault(node, t)
-    return tuple(seen)
-
-
-def decide(state: BreakerState, node: str, now: float, *, total_nodes: int, max_share: float,
-           max_nodes: int, window_s: float, seen: Iterable[str] = ()) -> Tuple[Decision, BreakerState]:
-    """Decide one drain of `node`; return the decision and the state to store.
-
-    `seen`: nodes Slurm shows drained by slurm-ft within the window (and since the reset), so that
-    checks on hosts that do not share this journal still count each other's drains.
-    """
-    cap = limit(total_nodes, max_share, max_nodes)
-    nodes = in_window(state, now, window_s)
-    nodes = nodes + tuple(sorted(set(seen) - set(nodes)))
-    count = len(nodes)
-    if state.open:
-        return Decision(False, f"drain-rate breaker open since {_stamp(state.open_since)}: {state.open_reason}; "
-                               f"not draining {node} (reset with `slurm-ft breaker reset`)", count, cap), state
-    if node in nodes:   # the same node again (check then controller): no new drain for the window
-        return Decision(True, f"{node} already counted ({count}/{cap} in window)", count, cap), state
-    if count + 1 > cap:
-        # Stored as the open reason and shown on every later refusal, which names its own node:
-        # say which drain tripped it, so the two node names cannot be confused.
-        why = f"{count} nodes drained within {_span(window_s)} (limit {cap}), tripped by a drain of {node}"
-        new = replace(state, open_since=now, open_reason=why)
-        return Decision(False, f"drain-rate breaker tripped: {why}; not draining {node}", count, cap,
-                        tripped=True), new
-    new = replace(state, drains=state.drains + ((node, now),))
-    return Decision(True, f"drain {count + 1}/{cap} within {_span(window_s)}", count, cap, counted=True), new
-
-
-def reset(state: BreakerState, now: float) -> BreakerState:
-    """An admin's reset: close the breaker and forget the drains so far."""
-    return BreakerState(drains=state.drains, open_since=None, open_reason="", reset_at=now)
-
-
 def _span(seconds: float) -> str:
     if seconds >= 86400 and seconds % 86400 == 0:
         return f"{seconds / 86400:g} d"
@@ -107,11 +63,6 @@ def _span(seconds: float) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         return f"{seconds / 60:g} min"
     return f"{seconds:g} s"
-
-
-def _stamp(t: Optional[float]) -> str:
-    import time as _time   # formatting only; decisions never read the clock
-    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(t)) if t is not None else "?"
 
 
 # --- the fleet-wide breaker over a Slurm snapshot ---------------------------------------------------

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 import yaml
 
 from slurm_ft.cli import main
-from slurm_ft.lifecycle.store import Store
 
 from test_lifecycle_sweep import ModelSlurm   # same directory: pytest puts it on sys.path
 
