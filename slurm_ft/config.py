@@ -76,6 +76,8 @@ class HealthConfig:
     process_grace_s: float = 5.0     # epilog: a GPU process must still be there after this long to count
     burnin: BurninConfig = field(default_factory=BurninConfig)
     auto_resume: bool = True         # a healthy `check --drain` resumes a node that slurm-ft drained
+    nvml_hung_drain_after: int = 3   # this many hung NVML checks in a row drain the node (NVML_HUNG); 0 = never
+    fleet_view_max_age_s: float = 900.0  # prolog/epilog: older breaker view from the last health check = unknown
 
 
 @dataclass(frozen=True)

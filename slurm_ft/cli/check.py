@@ -1,7 +1,14 @@
 """`slurm-ft check`: run one health level on this node; optionally drain/resume it through Slurm.
 
-Exit codes: 0 healthy, 1 a fail finding, 2 usage or config error, 3 the drain/resume command failed.
-Error findings (a crashed probe, a hung NVML call) are reported and never change the exit code.
+Exit codes: 0 healthy, 1 a fail finding, 2 usage, config or install error (a Python package missing),
+3 the drain/resume command failed. Error findings (a crashed probe, a hung NVML call) are reported and
+never change the exit code.
+
+The prolog/epilog hooks fail a job's node only on the positive signal VERDICT ("slurm-ft-verdict: FAIL
+<reason>" on stdout): printed only when the check ran to a verdict with a node fault AND the breaker
+lets the node go (`--drain`: this run drained it or keeps our drain; prolog/epilog: the fleet view the
+last health check saved has room, see slurm_ft.lifecycle.guard). Any other end (an import error, a
+config error, a kill, a refused drain) has no such line and the hooks exit 0.
 """
 from __future__ import annotations
 
@@ -12,6 +19,8 @@ import sys
 import click
 
 LEVEL_NAMES = ("quick", "prolog", "epilog", "full", "burnin")
+VERDICT = "slurm-ft-verdict: FAIL"
+HOOK_LEVELS = ("prolog", "epilog")
 
 
 def node_name(explicit: "str | None") -> str:
@@ -39,7 +48,8 @@ def check(ctx: click.Context, level: str, as_json: bool, drain: bool, node: "str
     """Check this node's GPUs and host at LEVEL and print the findings.
 
     \b
-    Exit: 0 healthy, 1 a fail finding, 2 usage/config error, 3 drain command failed.
+    Exit: 0 healthy, 1 a fail finding, 2 usage/config/install error, 3 drain command failed.
+    "slurm-ft-verdict: FAIL <reason>" on stdout: the node may be taken out (the prolog/epilog's signal).
     """
     from slurm_ft.config import load_config
     from slurm_ft.health.run import check_node
@@ -61,12 +71,32 @@ def check(ctx: click.Context, level: str, as_json: bool, drain: bool, node: "str
     if report.drain and report.drain.get("action") == "error":
         click.echo(f"slurm-ft: error: drain failed: {report.drain['message']}", err=True)
         code = 3
+    if report.install_error:
+        click.echo(f"slurm-ft: error: {report.install_error} (slurm-ft's install, not the node: "
+                   f"nothing drained)", err=True)
+        code = 2
+    elif not report.healthy and not as_json and _may_fail(report, config, name, drain):
+        from slurm_ft.health.drain import reason_text
+        click.echo(f"{VERDICT} {reason_text(report.findings)}")
     if report.hung:
         # the gather thread is stuck inside the driver: leave without joining it
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     ctx.exit(code)
+
+
+def _may_fail(report, config, node: str, drain: bool) -> bool:
+    """Does this fail finding take the node out (the VERDICT line)? Only within the breaker."""
+    if drain:
+        return bool(report.drain) and report.drain.get("action") in ("drained", "reason_updated", "kept")
+    if report.level not in HOOK_LEVELS:
+        return True            # a manual check: nothing acts on the verdict but a person
+    from slurm_ft.lifecycle import guard
+    decision = guard.hook_decision(config, node)
+    if not decision.allowed:
+        click.echo(f"slurm-ft: error: fail finding reported, node not failed: {decision.reason}", err=True)
+    return decision.allowed
 
 
 _MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "error": "ERR "}

@@ -248,7 +248,8 @@ def read_node(node_name: str = "", *, include: Iterable[str] = ALL) -> NodeSampl
         raise ValueError(f"unknown telemetry group(s): {', '.join(sorted(unknown))}; known: {', '.join(GROUPS)}")
     N = _import_pynvml()
     if N is None:
-        return NodeSample(node=node_name, nvml_error="pynvml is not installed (pip install nvidia-ml-py)")
+        missing = "pynvml is not installed (pip install nvidia-ml-py)"
+        return NodeSample(node=node_name, nvml_error=missing, extra={"install_error": missing})
     try:
         N.nvmlInit()
     except N.NVMLError as exc:

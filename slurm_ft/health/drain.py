@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ _ACTION_RANK = {Action.RMA: 0, Action.REBOOT: 1, Action.RESET_GPU: 2, Action.DRA
 # fault code -> the check that finds it (to know whether a run could have seen it go away)
 _CODE_CHECK = (
     (re.compile(r"^S?XID\d+$"), "xid"),
-    (re.compile(r"^(GPU_COUNT|GPU_LOST|NVML_INIT)"), "inventory"),
+    (re.compile(r"^(GPU_COUNT|GPU_LOST|NVML_INIT|NVML_HUNG)"), "inventory"),
     (re.compile(r"^ECC_"), "ecc"),
     (re.compile(r"^REMAP_"), "remap"),
     (re.compile(r"^RETIRE"), "retired"),
@@ -110,35 +111,31 @@ def set_gate(fn: Optional[GateFn]) -> None:
 def may_drain(node: str, reason: str, *, client, config, now: float) -> Gate:
     """May slurm-ft drain `node` now? The single decision point every new drain passes.
 
-    The fleet drain-rate breaker (`slurm_ft.lifecycle.guard`: journaled window, admin reset) answers
-    when it is installed. Without it, a limit read from Slurm itself: nodes currently drained with a
-    `slurm-ft:` reason count against `lifecycle.breaker_max_share` / `breaker_max_nodes`. Either way a
-    bad probe or driver drains a bounded number of nodes and the rest only report.
+    The fleet drain-rate breaker (`slurm_ft.lifecycle.guard`) answers from Slurm's own node states, the
+    count every node and the controller share; an unknown count refuses (our trouble drains nothing).
     """
     if _gate_override is not None:
         return _gate_override(node, reason, client=client, config=config, now=now)
     if config is None:
         return Gate(True, "no config: no drain limit")
-    try:
-        from slurm_ft.lifecycle import guard
-    except ImportError:
-        guard = None
-    if guard is not None:
-        d = guard.may_drain(config, node, reason, client=client, actor="check", now=now)
-        return Gate(d.allowed, d.reason)
-    lc = getattr(config, "lifecycle", None)
-    share = getattr(lc, "breaker_max_share", 0.0) or 0.0
-    count = getattr(lc, "breaker_max_nodes", 0) or 0
-    if not share and not count:
-        return Gate(True, "no drain limit configured")
-    from slurm_ft.lifecycle.breaker import limit
-    nodes = client.nodes()
-    cap = limit(len(nodes), share, count)
-    drained = [n.name for n in nodes if n.drained and ours(n.reason) and n.name != node]
-    if len(drained) >= cap:
-        return Gate(False, f"drain limit reached: {len(drained)} nodes already drained by slurm-ft (limit {cap}); "
-                           f"not draining {node}")
-    return Gate(True, f"drain {len(drained) + 1}/{cap}")
+    from slurm_ft.lifecycle import guard
+    d = guard.may_drain(config, node, reason, client=client, actor="check", now=now)
+    return Gate(d.allowed, d.reason)
+
+
+def _serialized(config):
+    if _gate_override is not None or config is None:
+        return contextlib.nullcontext()
+    from slurm_ft.lifecycle import guard
+    return guard.serialized(config)
+
+
+def _settle(node: str, reason: str, client, config) -> str:
+    """Undo our drain when drains racing on other hosts passed the breaker (see guard.settle)."""
+    if _gate_override is not None or config is None:
+        return ""
+    from slurm_ft.lifecycle import guard
+    return guard.settle(config, node, reason, client=client)
 
 
 def make_client(config):
@@ -184,11 +181,15 @@ def apply(client, node_name: str, findings: Sequence[Finding], *, checks: Iterab
                                        f"reason kept (found now: {reason})", node.reason)
             return Outcome("left", f"{node_name} is drained by someone else ({node.reason!r}); left as is "
                                    f"(would be: {reason})", reason)
-        gate = may_drain(node_name, reason, client=client, config=config, now=now)
-        if not gate.allowed:
-            log.warning("%s", gate.why)
-            return Outcome("refused", gate.why, reason)
-        client.drain([node_name], reason)
+        with _serialized(config):
+            gate = may_drain(node_name, reason, client=client, config=config, now=now)
+            if not gate.allowed:
+                log.warning("%s", gate.why)
+                return Outcome("refused", gate.why, reason)
+            client.drain([node_name], reason)
+            undone = _settle(node_name, reason, client, config)
+        if undone:
+            return Outcome("refused", undone, reason)
         return Outcome("drained", f"drained {node_name}: {reason} ({gate.why})", reason)
     if node.drained and ours(node.reason):
         check = check_of(code_of(node.reason))

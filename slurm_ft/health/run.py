@@ -20,7 +20,7 @@ from slurm_ft.config import Config, HealthConfig, NodeType
 from slurm_ft.errors import ConfigError
 from slurm_ft.health import levels
 from slurm_ft.health.probes import ProbeContext, get as get_probe
-from slurm_ft.model import Finding, NodeSample, Severity, XidEvent
+from slurm_ft.model import Action, Finding, NodeSample, Severity, XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,11 @@ class Report:
     @property
     def healthy(self) -> bool:
         return not any(f.severity is Severity.FAIL for f in self.findings)
+
+    @property
+    def install_error(self) -> str:
+        """slurm-ft's own install is broken (a package missing): exit 2, never a drain or a resume."""
+        return next((f.reason for f in self.findings if f.code == "INSTALL_ERROR"), "")
 
     @property
     def exit_code(self) -> int:
@@ -187,6 +192,8 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
                        xid_untimed=not before.get("xid_ack"),   # an untimed line is older than a resume
                        xid_history=st.xid_history(before), extra_xids=extra_xids, progress=progress)
     active: List[Finding] = []
+    if report.hung:
+        _count_hang(report, config, path, node, record)
     if record and not report.hung:
         try:
             with st.locked(path, node) as state:
@@ -194,18 +201,59 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
                     state["job"] = {"id": str(job_id), "start": now}
                 st.record(state, level, report.checks, report.findings, now,
                           job_id=job_id if level == "epilog" else None)
+                if state.get("nvml_hangs"):
+                    state["nvml_hangs"] = 0       # NVML answered: the hangs were not in a row
                 active = st.active(state)
         except PermissionError as exc:
             log.warning("state file %s not written: %s", path, exc)
             active = st.active(before)
     else:
         active = st.active(before)
-    if drain and not report.hung:
+    if drain and client is not None:
+        _save_fleet_view(config, node, client, now)
+    if report.install_error:
+        return report          # our install is broken: it saw nothing, so it drains and resumes nothing
+    if drain and (not report.hung or not report.healthy):
         # one drain decision at a time per node (the HealthCheckProgram, `watch` and a manual check may
         # overlap): what the state says about our drain and what Slurm shows must not change in between
         with st.drain_lock(path) if record else contextlib.nullcontext():
             return _drain_step(report, node, config, client, path, before, record, active, now)
     return report
+
+
+def _count_hang(report: Report, config: Config, path, node: str, record: bool) -> None:
+    """One more hung NVML check in a row; at `health.nvml_hung_drain_after` the hang is a fail finding.
+
+    A GPU degrading under load hangs NVML instead of answering with an error; one hang may be a blip.
+    Without a writable state file the count cannot grow, so a hang only reports (fail safe)."""
+    from slurm_ft.health import state as st
+    after = config.health.nvml_hung_drain_after
+    if not record or after <= 0:
+        return
+    try:
+        with st.locked(path, node) as state:
+            state["nvml_hangs"] = hangs = int(state.get("nvml_hangs") or 0) + 1
+    except (OSError, ConfigError) as exc:
+        log.warning("hung NVML not counted (state file %s: %s)", path, exc)
+        return
+    if hangs >= after:
+        report.findings.append(Finding("inventory", Severity.FAIL, f"NVML hung in {hangs} checks in a row "
+                                       f"(a GPU degrading under load)", "NVML_HUNG", None, Action.REBOOT))
+
+
+def _save_fleet_view(config: Config, node: str, client, now: float) -> None:
+    """Keep Slurm's fleet view for this node's prolog/epilog, which may not call Slurm (see guard)."""
+    from slurm_ft.errors import SlurmFTError
+    from slurm_ft.lifecycle import guard
+    if not guard.enabled(config):
+        return
+    age = guard.view_age(config, node, now)
+    if age is not None and 0 <= age < config.health.fleet_view_max_age_s / 3:
+        return                 # fresh enough: spare slurmctld a fleet-wide read per node per interval
+    try:
+        guard.save_view(config, node, guard.fleet_view(config, client=client, now=now))
+    except SlurmFTError as exc:
+        log.warning("fleet view not refreshed (the prolog/epilog will not drain once it is stale): %s", exc)
 
 
 def _drain_step(report: Report, node: str, config: Config, client, path, before: dict, record: bool,

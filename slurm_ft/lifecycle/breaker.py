@@ -1,25 +1,26 @@
-"""The drain-rate breaker, as a pure decision: may slurm-ft drain one more node now?
+"""The drain-rate breaker, as a pure decision: may slurm-ft take N more nodes out of service now?
 
-A bad probe or a driver update must not drain the fleet. slurm-ft drains at most `limit` nodes within
-a sliding window (the smaller of a share of all nodes and a count). The drain that would pass the
-limit trips the breaker instead: the node is not drained, checks keep reporting, and every later drain
-is refused until an admin runs `slurm-ft breaker reset` (drains before the reset no longer count).
-
-The state lives in the journal (see store.py); this module only decides.
+A bad probe or a driver update must not drain the fleet. slurm-ft takes at most `limit` nodes out
+within a sliding window (the smaller of a share of all nodes and a count). The count comes from Slurm's
+own node states and reasons, the one source every node, the sweep and the controller share: a node
+drained with a `slurm-ft:` reason (any code: QUARANTINED and RMA rewrites included) or by Slurm for a
+failed prolog/epilog (our hooks caused it), whose reason time (Slurm's ReasonTime; a rewrite only makes
+it later, so a node counts longer, never less) lies within the window. While that count is at the
+limit the breaker is open everywhere at once; it closes as nodes are resumed or their drains age out
+of the window. `may_take_out` is the function; `FleetView` the snapshot it reads.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterable, Optional, Tuple
 
 
 @dataclass(frozen=True)
 class BreakerState:
-    drains: Tuple[Tuple[str, float], ...] = ()   # (node, unix time) of drains slurm-ft let through
-    open_since: Optional[float] = None           # set when tripped; cleared only by an admin's reset
+    """The breaker as `slurm-ft status` shows it (computed from a snapshot, see lifecycle.collect)."""
+    open_since: Optional[float] = None           # ReasonTime of the drain that reached the limit
     open_reason: str = ""
-    reset_at: float = 0.0                        # drains before this no longer count
 
     @property
     def open(self) -> bool:
@@ -54,47 +55,6 @@ def limit(total_nodes: int, max_share: float, max_nodes: int) -> int:
     return min(caps) if caps else 1 << 30
 
 
-def in_window(state: BreakerState, now: float, window_s: float) -> Tuple[str, ...]:
-    """Distinct nodes drained within the window and since the last reset, oldest first."""
-    seen: dict = {}
-    for node, t in sorted(state.drains, key=lambda d: d[1]):
-        if t >= state.reset_at and now - t <= window_s:
-            seen.setdefault(node, t)
-    return tuple(seen)
-
-
-def decide(state: BreakerState, node: str, now: float, *, total_nodes: int, max_share: float,
-           max_nodes: int, window_s: float, seen: Iterable[str] = ()) -> Tuple[Decision, BreakerState]:
-    """Decide one drain of `node`; return the decision and the state to store.
-
-    `seen`: nodes Slurm shows drained by slurm-ft within the window (and since the reset), so that
-    checks on hosts that do not share this journal still count each other's drains.
-    """
-    cap = limit(total_nodes, max_share, max_nodes)
-    nodes = in_window(state, now, window_s)
-    nodes = nodes + tuple(sorted(set(seen) - set(nodes)))
-    count = len(nodes)
-    if state.open:
-        return Decision(False, f"drain-rate breaker open since {_stamp(state.open_since)}: {state.open_reason}; "
-                               f"not draining {node} (reset with `slurm-ft breaker reset`)", count, cap), state
-    if node in nodes:   # the same node again (check then controller): no new drain for the window
-        return Decision(True, f"{node} already counted ({count}/{cap} in window)", count, cap), state
-    if count + 1 > cap:
-        # Stored as the open reason and shown on every later refusal, which names its own node:
-        # say which drain tripped it, so the two node names cannot be confused.
-        why = f"{count} nodes drained within {_span(window_s)} (limit {cap}), tripped by a drain of {node}"
-        new = replace(state, open_since=now, open_reason=why)
-        return Decision(False, f"drain-rate breaker tripped: {why}; not draining {node}", count, cap,
-                        tripped=True), new
-    new = replace(state, drains=state.drains + ((node, now),))
-    return Decision(True, f"drain {count + 1}/{cap} within {_span(window_s)}", count, cap, counted=True), new
-
-
-def reset(state: BreakerState, now: float) -> BreakerState:
-    """An admin's reset: close the breaker and forget the drains so far."""
-    return BreakerState(drains=state.drains, open_since=None, open_reason="", reset_at=now)
-
-
 def _span(seconds: float) -> str:
     if seconds >= 86400 and seconds % 86400 == 0:
         return f"{seconds / 86400:g} d"
@@ -105,6 +65,92 @@ def _span(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-def _stamp(t: Optional[float]) -> str:
-    import time as _time   # formatting only; decisions never read the clock
-    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(t)) if t is not None else "?"
+# --- the fleet-wide breaker over a Slurm snapshot ---------------------------------------------------
+
+# Slurm's own drain reasons for a failed prolog/epilog: on a slurm-ft cluster, our hooks caused them
+HOOK_REASONS = ("Prolog error", "Epilog error", "Prolog failed", "Epilog failed")
+OWNER = "slurm-ft:"
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """What the breaker needs from one Slurm snapshot: fleet size and the nodes we took out, with when."""
+    total: int
+    out: Tuple[Tuple[str, float], ...]      # (node, unix time of its drain reason)
+    taken_at: float
+
+    def to_dict(self) -> dict:
+        return {"total": self.total, "out": [list(o) for o in self.out], "taken_at": self.taken_at}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FleetView":
+        """From `to_dict` output (the node-local copy the prolog reads); ValueError when malformed."""
+        try:
+            out = tuple((str(n), float(t)) for n, t in d["out"])
+            return cls(int(d["total"]), out, float(d["taken_at"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed fleet view: {exc}") from None
+
+
+def taken_out_by_us(node) -> bool:
+    """Drained (or down) with a slurm-ft reason, or by Slurm for a failed prolog/epilog."""
+    reason = (node.reason or "").strip()
+    if not (node.drained or node.down) or not reason:
+        return False
+    return reason.startswith(OWNER) or reason in HOOK_REASONS
+
+
+def view(nodes, now: float) -> FleetView:
+    """The breaker's snapshot of `nodes` (model.Node). A reason without a readable time counts as now."""
+    from slurm_ft.lifecycle.reconcile import reason_age
+    out = []
+    for n in nodes:
+        if taken_out_by_us(n):
+            age = reason_age(n, now)
+            out.append((n.name, now - age if age is not None else now))
+    return FleetView(len(nodes), tuple(sorted(out)), now)
+
+
+def may_take_out(fleet: FleetView, nodes: Iterable[str], now: float, *, max_share: float, max_nodes: int,
+                 window_s: float) -> Decision:
+    """May slurm-ft take `nodes` out of service now, given the fleet as `fleet` shows it?
+
+    Nodes already out count once and cost nothing more. Yes iff the distinct nodes out within the
+    window plus the new ones stay within `limit`. Pure: the same snapshot gives the same answer on
+    every host."""
+    cap = limit(fleet.total, max_share, max_nodes)
+    recent = sorted({n for n, t in fleet.out if now - t <= window_s})
+    want = list(dict.fromkeys(nodes))
+    new = [n for n in want if n not in set(recent)]
+    count = len(recent)
+    what = ", ".join(want) or "no node"
+    if not new:
+        return Decision(True, f"{what} already out ({count}/{cap} within {_span(window_s)})", count, cap)
+    if count + len(new) > cap:
+        head = "drain-rate breaker open" if count >= cap else "drain-rate breaker would trip"
+        return Decision(False, f"{head}: {count} nodes taken out by slurm-ft within {_span(window_s)} "
+                               f"(limit {cap}); not taking out {', '.join(new)}", count, cap, tripped=count < cap)
+    return Decision(True, f"take out {count + len(new)}/{cap} within {_span(window_s)}", count, cap, counted=True)
+
+
+def keeps(fleet: FleetView, node: str, now: float, *, max_share: float, max_nodes: int, window_s: float) -> bool:
+    """After taking `node` out: may it stay out, given a snapshot read after the drain?
+
+    Checks on different hosts can each see room for one more and drain together. Each re-reads Slurm
+    after its drain; a node stays out only if fewer than `limit` other nodes in the window went out at
+    the same second or earlier. Ties count against it: racers in one second (ReasonTime has whole
+    seconds) all step back rather than all stay: under a race the fleet may drain fewer, never more."""
+    recent = {n: t for n, t in fleet.out if now - t <= window_s}
+    mine = recent.get(node)
+    cap = limit(fleet.total, max_share, max_nodes)
+    if mine is None or len(recent) <= cap:
+        return True
+    return len([n for n, t in recent.items() if n != node and t <= mine]) < cap
+
+
+def is_open(fleet: FleetView, now: float, *, max_share: float, max_nodes: int, window_s: float) -> bool:
+    """At the limit: every further take-out is refused (the controller holds new recoveries too)."""
+    if max_share <= 0 and max_nodes <= 0:
+        return False
+    cap = limit(fleet.total, max_share, max_nodes)
+    return len({n for n, t in fleet.out if now - t <= window_s}) >= cap

@@ -92,9 +92,14 @@ def view(config: Config, client, store: Store, *, now: Optional[float] = None, w
         v.pool_target, v.pool_target_source = pool_target(config, nodes, job_parts)
     _incidents(v, store)
     lc = config.lifecycle
-    v.breaker = store.breaker_state()
-    v.breaker_in_window = brk.in_window(v.breaker, now, lc.breaker_window_s)
+    # the fleet-wide breaker, from Slurm's node reasons (as every node's check computes it)
+    recent = sorted((t, n) for n, t in brk.view(nodes, now).out if now - t <= lc.breaker_window_s)
+    v.breaker_in_window = tuple(n for _, n in recent)
     v.breaker_limit = brk.limit(len(nodes), lc.breaker_max_share, lc.breaker_max_nodes)
+    if (lc.breaker_max_share > 0 or lc.breaker_max_nodes > 0) and len(recent) >= v.breaker_limit:
+        v.breaker = brk.BreakerState(open_since=recent[v.breaker_limit - 1][0], open_reason=(
+            f"{len(recent)} nodes taken out by slurm-ft within {brk._span(lc.breaker_window_s)} "
+            f"(limit {v.breaker_limit})"))
     v.last_sweep = store.kv_get_json("last_sweep")
     return v
 

@@ -63,7 +63,7 @@ def render(s: Snapshot) -> str:
         out.append(f"{name}_sum{_labels(phase=phase)} {_num(sum(values))}")
         out.append(f"{name}_count{_labels(phase=phase)} {len(values)}")
 
-    metric("slurm_ft_breaker_open", "gauge", "1 while the drain-rate breaker refuses drains (until an admin reset).",
+    metric("slurm_ft_breaker_open", "gauge", "1 while the drain-rate breaker refuses drains (Slurm shows the limit reached within the window).",
            [("", 1 if s.breaker_open else 0)])
     metric("slurm_ft_breaker_drains_in_window", "gauge", "Nodes drained by slurm-ft within the breaker window.",
            [("", s.breaker_drains_in_window)])

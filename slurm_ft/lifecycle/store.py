@@ -1,13 +1,12 @@
-"""Node history and breaker state, in the controller's journal file (recovery/journal.py).
+"""Node history, in the controller's journal file (recovery/journal.py).
 
 Tables (component "lifecycle" of the journal's schema table; beside the controller's incidents):
   node_state     node -> current lifecycle state, since when, why, validation job, last pass
   node_history   every transition: node, time, event, from, to, cause, actor
-  breaker_drain  the drains the breaker let through
-  lifecycle_kv   breaker open/reset marks, last sweep, last pool alert
+  breaker_drain  unused since the breaker counts from Slurm (lifecycle/breaker.py); kept in schema v1
+  lifecycle_kv   last sweep, last pool alert
 
-Every read-decide-write runs in one `BEGIN IMMEDIATE` transaction, so that 64 health checks asking
-"may I drain?" at the same moment are serialised by SQLite and the breaker cannot be overrun.
+Every read-decide-write runs in one `BEGIN IMMEDIATE` transaction.
 """
 from __future__ import annotations
 
@@ -16,10 +15,9 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional
 
 from slurm_ft.errors import ConfigError, EnvironmentProblem
-from slurm_ft.lifecycle import breaker as brk
 from slurm_ft.lifecycle.states import Event, HistoryEntry, State, incidents, next_state
 from slurm_ft.recovery import journal
 
@@ -152,46 +150,6 @@ class Store:
     def set_validation(self, node: str, job_id: Optional[int], started: Optional[float]) -> None:
         self.db.execute("UPDATE node_state SET validation_job = ?, validation_started = ? WHERE node = ?",
                         (job_id, started, node))
-
-    # --- the breaker ------------------------------------------------------------------------
-
-    def breaker_state(self) -> brk.BreakerState:
-        drains = tuple((r[0], r[1]) for r in self.db.execute("SELECT node, time FROM breaker_drain ORDER BY time"))
-        kv = self.kv_all()
-        open_since = kv.get("breaker_open_since")
-        return brk.BreakerState(
-            drains=drains,
-            open_since=float(open_since) if open_since else None,
-            open_reason=kv.get("breaker_open_reason", ""),
-            reset_at=float(kv.get("breaker_reset_at", "0") or 0),
-        )
-
-    def breaker_decide(self, node: str, now: float, *, total_nodes: int, max_share: float, max_nodes: int,
-                       window_s: float, reason: str = "", actor: str = "",
-                       seen: Sequence[Tuple[str, float]] = ()) -> brk.Decision:
-        """Decide and record one drain in one transaction. `seen`: (node, drain time) from Slurm."""
-        with self._tx() as db:
-            state = self.breaker_state()
-            recent = [n for n, t in seen if t >= state.reset_at and now - t <= window_s]
-            decision, new = brk.decide(state, node, now, total_nodes=total_nodes, max_share=max_share,
-                                       max_nodes=max_nodes, window_s=window_s, seen=recent)
-            if decision.counted:
-                db.execute("INSERT INTO breaker_drain (node, time, reason, actor) VALUES (?, ?, ?, ?)",
-                           (node, now, reason, actor))
-            if decision.tripped:
-                self._kv_set("breaker_open_since", repr(new.open_since))
-                self._kv_set("breaker_open_reason", new.open_reason)
-            # forget drains that can no longer count, so the table stays small
-            db.execute("DELETE FROM breaker_drain WHERE time < ?", (now - max(window_s, 0) - 86400,))
-        return decision
-
-    def breaker_reset(self, now: float, actor: str = "") -> brk.BreakerState:
-        with self._tx():
-            before = self.breaker_state()
-            self._kv_set("breaker_reset_at", repr(now))
-            self._kv_set("breaker_reset_by", actor)
-            self.db.execute("DELETE FROM lifecycle_kv WHERE key IN ('breaker_open_since', 'breaker_open_reason')")
-        return before
 
     # --- small values -----------------------------------------------------------------------
 

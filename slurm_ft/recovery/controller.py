@@ -83,10 +83,10 @@ class Controller:
             spec = decode(j.comment)
             if spec is not None:
                 specs[j.job_id] = spec
-        return Snapshot.of(nodes, jobs, parts, specs=specs, breaker_open=self._breaker_open(),
+        return Snapshot.of(nodes, jobs, parts, specs=specs, breaker_open=self._breaker_open(nodes),
                            taken_at=self.clock())
 
-    def _breaker_open(self) -> bool:
+    def _breaker_open(self, nodes=None) -> bool:
         """The lifecycle drain-rate breaker (issue 6): while it is open no new recovery starts.
 
         A bad probe or driver that drains nodes en masse must not also empty the spare pool."""
@@ -94,9 +94,9 @@ class Controller:
             from slurm_ft.lifecycle import guard
         except ImportError:
             return False
-        why = guard.is_open(self.config)
+        why = guard.is_open(self.config, nodes, now=self.clock())   # counted from the snapshot's node reasons
         if why and not self._breaker_said:
-            log.error("drain-rate breaker open (%s): no new recoveries until `slurm-ft breaker reset`", why)
+            log.error("drain-rate breaker open (%s): no new recoveries until it closes", why)
         self._breaker_said = bool(why)
         return bool(why)
 

@@ -149,6 +149,9 @@ def test_job_failing_again_and_again_stops_after_max_restarts(lab, cfg, tmp_path
 def test_prolog_failure_launch_failed_held_job_is_released_onto_a_spare(lab, cfg, tmp_path):
     """A real prolog failure: Slurm drains the node ("Prolog error") and requeues the job HELD; we finish."""
     bad = [n for n in lab.train_nodes if lab.client.node(n).state == "IDLE"][0]   # Slurm allocates lowest first
+    # its HealthCheckProgram (as slurmd runs it at start) saves the fleet view the prolog's breaker reads
+    subprocess.run([str(lab.dir / "hooks" / "healthcheck")], env=dict(lab.env, SLURMD_NODENAME=bad),
+                   timeout=120, check=True)
     slurm_ft(lab, None, "lab", "inject", bad, "--dir", str(lab.dir), "--gpu", "2", "--xid", "79")
     jid = submit_ft(lab, tmp_path, 2)
     wait_job(lab, jid, state="PENDING", restart_count=1, timeout=60)

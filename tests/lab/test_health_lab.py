@@ -128,6 +128,9 @@ def test_admin_drain_is_never_undone_or_rewritten(lab, hl):
 
 def test_failing_prolog_drains_node_requeues_job_and_healthcheck_names_the_fault(lab, hl, tmp_path):
     node = lab.train_nodes[3]
+    # the node's HealthCheckProgram, run as slurmd runs it at start: it saves the fleet view the prolog
+    # needs to know the breaker has room (without it a prolog reports and drains nothing)
+    healthcheck(lab, hl, node)
     inj.inject(lab.dir, node, "nvlink_down", gpu=4, value=5, log=False)   # only prolog and deeper see it
     p = subprocess.run(["sbatch", "--parsable", "-w", node, "-o", str(tmp_path / "j.out"), "--wrap", "sleep 60"],
                        capture_output=True, text=True, timeout=30, env=lab.env, cwd=tmp_path)
@@ -143,13 +146,19 @@ def test_failing_prolog_drains_node_requeues_job_and_healthcheck_names_the_fault
         assert n.drained, n
         assert j.state == "PENDING" and ("requeued" in j.reason.lower() or j.held), j
         # the HealthCheckProgram (run here as slurmd runs it) puts the prolog's exact finding on the node
-        e = hl.env(node)
-        e["SLURM_FT_CONFIG"] = str(lab.config_path)
-        subprocess.run([str(lab.dir / "hooks" / "healthcheck")], env=e, timeout=60, check=True)
+        healthcheck(lab, hl, node)
         reason = lab.client.node(node).reason
         assert reason.startswith("slurm-ft: NVLINK_DOWN gpu4"), reason
     finally:
         lab.client.cancel(job_id)
+
+
+def healthcheck(lab, hl, node: str, extra_env: "dict | None" = None) -> None:
+    """The lab's HealthCheckProgram for one node, with the lab's own config, as slurmd runs it."""
+    e = hl.env(node)
+    e["SLURM_FT_CONFIG"] = str(lab.config_path)
+    e.update(extra_env or {})
+    subprocess.run([str(lab.dir / "hooks" / "healthcheck")], env=e, timeout=120, check=True)
 
 
 def _readline(pipe, timeout: float) -> str:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ft.config import Config, ControllerConfig
+from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
 from slurm_ft.model import Job, Node, Partition
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery.controller import Controller
@@ -124,8 +124,10 @@ def _expand(expr):
 
 
 def make(tmp_path, slurm, crash=None):
+    # breaker off: ModelSlurm.fail drains nodes past any limit (the breaker's own tests are test_fleet_breaker)
     cfg = Config(state_dir=str(tmp_path / "state"), controller=ControllerConfig(poll_s=0.0, read_progress=False,
-                                                                                cycle_budget_s=5.0))
+                                                                                cycle_budget_s=5.0),
+                 lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0))
     ctl = Controller(slurm, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=lambda s: None)
     if crash:
         def boom(kind, when, _c=crash):
@@ -239,13 +241,13 @@ def test_admin_drain_is_not_a_fault(tmp_path):
 
 def test_open_drain_rate_breaker_holds_new_recoveries(tmp_path, monkeypatch):
     from slurm_ft.lifecycle import guard
-    monkeypatch.setattr(guard, "is_open", lambda config: "40 nodes drained within 1 h (limit 6)")
+    monkeypatch.setattr(guard, "is_open", lambda config, nodes=None, now=None: "40 nodes drained within 1 h (limit 6)")
     s = ModelSlurm()
     s.fail("gpu002")
     c = make(tmp_path, s)
     c.cycle()
     assert jn.incidents(c.conn) == [] and s.j[100].state == "RUNNING" and not s.calls
-    monkeypatch.setattr(guard, "is_open", lambda config: None)      # an admin reset it
+    monkeypatch.setattr(guard, "is_open", lambda config, nodes=None, now=None: None)      # it closed
     c.cycle()
     assert jn.incidents(c.conn)[0].status == "recovered"
 

@@ -271,22 +271,28 @@ def test_gate_refusal_leaves_node_in_service():
     assert out.action == "refused" and "breaker open" in out.message and c.calls == []
 
 
-def test_builtin_limit_counts_slurm_ft_drains_in_slurm(monkeypatch):
-    import builtins
+def test_builtin_gate_counts_slurm_ft_drains_in_slurm():
     dr.set_gate(None)
-    real_import = builtins.__import__
-
-    def no_guard(name, *a, **kw):   # exercise the fallback used when the lifecycle guard is absent
-        if name == "slurm_ft.lifecycle" and a and a[2] and "guard" in a[2]:
-            raise ImportError("no guard")
-        return real_import(name, *a, **kw)
-    monkeypatch.setattr(builtins, "__import__", no_guard)
     from slurm_ft.config import LifecycleConfig
     cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.0, breaker_max_nodes=2))
     drained = [Node(f"gpu00{i}", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu0 x") for i in (2, 3)]
     c = StubClient(Node("gpu001", "IDLE"), drained)
     g = dr.may_drain("gpu001", "r", client=c, config=cfg, now=0.0)
     assert not g.allowed and "limit 2" in g.why
+
+
+def test_builtin_gate_refuses_when_slurm_cannot_be_read():
+    from slurm_ft.config import LifecycleConfig
+    from slurm_ft.errors import CommandError
+    dr.set_gate(None)
+
+    class Down(StubClient):
+        def nodes(self, names=None):
+            raise CommandError(["scontrol", "show", "node"], 1, "Unable to contact slurm controller")
+    cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.5, breaker_max_nodes=0))
+    c = Down(Node("gpu001", "IDLE"))
+    out = dr.apply(c, "gpu001", [XID79], checks=("xid",), config=cfg, now=0.0)
+    assert out.action == "refused" and "unknown" in out.message and c.calls == []
 
 
 def test_unchanged_result_does_not_rewrite_the_state_file(tmp_path):
@@ -510,15 +516,17 @@ def test_epilog_counts_only_gpu_processes_that_outlive_the_grace_period(tmp_path
     assert [f.severity for f in rep.findings if f.check == "processes"] == [Severity.OK]
 
 
-@pytest.mark.parametrize("rc,prolog_rc", [(0, 0), (1, 1), (2, 0), (3, 0), (70, 0)])
-def test_shims_fail_slurm_only_on_a_fail_finding(tmp_path, rc, prolog_rc):
-    """Only exit 1 (a fail finding) fails a prolog/epilog; slurm-ft's own errors must not drain nodes;
-    the HealthCheckProgram always exits 0. The shims run with a minimal environment."""
+@pytest.mark.parametrize("rc,verdict,prolog_rc", [(0, False, 0), (1, True, 1), (1, False, 0), (2, False, 0),
+                                                   (3, False, 0), (70, True, 0)])
+def test_shims_fail_slurm_only_on_a_fail_finding(tmp_path, rc, verdict, prolog_rc):
+    """Only exit 1 with a verdict line (a fail finding within the breaker) fails a prolog/epilog; slurm-ft's
+    own errors must not drain nodes; the HealthCheckProgram always exits 0. Minimal environment."""
     import subprocess
     from pathlib import Path as P
     root = P(__file__).resolve().parents[2]
     fake = tmp_path / "slurm-ft"
-    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/argv\nexit {rc}\n")
+    say = "echo 'slurm-ft-verdict: FAIL slurm-ft: XID79 gpu1 x'\n" if verdict else ""
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/argv\n{say}exit {rc}\n")
     fake.chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "SLURM_FT_BIN": str(fake), "SLURM_JOB_ID": "7"}
     for shim, want, level in (("prolog.d/50-slurm-ft", prolog_rc, "prolog"),

@@ -218,8 +218,7 @@ def test_spare_recheck_quarantines_a_bad_spare_and_is_silent_for_good_ones(tmp_p
 
 def test_spare_recheck_respects_an_open_breaker(tmp_path):
     cfg, s = config(tmp_path, spare_recheck_s=3600, breaker_max_nodes=1), ModelSlurm()
-    with Store(cfg.state_dir) as st:
-        st.breaker_decide("gpu001", time.time(), total_nodes=6, max_share=0, max_nodes=1, window_s=3600)
+    s.drain(["gpu001"], "slurm-ft: XID79 gpu1 GPU has fallen off the bus")   # Slurm shows the breaker full
     s.sick.update({"gpu005", "gpu006"})
     r = sweep(cfg, s)
     assert not s.node("gpu005").drained and not s.node("gpu006").drained

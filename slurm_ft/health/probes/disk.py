@@ -1,7 +1,9 @@
 """Free space on the checkpoint and scratch file systems (`health.disk_paths`).
 
-A full /tmp or checkpoint disk kills the next job at its first save; a path that cannot be read
-(a hung or missing mount) fails too. Readings: `extra["disk"]` = [{path, total_bytes, free_bytes} | {path, error}].
+A full /tmp or checkpoint disk kills the next job at its first save, but jobs fill it, not the
+hardware: it is reported (`warn`, the next job's owner sees it) and never drains the node, or one job
+could take its nodes out of service. A path that cannot be read (a hung or missing mount) is the
+node's fault and fails. Readings: `extra["disk"]` = [{path, total_bytes, free_bytes} | {path, error}].
 """
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ def probe(sample: NodeSample, ctx) -> List[Finding]:
             continue
         pct = 100.0 * free / total
         if t.disk_free_fail_pct and pct < t.disk_free_fail_pct:
-            out.append(Finding(CHECK, Severity.FAIL, f"{path} {pct:.1f}% free < {t.disk_free_fail_pct:g}%",
-                               "DISK_FULL", None, Action.DRAIN))
+            out.append(Finding(CHECK, Severity.WARN, f"{path} {pct:.1f}% free < {t.disk_free_fail_pct:g}% "
+                               f"(filled by jobs: reported, not drained)", "DISK_FULL"))
         elif t.disk_free_warn_pct and pct < t.disk_free_warn_pct:
             out.append(Finding(CHECK, Severity.WARN, f"{path} {pct:.1f}% free < {t.disk_free_warn_pct:g}%",
                                "DISK_FULL"))

@@ -1,0 +1,113 @@
+"""slurm-ft's own failure never drains a node (issue 10, item 1), on the real lab.
+
+A broken install, run through the real Prolog/Epilog that slurmd runs for a job and the real
+HealthCheckProgram, on a node with a real fault (XID79 in its kernel log): 0 drains, the job runs to
+its end. The control (nothing broken) shows the same fault does fail the prolog and drain the node."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_ft.lab import inject as inj
+
+pytestmark = pytest.mark.lab
+
+PY = sys.executable
+BREAKS = ["none", "pynvml_missing", "click_broken", "config_unreadable", "state_dir_unwritable", "killed"]
+
+
+def breakage(kind: str, lab, work: Path) -> str:
+    """Shell lines that break slurm-ft's install the given way, for the lab's hook wrappers."""
+    shadow = work / "shadow"
+    shadow.mkdir(exist_ok=True)
+    if kind == "pynvml_missing":
+        (shadow / "pynvml.py").write_text("raise ImportError('No module named pynvml')\n")
+        return f"export PYTHONPATH={shadow}\n"
+    if kind == "click_broken":              # slurm-ft's own import fails: python exits 1 before main()
+        (shadow / "click.py").write_text("raise ImportError('broken click')\n")
+        return f"export PYTHONPATH={shadow}\n"
+    if kind == "config_unreadable":
+        bad = work / "bad.yaml"
+        bad.write_text("health: [not, a, mapping\n")
+        os.chmod(bad, 0o644)
+        return f"export SLURM_FT_CONFIG={bad}\n"
+    if kind == "state_dir_unwritable":
+        import yaml
+        data = yaml.safe_load(Path(lab.config_path).read_text())
+        data.setdefault("health", {})["state_file"] = "/dev/null/slurm-ft/{node}.json"
+        cfg = work / "nostate.yaml"
+        cfg.write_text(yaml.safe_dump(data))
+        os.chmod(cfg, 0o644)
+        return f"export SLURM_FT_CONFIG={cfg}\n"
+    if kind == "killed":                    # e.g. the OOM killer, well before the check's verdict
+        killer = work / "slurm-ft-killed"
+        killer.write_text(f"#!/bin/sh\nexec timeout -s KILL 0.2 {Path(PY).parent / 'slurm-ft'} \"$@\"\n")
+        killer.chmod(0o755)
+        return f"export SLURM_FT_BIN={killer}\n"
+    return ""
+
+
+def with_lines(wrapper: str, lines: str) -> str:
+    head, sep, tail = wrapper.partition("for f in ")
+    assert sep, "the lab's hook wrapper changed: no 'for f in' loop"
+    return head + lines + sep + tail
+
+
+@pytest.fixture
+def hooks(lab):
+    """The lab's prolog/epilog wrappers (slurmd runs them), restored after the test."""
+    saved = {h: (lab.dir / "hooks" / h).read_text() for h in ("prolog", "epilog", "healthcheck")}
+    lab.reset()
+    yield saved
+    for h, text in saved.items():
+        (lab.dir / "hooks" / h).write_text(text)
+    lab.reset()
+
+
+def run_healthcheck(lab, node: str, wrapper: Path) -> None:
+    p = subprocess.run([str(wrapper)], env=dict(lab.env, SLURMD_NODENAME=node), capture_output=True,
+                       text=True, timeout=180)
+    assert p.returncode == 0, p.stderr     # Slurm ignores it, but it always exits 0
+
+
+def wait_job_end(lab, job_id: int, node: str, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        j, n = lab.client.job(job_id), lab.client.node(node)
+        if j.state in ("COMPLETED", "FAILED", "CANCELLED") or n.drained:
+            if j.state == "COMPLETED" and "COMPLETING" in n.flags:
+                time.sleep(0.2)            # the epilog is still running
+                continue
+            return j, n
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not end: {lab.client.job(job_id)}, {lab.client.node(node)}")
+
+
+@pytest.mark.parametrize("kind", BREAKS)
+def test_broken_install_drains_nothing_through_the_real_hooks(lab, hooks, tmp_path, kind):
+    node = lab.train_nodes[7]
+    hc = lab.dir / "hooks" / "healthcheck"
+    run_healthcheck(lab, node, hc)         # as at slurmd start: the fleet view the prolog's breaker reads
+    inj.inject(lab.dir, node, "xid", gpu=1, value=79)
+    lines = breakage(kind, lab, tmp_path)
+    for h in ("prolog", "epilog"):
+        (lab.dir / "hooks" / h).write_text(with_lines(hooks[h], lines))
+    broken_hc = tmp_path / "healthcheck"
+    broken_hc.write_text(with_lines(hooks["healthcheck"], lines))
+    broken_hc.chmod(0o755)
+    p = subprocess.run(["sbatch", "--parsable", "-w", node, "--no-requeue", "-o", str(tmp_path / "j.out"),
+                        "--wrap", "sleep 1"], capture_output=True, text=True, timeout=30, env=lab.env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    job, n = wait_job_end(lab, int(p.stdout.strip().split(";")[0]), node)
+    if kind == "none":                     # the control: a sound install fails the prolog on this fault
+        assert n.drained and n.reason == "Prolog error", n
+        return
+    assert job.state == "COMPLETED" and not n.drained, (job, n)
+    run_healthcheck(lab, node, broken_hc)  # the HealthCheckProgram, equally broken
+    drained = [(x.name, x.reason) for x in lab.client.nodes() if x.drained]
+    assert drained == [], drained

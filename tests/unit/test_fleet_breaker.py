@@ -1,0 +1,167 @@
+"""The fleet-wide breaker: one pure decision over Slurm's node states and reasons (issue 10, item 2).
+
+Every node's check, the sweep and the controller read the same snapshot and so give the same answer;
+quarantine rewrites and Slurm's "Prolog error" drains count; an unknown count refuses."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+
+import pytest
+
+from slurm_ft.config import Config, HealthConfig, LifecycleConfig
+from slurm_ft.errors import CommandError
+from slurm_ft.lifecycle import breaker as brk
+from slurm_ft.lifecycle import guard
+from slurm_ft.model import Node
+
+HOUR = 3600.0
+NOW = 1_764_430_000.0
+
+
+def stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))   # Slurm's ReasonTime: local time
+
+
+def out(name: str, reason: str, age: float = 60.0, state: str = "IDLE") -> Node:
+    return Node(name, state, frozenset({"DRAIN"}), reason, reason_time=stamp(NOW - age))
+
+
+def fleet(*taken, total: int = 20):
+    up = [Node(f"ok{i:02d}", "IDLE") for i in range(total - len(taken))]
+    return list(taken) + up
+
+
+def ask(nodes, want, share=0.0, count=2, window=HOUR):
+    return brk.may_take_out(brk.view(nodes, NOW), want, NOW, max_share=share, max_nodes=count, window_s=window)
+
+
+def test_quarantine_rewrites_and_failed_hooks_count_admin_drains_do_not():
+    nodes = fleet(out("a", "slurm-ft: QUARANTINED XID79 gpu1 x"), out("b", "Prolog error"),
+                  out("c", "admin: bios update"), Node("d", "DOWN", frozenset({"NOT_RESPONDING"}), "Not responding"))
+    assert [n for n, _ in brk.view(nodes, NOW).out] == ["a", "b"]
+    d = ask(nodes, ["gpu9"])
+    assert not d.allowed and d.count == 2 and "breaker open" in d.reason and "gpu9" in d.reason
+
+
+def test_drains_age_out_of_the_window_by_reason_time():
+    nodes = fleet(out("a", "slurm-ft: XID79 gpu1 x", age=2 * HOUR), out("b", "slurm-ft: ECC_DBE gpu0 x"))
+    assert ask(nodes, ["gpu9"]).allowed
+    assert not ask(nodes, ["gpu9"], window=3 * HOUR).allowed
+
+
+def test_a_reason_without_a_time_counts_as_now():
+    nodes = fleet(Node("a", "IDLE", frozenset({"DRAIN"}), "slurm-ft: XID79 gpu1 x", reason_time="Unknown"),
+                  out("b", "slurm-ft: XID79 gpu2 x", age=10 * HOUR))
+    d = ask(nodes, ["gpu9"], count=1)
+    assert not d.allowed and d.count == 1
+
+
+def test_nodes_already_out_cost_nothing_and_a_batch_must_fit_whole():
+    nodes = fleet(out("a", "slurm-ft: XID79 gpu1 x"))
+    assert ask(nodes, ["a"], count=1).allowed                    # a reason rewrite, not a new take-out
+    d = ask(nodes, ["x", "y"], count=2)                           # 1 out + 2 new > 2
+    assert not d.allowed and d.tripped and "x, y" in d.reason
+    assert ask(nodes, ["x", "a"], count=2).allowed
+
+
+def test_every_host_gets_the_same_answer_from_the_same_snapshot():
+    nodes = fleet(out("a", "slurm-ft: XID79 gpu1 x"), total=10)
+    answers = {ask(list(reversed(nodes)), ["gpu9"], share=0.1, count=0).allowed,
+               ask(nodes, ["gpu9"], share=0.1, count=0).allowed}
+    assert answers == {False}
+
+
+def test_view_round_trips_and_rejects_garbage():
+    v = brk.view(fleet(out("a", "slurm-ft: XID79 gpu1 x")), NOW)
+    assert brk.FleetView.from_dict(json.loads(json.dumps(v.to_dict()))) == v
+    for bad in ({}, {"total": "x", "out": [], "taken_at": 1}, {"total": 3, "out": [["a"]], "taken_at": 1}):
+        with pytest.raises(ValueError):
+            brk.FleetView.from_dict(bad)
+
+
+class Stub:
+    def __init__(self, nodes=None, error=False):
+        self._nodes, self.error = nodes or [], error
+
+    def nodes(self, names=None):
+        if self.error:
+            raise CommandError(["scontrol", "show", "node"], 1, "Unable to contact slurm controller")
+        return self._nodes
+
+
+def cfg(tmp_path, **lc) -> Config:
+    return Config(lifecycle=replace(LifecycleConfig(), **{"breaker_max_share": 0.0, "breaker_max_nodes": 1, **lc}),
+                  health=replace(HealthConfig(), state_file=str(tmp_path / "state" / "{node}.json")))
+
+
+def test_guard_refuses_loudly_when_the_count_is_unknown(tmp_path, caplog):
+    d = guard.may_take_out(cfg(tmp_path), ["gpu1"], client=Stub(error=True), now=NOW)
+    assert not d.allowed and "unknown" in d.reason
+    assert any(r.levelname == "ERROR" and "unknown" in r.message for r in caplog.records)
+
+
+def test_controller_holds_recoveries_at_the_limit(tmp_path):
+    c = cfg(tmp_path, breaker_max_nodes=2)
+    assert guard.is_open(c, nodes=fleet(out("a", "slurm-ft: XID79 gpu1 x")), now=NOW) is None
+    why = guard.is_open(c, nodes=fleet(out("a", "slurm-ft: QUARANTINED x"), out("b", "Prolog error")), now=NOW)
+    assert why and "2 nodes" in why and "limit 2" in why
+    assert guard.is_open(cfg(tmp_path, breaker_max_nodes=0), nodes=fleet(out("a", "Prolog error")), now=NOW) is None
+
+
+def test_hook_decision_needs_a_fresh_saved_view(tmp_path):
+    c = cfg(tmp_path, breaker_max_nodes=2)
+    d = guard.hook_decision(c, "gpu1", now=NOW)
+    assert not d.allowed and "no fleet view saved" in d.reason
+    guard.save_view(c, "gpu1", brk.view(fleet(out("a", "slurm-ft: XID79 gpu1 x")), NOW))
+    assert guard.hook_decision(c, "gpu1", now=NOW + 10).allowed
+    stale = NOW + c.health.fleet_view_max_age_s + 1
+    d = guard.hook_decision(c, "gpu1", now=stale)
+    assert not d.allowed and "old" in d.reason
+    guard.save_view(c, "gpu1", brk.view(fleet(out("a", "slurm-ft: XID79 gpu1 x"), out("b", "Epilog error")), NOW))
+    assert not guard.hook_decision(c, "gpu1", now=NOW + 10).allowed
+    guard.view_path(c, "gpu1").write_text("{not json")
+    d = guard.hook_decision(c, "gpu1", now=NOW)
+    assert not d.allowed and "unknown" in d.reason
+
+
+def test_hook_decision_with_the_breaker_off_allows(tmp_path):
+    assert guard.hook_decision(cfg(tmp_path, breaker_max_nodes=0), "gpu1", now=NOW).allowed
+
+
+def test_racing_drains_step_back_so_the_fleet_never_passes_the_limit():
+    """Two checks on different hosts both saw room for one more (limit 2, 1 out) and both drained."""
+    kw = dict(max_share=0.0, max_nodes=2, window_s=HOUR)
+    first = out("a", "slurm-ft: XID79 gpu1 x", age=600)
+    same_second = fleet(first, out("b", "slurm-ft: XID79 gpu1 x", age=5), out("c", "slurm-ft: XID79 gpu1 x", age=5))
+    v = brk.view(same_second, NOW)
+    assert [brk.keeps(v, n, NOW, **kw) for n in "abc"] == [True, False, False]   # ties: both step back
+    later = fleet(first, out("b", "slurm-ft: XID79 gpu1 x", age=9), out("c", "slurm-ft: XID79 gpu1 x", age=5))
+    v = brk.view(later, NOW)
+    assert [brk.keeps(v, n, NOW, **kw) for n in "abc"] == [True, True, False]    # the later one steps back
+    assert brk.keeps(brk.view(fleet(first), NOW), "zz", NOW, **kw)              # not out: nothing to undo
+
+
+def test_settle_undoes_our_drain_past_the_limit_and_when_slurm_cannot_be_read(tmp_path):
+    c = cfg(tmp_path, breaker_max_nodes=1)
+    now = time.time()
+    mine = Node("b", "IDLE", frozenset({"DRAIN"}), "slurm-ft: XID79 gpu1 x", reason_time=stamp(now))
+
+    class S(Stub):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.resumed = []
+
+        def node(self, name):
+            return mine
+
+        def resume(self, names):
+            self.resumed += names
+    other = Node("a", "IDLE", frozenset({"DRAIN"}), "slurm-ft: ECC_DBE gpu0 x", reason_time=stamp(now - 1))
+    s = S([other, mine] + [Node(f"n{i}", "IDLE") for i in range(8)])
+    assert "undone" in guard.settle(c, "b", mine.reason, client=s) and s.resumed == ["b"]
+    s = S([mine] + [Node(f"n{i}", "IDLE") for i in range(9)])
+    assert guard.settle(c, "b", mine.reason, client=s) == "" and s.resumed == []
+    s = S(error=True)
+    assert "unknown" in guard.settle(c, "b", mine.reason, client=s) and s.resumed == ["b"]
