@@ -246,11 +246,11 @@ def _safe_tracker(t, fs: FS, d: str, kids: Dict[str, Entry]):
 
 
 def _apply_trackers(d: str, verdicts: List[_Verdict], trackers) -> Tuple[List[_Verdict], List[Skipped]]:
-    """A tracker names the checkpoint its framework finished last: a candidate of its layout newer than
-    that is a write in progress; a tracker that cannot be read, or names nothing there, is evidence too."""
+    """A tracker names the checkpoint its framework finished last: a candidate newer than that (whatever
+    it holds: a Megatron torch_dist iteration is a DCP directory) is a write in progress; a tracker that
+    cannot be read, or names nothing there, is evidence too."""
     skips: List[Skipped] = []
     for tr in trackers:
-        mine = [v for v in verdicts if v.layout == tr.layout]
         if tr.reason:
             skips.append(Skipped(tr.file, tr.reason, None, "unreadable", tr.layout))
             continue
@@ -261,7 +261,7 @@ def _apply_trackers(d: str, verdicts: List[_Verdict], trackers) -> Tuple[List[_V
             continue
         out = []
         for v in verdicts:
-            if v in mine and v.step is not None and v.step > tr.step and v.reason is None:
+            if v.step is not None and v.step > tr.step and v.reason is None:
                 v = _Verdict(v.path, v.step, v.layout, f"newer than the tracker ({tr.target}): write in progress",
                              "incomplete")
             out.append(v)

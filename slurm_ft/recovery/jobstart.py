@@ -70,8 +70,11 @@ def main(argv: Sequence[str]) -> int:
         return 2
     t0 = time.time()
     resolved, found = resolve(argv, ckpt_dir)
-    if found is not None and found.error:
-        # never silently restart from scratch because the checkpoint filesystem is unreachable
+    if found is not None and found.must_not_start:
+        # never restart from scratch over checkpoints we could not read (it would overwrite them), nor
+        # because the checkpoint filesystem is unreachable
+        for s in found.skipped[:10]:
+            print(f"slurm-ft: skipped {s.path}: {s.reason}", file=sys.stderr)
         print(f"slurm-ft: {found.reason}; not starting", file=sys.stderr)
         return 4
     job = os.environ.get("SLURM_JOB_ID", "")
