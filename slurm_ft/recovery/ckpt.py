@@ -231,8 +231,8 @@ def _latest(fs: FS, d: str, verify: bool) -> Latest:
         return Latest(d, None, None, None, tuple(skipped), f"no checkpoint in {d} yet")
     bad = next(s for s in skipped if s.verdict != "ignored")
     return Latest(d, None, None, bad.layout, tuple(skipped),
-                  f"{d} holds checkpoint data but no complete checkpoint (newest: {bad.path}: {bad.reason}); "
-                  "not starting from scratch over it", refuse=True)
+                  f"no complete checkpoint in {d}, but checkpoint data: not starting from scratch over it "
+                  f"(newest: {bad.path}: {bad.reason})", refuse=True)
 
 
 def _safe_tracker(t, fs: FS, d: str, kids: Dict[str, Entry]):

@@ -73,4 +73,4 @@ def hold_reason(found: ckpt.Latest) -> Optional[str]:
     """Why a job must stay held rather than restart (from scratch over its checkpoints), or None."""
     if not found.must_not_start:
         return None
-    return HOLD_PREFIX + found.reason[:300]
+    return HOLD_PREFIX + found.reason[:500]

@@ -17,7 +17,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from slurm_ft.config import Config
 from slurm_ft.errors import Busy, CommandError, SlurmFTError
@@ -119,9 +119,9 @@ class Controller:
             self._seen_at = snap.taken_at     # read after the jobs: what it shows happened before
             incidents = jn.state(self.conn, snap.taken_at)
             steps = plan(snap, incidents, self.policy, snap.taken_at)
-            acts = self._scans_first([s for s in steps if s.kind not in WAITING], snap)
+            acts = [s for s in steps if s.kind not in WAITING]
             failed = False
-            for step in acts:
+            for step in self._scans_first(acts, snap):
                 failed |= self.act(step) == "failed"
                 result.steps.append(step)
             result.open_incidents = len(jn.incidents(self.conn, open_only=True))
@@ -139,7 +139,7 @@ class Controller:
         result.elapsed_s = self.clock() - start
         return result
 
-    def _scans_first(self, acts: List[Step], snap: Snapshot) -> List[Step]:
+    def _scans_first(self, acts: List[Step], snap: Snapshot) -> Iterable[Step]:
         """Start the checkpoint scans of every incident to open at once (each in its own thread), and
         act first on what does not wait for one, then on each job as its scan finishes: a job whose
         directory hangs delays no other job's recovery."""
@@ -149,9 +149,7 @@ class Controller:
             if s.kind == "open" and spec is not None and spec.ckpt_dir and self.cc.read_progress:
                 dirs[id(s)] = spec.ckpt_dir
                 self._scans.start(spec.ckpt_dir)
-        if not dirs:
-            return acts
-        return list(_as_ready(acts, dirs, self._scans.finished, self.sleep))
+        return _as_ready(acts, dirs, self._scans.finished, self.sleep) if dirs else acts
 
     def _await_job_change(self, snap: Snapshot, steps: List[Step]) -> None:
         """Only waits left, and every wait is on a job (its requeue, its epilogs, its scheduling): re-read
