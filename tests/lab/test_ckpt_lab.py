@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ctl_helpers import controller_config, fail_node, incidents, once, submit_ft, wait_job
+from ctl_helpers import controller_config, fail_node, incidents, once, submit_ft, submit_plain, wait_job
 from slurm_ft.lab.inject import inject
 from slurm_ft.recovery import ckpt
 
@@ -56,6 +56,9 @@ def sha(path: Path) -> str:
 def test_ddp_job_saving_dcp_resumes_on_a_spare_from_its_newest_save(lab, cfg, work):
     pytest.importorskip("torch")                    # the `torch` extra (CPU build): setup.sh installs it
     ck, out = work / "ck", work / "job.out"
+    # every other train node busy (a cheap sleep job): after the fault, the spare is the only place to run
+    filler = submit_plain(lab, work, len(lab.train_nodes) - 2)
+    wait_job(lab, filler)
     argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), "-N", "2", "--gres=gpu:8",
             "--open-mode=append", "-o", str(out), "srun", "--ntasks-per-node=1", PY, JOB, "--ckpt-dir", str(ck),
             "--resume", "{ckpt}", "--steps", "100000", "--step-time", "0.3", "--save-every", "5"]
@@ -78,8 +81,8 @@ def test_ddp_job_saving_dcp_resumes_on_a_spare_from_its_newest_save(lab, cfg, wo
     n_before = len(out_lines(out))
     once(lab, cfg)
     job = wait_job(lab, jid, restart_count=1, timeout=START_S)
-    assert victim not in job.nodes and set(job.nodes) & set(lab.spare_nodes)
     [inc] = incidents(lab, cfg)
+    assert victim not in job.nodes and set(inc["spares"]) <= set(job.nodes) and len(inc["spares"]) == 1
     assert inc["status"] == "recovered" and inc["ckpt_step"] is not None and inc["ckpt_step"] % 5 == 0
 
     start = wait_line(out, r"^start restart=1 world=2 from=(\S+) step=(\d+)$", START_S, lab, jid, after=n_before)
