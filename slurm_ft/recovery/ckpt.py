@@ -121,9 +121,10 @@ def _judge_dir(fs: FS, path: str, name_step: Optional[int], verify: bool, named_
         if lay.evidence(fs, path, kids):
             step, why = lay.check(fs, path, kids, name_step, verify)
             return _Verdict(path, step, lay.NAME, why, "incomplete")
+    if named_like and not kids:     # a save killed before its first byte: nothing there to lose
+        return _Verdict(path, name_step, None, "empty directory (a write that never began)", "ignored")
     if named_like:
-        what = "empty" if not kids else "holds files"
-        return _Verdict(path, name_step, None, f"{what}, but no layout's evidence of a finished write (none of "
+        return _Verdict(path, name_step, None, "holds files, but no layout's evidence of a finished write (none of "
                         "COMPLETE, .metadata, trainer_state.json, mp_rank_*/, *model_states.pt): write not "
                         "finished, or a format slurm-ft does not know", "incomplete")
     return None

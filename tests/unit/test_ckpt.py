@@ -140,6 +140,16 @@ def test_only_our_staging_and_logs_is_a_fresh_start():
     assert [s.verdict for s in r.skipped] == ["ignored"]
 
 
+def test_an_empty_step_dir_is_no_data_but_an_empty_marker_is(tmp_path):
+    (tmp_path / "step_5").mkdir()                       # a save killed before its first byte
+    r = ckpt.latest(str(tmp_path))
+    assert r.path is None and not r.refuse and r.skipped[0].verdict == "ignored"
+    (tmp_path / "step_6").mkdir()
+    (tmp_path / "step_6" / "COMPLETE").write_bytes(b"")
+    r = ckpt.latest(str(tmp_path))
+    assert r.refuse and r.skipped[0].path == str(tmp_path / "step_6")
+
+
 def test_missing_and_empty_directory():
     assert "does not exist" in ckpt.latest("/nope", MemFS({})).reason
     assert "no checkpoint in /c yet" in ckpt.latest("/c", MemFS({"/c/readme.txt": b"hi"})).reason
