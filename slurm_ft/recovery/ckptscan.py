@@ -15,6 +15,7 @@ from typing import Dict, Optional
 from slurm_ft.recovery import ckpt
 
 HOLD_PREFIX = "checkpoint hold: "     # an incident note that starts so: the job stays held (see plan)
+FRESH_S = 10.0                        # a finished scan this recent answers again (started with the cycle)
 
 
 class Scan:
@@ -57,7 +58,7 @@ class Scanner:
 
     def start(self, directory: str) -> Scan:
         s = self._scans.get(directory)
-        if s is None or (s.done() and time.monotonic() - s.started > 1.0):
+        if s is None or (s.done() and time.monotonic() - s.started > FRESH_S):
             s = self._scans[directory] = Scan(directory, self.deadline_s)
         return s
 
