@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what slurm-ft needs on a fresh Debian/Ubuntu machine, as root:
 #   apt: slurm-wlm, munge, a C compiler (for the lab's fake NVML), python3 with venv
-#   pip: slurm-ft with its test extras, into ./.venv (Debian's system Python refuses pip installs)
+#   pip: slurm-ft with its test and torch (CPU, for the DDP lab job) extras, into ./.venv (Debian's system Python refuses pip installs)
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -30,5 +30,5 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,torch]'
 echo "setup.sh: ready ($(.venv/bin/slurm-ft --version), $(slurmctld -V))"

@@ -91,6 +91,7 @@ class ControllerConfig:
     cycle_budget_s: float = 60.0        # one cycle stops polling after this long (the next one goes on)
     running_timeout_s: float = 120.0    # a requeued job not running after this long is noted on its incident
     read_progress: bool = True          # read the latest checkpoint step (max-restarts counts only no-progress faults)
+    ckpt_scan_s: float = 5.0            # per job: a checkpoint scan not done by then holds that job (never others)
 
 
 @dataclass(frozen=True)

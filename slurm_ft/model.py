@@ -216,7 +216,7 @@ class NodeSample:
 class Step:
     """One thing the controller will do, decided by the pure plan: `kind` names the act.
 
-    kinds: open, requeue, quarantine, swap, wait, exclude, start, confirm, give_up, poll
+    kinds: open, requeue, quarantine, swap, wait, hold, exclude, start, confirm, give_up, poll
     """
     kind: str
     job_id: int

@@ -23,11 +23,13 @@ def ckpt() -> None:
 def latest_cmd(ctx: click.Context, directory: str, as_json: bool, verify: bool, verbose: bool) -> None:
     """Print the newest COMPLETE checkpoint in DIRECTORY; exit 1 with the reason if there is none.
 
-    Exit 4 when DIRECTORY exists but cannot be read.
+    Exit 4 when DIRECTORY exists but cannot be read, or holds checkpoint data none of which is complete
+    (refuse: do not start from scratch over it; --json says "refuse": true and why).
 
-    Layouts: slurm-ft (step_N/ + COMPLETE manifest), PyTorch DCP (.metadata), Megatron
-    (latest_checkpointed_iteration.txt), DeepSpeed (latest), Lightning (last.ckpt). Half-written
-    checkpoints are skipped, never returned.
+    Each candidate is judged by the evidence inside it, not its name: slurm-ft (COMPLETE manifest),
+    PyTorch DCP (.metadata naming its .distcp shards), Hugging Face (trainer_state.json), Megatron
+    (mp_rank_*/, latest_checkpointed_iteration.txt), DeepSpeed (*model_states.pt, latest), torch.save zip
+    files (*.ckpt, *.pt, *.pth). Half-written checkpoints are skipped, never returned.
     """
     result = ckptlib.latest(directory, verify=verify)
     if as_json:
@@ -40,7 +42,7 @@ def latest_cmd(ctx: click.Context, directory: str, as_json: bool, verify: bool, 
     if result.path is None:
         if not as_json:
             click.echo(f"slurm-ft: {result.reason}", err=True)
-        ctx.exit(EXIT_ENVIRONMENT if result.error else EXIT_NEGATIVE)
+        ctx.exit(EXIT_ENVIRONMENT if result.must_not_start else EXIT_NEGATIVE)
 
 
 try:  # the planning engineer's `ckpt plan` (optional module)

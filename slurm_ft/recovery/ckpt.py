@@ -1,23 +1,17 @@
 """The checkpoint contract: find the newest COMPLETE checkpoint in a directory, and write one atomically.
 
-Layouts recognised (the first one found in a directory decides, in this order):
+The scan judges every candidate in DIR (each child directory with a checkpoint-like name or any layout's
+evidence, each ``*.ckpt``/``*.pt``/``*.pth`` file, and DIR itself) by the evidence inside it, never by its
+name: ``step_7/`` holding a DCP ``.metadata`` is a DCP checkpoint, not an unfinished slurm-ft one. The
+layouts, one module each, live in ``slurm_ft.recovery.layouts``: slurm-ft's own (``COMPLETE`` manifest),
+PyTorch DCP (``.metadata`` naming its ``.distcp`` shards), Hugging Face Trainer (``trainer_state.json``),
+Megatron (``mp_rank_*``, tracker ``latest_checkpointed_iteration.txt``), DeepSpeed (``*model_states.pt``,
+tracker ``latest``), torch.save zip files (Lightning ``*.ckpt``).
 
-``slurm-ft``   our own:  ``DIR/step_000123/`` holding the files plus a ``COMPLETE`` marker, a JSON manifest
-               ``{"format": "slurm-ft-ckpt", "version": 1, "step": 123, "files": {name: {"size", "sha256"}}}``
-               written LAST, atomically, after every file was fsynced; the directory is staged under a
-               hidden name and renamed into place, so ``step_*`` never holds half a write.
-``megatron``   ``DIR/latest_checkpointed_iteration.txt`` -> ``DIR/iter_0000123/`` (mp_rank_* model files or
-               a torch_dist ``.metadata``).
-``deepspeed``  ``DIR/latest`` (a tag) -> ``DIR/<tag>/`` holding ``*model_states.pt``.
-``hf``         Hugging Face Trainer: ``DIR/checkpoint-123/`` with ``trainer_state.json`` (written after the model
-               and optimizer) whose ``global_step`` is 123, and non-empty weights.
-``dcp``        PyTorch Distributed Checkpoint: a directory with ``.metadata`` (written last by DCP); either DIR
-               itself or its step subdirectories. Every ``*.distcp`` file named in ``.metadata`` must exist.
-``lightning``  ``DIR/last.ckpt`` (or ``*step=N*.ckpt``): non-empty, zip magic and an end-of-central-directory
-               record (torch.save's zip format), so a truncated file is refused.
-
-A candidate that fails a check is skipped with the reason and the previous complete one is returned.
-The logic reads the disk only through the small ``FS`` seam, so unit tests run over an in-memory tree.
+Each candidate gets a verdict: complete, incomplete (a write not finished, a tracker newer than it) or
+unreadable (odd content, a FIFO, a symlink out of DIR). ``latest`` is the newest complete one. When DIR
+holds candidates but none is complete, the answer is ``refuse``: a job must not start from scratch over
+checkpoints we merely failed to read (it would overwrite them). Every read is bounded (see ckptfs).
 """
 from __future__ import annotations
 
@@ -28,91 +22,25 @@ import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-MARKER = "COMPLETE"
-FORMAT = "slurm-ft-ckpt"
+from slurm_ft.recovery import layouts
+from slurm_ft.recovery.ckptfs import DEFAULT_DEADLINE_S, FS, Entry, LocalFS, NotRegular, ScanTimeout  # noqa: F401
+from slurm_ft.recovery.layouts import dcp as _dcp, marker as _marker, megatron as _megatron, torchzip as _zip
+
+MARKER = _marker.MARKER
+FORMAT = _marker.FORMAT
 STEP_DIR = re.compile(r"step_(\d+)\Z")
 STAGING = re.compile(r"\.step_(\d+)\.partial(?:-.*)?\Z")
-MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
-MEGATRON_DIR = re.compile(r"iter_(\d+)\Z")
-DEEPSPEED_TRACKER = "latest"
-DCP_METADATA = ".metadata"
-ZIP_MAGIC = b"PK\x03\x04"
-ZIP_EOCD = b"PK\x05\x06"
-_DISTCP = re.compile(rb"__\d+_\d+\.distcp")
-_DIGITS = re.compile(r"(\d+)")
-
-
-# --- the filesystem seam ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Entry:
-    name: str
-    is_dir: bool
-    size: int = 0
-    link: Optional[str] = None      # symlink target, as written
-
-
-class FS:
-    """What the scanner needs from a filesystem. LocalFS is the real one."""
-
-    def list(self, path: str) -> Optional[List[Entry]]:      # None: no such directory
-        raise NotImplementedError
-
-    def read(self, path: str, limit: int = 1 << 20) -> Optional[bytes]:
-        raise NotImplementedError
-
-    def read_tail(self, path: str, n: int) -> Optional[bytes]:
-        raise NotImplementedError
-
-    def sha256(self, path: str) -> Optional[str]:
-        raise NotImplementedError
-
-
-class LocalFS(FS):
-    def list(self, path: str) -> Optional[List[Entry]]:
-        try:
-            it = os.scandir(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        out = []
-        with it:
-            for e in it:
-                try:
-                    is_dir = e.is_dir()                      # follows symlinks, like a resume would
-                    size = 0 if is_dir else e.stat().st_size
-                except OSError:                              # dangling link
-                    is_dir, size = False, -1
-                link = os.readlink(e.path) if e.is_symlink() else None
-                out.append(Entry(e.name, is_dir, size, link))
-        return out
-
-    def read(self, path: str, limit: int = 1 << 20) -> Optional[bytes]:
-        try:
-            with open(path, "rb") as fh:
-                return fh.read(limit)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return None
-
-    def read_tail(self, path: str, n: int) -> Optional[bytes]:
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - n))
-                return fh.read(n)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return None
-
-    def sha256(self, path: str) -> Optional[str]:
-        h = hashlib.sha256()
-        try:
-            with open(path, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-        except (FileNotFoundError, IsADirectoryError):
-            return None
-        return h.hexdigest()
+MEGATRON_TRACKER = _megatron.TRACKER
+DCP_METADATA = _dcp.METADATA
+ZIP_MAGIC = _zip.ZIP_MAGIC
+ZIP_EOCD = _zip.ZIP_EOCD
+# What slurm-ft itself keeps beside the checkpoints (trainer log, starts log): never candidates.
+OWN_FILES = frozenset({"trainer-log.jsonl", "slurm-ft-starts.jsonl"})
+# Parsers of foreign bytes fail in these ways on odd content: such a candidate is unreadable, not fatal.
+_BAD_DATA = (ValueError, OverflowError, RecursionError, UnicodeError, TypeError, KeyError, AttributeError,
+             IndexError, MemoryError)
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -122,11 +50,16 @@ class Skipped:
     path: str
     reason: str
     step: Optional[int] = None
+    verdict: str = "incomplete"           # incomplete | unreadable | ignored (our own staging)
+    layout: Optional[str] = None
 
 
 @dataclass(frozen=True)
 class Latest:
-    """The answer: ``path`` is None when no complete checkpoint exists (``reason`` says why)."""
+    """The answer: ``path`` is None when no complete checkpoint exists (``reason`` says why).
+
+    ``refuse``: DIR holds checkpoint data none of which is complete: do NOT start from scratch.
+    ``error``: DIR (or the scan) could not be read at all: do not start from scratch either."""
 
     directory: str
     path: Optional[str]
@@ -134,12 +67,18 @@ class Latest:
     layout: Optional[str]
     skipped: Tuple[Skipped, ...] = ()
     reason: str = ""
-    error: bool = False             # DIR could not be read (permissions, I/O): not the same as "none yet"
+    error: bool = False
+    refuse: bool = False
+
+    @property
+    def must_not_start(self) -> bool:
+        return self.path is None and (self.error or self.refuse)
 
     def to_dict(self) -> dict:
         return {
             "directory": self.directory,
             "error": self.error,
+            "refuse": self.refuse,
             "path": self.path,
             "step": self.step,
             "layout": self.layout,
@@ -148,311 +87,104 @@ class Latest:
         }
 
 
-@dataclass
-class _Cand:
+@dataclass(frozen=True)
+class _Verdict:
     path: str
     step: Optional[int]
-    check: Callable[[], Optional[str]]   # returns the reason it is NOT complete, or None
+    layout: Optional[str]
+    reason: Optional[str]                # None: complete
+    verdict: str = "incomplete"
 
 
 _join = os.path.join
 
-
-def _children(fs: FS, path: str) -> Dict[str, Entry]:
-    return {e.name: e for e in fs.list(path) or []}
-
-
-# --- our own layout -----------------------------------------------------------------------------
 
 def check_marker(fs: FS, path: str, expected_step: Optional[int] = None, verify: bool = False) -> Optional[str]:
     """Why the slurm-ft checkpoint directory ``path`` is not complete, or None."""
     entries = fs.list(path)
     if entries is None:
         return "directory missing"
-    names = {e.name: e for e in entries}
-    if MARKER not in names:
-        return f"no {MARKER} marker (write not finished)"
-    raw = fs.read(_join(path, MARKER))
     try:
-        manifest = json.loads(raw or b"")
-        if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
-            return f"{MARKER} marker is not a slurm-ft manifest"
-        step = int(manifest["step"])
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return f"{MARKER} marker is unreadable or truncated"
-    if expected_step is not None and step != expected_step:
-        return f"{MARKER} marker says step {step}, directory says {expected_step}"
-    for name, meta in sorted(manifest["files"].items()):
-        e = names.get(name)
-        if e is None:
-            return f"file {name} listed in the manifest is missing"
-        try:
-            want = int(meta["size"])
-        except (TypeError, KeyError, ValueError):
-            return f"manifest entry for {name} has no size"
-        if e.size != want:
-            return f"file {name} is {e.size} bytes, manifest says {want} (truncated)"
-        if verify and meta.get("sha256") and fs.sha256(_join(path, name)) != meta["sha256"]:
-            return f"file {name} does not match its sha256 in the manifest"
+        return _marker.check(fs, path, {e.name: e for e in entries}, expected_step, verify)[1]
+    except _BAD_DATA as exc:
+        return f"unreadable: {type(exc).__name__}"
+
+
+# --- judging one candidate ----------------------------------------------------------------------
+
+def _judge_dir(fs: FS, path: str, name_step: Optional[int], verify: bool, named_like: bool) -> Optional[_Verdict]:
+    kids_list = fs.list(path)
+    if kids_list is None:
+        return _Verdict(path, name_step, None, "not a directory we may read (a symlink below DIR?)", "unreadable")
+    kids = {e.name: e for e in kids_list}
+    for lay in layouts.DIR_LAYOUTS:
+        if lay.evidence(fs, path, kids):
+            step, why = lay.check(fs, path, kids, name_step, verify)
+            return _Verdict(path, step, lay.NAME, why, "incomplete")
+    if named_like and not kids:     # a save killed before its first byte: nothing there to lose
+        return _Verdict(path, name_step, None, "empty directory (a write that never began)", "ignored")
+    if named_like:
+        return _Verdict(path, name_step, None, "holds files, but no layout's evidence of a finished write (none of "
+                        "COMPLETE, .metadata, trainer_state.json, mp_rank_*/, *model_states.pt): write not "
+                        "finished, or a format slurm-ft does not know", "incomplete")
     return None
 
 
-def _marker_candidates(fs: FS, d: str, kids: Dict[str, Entry], verify: bool) -> Tuple[List[_Cand], List[Skipped]]:
-    cands, skipped = [], []
-    for name, e in kids.items():
-        m = STEP_DIR.match(name)
-        if m and e.is_dir:
-            step, path = int(m.group(1)), _join(d, name)
-            cands.append(_Cand(path, step, lambda p=path, s=step: check_marker(fs, p, s, verify)))
-        s = STAGING.match(name)
-        if s and e.is_dir:
-            skipped.append(Skipped(_join(d, name), "staging directory of an unfinished write", int(s.group(1))))
-    if MARKER in kids and not kids[MARKER].is_dir:      # DIR itself is one checkpoint
-        cands.append(_Cand(d, None, lambda: check_marker(fs, d, None, verify)))
-    return cands, skipped
+def _judge(fs: FS, d: str, name: str, e: Entry, kids: Dict[str, Entry], verify: bool) -> Optional[_Verdict]:
+    path = _join(d, name)
+    step = layouts.step_of(name)
+    if e.link is not None:
+        target = kids.get(e.link) if e.link and "/" not in e.link and e.link not in (".", "..") else None
+        if target is None or target.link is not None:
+            if e.is_dir or layouts.looks_like_checkpoint(name) or _zip.claims(name):
+                return _Verdict(path, step, None, f"symlink to {e.link!r}: not followed out of the directory",
+                                "unreadable")
+            return None
+        # Lightning's last.ckpt -> epoch=3-step=300.ckpt: judged as its target, named as itself
+        v = _judge(fs, d, e.link, target, kids, verify)
+        return None if v is None else _Verdict(path, v.step, v.layout, v.reason, v.verdict)
+    if e.is_dir:
+        return _judge_dir(fs, path, step, verify, layouts.looks_like_checkpoint(name) or _zip.claims(name))
+    if _zip.claims(name):
+        got, why = _zip.check_file(fs, path, e.size, step)
+        return _Verdict(path, got, _zip.NAME, why, "incomplete")
+    return None
 
 
-def _marker_step(fs: FS, path: str) -> Optional[int]:
+def _safe(fn, path: str, step: Optional[int]) -> _Verdict:
     try:
-        return int(json.loads(fs.read(_join(path, MARKER)) or b"")["step"])
-    except (ValueError, TypeError, KeyError):
-        return None
-
-
-# --- Megatron -----------------------------------------------------------------------------------
-
-def _check_megatron_iter(fs: FS, path: str) -> Optional[str]:
-    kids = fs.list(path)
-    if kids is None:
-        return "directory missing"
-    names = {e.name: e for e in kids}
-    if DCP_METADATA in names:                               # torch_dist format
-        return _check_dcp(fs, path)
-    ranks = [e for e in kids if e.is_dir and e.name.startswith("mp_rank_")]
-    if not ranks:
-        return "no mp_rank_* directories (write not finished)"
-    for r in ranks:
-        files = _children(fs, _join(path, r.name))
-        models = [e for n, e in files.items() if n.endswith(".pt")]
-        if not models:
-            return f"{r.name} holds no model file"
-        empty = [e.name for e in models if e.size <= 0]
-        if empty:
-            return f"{r.name}/{empty[0]} is empty"
-    return None
-
-
-def _megatron(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], List[Skipped]]:
-    cands, skipped = [], []
-    tracked: Optional[int] = None
-    raw = fs.read(_join(d, MEGATRON_TRACKER))
-    text = (raw or b"").decode("utf-8", "replace").strip()
-    if text == "release":
-        path = _join(d, "release")
-        cands.append(_Cand(path, None, lambda p=path: _check_megatron_iter(fs, p)))
-    elif text.isdigit():
-        tracked = int(text)
-    else:
-        skipped.append(Skipped(_join(d, MEGATRON_TRACKER), f"tracker is unreadable ({text[:40]!r})"))
-    iters = {int(m.group(1)): name for name, e in kids.items() if e.is_dir and (m := MEGATRON_DIR.match(name))}
-    if tracked is not None and tracked not in iters:
-        skipped.append(Skipped(_join(d, f"iter_{tracked:07d}"), "tracker points at a missing directory", tracked))
-    for step, name in iters.items():
-        path = _join(d, name)
-        if tracked is not None and step > tracked:
-            skipped.append(Skipped(path, f"newer than the tracker (iteration {tracked}): write in progress", step))
-            continue
-        cands.append(_Cand(path, step, lambda p=path: _check_megatron_iter(fs, p)))
-    return cands, skipped
-
-
-# --- DeepSpeed ----------------------------------------------------------------------------------
-
-def _check_deepspeed_tag(fs: FS, path: str) -> Optional[str]:
-    kids = fs.list(path)
-    if kids is None:
-        return "directory missing"
-    models = [e for e in kids if e.name.endswith("model_states.pt")]
-    if not models:
-        return "no *model_states.pt file (write not finished)"
-    for e in models + [e for e in kids if e.name.endswith("optim_states.pt")]:
-        if e.size <= 0:
-            return f"{e.name} is empty"
-    return None
-
-
-def _step_of(name: str) -> Optional[int]:
-    m = re.search(r"step[_=]?(\d+)", name) or _DIGITS.search(name)
-    return int(m.group(1)) if m else None
-
-
-def _deepspeed(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], List[Skipped]]:
-    cands, skipped = [], []
-    tag = (fs.read(_join(d, DEEPSPEED_TRACKER)) or b"").decode("utf-8", "replace").strip()
-    tag_step = _step_of(tag) if tag else None
-    if not tag or "/" in tag:
-        skipped.append(Skipped(_join(d, DEEPSPEED_TRACKER), f"tracker is unreadable ({tag[:40]!r})"))
-    elif tag not in kids or not kids[tag].is_dir:
-        skipped.append(Skipped(_join(d, tag), "tracker points at a missing directory", tag_step))
-    else:
-        path = _join(d, tag)
-        cands.append(_Cand(path, tag_step, lambda p=path: _check_deepspeed_tag(fs, p)))
-    for name, e in kids.items():
-        if not e.is_dir or name == tag or not name.startswith("global_step"):
-            continue
-        step, path = _step_of(name), _join(d, name)
-        if tag_step is not None and step is not None and step > tag_step:
-            skipped.append(Skipped(path, f"newer than the tracker ({tag}): write in progress", step))
-            continue
-        cands.append(_Cand(path, step, lambda p=path: _check_deepspeed_tag(fs, p)))
-    return cands, skipped
-
-
-# --- Hugging Face Trainer ---------------------------------------------------------------------
-
-HF_DIR = re.compile(r"checkpoint-(\d+)\Z")
-HF_STATE = "trainer_state.json"
-_HF_WEIGHTS = re.compile(r"(model|pytorch_model|adapter_model)(-\d+-of-\d+)?\.(safetensors|bin)\Z")
-
-
-def _check_hf(fs: FS, path: str, step: int) -> Optional[str]:
-    kids = fs.list(path)
-    if kids is None:
-        return "directory missing"
-    names = {e.name: e for e in kids}
-    if HF_STATE not in names:
-        return f"no {HF_STATE} (the Trainer writes it after the model and optimizer)"
-    try:
-        state = json.loads(fs.read(_join(path, HF_STATE)) or b"")
-        got = int(state["global_step"])
-    except (ValueError, TypeError, KeyError):
-        return f"{HF_STATE} is unreadable or truncated"
-    if got != step:
-        return f"{HF_STATE} says step {got}, directory says {step}"
-    weights = [e for n, e in names.items() if _HF_WEIGHTS.match(n)]
-    if any(e.size <= 0 for e in weights):
-        return "an empty weights file"
-    if not weights and not any(e.is_dir for e in kids):     # DeepSpeed/FSDP keep them in a subdirectory
-        return "no model weights"
-    return None
-
-
-def _hf(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], List[Skipped]]:
-    cands = []
-    for name, e in kids.items():
-        m = HF_DIR.match(name)
-        if m and e.is_dir:
-            path, step = _join(d, name), int(m.group(1))
-            cands.append(_Cand(path, step, lambda p=path, s=step: _check_hf(fs, p, s)))
-    return cands, []
-
-
-# --- PyTorch DCP --------------------------------------------------------------------------------
-
-def _check_dcp(fs: FS, path: str) -> Optional[str]:
-    kids = fs.list(path)
-    if kids is None:
-        return "directory missing"
-    names = {e.name: e for e in kids}
-    meta = names.get(DCP_METADATA)
-    if meta is None or meta.is_dir:
-        return f"no {DCP_METADATA} (write not finished)"
-    if meta.size <= 0:
-        return f"{DCP_METADATA} is empty"
-    raw = fs.read(_join(path, DCP_METADATA), limit=64 << 20) or b""
-    # .metadata is a pickle; we do not unpickle it, but the storage file names appear in it verbatim.
-    for ref in sorted({m.decode() for m in _DISTCP.findall(raw)}):
-        e = names.get(ref)
-        if e is None:
-            return f"{ref} named in {DCP_METADATA} is missing"
-        if e.size <= 0:
-            return f"{ref} is empty"
-    return None
-
-
-def _dcp(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], List[Skipped]]:
-    if DCP_METADATA in kids:
-        return [_Cand(d, _step_of(os.path.basename(d.rstrip("/"))), lambda: _check_dcp(fs, d))], []
-    cands = []
-    for name, e in kids.items():
-        step = _step_of(name)
-        if e.is_dir and step is not None and not name.startswith("."):
-            path = _join(d, name)
-            cands.append(_Cand(path, step, lambda p=path: _check_dcp(fs, p)))
-    return cands, []
-
-
-def _has_dcp_child(fs: FS, d: str, kids: Dict[str, Entry]) -> bool:
-    if DCP_METADATA in kids:
-        return True
-    return any(e.is_dir and DCP_METADATA in _children(fs, _join(d, e.name)) for e in kids.values()
-               if _step_of(e.name) is not None and not e.name.startswith("."))
-
-
-# --- Lightning ----------------------------------------------------------------------------------
-
-def _check_zip(fs: FS, path: str, size: int) -> Optional[str]:
-    if size <= 0:
-        return "file is empty"
-    head = fs.read(path, limit=4) or b""
-    if head != ZIP_MAGIC:
-        return "not a zip file (torch.save writes zip): truncated or foreign"
-    tail = fs.read_tail(path, 65557) or b""          # EOCD is within the last 64 KiB + 22 bytes
-    if ZIP_EOCD not in tail:
-        return "zip end-of-central-directory missing (truncated)"
-    return None
-
-
-def _lightning(fs: FS, d: str, kids: Dict[str, Entry]) -> Tuple[List[_Cand], List[Skipped]]:
-    cands = []
-    def check(path: str, e: Entry) -> Callable[[], Optional[str]]:
-        # a sharded (FSDP/DCP) Lightning checkpoint is a directory named *.ckpt
-        return (lambda: _check_dcp(fs, path)) if e.is_dir else (lambda: _check_zip(fs, path, e.size))
-
-    last = kids.get("last.ckpt")
-    if last is not None:
-        step = _step_of(os.path.basename(last.link)) if last.link else None
-        path = _join(d, "last.ckpt")
-        # last.ckpt is by definition the newest: rank it above every step-named file.
-        cands.append(_Cand(path, step if step is not None else 1 << 62, check(path, last)))
-    for name, e in kids.items():
-        if name == "last.ckpt" or not name.endswith(".ckpt"):
-            continue
-        path = _join(d, name)
-        cands.append(_Cand(path, _step_of(name), check(path, e)))
-    return cands, []
+        return fn()
+    except ScanTimeout:
+        raise
+    except NotRegular as exc:
+        return _Verdict(path, step, None, f"unreadable: {exc.strerror}", "unreadable")
+    except OSError as exc:
+        return _Verdict(path, step, None, f"unreadable: {exc.strerror or exc}", "unreadable")
+    except _BAD_DATA as exc:
+        return _Verdict(path, step, None, f"unreadable: odd content ({type(exc).__name__})", "unreadable")
 
 
 # --- the scan -----------------------------------------------------------------------------------
 
-def detect_layout(fs: FS, d: str, kids: Dict[str, Entry]) -> Optional[str]:
-    if any((STEP_DIR.match(n) or STAGING.match(n)) and e.is_dir for n, e in kids.items()) or MARKER in kids:
-        return "slurm-ft"
-    if MEGATRON_TRACKER in kids or any(MEGATRON_DIR.match(n) and e.is_dir for n, e in kids.items()):
-        return "megatron"
-    if DEEPSPEED_TRACKER in kids and not kids[DEEPSPEED_TRACKER].is_dir:
-        return "deepspeed"
-    if any(HF_DIR.match(n) and e.is_dir for n, e in kids.items()):
-        return "hf"
-    if _has_dcp_child(fs, d, kids):
-        return "dcp"
-    if any(n.endswith(".ckpt") for n in kids):
-        return "lightning"
-    return None
-
-
-def latest(directory: str, fs: Optional[FS] = None, verify: bool = False) -> Latest:
+def latest(directory: str, fs: Optional[FS] = None, verify: bool = False,
+           deadline_s: float = DEFAULT_DEADLINE_S) -> Latest:
     """The newest complete checkpoint under ``directory``: pure over ``fs``; never raises on bad data.
 
-    A directory that cannot be read at all gives ``error=True`` (a job must not restart from scratch
-    because its checkpoint filesystem is down); an unreadable candidate is skipped with the reason.
+    A directory that cannot be read at all, or not within ``deadline_s``, gives ``error=True``; one that
+    holds checkpoint data none of which is complete gives ``refuse=True``. Either way: not from scratch.
     """
-    fs = fs or LocalFS()
     d = directory.rstrip("/") or "/"
+    fs = fs or LocalFS(deadline_s, root=d)
     try:
         return _latest(fs, d, verify)
+    except ScanTimeout:
+        return Latest(d, None, None, None, (), f"scanning {d} took longer than {deadline_s:g} s", error=True)
     except OSError as exc:
         return Latest(d, None, None, None, (), f"cannot read {d}: {exc.strerror or exc}", error=True)
+
+
+def _order(v) -> tuple:
+    return (v.step if v.step is not None else -1, v.path)
 
 
 def _latest(fs: FS, d: str, verify: bool) -> Latest:
@@ -460,31 +192,82 @@ def _latest(fs: FS, d: str, verify: bool) -> Latest:
     if entries is None:
         return Latest(d, None, None, None, (), f"{d} does not exist or is not a directory (no checkpoint yet)")
     kids = {e.name: e for e in entries}
-    layout = detect_layout(fs, d, kids)
-    if layout is None:
-        return Latest(d, None, None, None, (), f"no checkpoint in {d} (no known layout found)")
-    if layout == "slurm-ft":
-        cands, skipped = _marker_candidates(fs, d, kids, verify)
-    else:
-        cands, skipped = {"megatron": _megatron, "deepspeed": _deepspeed, "hf": _hf,
-                          "dcp": _dcp, "lightning": _lightning}[layout](fs, d, kids)
-    skipped = list(skipped)
-    # newest first; a candidate without a step (DIR itself, a 'release' dir) counts as step -1
-    cands.sort(key=lambda c: (c.step if c.step is not None else -1, c.path), reverse=True)
-    for c in cands:
-        try:
-            why = c.check()
-        except OSError as exc:
-            why = f"unreadable: {exc.strerror or exc}"
-        step = c.step if c.step != 1 << 62 else None
-        if why is None:
-            if layout == "slurm-ft" and step is None:
-                step = _marker_step(fs, c.path)
-            skipped.sort(key=lambda s: (s.step if s.step is not None else -1, s.path), reverse=True)
-            return Latest(d, c.path, step, layout, tuple(skipped))
-        skipped.append(Skipped(c.path, why, step))
-    skipped.sort(key=lambda s: (s.step if s.step is not None else -1, s.path), reverse=True)
-    return Latest(d, None, None, layout, tuple(skipped), f"no complete {layout} checkpoint in {d}")
+    verdicts: List[_Verdict] = []
+    ignored: List[Skipped] = []
+    trackers = []
+    for t in layouts.TRACKERS:
+        tr = _safe_tracker(t, fs, d, kids)
+        if tr is not None:
+            trackers.append(tr)
+    own = _safe(lambda: _judge_dir(fs, d, None, verify, False), d, None)   # DIR itself is one checkpoint
+    if own is not None and own.layout is not None:
+        if own.layout == _marker.NAME or own.reason is None or own.layout == _dcp.NAME:
+            verdicts.append(own)
+    for name, e in sorted(kids.items()):
+        if name in OWN_FILES or any(name == os.path.basename(t.file) for t in trackers):
+            continue
+        if name.startswith("."):
+            s = STAGING.match(name)
+            if s and e.is_dir:
+                ignored.append(Skipped(_join(d, name), "staging directory of an unfinished write",
+                                       int(s.group(1)), "ignored", _marker.NAME))
+            continue
+        v = _safe(lambda n=name, x=e: _judge(fs, d, n, x, kids, verify), _join(d, name), layouts.step_of(name))
+        if v is not None:
+            verdicts.append(v)
+    verdicts, tracker_skips = _apply_trackers(d, verdicts, trackers)
+    skipped = list(tracker_skips) + ignored
+    # newest first; last.ckpt without a step in its target's name is the newest by definition
+    verdicts.sort(key=lambda v: (v.step if v.step is not None else (1 << 62 if v.path.endswith("/last.ckpt") else -1),
+                                 v.path), reverse=True)
+    found = next((v for v in verdicts if v.reason is None), None)
+    for v in verdicts:
+        if v is found:
+            break
+        skipped.append(Skipped(v.path, v.reason or "", v.step, v.verdict, v.layout))
+    skipped.sort(key=_order, reverse=True)
+    if found is not None:
+        return Latest(d, found.path, found.step, found.layout, tuple(skipped))
+    if not skipped or all(s.verdict == "ignored" for s in skipped):
+        return Latest(d, None, None, None, tuple(skipped), f"no checkpoint in {d} yet")
+    bad = next(s for s in skipped if s.verdict != "ignored")
+    return Latest(d, None, None, bad.layout, tuple(skipped),
+                  f"no complete checkpoint in {d}, but checkpoint data: not starting from scratch over it "
+                  f"(newest: {bad.path}: {bad.reason})", refuse=True)
+
+
+def _safe_tracker(t, fs: FS, d: str, kids: Dict[str, Entry]):
+    try:
+        return t.tracker(fs, d, kids)
+    except ScanTimeout:
+        raise
+    except (OSError,) + _BAD_DATA as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        return _megatron.Tracked(t.NAME, _join(d, t.TRACKER), None, None, f"tracker is unreadable ({why})")
+
+
+def _apply_trackers(d: str, verdicts: List[_Verdict], trackers) -> Tuple[List[_Verdict], List[Skipped]]:
+    """A tracker names the checkpoint its framework finished last: a candidate newer than that (whatever
+    it holds: a Megatron torch_dist iteration is a DCP directory) is a write in progress; a tracker that
+    cannot be read, or names nothing there, is evidence too."""
+    skips: List[Skipped] = []
+    for tr in trackers:
+        if tr.reason:
+            skips.append(Skipped(tr.file, tr.reason, None, "unreadable", tr.layout))
+            continue
+        target = _join(d, tr.target)
+        if not any(v.path == target for v in verdicts):
+            skips.append(Skipped(target, "tracker points at a missing directory", tr.step, "incomplete", tr.layout))
+        if tr.step is None:
+            continue
+        out = []
+        for v in verdicts:
+            if v.step is not None and v.step > tr.step and v.reason is None:
+                v = _Verdict(v.path, v.step, v.layout, f"newer than the tracker ({tr.target}): write in progress",
+                             "incomplete")
+            out.append(v)
+        verdicts = out
+    return verdicts, skips
 
 
 # --- writing our own layout ---------------------------------------------------------------------

@@ -18,13 +18,14 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from slurm_ft.config import Config
 from slurm_ft.errors import Busy, CommandError, SlurmFTError
 from slurm_ft.lifecycle.membership import Delta, Membership
 from slurm_ft.model import Incident, Step
 from slurm_ft.recovery import journal as jn
+from slurm_ft.recovery.ckptscan import Scanner, hold_reason
 from slurm_ft.recovery.plan import PENDING_STATES, Policy, fault_time, plan
 from slurm_ft.recovery.snapshot import Snapshot
 from slurm_ft.recovery.tag import decode
@@ -71,6 +72,7 @@ class Controller:
         self._seen_at: Optional[float] = None   # when the snapshot the current steps come from was read
         self._breaker_said = False
         self.membership = Membership.from_config(client, config, "controller's partition change")
+        self._scans = Scanner(self.cc.ckpt_scan_s)
 
     # --- observe -----------------------------------------------------------------------------------
 
@@ -122,7 +124,7 @@ class Controller:
             steps = plan(snap, incidents, self.policy, snap.taken_at)
             acts = [s for s in steps if s.kind not in WAITING]
             failed = False
-            for step in acts:
+            for step in self._scans_first(acts, snap):
                 failed |= self.act(step) == "failed"
                 result.steps.append(step)
             result.open_incidents = len(jn.incidents(self.conn, open_only=True))
@@ -139,6 +141,18 @@ class Controller:
                 self._await_job_change(snap, steps)
         result.elapsed_s = self.clock() - start
         return result
+
+    def _scans_first(self, acts: List[Step], snap: Snapshot) -> Iterable[Step]:
+        """Start the checkpoint scans of every incident to open at once (each in its own thread), and
+        act first on what does not wait for one, then on each job as its scan finishes: a job whose
+        directory hangs delays no other job's recovery."""
+        dirs = {}
+        for s in acts:
+            spec = snap.specs.get(s.job_id)
+            if s.kind == "open" and spec is not None and spec.ckpt_dir and self.cc.read_progress:
+                dirs[id(s)] = spec.ckpt_dir
+                self._scans.start(spec.ckpt_dir)
+        return _as_ready(acts, dirs, self._scans.finished, self.sleep) if dirs else acts
 
     def _await_job_change(self, snap: Snapshot, steps: List[Step]) -> None:
         """Only waits left, and every wait is on a job (its requeue, its epilogs, its scheduling): re-read
@@ -195,7 +209,8 @@ class Controller:
     def _open(self, step: Step, now: float) -> None:
         job = self.client.job(step.job_id)
         spec = decode(job.comment)
-        ckpt_step = self._progress(spec.ckpt_dir) if spec and self.cc.read_progress else None
+        found = self._scans.verdict(spec.ckpt_dir) if spec and spec.ckpt_dir and self.cc.read_progress else None
+        ckpt_step = found.step if found is not None else None
         snap_nodes = {n.name: n for n in self.client.nodes(list(step.nodes))}
         fault_at = fault_time(Snapshot(nodes=snap_nodes, jobs={}, partitions={}), step.nodes)
         try:
@@ -206,21 +221,15 @@ class Controller:
                 detail=f"job {job.job_id} {job.state} on {len(job.nodes)} nodes; {step.reason}")
         except jn.AlreadyOpen:
             return
+        hold = hold_reason(found) if found is not None else None
+        if hold:    # the plan keeps this job held: a restart would start from scratch over its checkpoints
+            jn.update_incident(self.conn, iid, note=hold)
+            log.error("incident %s: job %s stays held: %s", iid, step.job_id, hold)
         log.warning("incident %s: job %s, failed %s (%s)", iid, step.job_id, ",".join(step.nodes), step.reason)
         self._maybe_crash("open", "intent")
         self._maybe_crash("open", "result")
         if self.on_step:
             self.on_step(step, "ok", step.reason, now)
-
-    def _progress(self, ckpt_dir: str) -> Optional[int]:
-        if not ckpt_dir:
-            return None
-        try:
-            from slurm_ft.recovery import ckpt
-            return ckpt.latest(ckpt_dir).step
-        except Exception as exc:  # unreadable storage: progress unknown, the recovery goes on
-            log.warning("cannot read checkpoints in %s: %s", ckpt_dir, exc)
-            return None
 
     def _requeue(self, step: Step, inc: Incident):
         job = self.client.job(inc.job_id)
@@ -330,6 +339,17 @@ class Controller:
                           inc.note if inc.note.startswith("shrunk") else "")
         return "ok", f"running on {compress(job.nodes)}"
 
+    def _hold(self, step: Step, inc: Incident):
+        """Keep the job from starting: requeue it held if it still runs, hold it if Slurm requeued it."""
+        job = self.client.job(inc.job_id)
+        if job.state == "RUNNING" and job.restart_count <= inc.restart_count:
+            self.client.requeue(inc.job_id, hold=True)
+        elif job.state == "PENDING" and not job.held:
+            self.client.update_job(inc.job_id, Priority=0)      # = scontrol hold
+        jn.update_incident(self.conn, inc.id, status="waiting")
+        self._admin_comment(inc.job_id, f"slurm-ft: held: {step.reason}")
+        return "ok", step.reason
+
     def _wait(self, step: Step, inc: Incident):
         jn.update_incident(self.conn, inc.id, status="waiting", note=step.reason)
         self._admin_comment(inc.job_id, f"slurm-ft: {step.reason}")
@@ -362,6 +382,23 @@ class Controller:
         if self._crash == (kind, when):
             log.warning("%s=%s:%s: killing myself", CRASH_ENV, kind, when)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _as_ready(acts: List[Step], dirs: Dict[int, str], finished, sleep, tick: float = 0.02):
+    """acts in their order, except that an `open` whose scan is still running goes after the others."""
+    waiting = []
+    for s in acts:
+        if id(s) in dirs and not finished(dirs[id(s)]):
+            waiting.append(s)
+        else:
+            yield s
+    while waiting:
+        ready = [s for s in waiting if finished(dirs[id(s)])]
+        for s in ready:
+            waiting.remove(s)
+            yield s
+        if waiting and not ready:
+            sleep(tick)
 
 
 def _one(items):

@@ -5,6 +5,8 @@
 Replaces ``{ckpt}`` in SCRIPT/ARGS with the newest complete checkpoint in DIR ("" when there is none),
 exports SLURM_FT_CKPT / SLURM_FT_CKPT_STEP / SLURM_FT_CKPT_DIR for scripts that prefer the environment,
 appends one JSON line to DIR/slurm-ft-starts.jsonl, and execs SCRIPT. Nothing here goes through a shell.
+It does not start SCRIPT (exit 4) when DIR cannot be read, or holds checkpoint data none of which is
+complete: a start from scratch there would overwrite the checkpoints we failed to read.
 Kept to the standard library plus ckpt.py: it runs on the batch host at every restart.
 """
 from __future__ import annotations
@@ -70,8 +72,11 @@ def main(argv: Sequence[str]) -> int:
         return 2
     t0 = time.time()
     resolved, found = resolve(argv, ckpt_dir)
-    if found is not None and found.error:
-        # never silently restart from scratch because the checkpoint filesystem is unreachable
+    if found is not None and found.must_not_start:
+        # never restart from scratch over checkpoints we could not read (it would overwrite them), nor
+        # because the checkpoint filesystem is unreachable
+        for s in found.skipped[:10]:
+            print(f"slurm-ft: skipped {s.path}: {s.reason}", file=sys.stderr)
         print(f"slurm-ft: {found.reason}; not starting", file=sys.stderr)
         return 4
     job = os.environ.get("SLURM_JOB_ID", "")

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from slurm_ft.model import Incident, Job, Node, Step
+from slurm_ft.recovery.ckptscan import HOLD_PREFIX
 from slurm_ft.recovery.snapshot import Snapshot
 
 FAIL_PREFIX = "slurm-ft:"
@@ -238,6 +239,14 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     # epilogs and Slurm is busiest, and those partition edits would sit on the critical path.
     if not quarantined():
         return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
+    if inc.note.startswith(HOLD_PREFIX):
+        # its checkpoints could not be read as complete (or not in time): a restart would start from
+        # scratch over them. Held until someone looks; released by hand, it is confirmed like any other.
+        if not inc.done("hold"):
+            return [Step("hold", **base, hold=True, reason=inc.note[len(HOLD_PREFIX):])]
+        if job.state == "RUNNING" and _restarted(inc, job) and not any(n in job.nodes for n in inc.nodes):
+            return [Step("confirm", **base, reason=f"released by hand, running on {len(job.nodes)} nodes")]
+        return []
     if giving_up:
         if not inc.done("requeue"):
             return [Step("requeue", **base, hold=True,

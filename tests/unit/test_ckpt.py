@@ -63,9 +63,6 @@ def ours(root, step, files, mark=True, marker_files=None):
     return out
 
 
-ZIP = b"PK\x03\x04" + b"\0" * 100 + b"PK\x05\x06" + b"\0" * 18
-
-
 # --- slurm-ft layout ----------------------------------------------------------------------------
 
 def test_newest_complete_of_our_layout():
@@ -79,7 +76,7 @@ def test_missing_marker_is_skipped_and_previous_returned():
     r = ckpt.latest("/c", fs)
     assert r.path == "/c/step_000100" and r.step == 100
     assert [(s.path, s.step) for s in r.skipped] == [("/c/step_000200", 200)]
-    assert "no COMPLETE marker" in r.skipped[0].reason
+    assert "no layout's evidence" in r.skipped[0].reason and r.skipped[0].verdict == "incomplete"
 
 
 def test_truncated_file_against_manifest_is_skipped():
@@ -129,15 +126,33 @@ def test_checksum_checked_only_with_verify():
     assert r.step == 100 and "sha256" in r.skipped[0].reason
 
 
-def test_nothing_complete_gives_reason():
+def test_checkpoint_data_with_nothing_complete_is_refused_not_a_fresh_start():
     r = ckpt.latest("/c", MemFS(ours("/c", 100, {"r0": b"aa"}, mark=False)))
-    assert r.path is None and r.reason == "no complete slurm-ft checkpoint in /c"
+    assert r.path is None and r.refuse and r.must_not_start and not r.error
+    assert "not starting from scratch" in r.reason and "/c/step_000100" in r.reason
     assert len(r.skipped) == 1
+
+
+def test_only_our_staging_and_logs_is_a_fresh_start():
+    r = ckpt.latest("/c", MemFS({"/c/.step_000001.partial-9/r0": b"x", "/c/trainer-log.jsonl": b"{}",
+                                  "/c/notes.txt": b"hi", "/c/tb_logs/events": b"e"}))
+    assert r.path is None and not r.refuse and not r.must_not_start
+    assert [s.verdict for s in r.skipped] == ["ignored"]
+
+
+def test_an_empty_step_dir_is_no_data_but_an_empty_marker_is(tmp_path):
+    (tmp_path / "step_5").mkdir()                       # a save killed before its first byte
+    r = ckpt.latest(str(tmp_path))
+    assert r.path is None and not r.refuse and r.skipped[0].verdict == "ignored"
+    (tmp_path / "step_6").mkdir()
+    (tmp_path / "step_6" / "COMPLETE").write_bytes(b"")
+    r = ckpt.latest(str(tmp_path))
+    assert r.refuse and r.skipped[0].path == str(tmp_path / "step_6")
 
 
 def test_missing_and_empty_directory():
     assert "does not exist" in ckpt.latest("/nope", MemFS({})).reason
-    assert "no known layout" in ckpt.latest("/c", MemFS({"/c/readme.txt": b"hi"})).reason
+    assert "no checkpoint in /c yet" in ckpt.latest("/c", MemFS({"/c/readme.txt": b"hi"})).reason
 
 
 # --- Megatron -----------------------------------------------------------------------------------
@@ -202,52 +217,6 @@ def test_deepspeed_tag_missing():
     assert r.step == 10 and "missing directory" in r.skipped[0].reason
 
 
-# --- PyTorch DCP --------------------------------------------------------------------------------
-
-def test_dcp_directory_itself():
-    fs = MemFS({"/p/step_7/.metadata": b"..__0_0.distcp..__1_0.distcp", "/p/step_7/__0_0.distcp": b"a",
-                "/p/step_7/__1_0.distcp": b"b"})
-    r = ckpt.latest("/p/step_7", fs)
-    assert (r.path, r.layout) == ("/p/step_7", "dcp")
-
-
-def test_dcp_subdirs_without_metadata_are_partial():
-    fs = MemFS({"/p/ckpt_5/.metadata": b"__0_0.distcp", "/p/ckpt_5/__0_0.distcp": b"a",
-                "/p/ckpt_9/__0_0.distcp": b"a", "/p/ckpt_9/.metadata.tmp": b"x"})
-    r = ckpt.latest("/p", fs)
-    assert (r.step, r.layout) == (5, "dcp")
-    assert r.skipped[0].path == "/p/ckpt_9" and "no .metadata" in r.skipped[0].reason
-
-
-def test_dcp_storage_file_named_in_metadata_missing():
-    fs = MemFS({"/p/ckpt_5/.metadata": b"__0_0.distcp", "/p/ckpt_5/__0_0.distcp": b"a",
-                "/p/ckpt_9/.metadata": b"__0_0.distcp __1_0.distcp", "/p/ckpt_9/__0_0.distcp": b"a"})
-    r = ckpt.latest("/p", fs)
-    assert r.step == 5 and "__1_0.distcp" in r.skipped[0].reason
-
-
-# --- Lightning ----------------------------------------------------------------------------------
-
-def test_lightning_last_ckpt():
-    fs = MemFS({"/l/last.ckpt": ZIP, "/l/epoch=0-step=100.ckpt": ZIP})
-    r = ckpt.latest("/l", fs)
-    assert (r.path, r.layout) == ("/l/last.ckpt", "lightning")
-
-
-@pytest.mark.parametrize("bad,why", [(b"", "empty"), (ZIP[:60], "truncated"), (b"garbage!", "not a zip")])
-def test_lightning_bad_last_ckpt_falls_back(bad, why):
-    fs = MemFS({"/l/last.ckpt": bad, "/l/epoch=0-step=100.ckpt": ZIP, "/l/epoch=0-step=50.ckpt": ZIP})
-    r = ckpt.latest("/l", fs)
-    assert (r.path, r.step) == ("/l/epoch=0-step=100.ckpt", 100)
-    assert why in r.skipped[0].reason
-
-
-def test_lightning_last_symlink_gives_step():
-    fs = MemFS({"/l/last.ckpt": ZIP, "/l/epoch=1-step=300.ckpt": ZIP},
-               links={"/l/last.ckpt": "epoch=1-step=300.ckpt"})
-    assert ckpt.latest("/l", fs).step == 300
-
-
 # --- the writer, on the real filesystem ---------------------------------------------------------
 
 def test_write_checkpoint_round_trip(tmp_path):
@@ -300,7 +269,7 @@ def test_cli_latest_plain_json_and_exit_codes(tmp_path):
     runner = CliRunner()
     d = str(tmp_path)
     r = runner.invoke(cli, ["ckpt", "latest", d])
-    assert r.exit_code == 1 and "no known layout" in r.output
+    assert r.exit_code == 1 and "no checkpoint" in r.output
     ckpt.write_checkpoint(d, 10, {"a": b"x"})
     os.makedirs(os.path.join(d, "step_000020"))
     r = runner.invoke(cli, ["ckpt", "latest", d])
@@ -331,15 +300,6 @@ def test_unreadable_candidate_is_skipped():
     fs = BrokenFS({**ours("/c", 1, {"a": b"x"}), **ours("/c", 2, {"a": b"y"})}, {"/c/step_000002"})
     r = ckpt.latest("/c", fs)
     assert r.step == 1 and not r.error and "unreadable" in r.skipped[0].reason
-
-
-def test_lightning_sharded_directory_checkpoint():
-    fs = MemFS({"/l/last.ckpt/.metadata": b"__0_0.distcp", "/l/last.ckpt/__0_0.distcp": b"a",
-                "/l/epoch=0-step=10.ckpt": ZIP})
-    assert ckpt.latest("/l", fs).path == "/l/last.ckpt"
-    fs = MemFS({"/l/last.ckpt/__0_0.distcp": b"a", "/l/epoch=0-step=10.ckpt": ZIP})   # no .metadata yet
-    r = ckpt.latest("/l", fs)
-    assert r.path == "/l/epoch=0-step=10.ckpt" and "no .metadata" in r.skipped[0].reason
 
 
 def test_unreadable_directory_exit_4_in_cli_and_the_starter_refuses_to_start(tmp_path, monkeypatch):
