@@ -105,6 +105,8 @@ def test_falls_back_to_scontrol_o_where_json_is_missing():
     class OldSlurm(SlurmClient):
         def _run(self, argv, check=True, **kwargs):
             calls.append(list(argv))
+            if argv == ["scontrol", "--version"]:
+                return Result(tuple(argv), 0, "slurm 20.11.9\n", "", 0.0)
             if "--json" in argv:
                 return Result(tuple(argv), 1, "", "sinfo: unrecognized option '--json'", 0.0)
             return Result(tuple(argv), 0, (data / "scontrol_show_node.txt").read_text(), "", 0.0)
@@ -112,4 +114,5 @@ def test_falls_back_to_scontrol_o_where_json_is_missing():
     c = OldSlurm()
     assert c.node("gpu003").reason.startswith("slurm-ft: XID79")
     assert c.node("gpu002").flags == {"DRAIN"}
-    assert calls == [["sinfo", "--json"], ["scontrol", "show", "node", "-o"], ["scontrol", "show", "node", "-o"]]
+    assert calls == [["scontrol", "--version"], ["sinfo", "--json"], ["scontrol", "show", "node", "-o"],
+                     ["scontrol", "show", "node", "-o"]]
