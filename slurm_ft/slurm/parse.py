@@ -41,21 +41,21 @@ CpusPerTask Container ContainerID HetJobId HetJobOffset HetJobIdSet Partitions
 ReqTRES AllocTRES Exclusive LicensesAlloc SubmitLine ExpeditedRequeue
 """.split())   # (last line: keys 24.11 and 26.05 add, from tests/data/slurm/<version>/)
 
-# The same keys in the order 22.05 prints them (slurm/src/api/job_info.c): a job record's free text
+# The same keys in the order Slurm prints them (slurm/src/api/job_info.c; 24.11 and 26.05 insert theirs): a job record's free text
 # (JobName, Command, Comment, ...) is the user's, so the fields are told apart by this order too.
 JOB_ORDER = tuple("""
 JobId ArrayJobId ArrayTaskId ArrayTaskThrottle HetJobId HetJobOffset HetJobIdSet JobName UserId GroupId
 MCS_label Priority Nice Account QOS JobState Reason Dependency Requeue Restarts BatchFlag Reboot ExitCode
 DerivedExitCode RunTime TimeLimit TimeMin SubmitTime EligibleTime AccrueTime StartTime EndTime Deadline
 SuspendTime SecsPreSuspend LastSchedEval Scheduler Partition Partitions AllocNode:Sid ReqNodeList
-ExcNodeList NodeList BatchHost NumNodes NumCPUs NumTasks CPUs/Task CpusPerTask ReqB:S:C:T TRES Socks/Node
+ExcNodeList NodeList BatchHost NumNodes NumCPUs NumTasks CPUs/Task CpusPerTask ReqB:S:C:T ReqTRES AllocTRES TRES Socks/Node
 NtasksPerN:B:S:C CoreSpec Nodes CPU_IDs Mem GRES MinCPUsNode MinMemoryNode MinMemoryCPU MinTmpDiskNode
-Features Prefer DelayBoot Reservation OverSubscribe Contiguous Licenses Network Command WorkDir
-AdminComment SystemComment Comment StdErr StdIn StdOut Power CpusPerTres MemPerTres TresBind TresFreq
+Features Prefer DelayBoot Reservation OverSubscribe Exclusive Contiguous Licenses LicensesAlloc Network Command SubmitLine WorkDir
+AdminComment SystemComment Comment StdErr StdIn StdOut ExpeditedRequeue Power CpusPerTres MemPerTres TresBind TresFreq
 TresPerJob TresPerNode TresPerTask MailUser MailType ReqNodes ExcNodes KillOInInvalidDependent Container
 ContainerID
 """.split())
-JOB_FREE_TEXT = frozenset("JobName Command WorkDir AdminComment SystemComment Comment StdErr StdIn StdOut "
+JOB_FREE_TEXT = frozenset("JobName Command SubmitLine WorkDir AdminComment SystemComment Comment StdErr StdIn StdOut "
                           "Container".split())
 _MAX_CANDIDATES = 1000    # ` Key=` spots in one record; more is not a record Slurm printed
 

@@ -11,11 +11,15 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from slurm_ft.config import load_config
 from slurm_ft.lab import fake_nvml, inject
+from slurm_ft.lifecycle import breaker, guard
+from slurm_ft.model import Node
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "gpu001"
@@ -71,6 +75,9 @@ def test_prolog_hook_from_a_venv_reads_the_gpus_through_pynvml(venv, lab):
     assert ok.returncode == 0, ok.stderr
     # a fault only NVML sees (no kernel-log line): the hook fails the job only if pynvml ran
     inject.inject(lab, NODE, "ecc_dbe", gpu=2, log=False)
+    # the fleet count a health check would have saved (a prolog cannot ask Slurm): room to drain
+    fleet = [Node(f"gpu{i:03d}", "IDLE") for i in range(1, 65)]
+    guard.save_view(load_config(str(lab / "slurm-ft.yaml")), NODE, breaker.view(fleet, time.time()))
     bad = subprocess.run(hook, env=node_env(venv, lab), capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1, bad.stderr
     found = json.loads((lab / "nodes" / NODE / "state.json").read_text())["active"]
