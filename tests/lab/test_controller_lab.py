@@ -75,8 +75,9 @@ def test_empty_pool_job_waits_with_a_clear_reason_then_resumes_when_a_spare_retu
     once(lab, cfg, budget=20)
     [inc] = incidents(lab, cfg)
     assert inc["status"] == "waiting" and "waiting for a spare" in inc["note"]
-    job = lab.client.job(jid)
-    assert job.state == "PENDING" and job.restart_count == 1
+    # the held requeue's kill finishes in Slurm's own time (COMPLETING first): wait for it, do not race it
+    job = wait_job(lab, jid, "PENDING", timeout=60)
+    assert job.restart_count == 1
     show = subprocess.run(["scontrol", "show", "job", str(jid)], capture_output=True, text=True, env=lab.env).stdout
     assert "AdminComment=slurm-ft: waiting for a spare" in show
     once(lab, cfg, budget=10)                                     # still nothing: no loop, no second requeue
