@@ -54,7 +54,7 @@ def sha(path: Path) -> str:
 
 
 def test_ddp_job_saving_dcp_resumes_on_a_spare_from_its_newest_save(lab, cfg, work):
-    pytest.importorskip("torch")                    # the `torch` extra (CPU build): setup.sh installs it
+    pytest.importorskip("torch", reason="no torch in this venv: setup.sh found no build of the torch extra for this Python")
     ck, out = work / "ck", work / "job.out"
     # every other train node busy (a cheap sleep job): after the fault, the spare is the only place to run
     filler = submit_plain(lab, work, len(lab.train_nodes) - 2)

@@ -8,7 +8,7 @@ import pytest
 
 from slurm_ft.recovery import ckpt
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="no torch in this venv: setup.sh found no build of the torch extra for this Python")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 
