@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +47,7 @@ DIR_ENV = "SLURM_FT_LAB"
 INSTALL_HINT = "apt-get install -y slurm-wlm munge"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOOK_DIRS = {"prolog": "prolog.d", "epilog": "epilog.d", "healthcheck": "healthcheck"}
+MAX_NODES = 4096   # ports, and memory: ~2.5 MB per slurmd
 REQUIRED_PROGRAMS = ("slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel", "munged", "mungekey")
 MARKER_ENV = "SLURM_FT_LAB_DIR"   # set on every daemon we start: finds our leftover slurmstepd at down
 
@@ -62,12 +64,15 @@ class LabSpec:
     slurmd_timeout_s: int = 10      # a dead slurmd is NOT_RESPONDING after about this long
     job_hooks: bool = True          # Prolog/Epilog (prolog.d/, epilog.d/); False only to measure what
                                     # they cost a restart (bench/recovery.py --no-job-hooks)
+    fast_hooks: bool = False        # LAB ONLY: hooks skip the python check on a node whose fake GPUs
+                                    # are untouched (healthy state, empty kernel log): a 2,048-node job's
+                                    # 2,048 prologs would take minutes of the lab's CPU otherwise
 
     def validate(self) -> "LabSpec":
         if self.nodes < 1 or self.spares < 0:
             raise UsageError("the lab needs at least 1 node and 0 or more spares")
-        if self.nodes + self.spares > 999:
-            raise UsageError("the lab supports at most 999 nodes (gpu001..gpu999)")
+        if self.nodes + self.spares > MAX_NODES:
+            raise UsageError(f"the lab supports at most {MAX_NODES} nodes (gpu0001..gpu{MAX_NODES})")
         if not 1 <= self.gpus_per_node <= 64:
             raise UsageError(f"--gpus-per-node must be 1..64, not {self.gpus_per_node}")
         if not 1024 <= self.port_base <= 65535 - (self.nodes + self.spares):
@@ -77,11 +82,13 @@ class LabSpec:
     @property
     def shape(self) -> tuple:
         """What a running lab must match for `up` to reuse it."""
-        return (self.nodes, self.spares, self.gpus_per_node, self.port_base, self.job_hooks)
+        return (self.nodes, self.spares, self.gpus_per_node, self.port_base, self.job_hooks, self.fast_hooks)
 
     @property
     def node_names(self) -> List[str]:
-        return [f"gpu{i:03d}" for i in range(1, self.nodes + self.spares + 1)]
+        total = self.nodes + self.spares
+        width = 3 if total <= 999 else 4     # names that sort; small labs keep gpu001
+        return [f"gpu{i:0{width}d}" for i in range(1, total + 1)]
 
     @property
     def train_nodes(self) -> List[str]:
@@ -242,6 +249,8 @@ class Lab:
             # a fresh start means healthy GPUs too: no fault injected into an earlier run survives
             if init_node is not None:
                 init_node(self.dir, n, spec.gpus_per_node)
+                if spec.fast_hooks:     # what "untouched" means for the fast hooks' cmp
+                    shutil.copyfile(self.dir / "nodes" / n / "nvml.state", self.dir / "nodes" / n / "nvml.healthy")
             else:
                 (self.dir / "nodes" / n).mkdir(exist_ok=True)
                 atomic_write(self.dir / "nodes" / n / "kmsg", "")
@@ -321,6 +330,10 @@ PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} D
         # Every slurmd runs HealthCheckProgram as it starts: 68 python processes at once would make
         # `up` crawl, so `up` pauses the health check until all nodes are idle.
         pause = f"[ -e {self._health_pause} ] && exit 0\n" if repo_dir == "healthcheck" else ""
+        if self.spec.fast_hooks:   # lab only: nothing injected on this node, so nothing to find
+            n = f"{d}/nodes/$SLURMD_NODENAME"
+            pause += (f'[ -n "$SLURMD_NODENAME" ] && [ ! -s {n}/kmsg ] && cmp -s {n}/nvml.state {n}/nvml.healthy '
+                      f'&& exit 0\n')
         return f"""\
 #!/bin/sh
 # Written by `slurm-ft lab up`: runs {REPO_ROOT}/{repo_dir}/* in name order with the lab's
@@ -405,6 +418,22 @@ lifecycle:
         if pid is None:
             raise UsageError(f"slurmd of {node} is not running")
         os.kill(pid, sig)
+        return pid
+
+    def stop_slurmd(self, node: str, seconds: float) -> int:
+        """Stop one node's slurmd (SIGSTOP) for `seconds`, then continue it: to slurmctld the node stops
+        answering, as in a network partition or a hung host, while its job steps run on. A detached
+        helper sends the SIGCONT, so the caller returns at once."""
+        if not 0 < seconds <= 86400:
+            raise UsageError(f"--unresponsive takes 0 < SECONDS <= 86400, not {seconds:g}")
+        pid = self.kill_slurmd(node, signal.SIGSTOP)
+        code = ("import os, sys, time\n"
+                "time.sleep(float(sys.argv[2]))\n"
+                "pid = int(sys.argv[1])\n"
+                "try:\n    cmd = open(f'/proc/{pid}/cmdline', 'rb').read()\nexcept OSError:\n    sys.exit(0)\n"
+                "if b'slurmd' in cmd:\n    os.kill(pid, 18)\n")
+        subprocess.Popen([sys.executable, "-c", code, str(pid), str(seconds)], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return pid
 
     def start_slurmds(self) -> None:

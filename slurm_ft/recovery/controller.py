@@ -23,6 +23,7 @@ from slurm_ft.config import Config
 from slurm_ft.errors import Busy, CommandError, SlurmFTError
 from slurm_ft.model import Incident, Step
 from slurm_ft.recovery import journal as jn
+from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.plan import Policy, fault_time, plan
 from slurm_ft.recovery.snapshot import Snapshot
 from slurm_ft.recovery.tag import decode
@@ -68,6 +69,9 @@ class Controller:
         self._crash = _parse_crash(os.environ.get(CRASH_ENV, ""))
         self._seen_at: Optional[float] = None   # when the snapshot the current steps come from was read
         self._breaker_said = False
+        self._seen: Dict[str, out.Seen] = {}     # outage.track: who stopped/started answering, when
+        self._watching_since = clock()
+        self._alerted: Dict[str, str] = {}       # alert key -> last text logged (loud once per change)
 
     # --- observe -----------------------------------------------------------------------------------
 
@@ -80,8 +84,33 @@ class Controller:
             spec = decode(j.comment)
             if spec is not None:
                 specs[j.job_id] = spec
+        now = self.clock()
+        p = self.policy
+        self._seen = out.track(self._seen, nodes, now, horizon_s=p.wave_window_s + p.wave_settle_s + 3600)
+        counted, limit = self._out_of_service(nodes, now)
         return Snapshot.of(nodes, jobs, parts, specs=specs, breaker_open=self._breaker_open(),
-                           taken_at=self.clock())
+                           taken_at=now, seen=dict(self._seen), watching_since=self._watching_since,
+                           out_counted=counted, out_limit=limit)
+
+    def _out_of_service(self, nodes, now: float):
+        """The drain-rate breaker's count (its journal plus slurm-ft drains Slurm shows) and its limit:
+        the plan charges each quarantine against it (outage.breaker_room)."""
+        try:
+            from slurm_ft.lifecycle import breaker as brk, guard
+            from slurm_ft.lifecycle.store import Store
+        except ImportError:
+            return frozenset(), 0
+        lc = self.config.lifecycle
+        try:
+            with Store(self.config.state_dir) as store:
+                state = store.breaker_state()
+        except SlurmFTError:
+            return frozenset(), 0
+        counted = set(brk.in_window(state, now, lc.breaker_window_s))
+        counted.update(n for n, t in guard.recent_drains(nodes, now)
+                       if t >= state.reset_at and now - t <= lc.breaker_window_s)
+        cap = brk.limit(len(nodes), lc.breaker_max_share, lc.breaker_max_nodes)
+        return frozenset(counted), (0 if cap >= 1 << 30 else cap)
 
     def _breaker_open(self) -> bool:
         """The lifecycle drain-rate breaker (issue 6): while it is open no new recovery starts.
@@ -117,6 +146,8 @@ class Controller:
             self._seen_at = snap.taken_at     # read after the jobs: what it shows happened before
             incidents = jn.state(self.conn, snap.taken_at)
             steps = plan(snap, incidents, self.policy, snap.taken_at)
+            self._alert([s for s in steps if s.kind == "alert"])
+            steps = [s for s in steps if s.kind != "alert"]
             acts = [s for s in steps if s.kind not in WAITING]
             failed = False
             for step in acts:
@@ -136,6 +167,18 @@ class Controller:
                 self._await_job_change(snap, steps)
         result.elapsed_s = self.clock() - start
         return result
+
+    def _alert(self, alerts: List[Step]) -> None:
+        """Loud, once per change: a wave of unresponsive nodes, a quarantine the breaker refused."""
+        keys = {}
+        for a in alerts:
+            key = "wave" if a.job_id == 0 else f"job{a.job_id}"
+            keys[key] = a.reason
+            if self._alerted.get(key) != a.reason:
+                log.error("ALERT: %s", a.reason)
+        for key in set(self._alerted) - set(keys):
+            log.warning("alert over: %s", self._alerted[key])
+        self._alerted = keys
 
     def _await_job_change(self, snap: Snapshot, steps: List[Step]) -> None:
         """Only waits left, and every wait is on a job (its requeue, its epilogs, its scheduling): re-read
@@ -169,6 +212,8 @@ class Controller:
                 log.warning("job %s: not opening an incident: %s", step.job_id, exc)
                 return "failed"
             return "ok"
+        if step.kind == "restore":
+            return self._restore_node(step, now)
         inc = _one(jn.incidents(self.conn, job_id=step.job_id, open_only=True))
         if inc is None or inc.id != step.incident_id:
             return "skipped"        # closed meanwhile (another cycle got there first)
@@ -209,6 +254,26 @@ class Controller:
         if self.on_step:
             self.on_step(step, "ok", step.reason, now)
 
+    def _restore_node(self, step: Step, now: float) -> str:
+        """Put back a node quarantined for not answering (outage.restorable, checked again on a fresh read)."""
+        name = step.nodes[0]
+        try:
+            node = self.client.node(name)
+            if not out.restorable(node, self._seen.get(name), self._watching_since, self.clock(),
+                                  self.policy.restore_after_s):
+                return "skipped"
+            part = self.client.partition(step.partition)      # a fresh read just before the write
+            if name not in part.nodes:                         # first in, then resumed: never in neither
+                self._set_partition(part.name, list(part.nodes) + [name])
+            self.client.resume([name])
+        except SlurmFTError as exc:
+            log.warning("restore %s failed: %s", name, exc)
+            return "failed"
+        log.warning("restored %s into %s: %s (incident %s)", name, step.partition, step.reason, step.incident_id)
+        if self.on_step:
+            self.on_step(step, "ok", step.reason, self.clock())
+        return "ok"
+
     def _progress(self, ckpt_dir: str) -> Optional[int]:
         if not ckpt_dir:
             return None
@@ -229,13 +294,8 @@ class Controller:
     def _quarantine(self, step: Step, inc: Incident):
         failed = set(inc.nodes)
         moved = []
-        for part in self.client.partitions():       # a fresh read just before each write
-            if not self.policy.is_job_partition(part.name) or not failed & set(part.nodes):
-                continue
-            keep = [n for n in part.nodes if n not in failed]
-            self._set_partition(part.name, keep)
-            moved.append(part.name)
-        drained, refused = [], []
+        # Ask the fleet-wide breaker before the node leaves the partition: a refused one stays put.
+        drained, refused, refused_nodes = [], [], set()
         for node in self.client.nodes(list(inc.nodes)):
             if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
                 seen = next((f.split(": ", 1)[1] for f in inc.faults if f.startswith(node.name + ": ")), node.state)
@@ -246,6 +306,14 @@ class Controller:
                     drained.append(node.name)
                 else:
                     refused.append(f"{node.name} not drained: {why}")
+                    refused_nodes.add(node.name)
+        failed -= refused_nodes
+        for part in self.client.partitions():       # a fresh read just before each write
+            if not self.policy.is_job_partition(part.name) or not failed & set(part.nodes):
+                continue
+            keep = [n for n in part.nodes if n not in failed]
+            self._set_partition(part.name, keep)
+            moved.append(part.name)
         if not moved and not drained and not refused:
             return "skipped", "already out of the job partitions"
         return "ok", "; ".join([f"{compress(sorted(failed))} out of {','.join(moved) or '-'}"]

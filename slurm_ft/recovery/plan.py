@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from slurm_ft.model import Incident, Job, Node, Step
+from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.snapshot import Snapshot
 
 FAIL_PREFIX = "slurm-ft:"
@@ -52,11 +53,21 @@ class Policy:
     # More than this share of all nodes DOWN/NOT_RESPONDING at once is Slurm's outage (slurmctld just
     # restarted, the network), not failing GPUs: no new recoveries until it passes.
     outage_share: float = 0.5
+    # An outage is not a fault (outage.py): NOT_RESPONDING is a fault after a grace; a wave (this many
+    # nodes stopping within the window) holds its members back and alerts; wrong quarantines come back.
+    unresponsive_grace_s: float = 60.0
+    wave_nodes: int = 8
+    wave_window_s: float = 120.0
+    wave_settle_s: float = 60.0
+    restore_after_s: float = 30.0
 
     @classmethod
     def from_config(cls, cc) -> "Policy":
         return cls(spare_partition=cc.spare_partition, job_partitions=tuple(cc.job_partitions),
-                   slurm_fault_reasons=tuple(cc.slurm_fault_reasons), running_timeout_s=cc.running_timeout_s)
+                   slurm_fault_reasons=tuple(cc.slurm_fault_reasons), running_timeout_s=cc.running_timeout_s,
+                   unresponsive_grace_s=cc.unresponsive_grace_s, wave_nodes=cc.wave_nodes,
+                   wave_window_s=cc.wave_window_s, wave_settle_s=cc.wave_settle_s,
+                   restore_after_s=cc.restore_after_s)
 
     def is_job_partition(self, name: str) -> bool:
         if name == self.spare_partition:
@@ -124,16 +135,46 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
     pool = spare_pool(snap, policy, taken, faults)
     for inc in sorted(open_, key=lambda i: i.id):
         steps.extend(_advance(inc, snap, incidents, policy, now, pool))
+    wave = out.wave(snap.seen, now, nodes=policy.wave_nodes, window_s=policy.wave_window_s,
+                    settle_s=policy.wave_settle_s)
+    if wave:
+        steps.append(Step("alert", 0, nodes=wave.still_out, reason=wave.describe(now)))
+    hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=wave)
     if not snap.breaker_open and not outage(snap, policy):
         busy = {i.job_id for i in open_}
         claimed = {n for i in open_ for n in i.nodes}
+        counted = set(snap.out_counted)
         for job in sorted(snap.jobs.values(), key=lambda j: j.job_id):
             if job.job_id in busy or job.job_id not in snap.specs:
                 continue
-            step = _detect(job, snap, incidents, policy, claimed)
+            step = _detect(job, snap, incidents, policy, claimed | hold)
             if step:
+                # a node a check drained is out already (that drain counted): only the rest cost
+                why = out.breaker_room(counted, [n for n in step.nodes if not snap.nodes[n].drained],
+                                       snap.out_limit)
+                if why:
+                    steps.append(Step("alert", job.job_id, nodes=step.nodes, reason=f"job {job.job_id}: {why}"))
+                    continue
                 steps.append(step)
                 claimed.update(step.nodes)
+                counted.update(step.nodes)
+    steps.extend(_restores(snap, incidents, policy, now))
+    return steps
+
+
+def _restores(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
+    """Nodes a closed incident quarantined for not answering, answering again: back where they were."""
+    steps = []
+    in_use = {n for p in snap.partitions.values() for n in p.nodes
+              if p.name == policy.spare_partition or policy.is_job_partition(p.name)}
+    for name, inc in sorted(out.latest_incident_of(incidents).items()):
+        if inc.open or name in in_use:
+            continue
+        if out.restorable(snap.nodes.get(name), snap.seen.get(name), snap.watching_since, now,
+                          policy.restore_after_s):
+            steps.append(Step("restore", inc.job_id, incident_id=inc.id, nodes=(name,),
+                              partition=out.restore_target(inc, policy.spare_partition),
+                              reason=f"{name} answers again: quarantined for not answering, not for a fault"))
     return steps
 
 
