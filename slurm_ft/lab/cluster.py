@@ -80,6 +80,12 @@ class LabSpec:
         return self
 
     @property
+    def slim(self) -> bool:
+        """Each slurmd reads a slurm.conf naming only its own node (etc/nodes/): with the whole node
+        table every slurmd holds every node, O(nodes^2): 4 MB a slurmd, 8.6 GB at 2,112 nodes."""
+        return self.nodes + self.spares > 999
+
+    @property
     def shape(self) -> tuple:
         """What a running lab must match for `up` to reuse it."""
         return (self.nodes, self.spares, self.gpus_per_node, self.port_base, self.job_hooks, self.fast_hooks)
@@ -216,20 +222,52 @@ class Lab:
                 raise EnvironmentProblem(f"munged needs every directory above the lab searchable: "
                                          f"run `chmod o+x {parent}` or choose another --dir")
 
+    def _reserve_ports(self) -> bool:
+        """Keep the kernel from handing the lab's ports to clients (net.ipv4.ip_local_reserved_ports):
+        a 2,000-node lab lies in the ephemeral range, where every Slurm RPC on the host takes a port.
+        Best effort; True when the range was added now (old clients may still hold some ports)."""
+        first, last = self.spec.port_base, self.spec.port_base + len(self.spec.node_names)
+        path = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
+        try:
+            lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+            current = path.read_text().strip()
+        except (OSError, ValueError):
+            return False
+        if last < lo or first > hi:
+            return False
+        ranges = [r for r in current.split(",") if r]
+        for r in ranges:
+            a, _, b = r.partition("-")
+            if int(a) <= first and int(b or a) >= last:
+                return False
+        try:
+            path.write_text(",".join(ranges + [f"{first}-{last}"]) + "\n")
+        except OSError as exc:
+            log.warning("cannot reserve ports %d-%d for the lab (%s): a client may take one", first, last, exc)
+            return False
+        log.warning("reserved ports %d-%d for the lab (net.ipv4.ip_local_reserved_ports)", first, last)
+        return True
+
     def _check_ports(self) -> None:
+        deadline = time.monotonic() + (65.0 if self._reserve_ports() else 2.0)
         ports = {self.spec.port_base: "slurmctld"}
         for i, n in enumerate(self.spec.node_names, start=1):
             ports[self.spec.port_base + i] = f"slurmd {n}"
         for port, who in ports.items():
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind(("0.0.0.0", port))
-                except OSError as exc:
-                    if exc.errno == errno.EADDRINUSE:
-                        raise EnvironmentProblem(
-                            f"port {port} (for {who}) is in use; choose another --port-base") from None
-                    raise
+            # A port in the ephemeral range may be some client's for a while (a TIME_WAIT lasts 60 s):
+            # once reserved (_reserve_ports) no new client takes it, so wait for the old ones to end.
+            while True:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    try:
+                        s.bind(("0.0.0.0", port))
+                        break
+                    except OSError as exc:
+                        if exc.errno != errno.EADDRINUSE:
+                            raise
+                if time.monotonic() > deadline:
+                    raise EnvironmentProblem(f"port {port} (for {who}) is in use; choose another --port-base")
+                time.sleep(0.5)
 
     def _write_files(self) -> None:
         spec = self.spec
@@ -258,19 +296,38 @@ class Lab:
                 stale.unlink()
             (self.dir / "spool" / f"slurmd.{n}").mkdir(exist_ok=True)
         atomic_write(self.conf, self._slurm_conf())
-        atomic_write(self.dir / "etc" / "gres.conf",
-                     f"# written by slurm-ft lab\nAutoDetect=off\nNodeName={compress(spec.node_names)} "
-                     f"Name=gpu File={self.dir}/dev/nvidia[0-{spec.gpus_per_node - 1}]\n")
+        gres = (f"# written by slurm-ft lab\nAutoDetect=off\nNodeName={compress(spec.node_names)} "
+                f"Name=gpu File={self.dir}/dev/nvidia[0-{spec.gpus_per_node - 1}]\n")
+        atomic_write(self.dir / "etc" / "gres.conf", gres)
+        if spec.slim:
+            nodes_etc = self.dir / "etc" / "nodes"
+            nodes_etc.mkdir(mode=0o755, exist_ok=True)
+            atomic_write(nodes_etc / "gres.conf", gres)     # slurmd reads gres.conf next to its slurm.conf
+            head = "\n".join(line for line in self._slurm_conf().splitlines()
+                             if not line.startswith(("NodeName=", "PartitionName=")))
+            for i, n in enumerate(spec.node_names, start=1):
+                atomic_write(self.slurmd_conf(n), f"{head}\n{self._node_line(n, spec.port_base + i)}\n")
         for hook, repo_dir in HOOK_DIRS.items():
             atomic_write(self.dir / "hooks" / hook, self._hook_wrapper(repo_dir), mode=0o755)
         atomic_write(self.config_path, self._slurm_ft_yaml(), mode=0o644)
         self._build_fake_nvml()
+
+    def slurmd_conf(self, node: str) -> Path:
+        return self.dir / "etc" / "nodes" / f"{node}.conf" if self.spec.slim else self.conf
+
+    def _node_line(self, names: str, ports: object) -> str:
+        spec = self.spec
+        return (f"NodeName={names} NodeHostname=localhost Port={ports} CPUs={spec.cpus_per_node} RealMemory=64000 "
+                f"Gres=gpu:{spec.gpus_per_node} State=UNKNOWN")
 
     def _slurm_conf(self) -> str:
         spec, d = self.spec, self.dir
         names = compress(spec.node_names)
         first, last = spec.port_base + 1, spec.port_base + len(spec.node_names)
         host = socket.gethostname().split(".")[0]
+        # A slim lab's slurmds know only their own node: slurmctld talks to each one directly (no
+        # forwarding through other slurmds), and the differing conf hashes are expected.
+        slim = "TreeWidth=65533\nDebugFlags=NO_CONF_HASH\n" if spec.slim else ""
         hooks = (f"PrologFlags=Alloc\nProlog={d}/hooks/prolog\nEpilog={d}/hooks/epilog\n" if spec.job_hooks
                  else "# No Prolog/Epilog: a lab for measuring what they cost (LabSpec.job_hooks=False)\n")
         return f"""\
@@ -319,7 +376,7 @@ HealthCheckInterval={spec.health_interval_s}
 HealthCheckNodeState=ANY,CYCLE
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
-NodeName={names} NodeHostname=localhost Port=[{first}-{last}] CPUs={spec.cpus_per_node} RealMemory=64000 Gres=gpu:{spec.gpus_per_node} State=UNKNOWN
+{slim}{self._node_line(names, f"[{first}-{last}]")}
 PartitionName=train Nodes={compress(spec.train_nodes)} Default=YES MaxTime=INFINITE State=UP
 PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} Default=NO MaxTime=INFINITE State=UP
 """
@@ -460,7 +517,7 @@ lifecycle:
         env = self._daemon_env()
 
         def start(node: str) -> None:
-            run(["slurmd", "-f", self.conf, "-N", node], timeout=30, env=env)
+            run(["slurmd", "-f", self.slurmd_conf(node), "-N", node], timeout=30, env=env)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(start, missing))
@@ -635,7 +692,8 @@ def _is_our_process(pid: int, name: str, lab: Lab) -> bool:
         return False
     if name == "munged":
         return any(str(lab.munge_socket) in a for a in argv)
-    return str(lab.conf) in argv
+    nodes_etc = str(lab.dir / "etc" / "nodes") + "/"
+    return any(a == str(lab.conf) or a.startswith(nodes_etc) for a in argv)
 
 
 def _leftover_steps(directory: Path) -> List[int]:

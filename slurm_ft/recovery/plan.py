@@ -327,6 +327,11 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
         return [Step("start", **base, hold=True, reason=f"release ({job.reason or 'held'}) and StartTime=now")]
     eligible = parse_slurm_time(job.eligible_time)
     if job.reason == "BeginTime" or (eligible is not None and eligible > now + 1.0):
+        wait = _completing(inc, snap, now, policy)
+        if wait:    # StartTime=now sent while the old run's epilogs run does not stick: say so, send it once after
+            if not inc.note.startswith("waiting for Slurm"):
+                return [Step("note", **base, reason=wait)]
+            return [Step("poll", **base, reason=wait)]
         # Only once Slurm shows the requeue finished: StartTime=now sent earlier does not stick.
         return [Step("start", **base, reason="StartTime=now: skip Slurm's requeue delay")]
     started = inc.step("start")
@@ -334,6 +339,23 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if waited > policy.running_timeout_s and "not running after" not in inc.note:
         return [Step("note", **base, reason=f"not running after {waited:.0f} s: pending ({job.reason})")]
     return [Step("poll", **base, reason=f"pending ({job.reason})")]
+
+
+def _completing(inc: Incident, snap: Snapshot, now: float, policy: Policy) -> str:
+    """What Slurm is still finishing of the old run: its nodes' epilogs (COMPLETING in the job's
+    partition), or "" when nothing (or when that has lasted past running_timeout_s: start anyway)."""
+    part = snap.partitions.get(inc.partition)
+    if part is None:
+        return ""
+    busy = [n for n in part.nodes if n in snap.nodes and "COMPLETING" in snap.nodes[n].flags]
+    if not busy:
+        return ""
+    requeue = inc.step("requeue")
+    since = (requeue.done_at or requeue.intent_at) if requeue else inc.opened_at
+    if now - since > policy.running_timeout_s:
+        return ""
+    return (f"waiting for Slurm to complete job {inc.job_id}'s old run: epilogs on {len(busy)} node(s), "
+            f"COMPLETING since the requeue {now - since:.0f} s ago")
 
 
 def _swapped(inc: Incident, snap: Snapshot, policy: Policy) -> bool:
