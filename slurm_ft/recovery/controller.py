@@ -316,8 +316,10 @@ class Controller:
             moved.append(part.name)
         if not moved and not drained and not refused:
             return "skipped", "already out of the job partitions"
-        return "ok", "; ".join([f"{compress(sorted(failed))} out of {','.join(moved) or '-'}"]
-                               + ([f"drained {compress(drained)}"] if drained else []) + refused)
+        # a node the breaker refused stays in its partition: the step is not done (retried, not looped on)
+        return ("failed" if refused_nodes else "ok"), "; ".join(
+            [f"{compress(sorted(failed)) if failed else '-'} out of {','.join(moved) or '-'}"]
+            + ([f"drained {compress(drained)}"] if drained else []) + refused)
 
     def _swap(self, step: Step, inc: Incident):
         pool_name = self.policy.spare_partition
