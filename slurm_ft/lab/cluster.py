@@ -566,7 +566,8 @@ lifecycle:
                 raise EnvironmentProblem(
                     f"lab in {self.dir}: {len(busy)} node(s) not {'up' if busy_ok else 'idle'} after "
                     f"{timeout:g} s ({sample}); see {self.dir}/log/")
-            time.sleep(0.2)
+            # each sinfo of a 2,000-node lab costs slurmctld and sinfo ~0.3 CPU-s: poll a big lab gently
+            time.sleep(max(0.2, len(want) / 1000))
 
     # --- down ---------------------------------------------------------------------------------------
     def down(self, quiet: bool = False, timeout: float = 15.0) -> List[int]:
