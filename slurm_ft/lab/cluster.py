@@ -286,7 +286,7 @@ class Lab:
         for n in spec.node_names:
             # a fresh start means healthy GPUs too: no fault injected into an earlier run survives
             if init_node is not None:
-                init_node(self.dir, n, spec.gpus_per_node)
+                init_node(self.dir, n, spec.gpus_per_node, durable=False)
                 if spec.fast_hooks:     # what "untouched" means for the fast hooks' cmp
                     shutil.copyfile(self.dir / "nodes" / n / "nvml.state", self.dir / "nodes" / n / "nvml.healthy")
             else:
@@ -305,8 +305,8 @@ class Lab:
             atomic_write(nodes_etc / "gres.conf", gres)     # slurmd reads gres.conf next to its slurm.conf
             head = "\n".join(line for line in self._slurm_conf().splitlines()
                              if not line.startswith(("NodeName=", "PartitionName=")))
-            for i, n in enumerate(spec.node_names, start=1):
-                atomic_write(self.slurmd_conf(n), f"{head}\n{self._node_line(n, spec.port_base + i)}\n")
+            for i, n in enumerate(spec.node_names, start=1):   # before any daemon reads them: no fsync each
+                self.slurmd_conf(n).write_text(f"{head}\n{self._node_line(n, spec.port_base + i)}\n")
         for hook, repo_dir in HOOK_DIRS.items():
             atomic_write(self.dir / "hooks" / hook, self._hook_wrapper(repo_dir), mode=0o755)
         atomic_write(self.config_path, self._slurm_ft_yaml(), mode=0o644)
