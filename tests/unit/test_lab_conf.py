@@ -39,10 +39,18 @@ def test_node_names_and_partitions():
     assert spec.spare_nodes == ["gpu065", "gpu066", "gpu067", "gpu068"]
 
 
+def test_fleet_size_names_sort_and_small_labs_keep_theirs():
+    spec = LabSpec(nodes=2048, spares=64, port_base=40000).validate()
+    names = spec.node_names
+    assert names[0] == "gpu0001" and spec.spare_nodes[0] == "gpu2049" and names[-1] == "gpu2112"
+    assert sorted(names) == names and len(set(names)) == 2112
+    assert LabSpec(nodes=995, spares=4).validate().node_names[-1] == "gpu999"
+
+
 @pytest.mark.parametrize("kwargs, why", [
     ({"nodes": 0}, "at least 1 node"),
     ({"spares": -1}, "at least 1 node"),
-    ({"nodes": 999, "spares": 1}, "at most 999"),
+    ({"nodes": 4096, "spares": 1}, "at most 4096"),
     ({"gpus_per_node": 0}, "gpus-per-node"),
     ({"port_base": 65500}, "leaves no room"),
     ({"port_base": 80}, "leaves no room"),
@@ -119,3 +127,26 @@ def test_wait_idle_skips_nodes_in_no_partition():
     busy = {"gpu001": "allocated", "gpu002": "drained", "gpu003": "unknown*"}
     assert cluster.nodes_not_ready(want, busy, busy_ok=True) == ["gpu003"]
     assert cluster.nodes_not_ready(want, busy) == want
+
+
+def test_fast_hooks_skip_only_untouched_nodes(tmp_path, monkeypatch):
+    """LAB ONLY fast hooks: no python check on a node whose fake GPUs nobody touched; any injected
+    change (kernel log line, NVML state) runs the real hook."""
+    fast = cluster.Lab(tmp_path / "lab", cluster.LabSpec(fast_hooks=True))
+    repo, wrapper = _wrapper(fast, tmp_path, monkeypatch)
+    (repo / "prolog.d").mkdir(parents=True)
+    (repo / "prolog.d" / "check").write_text("#!/bin/sh\nexit 1\n")
+    (repo / "prolog.d" / "check").chmod(0o755)
+    node = fast.dir / "nodes" / "gpu0007"
+    node.mkdir(parents=True)
+    (node / "kmsg").write_text("")
+    (node / "nvml.state").write_text("healthy\n")
+    (node / "nvml.healthy").write_text("healthy\n")
+    env = {"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "gpu0007"}
+    assert subprocess.run([str(wrapper)], timeout=10, env=env).returncode == 0
+    (node / "kmsg").write_text("6,1,1,-;NVRM: Xid (PCI:0000:18:00): 79\n")
+    assert subprocess.run([str(wrapper)], timeout=10, env=env).returncode == 1
+    (node / "kmsg").write_text("")
+    (node / "nvml.state").write_text("lost\n")
+    assert subprocess.run([str(wrapper)], timeout=10, env=env).returncode == 1
+    assert "nvml.healthy" not in cluster.Lab(tmp_path / "lab2", cluster.LabSpec())._hook_wrapper("prolog.d")
