@@ -2,8 +2,10 @@
 GPUs), an XID 79 on one of its nodes, recovered onto a spare, and nothing else touched.
 
 Its own lab (the session lab has 64 + 4 nodes): $SLURM_FT_TEST_LAB_DIR-fleet, ports from
-$SLURM_FT_TEST_FLEET_PORT_BASE (default $SLURM_FT_TEST_PORT_BASE + 3000; 2,113 of them), brought up with
-the lab-only fast hooks and taken down at the end. A few minutes on two cores."""
+$SLURM_FT_TEST_FLEET_PORT_BASE (default $SLURM_FT_TEST_PORT_BASE + 1000, or just below the kernel's
+ephemeral port range when that would reach into it; 2,113 of them), brought up with the lab-only fast
+hooks and taken down at the end. Marked slow: not in the default `pytest -q tests` (setup.cfg); run it
+with `pytest -m slow tests/lab/test_fleet_lab.py`. Several minutes on two cores."""
 from __future__ import annotations
 
 import json
@@ -18,12 +20,28 @@ import yaml
 from conftest import TEST_LAB_DIR, TEST_PORT_BASE
 from ctl_helpers import PY
 from slurm_ft.errors import EnvironmentProblem
-from slurm_ft.lab.cluster import INSTALL_HINT, Lab, LabSpec, check_environment
+from slurm_ft.lab.cluster import INSTALL_HINT, Lab, LabSpec, check_environment, ephemeral_port_range
 from slurm_ft.slurm.client import SlurmClient
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-FLEET_PORT_BASE = int(os.environ.get("SLURM_FT_TEST_FLEET_PORT_BASE", str(TEST_PORT_BASE + 3000)))
+FLEET_PORTS = 2048 + 64 + 1          # slurmctld and one per slurmd
+
+
+def _fleet_port_base() -> int:
+    """$SLURM_FT_TEST_FLEET_PORT_BASE, else $SLURM_FT_TEST_PORT_BASE + 1000, moved down below the kernel's
+    ephemeral range when it would reach into it (lab up refuses such a range; it never changes the host's
+    net.ipv4 settings). E.g. session lab 28000, ephemeral from 32768: 29000..31112."""
+    if "SLURM_FT_TEST_FLEET_PORT_BASE" in os.environ:
+        return int(os.environ["SLURM_FT_TEST_FLEET_PORT_BASE"])
+    base = TEST_PORT_BASE + 1000
+    rng = ephemeral_port_range()
+    if rng is not None and base <= rng[1] and base + FLEET_PORTS > rng[0]:
+        base = rng[0] - FLEET_PORTS - 16
+    return base
+
+
+FLEET_PORT_BASE = _fleet_port_base()
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +50,11 @@ def fleet():
         check_environment()
     except EnvironmentProblem as exc:
         pytest.fail(f"the lab tests need Slurm and munge, as root: {exc} (install: {INSTALL_HINT})", pytrace=False)
+    session = range(TEST_PORT_BASE, TEST_PORT_BASE + 70)      # the session lab's 64 + 4 nodes
+    if FLEET_PORT_BASE < 1024 or (FLEET_PORT_BASE < session.stop and FLEET_PORT_BASE + FLEET_PORTS > session.start):
+        pytest.fail(f"no room for {FLEET_PORTS} lab ports from {FLEET_PORT_BASE} below the ephemeral range next to "
+                    f"the session lab's {session.start}..{session.stop - 1}: set SLURM_FT_TEST_FLEET_PORT_BASE",
+                    pytrace=False)
     lab = Lab(TEST_LAB_DIR + "-fleet", LabSpec(nodes=2048, spares=64, port_base=FLEET_PORT_BASE, fast_hooks=True))
     lab.down(quiet=True)
     lab.up(timeout=900)
