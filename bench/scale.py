@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_ft.config import load_config                            # noqa: E402
-from slurm_ft.lab.cluster import Lab, LabSpec                      # noqa: E402
+from slurm_ft.lab.cluster import Lab, LabSpec, ephemeral_port_range  # noqa: E402
 from slurm_ft.recovery import journal as jn                        # noqa: E402
 from slurm_ft.recovery.controller import Controller                # noqa: E402
 from slurm_ft.recovery.plan import plan                            # noqa: E402
@@ -100,10 +100,14 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", default="/tmp/slurm-ft-scale-lab")
-    ap.add_argument("--port-base", type=int, default=40000)
+    ap.add_argument("--port-base", type=int, default=None,
+                    help="default: just below the kernel's ephemeral port range (lab up refuses ports in it)")
     ap.add_argument("--keep", action="store_true", help="leave the lab up")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.port_base is None:
+        rng = ephemeral_port_range()
+        a.port_base = (rng[0] if rng else 32768) - (a.nodes + a.spares + 1) - 16
 
     lab = Lab(a.dir, LabSpec(nodes=a.nodes, spares=a.spares, port_base=a.port_base, fast_hooks=True))
     out: dict = {"nodes": a.nodes, "spares": a.spares, "gpus": (a.nodes + a.spares) * 8, "jobs": a.jobs}
