@@ -370,3 +370,20 @@ def test_a_wave_of_unresponsive_nodes_alerts_and_takes_nothing_out(tmp_path, cap
     assert jn.incidents(c.conn) == [] and not s.calls and len(s.p["train"]) == 12
     assert "ALERT: wave of unresponsive nodes: 9 stopped answering" in caplog.text
     assert "gpu[001-009]" in caplog.text
+
+
+def test_a_quarantine_asks_the_breaker_under_the_fleet_lock_before_the_partition_write(tmp_path, monkeypatch):
+    s = ModelSlurm()
+    s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", reason="Not responding")
+    c = make(tmp_path, s)
+    asked = []
+
+    def refuse(node, reason):
+        asked.append((node, tuple(s.p["train"]), c.membership._depth))
+        return False, "drain-rate breaker open"
+    monkeypatch.setattr(c, "_may_drain", refuse)
+    c.cycle(budget_s=1.0)
+    assert asked and asked[0][0] == "gpu003"
+    assert "gpu003" in asked[0][1] and asked[0][2] >= 1      # before the write, inside membership.locked()
+    assert "gpu003" in s.p["train"] and not s.n["gpu003"].drained      # refused: it stays put
+    assert jn.incidents(c.conn)[0].step("quarantine").outcome == "failed"
