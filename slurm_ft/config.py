@@ -92,6 +92,11 @@ class ControllerConfig:
     running_timeout_s: float = 120.0    # a requeued job not running after this long is noted on its incident
     read_progress: bool = True          # read the latest checkpoint step (max-restarts counts only no-progress faults)
     ckpt_scan_s: float = 5.0            # per job: a checkpoint scan not done by then holds that job (never others)
+    unresponsive_grace_s: float = 60.0  # NOT_RESPONDING (not DOWN) is a fault only after this long
+    wave_nodes: int = 8                 # this many nodes stopping within wave_window_s: an outage, not faults
+    wave_window_s: float = 120.0
+    wave_settle_s: float = 60.0         # a wave holds its members back until this long after the last came back
+    restore_after_s: float = 30.0       # a node quarantined for not answering returns after answering this long
 
 
 @dataclass(frozen=True)

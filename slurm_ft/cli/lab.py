@@ -62,8 +62,11 @@ def lab() -> None:
 @click.option("--health-interval", type=int,
               help="HealthCheckInterval in seconds, every node once per interval, cycled  [default: 300]")
 @click.option("--slurmd-timeout", type=int, help="SlurmdTimeout: a dead slurmd is NOT_RESPONDING after this  [default: 10]")
+@click.option("--fast-hooks/--full-hooks", default=None,
+              help="LAB ONLY: prolog, epilog and health check skip the python check on nodes with untouched fake "
+                   "GPUs (for 1,000+ node labs on a few cores)  [default: full]")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for every node to be idle.")
-def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slurmd_timeout, timeout) -> None:
+def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slurmd_timeout, fast_hooks, timeout) -> None:
     """Start the lab (a running one is left as it is) and wait until every node is idle.
 
     Options not given keep the values this lab directory was last brought up with.
@@ -71,7 +74,7 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
     from dataclasses import replace
     from slurm_ft.lab.cluster import Lab
     given = {"nodes": nodes, "spares": spares, "gpus_per_node": gpus_per_node, "port_base": port_base,
-             "health_interval_s": health_interval, "slurmd_timeout_s": slurmd_timeout}
+             "health_interval_s": health_interval, "slurmd_timeout_s": slurmd_timeout, "fast_hooks": fast_hooks}
     base = Lab(directory).spec                 # saved spec of this directory, or the defaults
     spec = replace(base, **{k: v for k, v in given.items() if v is not None})
     the_lab = Lab(directory, spec)

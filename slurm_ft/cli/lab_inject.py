@@ -33,12 +33,15 @@ _DIR_HELP = "Lab directory (default $SLURM_FT_LAB, else /tmp/slurm-ft-lab)."
 @click.option("--driver-unloaded", is_flag=True, help="nvmlInit fails with 'Driver Not Loaded' on the node.")
 @click.option("--proc", type=int, metavar="PID", help="A compute process that holds the GPU.")
 @click.option("--no-log", is_flag=True, help="Change the state only; write no kernel-log line.")
+@click.option("--unresponsive", type=float, metavar="SECONDS",
+              help="Stop the node's slurmd this long (SIGSTOP): a network partition or hung host to slurmctld.")
 @click.option("--dir", "labdir", metavar="PATH", help=_DIR_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print what was injected as JSON.")
 def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, remap_pending: bool, remap_failure: bool,
            nvlink_down: Optional[int], nvlink_errors: Optional[int], pcie_width: Optional[int], gpu_lost: bool,
            clock_event: Optional[str], slow: Optional[float], temp: Optional[int], hang: Optional[float],
-           recovery_action: Optional[str], driver_unloaded: bool, proc: Optional[int], no_log: bool, labdir: Optional[str], as_json: bool) -> None:
+           recovery_action: Optional[str], driver_unloaded: bool, proc: Optional[int], no_log: bool,
+           unresponsive: Optional[float], labdir: Optional[str], as_json: bool) -> None:
     """Inject one GPU fault into lab NODE: fake NVML state plus the driver's kernel-log line.
 
     \b
@@ -47,7 +50,18 @@ def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, remap_pending
       slurm-ft lab inject gpu010 --ecc-dbe
       slurm-ft lab inject gpu011 --gpu 5 --nvlink-down 3
       slurm-ft lab inject gpu012 --slow 0.5 --no-log
+      slurm-ft lab inject gpu013 --unresponsive 25
     """
+    if unresponsive is not None:
+        from slurm_ft.lab.cluster import Lab
+        the_lab = Lab(str(lab_inject.lab_dir(labdir)))
+        lab_inject.node_dir(the_lab.dir, node)          # an unknown node: the usual one-line error
+        pid = the_lab.stop_slurmd(node, unresponsive)
+        if as_json:
+            click.echo(json.dumps({"node": node, "fault": "unresponsive", "seconds": unresponsive, "slurmd_pid": pid}))
+        else:
+            click.echo(f"{node}: slurmd (pid {pid}) stopped for {unresponsive:g} s")
+        return
     chosen = [(name, value) for name, value in (
         ("xid", xid), ("ecc_dbe", ecc_dbe or None), ("remap_pending", remap_pending or None),
         ("remap_failure", remap_failure or None), ("nvlink_down", nvlink_down), ("nvlink_errors", nvlink_errors), ("pcie_width", pcie_width),

@@ -28,12 +28,13 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from slurm_ft.errors import CommandError, EnvironmentProblem, UsageError
 from slurm_ft.fsutil import atomic_write
@@ -48,8 +49,18 @@ DIR_ENV = "SLURM_FT_LAB"
 INSTALL_HINT = "apt-get install -y slurm-wlm munge"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOOK_DIRS = {"prolog": "prolog.d", "epilog": "epilog.d", "healthcheck": "healthcheck"}
+MAX_NODES = 4096   # ports, and memory: ~2.5 MB per slurmd
 REQUIRED_PROGRAMS = ("slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel", "munged", "mungekey")
 MARKER_ENV = "SLURM_FT_LAB_DIR"   # set on every daemon we start: finds our leftover slurmstepd at down
+
+
+def ephemeral_port_range() -> Optional[Tuple[int, int]]:
+    """The kernel's ephemeral (client) port range, (low, high); None where it cannot be read."""
+    try:
+        lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return None
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -64,12 +75,15 @@ class LabSpec:
     slurmd_timeout_s: int = 10      # a dead slurmd is NOT_RESPONDING after about this long
     job_hooks: bool = True          # Prolog/Epilog (prolog.d/, epilog.d/); False only to measure what
                                     # they cost a restart (bench/recovery.py --no-job-hooks)
+    fast_hooks: bool = False        # LAB ONLY: hooks skip the python check on a node whose fake GPUs
+                                    # are untouched (healthy state, empty kernel log): a 2,048-node job's
+                                    # 2,048 prologs would take minutes of the lab's CPU otherwise
 
     def validate(self) -> "LabSpec":
         if self.nodes < 1 or self.spares < 0:
             raise UsageError("the lab needs at least 1 node and 0 or more spares")
-        if self.nodes + self.spares > 999:
-            raise UsageError("the lab supports at most 999 nodes (gpu001..gpu999)")
+        if self.nodes + self.spares > MAX_NODES:
+            raise UsageError(f"the lab supports at most {MAX_NODES} nodes (gpu0001..gpu{MAX_NODES})")
         if not 1 <= self.gpus_per_node <= 64:
             raise UsageError(f"--gpus-per-node must be 1..64, not {self.gpus_per_node}")
         if not 1024 <= self.port_base <= 65535 - (self.nodes + self.spares):
@@ -77,13 +91,21 @@ class LabSpec:
         return self
 
     @property
+    def slim(self) -> bool:
+        """Each slurmd reads a slurm.conf naming only its own node (etc/nodes/): with the whole node
+        table every slurmd holds every node, O(nodes^2): 4 MB a slurmd, 8.6 GB at 2,112 nodes."""
+        return self.nodes + self.spares > 999
+
+    @property
     def shape(self) -> tuple:
         """What a running lab must match for `up` to reuse it."""
-        return (self.nodes, self.spares, self.gpus_per_node, self.port_base, self.job_hooks)
+        return (self.nodes, self.spares, self.gpus_per_node, self.port_base, self.job_hooks, self.fast_hooks)
 
     @property
     def node_names(self) -> List[str]:
-        return [f"gpu{i:03d}" for i in range(1, self.nodes + self.spares + 1)]
+        total = self.nodes + self.spares
+        width = 3 if total <= 999 else 4     # names that sort; small labs keep gpu001
+        return [f"gpu{i:0{width}d}" for i in range(1, total + 1)]
 
     @property
     def train_nodes(self) -> List[str]:
@@ -211,7 +233,19 @@ class Lab:
                 raise EnvironmentProblem(f"munged needs every directory above the lab searchable: "
                                          f"run `chmod o+x {parent}` or choose another --dir")
 
+    def _check_ephemeral(self) -> None:
+        """Refuse lab ports in the kernel's ephemeral range (net.ipv4.ip_local_port_range): every Slurm RPC
+        on the host takes a client port from there, so a slurmd's port could be taken at any time. The lab
+        never changes the host's settings (a clean room shares the host's network namespace)."""
+        first, last = self.spec.port_base, self.spec.port_base + len(self.spec.node_names)
+        rng = ephemeral_port_range()
+        if rng is not None and first <= rng[1] and last >= rng[0]:
+            raise UsageError(f"lab ports {first}-{last} overlap the ephemeral port range {rng[0]}-{rng[1]} "
+                             f"(net.ipv4.ip_local_port_range): choose a --port-base with "
+                             f"{len(self.spec.node_names) + 1} ports below {rng[0]} or above {rng[1]}")
+
     def _check_ports(self) -> None:
+        self._check_ephemeral()
         ports = {self.spec.port_base: "slurmctld"}
         for i, n in enumerate(self.spec.node_names, start=1):
             ports[self.spec.port_base + i] = f"slurmd {n}"
@@ -243,7 +277,9 @@ class Lab:
         for n in spec.node_names:
             # a fresh start means healthy GPUs too: no fault injected into an earlier run survives
             if init_node is not None:
-                init_node(self.dir, n, spec.gpus_per_node)
+                init_node(self.dir, n, spec.gpus_per_node, durable=False)
+                if spec.fast_hooks:     # what "untouched" means for the fast hooks' cmp
+                    shutil.copyfile(self.dir / "nodes" / n / "nvml.state", self.dir / "nodes" / n / "nvml.healthy")
             else:
                 (self.dir / "nodes" / n).mkdir(exist_ok=True)
                 atomic_write(self.dir / "nodes" / n / "kmsg", "")
@@ -251,23 +287,46 @@ class Lab:
                 stale.unlink()
             (self.dir / "spool" / f"slurmd.{n}").mkdir(exist_ok=True)
         feats = versions.features(versions.installed_version())
+        version_lines = versions.lab_conf_lines(feats)
         cgroup = versions.lab_cgroup_conf(feats)
         if cgroup is not None:
             atomic_write(self.dir / "etc" / "cgroup.conf", cgroup)
-        atomic_write(self.conf, self._slurm_conf(versions.lab_conf_lines(feats)))
-        atomic_write(self.dir / "etc" / "gres.conf",
-                     f"# written by slurm-ft lab\nAutoDetect=off\nNodeName={compress(spec.node_names)} "
-                     f"Name=gpu File={self.dir}/dev/nvidia[0-{spec.gpus_per_node - 1}]\n")
+        conf = self._slurm_conf(version_lines)
+        atomic_write(self.conf, conf)
+        gres = (f"# written by slurm-ft lab\nAutoDetect=off\nNodeName={compress(spec.node_names)} "
+                f"Name=gpu File={self.dir}/dev/nvidia[0-{spec.gpus_per_node - 1}]\n")
+        atomic_write(self.dir / "etc" / "gres.conf", gres)
+        if spec.slim:
+            nodes_etc = self.dir / "etc" / "nodes"
+            nodes_etc.mkdir(mode=0o755, exist_ok=True)
+            atomic_write(nodes_etc / "gres.conf", gres)     # slurmd reads gres.conf next to its slurm.conf
+            if cgroup is not None:                           # ... and cgroup.conf
+                atomic_write(nodes_etc / "cgroup.conf", cgroup)
+            head = "\n".join(line for line in conf.splitlines()   # the version lines included
+                             if not line.startswith(("NodeName=", "PartitionName=")))
+            for i, n in enumerate(spec.node_names, start=1):   # before any daemon reads them: no fsync each
+                self.slurmd_conf(n).write_text(f"{head}\n{self._node_line(n, spec.port_base + i)}\n")
         for hook, repo_dir in HOOK_DIRS.items():
             atomic_write(self.dir / "hooks" / hook, self._hook_wrapper(repo_dir), mode=0o755)
         atomic_write(self.config_path, self._slurm_ft_yaml(), mode=0o644)
         self._build_fake_nvml()
+
+    def slurmd_conf(self, node: str) -> Path:
+        return self.dir / "etc" / "nodes" / f"{node}.conf" if self.spec.slim else self.conf
+
+    def _node_line(self, names: str, ports: object) -> str:
+        spec = self.spec
+        return (f"NodeName={names} NodeHostname=localhost Port={ports} CPUs={spec.cpus_per_node} RealMemory=64000 "
+                f"Gres=gpu:{spec.gpus_per_node} State=UNKNOWN")
 
     def _slurm_conf(self, version_lines: str = "") -> str:
         spec, d = self.spec, self.dir
         names = compress(spec.node_names)
         first, last = spec.port_base + 1, spec.port_base + len(spec.node_names)
         host = socket.gethostname().split(".")[0]
+        # A slim lab's slurmds know only their own node: slurmctld talks to each one directly (no
+        # forwarding through other slurmds), and the differing conf hashes are expected.
+        slim = "TreeWidth=65533\nDebugFlags=NO_CONF_HASH\n" if spec.slim else ""
         hooks = (f"PrologFlags=Alloc\nProlog={d}/hooks/prolog\nEpilog={d}/hooks/epilog\n" if spec.job_hooks
                  else "# No Prolog/Epilog: a lab for measuring what they cost (LabSpec.job_hooks=False)\n")
         return f"""\
@@ -316,7 +375,7 @@ HealthCheckInterval={spec.health_interval_s}
 HealthCheckNodeState=ANY,CYCLE
 {version_lines}JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
-NodeName={names} NodeHostname=localhost Port=[{first}-{last}] CPUs={spec.cpus_per_node} RealMemory=64000 Gres=gpu:{spec.gpus_per_node} State=UNKNOWN
+{slim}{self._node_line(names, f"[{first}-{last}]")}
 PartitionName=train Nodes={compress(spec.train_nodes)} Default=YES MaxTime=INFINITE State=UP
 PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} Default=NO MaxTime=INFINITE State=UP
 """
@@ -327,6 +386,10 @@ PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} D
         # Every slurmd runs HealthCheckProgram as it starts: 68 python processes at once would make
         # `up` crawl, so `up` pauses the health check until all nodes are idle.
         pause = f"[ -e {self._health_pause} ] && exit 0\n" if repo_dir == "healthcheck" else ""
+        if self.spec.fast_hooks:   # lab only: nothing injected on this node, so nothing to find
+            n = f"{d}/nodes/$SLURMD_NODENAME"
+            pause += (f'[ -n "$SLURMD_NODENAME" ] && [ ! -s {n}/kmsg ] && cmp -s {n}/nvml.state {n}/nvml.healthy '
+                      f'&& exit 0\n')
         return f"""\
 #!/bin/sh
 # Written by `slurm-ft lab up`: runs {REPO_ROOT}/{repo_dir}/* in name order with the lab's
@@ -413,6 +476,22 @@ lifecycle:
         os.kill(pid, sig)
         return pid
 
+    def stop_slurmd(self, node: str, seconds: float) -> int:
+        """Stop one node's slurmd (SIGSTOP) for `seconds`, then continue it: to slurmctld the node stops
+        answering, as in a network partition or a hung host, while its job steps run on. A detached
+        helper sends the SIGCONT, so the caller returns at once."""
+        if not 0 < seconds <= 86400:
+            raise UsageError(f"--unresponsive takes 0 < SECONDS <= 86400, not {seconds:g}")
+        pid = self.kill_slurmd(node, signal.SIGSTOP)
+        code = ("import os, sys, time\n"
+                "time.sleep(float(sys.argv[2]))\n"
+                "pid = int(sys.argv[1])\n"
+                "try:\n    cmd = open(f'/proc/{pid}/cmdline', 'rb').read()\nexcept OSError:\n    sys.exit(0)\n"
+                "if b'slurmd' in cmd:\n    os.kill(pid, 18)\n")
+        subprocess.Popen([sys.executable, "-c", code, str(pid), str(seconds)], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return pid
+
     def start_slurmds(self) -> None:
         """Start every slurmd that is not running (killed ones come back; ReturnToService=1)."""
         self._start_missing_slurmds()
@@ -437,7 +516,7 @@ lifecycle:
         env = self._daemon_env()
 
         def start(node: str) -> None:
-            run(["slurmd", "-f", self.conf, "-N", node], timeout=30, env=env)
+            run(["slurmd", "-f", self.slurmd_conf(node), "-N", node], timeout=30, env=env)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(start, missing))
@@ -486,7 +565,8 @@ lifecycle:
                 raise EnvironmentProblem(
                     f"lab in {self.dir}: {len(busy)} node(s) not {'up' if busy_ok else 'idle'} after "
                     f"{timeout:g} s ({sample}); see {self.dir}/log/")
-            time.sleep(0.2)
+            # each sinfo of a 2,000-node lab costs slurmctld and sinfo ~0.3 CPU-s: poll a big lab gently
+            time.sleep(max(0.2, len(want) / 1000))
 
     # --- down ---------------------------------------------------------------------------------------
     def down(self, quiet: bool = False, timeout: float = 15.0) -> List[int]:
@@ -612,7 +692,8 @@ def _is_our_process(pid: int, name: str, lab: Lab) -> bool:
         return False
     if name == "munged":
         return any(str(lab.munge_socket) in a for a in argv)
-    return str(lab.conf) in argv
+    nodes_etc = str(lab.dir / "etc" / "nodes") + "/"
+    return any(a == str(lab.conf) or a.startswith(nodes_etc) for a in argv)
 
 
 def _leftover_steps(directory: Path) -> List[int]:

@@ -25,6 +25,7 @@ from slurm_ft.errors import Busy, CommandError, SlurmFTError
 from slurm_ft.lifecycle.membership import Delta, Membership
 from slurm_ft.model import Incident, Step
 from slurm_ft.recovery import journal as jn
+from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.ckptscan import Scanner, hold_reason
 from slurm_ft.recovery.plan import PENDING_STATES, Policy, fault_time, plan
 from slurm_ft.recovery.snapshot import Snapshot
@@ -73,6 +74,9 @@ class Controller:
         self._breaker_said = False
         self.membership = Membership.from_config(client, config, "controller's partition change")
         self._scans = Scanner(self.cc.ckpt_scan_s)
+        self._seen: Dict[str, out.Seen] = {}     # outage.track: who stopped/started answering, when
+        self._watching_since = clock()
+        self._alerted: Dict[str, str] = {}       # alert key -> last text logged (loud once per change)
 
     # --- observe -----------------------------------------------------------------------------------
 
@@ -85,8 +89,28 @@ class Controller:
             spec = decode(j.comment)
             if spec is not None:
                 specs[j.job_id] = spec
+        now = self.clock()
+        p = self.policy
+        self._seen = out.track(self._seen, nodes, now, horizon_s=p.wave_window_s + p.wave_settle_s + 3600)
+        counted, limit = self._out_of_service(nodes, now)
         return Snapshot.of(nodes, jobs, parts, specs=specs, breaker_open=self._breaker_open(nodes),
-                           taken_at=self.clock())
+                           taken_at=now, seen=dict(self._seen), watching_since=self._watching_since,
+                           out_counted=counted, out_limit=limit)
+
+    def _out_of_service(self, nodes, now: float):
+        """The drain-rate breaker's count and limit, from the same snapshot of Slurm's nodes the breaker
+        reads everywhere (breaker.view: slurm-ft drains, QUARANTINED/RMA included, by reason time within
+        the window): the plan charges each quarantine against it (outage.breaker_room). Limit 0: none."""
+        try:
+            from slurm_ft.lifecycle import breaker as brk, guard
+        except ImportError:
+            return frozenset(), 0
+        if not guard.enabled(self.config):
+            return frozenset(), 0
+        lc = self.config.lifecycle
+        fleet = brk.view(nodes, now)
+        counted = frozenset(n for n, t in fleet.out if now - t <= lc.breaker_window_s)
+        return counted, brk.limit(fleet.total, lc.breaker_max_share, lc.breaker_max_nodes)
 
     def _breaker_open(self, nodes=None) -> bool:
         """The lifecycle drain-rate breaker (issue 6): while it is open no new recovery starts.
@@ -122,6 +146,8 @@ class Controller:
             self._seen_at = snap.taken_at     # read after the jobs: what it shows happened before
             incidents = jn.state(self.conn, snap.taken_at)
             steps = plan(snap, incidents, self.policy, snap.taken_at)
+            self._alert([s for s in steps if s.kind == "alert"])
+            steps = [s for s in steps if s.kind != "alert"]
             acts = [s for s in steps if s.kind not in WAITING]
             failed = False
             for step in self._scans_first(acts, snap):
@@ -153,6 +179,18 @@ class Controller:
                 dirs[id(s)] = spec.ckpt_dir
                 self._scans.start(spec.ckpt_dir)
         return _as_ready(acts, dirs, self._scans.finished, self.sleep) if dirs else acts
+
+    def _alert(self, alerts: List[Step]) -> None:
+        """Loud, once per change: a wave of unresponsive nodes, a quarantine the breaker refused."""
+        keys = {}
+        for a in alerts:
+            key = "wave" if a.job_id == 0 else f"job{a.job_id}"
+            keys[key] = a.reason
+            if self._alerted.get(key) != a.reason:
+                log.error("ALERT: %s", a.reason)
+        for key in set(self._alerted) - set(keys):
+            log.warning("alert over: %s", self._alerted[key])
+        self._alerted = keys
 
     def _await_job_change(self, snap: Snapshot, steps: List[Step]) -> None:
         """Only waits left, and every wait is on a job (its requeue, its epilogs, its scheduling): re-read
@@ -186,6 +224,8 @@ class Controller:
                 log.warning("job %s: not opening an incident: %s", step.job_id, exc)
                 return "failed"
             return "ok"
+        if step.kind == "restore":
+            return self._restore_node(step, now)
         inc = _one(jn.incidents(self.conn, job_id=step.job_id, open_only=True))
         if inc is None or inc.id != step.incident_id:
             return "skipped"        # closed meanwhile (another cycle got there first)
@@ -231,6 +271,28 @@ class Controller:
         if self.on_step:
             self.on_step(step, "ok", step.reason, now)
 
+    def _restore_node(self, step: Step, now: float) -> str:
+        """Put back a node quarantined for not answering (outage.restorable, checked again on a fresh read)."""
+        name = step.nodes[0]
+        try:
+            node = self.client.node(name)
+            if not out.restorable(node, self._seen.get(name), self._watching_since, self.clock(),
+                                  self.policy.restore_after_s):
+                return "skipped"
+            with self.membership.locked():   # a fresh read under the fleet lock, just before the write
+                parts = self.membership.partitions()
+                if step.partition in parts and name not in parts[step.partition].nodes:
+                    # first in, then resumed: never in neither
+                    self.membership.change({step.partition: Delta(add=(name,))}, parts)
+            self.client.resume([name])
+        except SlurmFTError as exc:
+            log.warning("restore %s failed: %s", name, exc)
+            return "failed"
+        log.warning("restored %s into %s: %s (incident %s)", name, step.partition, step.reason, step.incident_id)
+        if self.on_step:
+            self.on_step(step, "ok", step.reason, self.clock())
+        return "ok"
+
     def _requeue(self, step: Step, inc: Incident):
         job = self.client.job(inc.job_id)
         if job.state != "RUNNING" or job.restart_count > inc.restart_count:
@@ -240,25 +302,33 @@ class Controller:
 
     def _quarantine(self, step: Step, inc: Incident):
         failed = set(inc.nodes)
-        with self.membership.locked():   # a delta on a read under the fleet lock: the sweep's edits stay
-            parts = self.membership.partitions()
+        moved: List[str] = []
+        drained, refused, refused_nodes = [], [], set()
+        with self.membership.locked():   # the breaker's answer and the partition write under the fleet lock
+            # Ask the fleet-wide breaker before the node leaves the partition: a refused one stays put.
+            for node in self.client.nodes(list(inc.nodes)):
+                if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
+                    seen = next((f.split(": ", 1)[1] for f in inc.faults if f.startswith(node.name + ": ")),
+                                node.state)
+                    reason = f"slurm-ft: quarantined, {seen} during job {inc.job_id}"
+                    ok, why = self._may_drain(node.name, reason)
+                    if ok:
+                        self.client.drain([node.name], reason)
+                        drained.append(node.name)
+                    else:
+                        refused.append(f"{node.name} not drained: {why}")
+                        refused_nodes.add(node.name)
+            failed -= refused_nodes
+            parts = self.membership.partitions()     # a fresh read, a delta on it: the sweep's edits stay
             moved = [p for p in parts if self.policy.is_job_partition(p) and failed & set(parts[p].nodes)]
-            self.membership.change({p: Delta(remove=tuple(sorted(failed))) for p in moved}, parts)
-        drained, refused = [], []
-        for node in self.client.nodes(list(inc.nodes)):
-            if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
-                seen = next((f.split(": ", 1)[1] for f in inc.faults if f.startswith(node.name + ": ")), node.state)
-                reason = f"slurm-ft: quarantined, {seen} during job {inc.job_id}"
-                ok, why = self._may_drain(node.name, reason)
-                if ok:
-                    self.client.drain([node.name], reason)
-                    drained.append(node.name)
-                else:
-                    refused.append(f"{node.name} not drained: {why}")
+            if moved:
+                self.membership.change({p: Delta(remove=tuple(sorted(failed))) for p in moved}, parts)
         if not moved and not drained and not refused:
             return "skipped", "already out of the job partitions"
-        return "ok", "; ".join([f"{compress(sorted(failed))} out of {','.join(moved) or '-'}"]
-                               + ([f"drained {compress(drained)}"] if drained else []) + refused)
+        # a node the breaker refused stays in its partition: the step is not done (retried, not looped on)
+        return ("failed" if refused_nodes else "ok"), "; ".join(
+            [f"{compress(sorted(failed)) if failed else '-'} out of {','.join(moved) or '-'}"]
+            + ([f"drained {compress(drained)}"] if drained else []) + refused)
 
     def _swap(self, step: Step, inc: Incident):
         pool_name = self.policy.spare_partition

@@ -26,6 +26,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from slurm_ft.model import Incident, Job, Node, Step
 from slurm_ft.recovery.ckptscan import HOLD_PREFIX
+from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.snapshot import Snapshot
 
 FAIL_PREFIX = "slurm-ft:"
@@ -56,11 +57,21 @@ class Policy:
     # More than this share of all nodes DOWN/NOT_RESPONDING at once is Slurm's outage (slurmctld just
     # restarted, the network), not failing GPUs: no new recoveries until it passes.
     outage_share: float = 0.5
+    # An outage is not a fault (outage.py): NOT_RESPONDING is a fault after a grace; a wave (this many
+    # nodes stopping within the window) holds its members back and alerts; wrong quarantines come back.
+    unresponsive_grace_s: float = 60.0
+    wave_nodes: int = 8
+    wave_window_s: float = 120.0
+    wave_settle_s: float = 60.0
+    restore_after_s: float = 30.0
 
     @classmethod
     def from_config(cls, cc) -> "Policy":
         return cls(spare_partition=cc.spare_partition, job_partitions=tuple(cc.job_partitions),
-                   slurm_fault_reasons=tuple(cc.slurm_fault_reasons), running_timeout_s=cc.running_timeout_s)
+                   slurm_fault_reasons=tuple(cc.slurm_fault_reasons), running_timeout_s=cc.running_timeout_s,
+                   unresponsive_grace_s=cc.unresponsive_grace_s, wave_nodes=cc.wave_nodes,
+                   wave_window_s=cc.wave_window_s, wave_settle_s=cc.wave_settle_s,
+                   restore_after_s=cc.restore_after_s)
 
     def is_job_partition(self, name: str) -> bool:
         if name == self.spare_partition:
@@ -128,16 +139,46 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
     pool = spare_pool(snap, policy, taken, faults)
     for inc in sorted(open_, key=lambda i: i.id):
         steps.extend(_advance(inc, snap, incidents, policy, now, pool))
+    wave = out.wave(snap.seen, now, nodes=policy.wave_nodes, window_s=policy.wave_window_s,
+                    settle_s=policy.wave_settle_s)
+    if wave:
+        steps.append(Step("alert", 0, nodes=wave.still_out, reason=wave.describe(now)))
+    hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=wave)
     if not snap.breaker_open and not outage(snap, policy):
         busy = {i.job_id for i in open_}
         claimed = {n for i in open_ for n in i.nodes}
+        counted = set(snap.out_counted)
         for job in sorted(snap.jobs.values(), key=lambda j: j.job_id):
             if job.job_id in busy or job.job_id not in snap.specs:
                 continue
-            step = _detect(job, snap, incidents, policy, claimed)
+            step = _detect(job, snap, incidents, policy, claimed | hold)
             if step:
+                # a node a check drained is out already (that drain counted): only the rest cost
+                why = out.breaker_room(counted, [n for n in step.nodes if not snap.nodes[n].drained],
+                                       snap.out_limit)
+                if why:
+                    steps.append(Step("alert", job.job_id, nodes=step.nodes, reason=f"job {job.job_id}: {why}"))
+                    continue
                 steps.append(step)
                 claimed.update(step.nodes)
+                counted.update(step.nodes)
+    steps.extend(_restores(snap, incidents, policy, now))
+    return steps
+
+
+def _restores(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
+    """Nodes a closed incident quarantined for not answering, answering again: back where they were."""
+    steps = []
+    in_use = {n for p in snap.partitions.values() for n in p.nodes
+              if p.name == policy.spare_partition or policy.is_job_partition(p.name)}
+    for name, inc in sorted(out.latest_incident_of(incidents).items()):
+        if inc.open or name in in_use:
+            continue
+        if out.restorable(snap.nodes.get(name), snap.seen.get(name), snap.watching_since, now,
+                          policy.restore_after_s):
+            steps.append(Step("restore", inc.job_id, incident_id=inc.id, nodes=(name,),
+                              partition=out.restore_target(inc, policy.spare_partition),
+                              reason=f"{name} answers again: quarantined for not answering, not for a fault"))
     return steps
 
 
@@ -298,6 +339,11 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
         return [Step("start", **base, hold=True, reason=f"release ({job.reason or 'held'}) and StartTime=now")]
     eligible = parse_slurm_time(job.eligible_time)
     if job.reason == "BeginTime" or (eligible is not None and eligible > now + 1.0):
+        wait = _completing(inc, snap, now, policy)
+        if wait:    # StartTime=now sent while the old run's epilogs run does not stick: say so, send it once after
+            if not inc.note.startswith("waiting for Slurm"):
+                return [Step("note", **base, reason=wait)]
+            return [Step("poll", **base, reason=wait)]
         # Only once Slurm shows the requeue finished: StartTime=now sent earlier does not stick.
         return [Step("start", **base, reason="StartTime=now: skip Slurm's requeue delay")]
     started = inc.step("start")
@@ -305,6 +351,23 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if waited > policy.running_timeout_s and "not running after" not in inc.note:
         return [Step("note", **base, reason=f"not running after {waited:.0f} s: pending ({job.reason})")]
     return [Step("poll", **base, reason=f"pending ({job.reason})")]
+
+
+def _completing(inc: Incident, snap: Snapshot, now: float, policy: Policy) -> str:
+    """What Slurm is still finishing of the old run: its nodes' epilogs (COMPLETING in the job's
+    partition), or "" when nothing (or when that has lasted past running_timeout_s: start anyway)."""
+    part = snap.partitions.get(inc.partition)
+    if part is None:
+        return ""
+    busy = [n for n in part.nodes if n in snap.nodes and "COMPLETING" in snap.nodes[n].flags]
+    if not busy:
+        return ""
+    requeue = inc.step("requeue")
+    since = (requeue.done_at or requeue.intent_at) if requeue else inc.opened_at
+    if now - since > policy.running_timeout_s:
+        return ""
+    return (f"waiting for Slurm to complete job {inc.job_id}'s old run: epilogs on {len(busy)} node(s), "
+            f"COMPLETING since the requeue {now - since:.0f} s ago")
 
 
 def _swapped(inc: Incident, snap: Snapshot, policy: Policy) -> bool:

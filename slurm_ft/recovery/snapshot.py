@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import FrozenSet, Mapping, Optional
 
 from slurm_ft.model import Job, Node, Partition
+from slurm_ft.recovery.outage import Seen  # noqa: F401 (the annotation)
 from slurm_ft.recovery.tag import FtSpec
 
 
@@ -17,6 +18,12 @@ class Snapshot:
     progress: Mapping[int, Optional[int]] = field(default_factory=dict)  # latest complete ckpt step per FT job
     breaker_open: bool = False       # the lifecycle drain-rate breaker: no new recoveries while it is open
     taken_at: float = 0.0
+    # outage.py: when the controller saw nodes stop/start answering (since watching_since), and the
+    # fleet-wide out-of-service count: nodes slurm-ft took out within the breaker's window, its limit
+    seen: Mapping[str, "Seen"] = field(default_factory=dict)
+    watching_since: float = 0.0
+    out_counted: FrozenSet[str] = frozenset()
+    out_limit: int = 0                # 0: no limit
 
     @classmethod
     def of(cls, nodes, jobs, partitions, **kw) -> "Snapshot":

@@ -62,6 +62,11 @@ class ModelSlurm:
         for x in nodes:
             self.n[x] = replace(self.n[x], flags=self.n[x].flags | {"DRAIN"}, reason=reason)
 
+    def resume(self, nodes):
+        self.calls.append(("resume", tuple(nodes)))
+        for x in nodes:
+            self.n[x] = replace(self.n[x], flags=self.n[x].flags - {"DRAIN"}, reason="")
+
     def requeue(self, job_id, hold=False):
         self.calls.append(("requeue", job_id, hold))
         j = self.j[job_id]
@@ -335,3 +340,50 @@ def test_waiting_on_a_job_rereads_only_the_queue_until_it_changes(tmp_path):
     c.client, slept[:] = q, []
     c._await_job_change(snap, waits)
     assert q.reads == len(slept) == int(ctl_mod.FULL_READ_S / 0.1)   # nothing changed: a full read anyway
+
+
+def test_a_node_quarantined_for_not_answering_is_restored_when_it_answers_again(tmp_path):
+    s = ModelSlurm()
+    s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", flags=frozenset({"NOT_RESPONDING"}), reason="Not responding")
+    now = [1_000_000.0]
+    c = make(tmp_path, s)
+    c.clock = lambda: now[0]
+    c.cycle()
+    inc = jn.incidents(c.conn)[0]
+    assert inc.status == "recovered" and inc.spares == ("gpu005",) and "gpu003" not in s.p["train"]
+    s.n["gpu003"] = replace(s.n["gpu003"], state="IDLE", flags=frozenset({"DRAIN"}))     # it answers again
+    c.cycle()
+    assert "gpu003" not in s.p["spares"] and s.n["gpu003"].drained         # not before restore_after_s
+    now[0] += 31
+    c.cycle()
+    assert "gpu003" in s.p["spares"] and not s.n["gpu003"].drained          # back in the pool its spare left
+    assert [i.status for i in jn.incidents(c.conn)] == ["recovered"]
+
+
+def test_a_wave_of_unresponsive_nodes_alerts_and_takes_nothing_out(tmp_path, caplog):
+    s = ModelSlurm(n_train=12, n_spares=2)
+    for x in s.p["train"][:9]:
+        s.n[x] = replace(s.n[x], state="DOWN", flags=frozenset({"NOT_RESPONDING"}), reason="Not responding")
+    c = make(tmp_path, s)
+    with caplog.at_level("ERROR"):
+        c.cycle()
+    assert jn.incidents(c.conn) == [] and not s.calls and len(s.p["train"]) == 12
+    assert "ALERT: wave of unresponsive nodes: 9 stopped answering" in caplog.text
+    assert "gpu[001-009]" in caplog.text
+
+
+def test_a_quarantine_asks_the_breaker_under_the_fleet_lock_before_the_partition_write(tmp_path, monkeypatch):
+    s = ModelSlurm()
+    s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", reason="Not responding")
+    c = make(tmp_path, s)
+    asked = []
+
+    def refuse(node, reason):
+        asked.append((node, tuple(s.p["train"]), c.membership._depth))
+        return False, "drain-rate breaker open"
+    monkeypatch.setattr(c, "_may_drain", refuse)
+    c.cycle(budget_s=1.0)
+    assert asked and asked[0][0] == "gpu003"
+    assert "gpu003" in asked[0][1] and asked[0][2] >= 1      # before the write, inside membership.locked()
+    assert "gpu003" in s.p["train"] and not s.n["gpu003"].drained      # refused: it stays put
+    assert jn.incidents(c.conn)[0].step("quarantine").outcome == "failed"

@@ -39,10 +39,18 @@ def test_node_names_and_partitions():
     assert spec.spare_nodes == ["gpu065", "gpu066", "gpu067", "gpu068"]
 
 
+def test_fleet_size_names_sort_and_small_labs_keep_theirs():
+    spec = LabSpec(nodes=2048, spares=64, port_base=40000).validate()
+    names = spec.node_names
+    assert names[0] == "gpu0001" and spec.spare_nodes[0] == "gpu2049" and names[-1] == "gpu2112"
+    assert sorted(names) == names and len(set(names)) == 2112
+    assert LabSpec(nodes=995, spares=4).validate().node_names[-1] == "gpu999"
+
+
 @pytest.mark.parametrize("kwargs, why", [
     ({"nodes": 0}, "at least 1 node"),
     ({"spares": -1}, "at least 1 node"),
-    ({"nodes": 999, "spares": 1}, "at most 999"),
+    ({"nodes": 4096, "spares": 1}, "at most 4096"),
     ({"gpus_per_node": 0}, "gpus-per-node"),
     ({"port_base": 65500}, "leaves no room"),
     ({"port_base": 80}, "leaves no room"),
@@ -119,3 +127,64 @@ def test_wait_idle_skips_nodes_in_no_partition():
     busy = {"gpu001": "allocated", "gpu002": "drained", "gpu003": "unknown*"}
     assert cluster.nodes_not_ready(want, busy, busy_ok=True) == ["gpu003"]
     assert cluster.nodes_not_ready(want, busy) == want
+
+
+def test_fast_hooks_skip_only_untouched_nodes(tmp_path, monkeypatch):
+    """LAB ONLY fast hooks: no python check on a node whose fake GPUs nobody touched; any injected
+    change (kernel log line, NVML state) runs the real hook."""
+    fast = cluster.Lab(tmp_path / "lab", cluster.LabSpec(fast_hooks=True))
+    repo, wrapper = _wrapper(fast, tmp_path, monkeypatch)
+    (repo / "prolog.d").mkdir(parents=True)
+    (repo / "prolog.d" / "check").write_text("#!/bin/sh\nexit 1\n")
+    (repo / "prolog.d" / "check").chmod(0o755)
+    node = fast.dir / "nodes" / "gpu0007"
+    node.mkdir(parents=True)
+    (node / "kmsg").write_text("")
+    (node / "nvml.state").write_text("healthy\n")
+    (node / "nvml.healthy").write_text("healthy\n")
+    env = {"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "gpu0007"}
+    assert subprocess.run([str(wrapper)], timeout=10, env=env).returncode == 0
+    (node / "kmsg").write_text("6,1,1,-;NVRM: Xid (PCI:0000:18:00): 79\n")
+    assert subprocess.run([str(wrapper)], timeout=10, env=env).returncode == 1
+    (node / "kmsg").write_text("")
+    (node / "nvml.state").write_text("lost\n")
+    assert subprocess.run([str(wrapper)], timeout=10, env=env).returncode == 1
+    assert "nvml.healthy" not in cluster.Lab(tmp_path / "lab2", cluster.LabSpec())._hook_wrapper("prolog.d")
+
+
+def test_ports_in_the_ephemeral_range_are_refused_and_the_host_left_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "ephemeral_port_range", lambda: (32768, 60999))
+    Lab(tmp_path / "a", LabSpec(nodes=2048, spares=64, port_base=29000))._check_ephemeral()   # 29000..31112
+    for base in (31000, 40000, 60990):
+        with pytest.raises(UsageError, match="ephemeral port range 32768-60999"):
+            Lab(tmp_path / "b", LabSpec(nodes=2048, spares=64, port_base=base))._check_ephemeral()
+    Lab(tmp_path / "c", LabSpec(nodes=4, spares=0, port_base=61000))._check_ephemeral()      # above it
+    monkeypatch.setattr(cluster, "ephemeral_port_range", lambda: None)                         # unreadable
+    Lab(tmp_path / "d", LabSpec(nodes=4, spares=0, port_base=40000))._check_ephemeral()
+    assert "ip_local_reserved_ports" not in open(cluster.__file__).read()   # no sysctl write in the lab
+
+
+def test_slim_per_node_confs_carry_the_version_lines_and_cgroup_conf(tmp_path, monkeypatch):
+    from slurm_ft.slurm import versions
+    monkeypatch.setattr(versions, "installed_version", lambda env=None: (26, 5, 0))
+    monkeypatch.setattr(cluster, "_fake_gpu_init", lambda: None)
+    monkeypatch.setattr(Lab, "_build_fake_nvml", lambda self: None)
+    monkeypatch.setattr(cluster.os, "mknod", lambda *a, **k: None)
+    lab = Lab(tmp_path / "lab", LabSpec(nodes=1000, spares=2, gpus_per_node=1, port_base=20000))
+    assert lab.spec.slim
+    lab._write_files()
+    feats = versions.features((26, 5, 0))
+    want = [ln for ln in versions.lab_conf_lines(feats).splitlines() if ln and not ln.startswith("#")]
+    assert want, "26.05 adds version lines"
+    main = lab.conf.read_text().splitlines()
+    one = lab.slurmd_conf("gpu0007").read_text().splitlines()
+    for line in want:
+        assert line in main and line in one, line
+    assert [ln for ln in one if ln.startswith("NodeName=")] == [
+        "NodeName=gpu0007 NodeHostname=localhost Port=20007 CPUs=16 RealMemory=64000 Gres=gpu:1 State=UNKNOWN"]
+    assert not [ln for ln in one if ln.startswith("PartitionName=")]
+    nodes_etc = lab.dir / "etc" / "nodes"
+    assert (nodes_etc / "gres.conf").exists()
+    cg = versions.lab_cgroup_conf(feats)
+    if cg is not None:
+        assert (nodes_etc / "cgroup.conf").read_text() == cg

@@ -308,3 +308,21 @@ def test_most_nodes_not_responding_is_an_outage_not_a_fault():
     assert plan(snap, [], P, NOW) == []
     one = [node("gpu001", "ALLOCATED", {"NOT_RESPONDING"})] + [node(n) for n in TRAIN[1:]]
     assert kinds(plan(cluster(one), [], P, NOW)) == ["open"]
+
+
+def test_start_waits_while_slurm_completes_the_old_run_and_says_what_for():
+    """StartTime=now is sent once the old run's epilogs are done, not again and again while they run."""
+    j = job("PENDING", restart=1, reason="BeginTime", nodes=())
+    done = [("requeue", "ok"), ("quarantine", "ok"), ("swap", "ok"), ("exclude", "ok")]
+    busy = [node("gpu001", "IDLE", {"COMPLETING"}), node("gpu003", "IDLE", {"COMPLETING"}), node("gpu004", "IDLE"),
+            node("gpu005", "IDLE")]
+    snap = cluster(busy, spare_nodes=[node("gpu006", "IDLE")], jobs=[j])
+    steps = plan(snap, [incident(done, spares=("gpu005",))], P, NOW)
+    assert kinds(steps) == ["note"] and "epilogs on 2 node(s)" in steps[0].reason and "COMPLETING" in steps[0].reason
+    noted = incident(done, spares=("gpu005",), note=steps[0].reason)
+    assert kinds(plan(snap, [noted], P, NOW)) == ["poll"]
+    # epilogs done: start; or stuck past running_timeout_s: start anyway
+    idle = cluster([node(n, "IDLE") for n in ("gpu001", "gpu003", "gpu004", "gpu005")],
+                   spare_nodes=[node("gpu006", "IDLE")], jobs=[j])
+    assert kinds(plan(idle, [noted], P, NOW)) == ["start"]
+    assert kinds(plan(snap, [noted], P, NOW + P.running_timeout_s + 10)) == ["start"]

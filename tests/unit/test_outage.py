@@ -1,0 +1,136 @@
+"""An outage is not a fault: grace for NOT_RESPONDING, waves by rate, the fleet-wide out-of-service
+budget, and the restore of nodes quarantined for not answering (pure: outage.py and the plan)."""
+from __future__ import annotations
+
+from slurm_ft.model import Incident, Job, Node, Partition, StepRecord
+from slurm_ft.recovery import outage as out
+from slurm_ft.recovery.plan import Policy, plan
+from slurm_ft.recovery.snapshot import Snapshot
+from slurm_ft.recovery.tag import FtSpec
+
+NOW = 1_000_000.0
+P = Policy(unresponsive_grace_s=60, wave_nodes=8, wave_window_s=120, wave_settle_s=60, restore_after_s=30)
+N = 64
+TRAIN = [f"gpu{i:03d}" for i in range(1, N + 1)]
+SPARES = [f"gpu{i:03d}" for i in range(N + 1, N + 5)]
+
+
+def snap(bad=None, seen=None, counted=(), limit=0, incidents_nodes=None, spare_state="IDLE", **kw):
+    bad = bad or {}
+    nodes = [bad.get(n) or Node(n, "ALLOCATED") for n in TRAIN] + [Node(s, spare_state) for s in SPARES]
+    parts = [Partition("train", tuple(n for n in TRAIN if n not in (incidents_nodes or ()))),
+             Partition("spares", tuple(SPARES))]
+    job = Job(job_id=7, name="t", state="RUNNING", partition="train", nodes=tuple(TRAIN), num_nodes=N, requeue=True)
+    return Snapshot.of(nodes, [job], parts, specs={7: FtSpec(ckpt_dir="/ck")}, seen=seen or {},
+                       out_counted=frozenset(counted), out_limit=limit, **kw)
+
+
+def unresp(name, down=False):
+    return Node(name, "DOWN" if down else "ALLOCATED", frozenset({"NOT_RESPONDING"}),
+                reason="Not responding" if down else "")
+
+
+def kinds(steps):
+    return [s.kind for s in steps]
+
+
+def test_not_responding_is_a_fault_only_after_the_grace():
+    bad = {"gpu010": unresp("gpu010")}
+    fresh = {"gpu010": out.Seen(NOW - 20)}
+    assert kinds(plan(snap(bad, fresh), [], P, NOW)) == []
+    old = {"gpu010": out.Seen(NOW - 61)}
+    steps = plan(snap(bad, old), [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu010",)
+
+
+def test_slurm_down_is_a_fault_at_once():
+    bad = {"gpu010": unresp("gpu010", down=True)}
+    steps = plan(snap(bad, {"gpu010": out.Seen(NOW - 1)}), [], P, NOW)
+    assert kinds(steps) == ["open"]
+
+
+def test_a_wave_holds_every_member_back_and_alerts_with_its_names():
+    names = TRAIN[:20]
+    bad = {n: unresp(n, down=True) for n in names}
+    seen = {n: out.Seen(NOW - 25 + i * 0.1) for i, n in enumerate(names)}
+    steps = plan(snap(bad, seen), [], P, NOW)
+    assert kinds(steps) == ["alert"]
+    assert "20 stopped answering" in steps[0].reason and "gpu[001-020]" in steps[0].reason
+    assert "paused" in steps[0].reason
+
+
+def test_a_wave_is_a_rate_not_a_share_of_the_fleet():
+    # 8 nodes over 10 minutes are single faults; 8 within 2 minutes are a wave, in any fleet size
+    names = TRAIN[:8]
+    bad = {n: unresp(n, down=True) for n in names}
+    spread = {n: out.Seen(NOW - 600 + i * 80) for i, n in enumerate(names)}
+    assert out.wave(spread, NOW, nodes=8, window_s=120, settle_s=60) is None
+    assert kinds(plan(snap(bad, spread), [], P, NOW)) == ["open"]
+    close = {n: out.Seen(NOW - 100 + i) for i, n in enumerate(names)}
+    assert out.wave(close, NOW, nodes=8, window_s=120, settle_s=60).still_out == tuple(names)
+    assert out.wave(close, NOW, nodes=9, window_s=120, settle_s=60) is None
+
+
+def test_a_wave_settles_then_the_one_still_out_is_a_single_fault():
+    names = TRAIN[:20]
+    seen = {n: out.Seen(NOW - 200, back_at=NOW - 150) for n in names[1:]}
+    seen[names[0]] = out.Seen(NOW - 200)
+    bad = {names[0]: unresp(names[0], down=True)}
+    during = plan(snap(bad, seen), [], P, NOW - 120)       # 30 s after the others came back: still held
+    assert kinds(during) == ["alert"] and "1 still out" in during[0].reason
+    steps = plan(snap(bad, seen), [], P, NOW)               # 150 s after: settled
+    assert kinds(steps) == ["open"] and steps[0].nodes == (names[0],)
+
+
+def test_quarantine_counts_against_the_fleet_wide_breaker():
+    bad = {n: unresp(n, down=True) for n in TRAIN[:3]}
+    seen = {n: out.Seen(NOW - 500 * i) for i, n in enumerate(TRAIN[:3], start=1)}   # no wave
+    steps = plan(snap(bad, seen, counted={"gpu050"}, limit=3), [], P, NOW)
+    assert kinds(steps) == ["alert"] and "limit 3" in steps[0].reason and steps[0].job_id == 7
+    assert kinds(plan(snap(bad, seen, counted={"gpu050"}, limit=4), [], P, NOW)) == ["open"]
+    # nodes a check already drained cost nothing more
+    drained = {n: Node(n, "ALLOCATED", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu1") for n in TRAIN[:3]}
+    assert kinds(plan(snap(drained, {}, counted=set(TRAIN[:3]), limit=3), [], P, NOW)) == ["open"]
+
+
+def test_breaker_room_pure():
+    assert out.breaker_room({"a"}, ["a", "b"], 2) is None
+    assert "limit 2" in out.breaker_room({"a"}, ["b", "c"], 2)
+    assert out.breaker_room(set(), ["a"] * 1, 0) is None
+
+
+def _closed(nodes, faults, spares=()):
+    return Incident(id=3, job_id=7, status="recovered", nodes=tuple(nodes), faults=tuple(faults), partition="train",
+                    spares=tuple(spares), restart_count=0, job_nodes=N, opened_at=NOW - 400, closed_at=NOW - 300,
+                    steps=(StepRecord("open", NOW - 400, NOW - 400, "ok"),))
+
+
+def test_a_node_quarantined_for_not_answering_is_restored_once_it_answers():
+    name = "gpu010"
+    q = Node(name, "IDLE", frozenset({"DRAIN"}), reason=f"slurm-ft: quarantined, DOWN+NOT_RESPONDING: Not responding during job 7")
+    inc = _closed([name], [f"{name}: DOWN+NOT_RESPONDING"], spares=("gpu065",))
+    base = dict(bad={name: q}, incidents_nodes=[name])
+    assert kinds(plan(snap(seen={name: out.Seen(NOW - 300, back_at=NOW - 10)}, **base), [inc], P, NOW)) == []
+    steps = plan(snap(seen={name: out.Seen(NOW - 300, back_at=NOW - 31)}, **base), [inc], P, NOW)
+    assert kinds(steps) == ["restore"] and steps[0].nodes == (name,) and steps[0].partition == "spares"
+    # still not answering, or a health check drained it since, or a real fault: stays out
+    assert kinds(plan(snap(seen={name: out.Seen(NOW - 300)}, **base), [inc], P, NOW)) == []
+    xid = Node(name, "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu2 fell off the bus")
+    assert kinds(plan(snap(bad={name: xid}, incidents_nodes=[name]), [inc], P, NOW + 999)) == []
+    real = Node(name, "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: quarantined, slurm-ft: XID79 gpu2 during job 7")
+    assert kinds(plan(snap(bad={name: real}, incidents_nodes=[name]), [inc], P, NOW + 999)) == []
+
+
+def test_restore_target_without_a_spare_is_the_partition():
+    assert out.restore_target(_closed(["a"], []), "spares") == "train"
+    assert out.restore_target(_closed(["a"], [], spares=("s",)), "spares") == "spares"
+
+
+def test_track_keeps_the_first_sighting_and_the_return():
+    s1 = out.track({}, [unresp("a"), Node("b", "IDLE")], NOW, horizon_s=600)
+    assert s1 == {"a": out.Seen(NOW)}
+    s2 = out.track(s1, [unresp("a"), Node("b", "IDLE")], NOW + 5, horizon_s=600)
+    assert s2 == {"a": out.Seen(NOW)}
+    s3 = out.track(s2, [Node("a", "IDLE"), Node("b", "IDLE")], NOW + 9, horizon_s=600)
+    assert s3 == {"a": out.Seen(NOW, NOW + 9)}
+    assert out.track(s3, [Node("a", "IDLE")], NOW + 700, horizon_s=600) == {}
