@@ -2,7 +2,7 @@
 
 A venv made with --without-pip from the base interpreter, which lacks pynvml; slurm-ft and its
 dependencies are visible in the venv only (a .pth file). Whatever resolves the interpreter to its real
-path (os.path.realpath(sys.executable)) leaves the venv for the base interpreter, where the import fails.
+path (the realpath of sys.executable) leaves the venv for the base interpreter, where the import fails.
 """
 from __future__ import annotations
 
