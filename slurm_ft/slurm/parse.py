@@ -263,11 +263,18 @@ def split_reason(text: str) -> Tuple[str, str, str]:
 
 # --- nodes ----------------------------------------------------------------------------------------
 
+def _required(d: Dict[str, str], key: str) -> str:
+    """The record's own name: a record without it is not Slurm's (ValueError, like any bad line)."""
+    if key not in d:
+        raise ValueError(f"record without {key}=: {' '.join(d)[:80]!r}")
+    return d[key]
+
+
 def node_from_kv(d: Dict[str, str]) -> Node:
     state, flags = parse_node_state(d.get("State", "UNKNOWN"))
     reason, user, when = split_reason(d.get("Reason", ""))
     return Node(
-        name=d["NodeName"],
+        name=_required(d, "NodeName"),
         state=state,
         flags=flags,
         reason=reason if reason not in _NULLS else "",
@@ -324,7 +331,7 @@ def job_from_kv(d: Dict[str, str]) -> Job:
     reason = _val(d, "Reason")
     priority = _int(d.get("Priority"))
     return Job(
-        job_id=int(d["JobId"]),
+        job_id=int(_required(d, "JobId")),
         name=d.get("JobName", ""),
         state=d.get("JobState", "UNKNOWN"),
         reason=reason,
@@ -454,7 +461,7 @@ def parse_partitions_kv(text: str) -> List[Partition]:
     out = []
     for d in parse_records(text, PARTITION_KEYS):
         out.append(Partition(
-            name=d["PartitionName"],
+            name=_required(d, "PartitionName"),
             nodes=_names(d.get("Nodes", "")),
             state=d.get("State", "UP"),
             default=d.get("Default") == "YES",
@@ -466,7 +473,7 @@ def parse_reservations_kv(text: str) -> List[Reservation]:
     out = []
     for d in parse_records(text, RESERVATION_KEYS):
         out.append(Reservation(
-            name=d["ReservationName"],
+            name=_required(d, "ReservationName"),
             nodes=_names(d.get("Nodes", "")),
             flags=frozenset(f for f in _val(d, "Flags").split(",") if f),
             start_time=_val(d, "StartTime"),

@@ -139,6 +139,9 @@ def test_second_lab_up_idempotent_port_clash_and_down(lab, tmp_path_factory):
         # a killed slurmd comes back with `up`
         victim = next(d["pid"] for d in small.daemons() if d.get("node") == "gpu002")
         os.kill(victim, 9)
+        gone = time.monotonic() + 10    # SIGKILL returns before the process is gone
+        while any(d["pid"] == victim for d in small.daemons()) and time.monotonic() < gone:
+            time.sleep(0.05)
         assert small.up(timeout=60).already_running
         assert all(d["alive"] for d in small.daemons())
         # a node quarantined out of every partition (as the demo leaves one) does not make `up` hang
