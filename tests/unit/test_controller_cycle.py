@@ -48,6 +48,9 @@ class ModelSlurm:
         self._tick()
         return self.j[job_id]
 
+    def job_submit_plugins(self):
+        return list(getattr(self, "job_submit", []))     # slurmctld's JobSubmitPlugins: none, unless a test sets it
+
     def partitions(self):
         return [Partition(k, tuple(v)) for k, v in self.p.items()]
 
