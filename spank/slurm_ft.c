@@ -52,7 +52,7 @@ static struct ft_opt ft_opts[] = {
 	[OPT_CKPT_DIR] = {"ft-ckpt-dir", "SLURM_FT_CKPT_DIR", 1, 0, "", 0},
 	[OPT_HOT_SPARES] = {"ft-hot-spares", "SLURM_FT_HOT_SPARES", 0, 10000, "", 0},
 	[OPT_MAX_RESTARTS] = {"ft-max-restarts", "SLURM_FT_MAX_RESTARTS", 0, 1000, "", 0},
-	[OPT_HANG_TIMEOUT] = {"ft-hang-timeout", "SLURM_FT_HANG_TIMEOUT", 1, 7 * 86400, "", 0},
+	[OPT_HANG_TIMEOUT] = {"ft-hang-timeout", "SLURM_FT_HANG_TIMEOUT", 1, 604800, "", 0},
 	[OPT_MIN_NODES] = {"ft-min-nodes", "SLURM_FT_MIN_NODES", 1, 100000, "", 0},
 };
 #define N_OPTS ((int)(sizeof(ft_opts) / sizeof(ft_opts[0])))
