@@ -195,7 +195,8 @@ class Lab:
         if self.running():
             if saved and saved.shape != self.spec.shape:
                 raise UsageError(f"a lab with {saved.nodes}+{saved.spares} nodes, gpu:{saved.gpus_per_node}, "
-                                 f"on port {saved.port_base} is up in {self.dir}; "
+                                 f"on port {saved.port_base}{' (slurm-ft plugins loaded)' if saved.plugin else ''} "
+                                 f"is up in {self.dir}; "
                                  f"run `slurm-ft lab down --dir {self.dir}` first")
             self.spec = saved or self.spec      # tunables (intervals) stay as the running lab has them
             self._health_pause.touch()
