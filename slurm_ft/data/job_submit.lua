@@ -71,7 +71,20 @@ local function ft_values(job_desc)
 	return nil
 end
 
+-- why an FT job may not run in these partitions (comma-separated), or nil
+local function partition_refused(partitions)
+	if #FT_PARTITIONS == 0 or partitions == nil then return nil end
+	for each in partitions:gmatch("[^,]+") do
+		if not listed(each, FT_PARTITIONS) then
+			return "fault-tolerant jobs (--ft-*) run only in partition(s) " ..
+				table.concat(FT_PARTITIONS, ", ") .. " here, not " .. each
+		end
+	end
+	return nil
+end
+
 -- the tag for these values, or nil and the reason they are refused
+-- (no partition given: the default one, which must then be listed first in FT_PARTITIONS)
 local function tag_for(values, partition)
 	local parts = {TAG_HEAD}
 	for _, k in ipairs(KEYS) do
@@ -103,16 +116,8 @@ local function tag_for(values, partition)
 			end
 		end
 	end
-	if #FT_PARTITIONS > 0 then
-		-- no partition given: the default one, which must then be listed first
-		local p = partition or FT_PARTITIONS[1]
-		for each in p:gmatch("[^,]+") do
-			if not listed(each, FT_PARTITIONS) then
-				return nil, "fault-tolerant jobs (--ft-*) run only in partition(s) " ..
-					table.concat(FT_PARTITIONS, ", ") .. " here, not " .. each
-			end
-		end
-	end
+	local why = partition_refused(partition or FT_PARTITIONS[1])
+	if why then return nil, why end
 	return table.concat(parts, " "), nil
 end
 
@@ -141,7 +146,15 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	return slurm.SUCCESS
 end
 
+-- a tagged job stays in the FT partitions: its owner's later `scontrol update job J Partition=` is checked too
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+	local tagged = job_rec.admin_comment ~= nil and job_rec.admin_comment:sub(1, #TAG_HEAD + 1) == TAG_HEAD .. " "
+	if modify_uid == 0 or not tagged or job_desc.partition == nil then return slurm.SUCCESS end
+	local why = partition_refused(job_desc.partition)
+	if why then
+		slurm.log_user("slurm-ft: %s", why)
+		return slurm.ERROR
+	end
 	return slurm.SUCCESS
 end
 

@@ -108,6 +108,11 @@ def test_the_tag_in_admin_comment_is_the_wrappers_grammar_and_users_cannot_edit_
                        capture_output=True, text=True, timeout=30, env=plab.env)
     assert q.returncode != 0
     assert plab.client.job(job.job_id).admin_comment == encode(spec)
+    # ... nor move it out of the partitions the site allows FT jobs in
+    q = subprocess.run([*env, "scontrol", "update", f"JobId={job.job_id}", "Partition=spares"],
+                       capture_output=True, text=True, timeout=30, env=plab.env)
+    assert q.returncode != 0, q.stdout
+    assert plab.client.job(job.job_id).partition == "train"
     # `slurm-ft sbatch` here goes through the plugin and makes the same tag (the starter holds no tag)
     w = subprocess.run([PY, "-m", "slurm_ft", "sbatch", "--parsable", "--hold", "--ckpt-dir", str(ck),
                         "--min-nodes", "2", "--hot-spares", "1", "--hang-timeout", "600", "--max-restarts", "7",
