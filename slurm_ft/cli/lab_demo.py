@@ -47,9 +47,9 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
     lab = Lab(directory)                 # a running lab keeps the spec it was brought up with
     already = lab.running()
     plugin = via == "plugin"
-    if already and lab.spec.plugin != plugin:
-        raise UsageError(f"the lab in {lab.dir} runs {'with' if lab.spec.plugin else 'without'} slurm-ft's plugins; "
-                         f"take it down first (slurm-ft lab down --dir {lab.dir}) to run the demo --via {via}")
+    if already and plugin and not lab.spec.plugin:     # (`slurm-ft sbatch` works with or without them)
+        raise UsageError(f"the lab in {lab.dir} runs without slurm-ft's plugins; take it down first "
+                         f"(slurm-ft lab down --dir {lab.dir}) to run the demo --via plugin")
     if not already:
         lab = Lab(directory, LabSpec(nodes=nodes, spares=spares, gpus_per_node=gpus_per_node, port_base=port_base,
                                      plugin=plugin))
