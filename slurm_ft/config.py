@@ -178,7 +178,7 @@ def load_config(path: Optional[str] = None) -> Config:
         raise ConfigError(f"{p}: unknown key path")
     cfg = build(Config, {**data, "path": str(p)}, str(p), "")
     _check_levels(cfg, str(p))
-    trust_modes = ("auto", "admin_comment", "comment")      # slurm_ft.recovery.trust.MODES
+    from slurm_ft.recovery.trust import MODES as trust_modes
     if cfg.controller.trust not in trust_modes:
         raise ConfigError(f"{p}: controller.trust must be one of {', '.join(trust_modes)}, "
                           f"not {cfg.controller.trust!r}")
