@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what slurm-ft needs on a fresh Debian/Ubuntu machine, as root:
-#   apt: slurm-wlm, munge, a C compiler (for the lab's fake NVML), python3 with venv
+#   apt: slurm-wlm, munge, a C compiler and make (the lab's fake NVML, the SPANK plugin), libslurm-dev
+#        (spank.h, for the plugin), python3 with venv
 #   pip: slurm-ft with its test and torch (CPU, for the DDP lab job) extras, into ./.venv (Debian's system Python refuses pip installs)
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
@@ -15,6 +16,8 @@ missing=()
 command -v slurmctld >/dev/null || missing+=(slurm-wlm)
 command -v munged >/dev/null || missing+=(munge)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+command -v make >/dev/null || missing+=(make)
+[ -e /usr/include/slurm/spank.h ] || missing+=(libslurm-dev)
 if ! command -v python3 >/dev/null; then
   missing+=(python3 python3-venv)        # Debian's python3 has no ensurepip without python3-venv
 elif ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
@@ -37,4 +40,6 @@ if ! .venv/bin/python -c 'import torch' 2>/dev/null &&
    ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[torch]' >.venv/torch-install.log 2>&1; then
   echo "setup.sh: no torch for $(.venv/bin/python -V) from the package index (.venv/torch-install.log): the torch tests will be skipped" >&2
 fi
+# the SPANK plugin (sbatch --ft-*): spank/slurm_ft.so, for plugstack.conf (README: "The Slurm plugins")
+make -s -C spank
 echo "setup.sh: ready ($(.venv/bin/slurm-ft --version), $(slurmctld -V))"

@@ -97,6 +97,8 @@ class ControllerConfig:
     wave_window_s: float = 120.0
     wave_settle_s: float = 60.0         # a wave holds its members back until this long after the last came back
     restore_after_s: float = 30.0       # a node quarantined for not answering returns after answering this long
+    trust: str = "auto"                 # the job field holding the FT tag: auto | admin_comment | comment
+                                        # (auto: admin_comment where slurmctld runs job_submit/lua)
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,10 @@ def load_config(path: Optional[str] = None) -> Config:
         raise ConfigError(f"{p}: unknown key path")
     cfg = build(Config, {**data, "path": str(p)}, str(p), "")
     _check_levels(cfg, str(p))
+    from slurm_ft.recovery.trust import MODES as trust_modes
+    if cfg.controller.trust not in trust_modes:
+        raise ConfigError(f"{p}: controller.trust must be one of {', '.join(trust_modes)}, "
+                          f"not {cfg.controller.trust!r}")
     return cfg
 
 

@@ -49,6 +49,7 @@ class Job:
     num_nodes: int = 0
     excluded_nodes: Tuple[str, ...] = ()
     comment: str = ""
+    admin_comment: str = ""         # only admins (and the job_submit policy) can set it
     restart_count: int = 0
     requeue: bool = False
     held: bool = False

@@ -65,8 +65,12 @@ def lab() -> None:
 @click.option("--fast-hooks/--full-hooks", default=None,
               help="LAB ONLY: prolog, epilog and health check skip the python check on nodes with untouched fake "
                    "GPUs (for 1,000+ node labs on a few cores)  [default: full]")
+@click.option("--plugin/--no-plugin", default=None,
+              help="Load slurm-ft's SPANK plugin (sbatch --ft-*) and job_submit policy (needs gcc, make, "
+                   "libslurm-dev)  [default: no]")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for every node to be idle.")
-def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slurmd_timeout, fast_hooks, timeout) -> None:
+def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slurmd_timeout, fast_hooks, plugin,
+       timeout) -> None:
     """Start the lab (a running one is left as it is) and wait until every node is idle.
 
     Options not given keep the values this lab directory was last brought up with.
@@ -74,7 +78,8 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
     from dataclasses import replace
     from slurm_ft.lab.cluster import Lab
     given = {"nodes": nodes, "spares": spares, "gpus_per_node": gpus_per_node, "port_base": port_base,
-             "health_interval_s": health_interval, "slurmd_timeout_s": slurmd_timeout, "fast_hooks": fast_hooks}
+             "health_interval_s": health_interval, "slurmd_timeout_s": slurmd_timeout, "fast_hooks": fast_hooks,
+             "plugin": plugin}
     base = Lab(directory).spec                 # saved spec of this directory, or the defaults
     spec = replace(base, **{k: v for k, v in given.items() if v is not None})
     the_lab = Lab(directory, spec)
@@ -82,7 +87,8 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
     spec = the_lab.spec
     what = "already up" if res.already_running else "up"
     click.echo(f"lab {what} in {the_lab.dir}: {spec.nodes} nodes in train, {spec.spares} in spares, "
-               f"gpu:{spec.gpus_per_node} each, slurmctld port {spec.port_base} ({res.elapsed_s:.1f} s)")
+               f"gpu:{spec.gpus_per_node} each, slurmctld port {spec.port_base}"
+               f"{', slurm-ft plugins loaded' if spec.plugin else ''} ({res.elapsed_s:.1f} s)")
     click.echo(f"use it:  eval $(slurm-ft lab env --dir {the_lab.dir})")
 
 

@@ -28,8 +28,11 @@ from slurm_ft.errors import UsageError
 @click.option("--keep", is_flag=True, help="Leave the recovered job running (default: cancel it at the end).")
 @click.option("--timeout", default=600.0, show_default=True, help="Give up after this many seconds per phase.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end instead of the timeline.")
+@click.option("--via", type=click.Choice(["wrapper", "plugin"]), default="wrapper", show_default=True,
+              help="Submit with `slurm-ft sbatch`, or with plain `sbatch --ft-ckpt-dir` through slurm-ft's Slurm "
+                   "plugins (the lab comes up with --plugin).")
 def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_every, gpu, xid, keep, timeout,
-         as_json) -> None:
+         as_json, via) -> None:
     """Run a 64-node trainer, break one GPU mid-run, and watch slurm-ft bring the job back on a spare."""
     from slurm_ft.lab.cluster import Lab, LabSpec
     from slurm_ft.lab.scenario import Scenario
@@ -43,8 +46,13 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
     logging.getLogger("slurm_ft.recovery.controller").setLevel(logging.ERROR)
     lab = Lab(directory)                 # a running lab keeps the spec it was brought up with
     already = lab.running()
+    plugin = via == "plugin"
+    if already and plugin and not lab.spec.plugin:     # (`slurm-ft sbatch` works with or without them)
+        raise UsageError(f"the lab in {lab.dir} runs without slurm-ft's plugins; take it down first "
+                         f"(slurm-ft lab down --dir {lab.dir}) to run the demo --via plugin")
     if not already:
-        lab = Lab(directory, LabSpec(nodes=nodes, spares=spares, gpus_per_node=gpus_per_node, port_base=port_base))
+        lab = Lab(directory, LabSpec(nodes=nodes, spares=spares, gpus_per_node=gpus_per_node, port_base=port_base,
+                                     plugin=plugin))
         say(f"bringing the lab up in {lab.dir} ({nodes} nodes x {gpus_per_node} GPUs + {spares} spares) ...")
         lab.up(timeout=120)
     # (a running lab is not waited on here: the scenario resets it, quarantined nodes of a last run included)
@@ -60,9 +68,10 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
     sc.prepare()
     sc.start_controller()
     try:
-        job = sc.submit(nodes)
+        job = sc.submit(nodes, via=via)
+        how = "`slurm-ft sbatch`" if via == "wrapper" else "plain `sbatch --ft-ckpt-dir` (slurm-ft's plugins)"
         say(f"submitted job {job}: {nodes * gpus_per_node}-GPU trainer ({nodes} nodes x {gpus_per_node}), "
-            f"checkpoint every {ckpt_every} steps, via `slurm-ft sbatch` (controller running, journal in "
+            f"checkpoint every {ckpt_every} steps, via {how} (controller running, journal in "
             f"{sc.work / 'state'})")
         start = sc.wait_event(lambda e: e.get("event") == "start", timeout, "trainer start")
         say(f"training: {start.get('world')} ranks started in {start.get('startup_s', 0):.1f} s; "

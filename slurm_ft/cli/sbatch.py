@@ -19,11 +19,30 @@ def _directives(script: str) -> list:
     return sub.script_directives(text)
 
 
+def _config(ctx: click.Context):
+    from slurm_ft.config import load_config
+    return load_config((ctx.obj or {}).get("config_path"))
+
+
 def _client(ctx: click.Context):
     """The client the config asks for (the lab's slurm.conf when it names one)."""
-    from slurm_ft.config import load_config
     from slurm_ft.slurm.client import SlurmClient
-    return SlurmClient.from_config(load_config((ctx.obj or {}).get("config_path")))
+    return SlurmClient.from_config(_config(ctx))
+
+
+def _tag_field(ctx: click.Context, client) -> str:
+    """Where the tag goes: the field the controller trusts (controller.trust; auto: AdminComment where
+    slurmctld runs the job_submit policy, i.e. JobSubmitPlugins=lua)."""
+    from slurm_ft.recovery import trust
+    setting = _config(ctx).controller.trust
+    return trust.resolve(setting, client.job_submit_plugins() if setting == "auto" else ())
+
+
+MODE_NOTES = {
+    "admin_comment": "submitted through the slurm-ft plugin: sbatch --ft-* options, the tag in AdminComment "
+                     "(job_submit policy)",
+    "comment": "submitted without the slurm-ft plugin: the tag in the job's Comment",
+}
 
 
 @click.command("sbatch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
@@ -34,10 +53,13 @@ def sbatch(ctx: click.Context, argv) -> None:
     """Submit SCRIPT as a fault-tolerant job.
 
     \b
-    slurm-ft sbatch [--ckpt-dir DIR] [--min-nodes M] [--max-restarts K] [SBATCH-OPTIONS...] SCRIPT [ARGS...]
+    slurm-ft sbatch [--ckpt-dir DIR] [--min-nodes M] [--max-restarts K] [--hot-spares K] [--hang-timeout S]
+                    [SBATCH-OPTIONS...] SCRIPT [ARGS...]
 
-    The job is submitted with --requeue (--requeue=expedite on Slurm >= 25.11 with enable_expedited_requeue) and a slurm-ft tag in its comment, so the controller may requeue it
-    on a spare node. Every `{ckpt}` in SCRIPT or ARGS becomes, at every (re)start, the newest complete
+    The job is submitted with --requeue (--requeue=expedite on Slurm >= 25.11 with enable_expedited_requeue)
+    and a slurm-ft tag, so the controller may requeue it on a spare node: where the slurm-ft plugins are
+    installed (controller.trust), as sbatch --ft-* options that the job_submit policy turns into the tag
+    in AdminComment; elsewhere in the job's Comment. It says on stderr which it used. Every `{ckpt}` in SCRIPT or ARGS becomes, at every (re)start, the newest complete
     checkpoint in DIR (empty on the first start); SLURM_FT_CKPT holds the same. SCRIPT and ARGS are passed
     as an argv array, never through a shell. #SBATCH lines at the top of SCRIPT are honoured as by sbatch.
     Prints `Submitted batch job N` (only N with --parsable).
@@ -58,8 +80,10 @@ def sbatch(ctx: click.Context, argv) -> None:
             fh.write(sub.starter_script(directives))
         os.chmod(path, 0o700)
         client = _client(ctx)
+        field = _tag_field(ctx, client)
         requeue = client.requeue_option()    # --requeue=expedite only where slurmctld enables it
-        job_id = client.submit(sub.sbatch_argv(req, path, requeue))
+        job_id = client.submit(sub.sbatch_argv(req, path, requeue, via=field))
     finally:
         os.unlink(path)
+    click.echo(f"slurm-ft: {MODE_NOTES[field]}", err=True)
     click.echo(str(job_id) if req.parsable else f"Submitted batch job {job_id}")

@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -78,6 +79,7 @@ class LabSpec:
     fast_hooks: bool = False        # LAB ONLY: hooks skip the python check on a node whose fake GPUs
                                     # are untouched (healthy state, empty kernel log): a 2,048-node job's
                                     # 2,048 prologs would take minutes of the lab's CPU otherwise
+    plugin: bool = False            # load slurm-ft's SPANK plugin and job_submit policy (lab.plugin)
 
     def validate(self) -> "LabSpec":
         if self.nodes < 1 or self.spares < 0:
@@ -99,7 +101,8 @@ class LabSpec:
     @property
     def shape(self) -> tuple:
         """What a running lab must match for `up` to reuse it."""
-        return (self.nodes, self.spares, self.gpus_per_node, self.port_base, self.job_hooks, self.fast_hooks)
+        return (self.nodes, self.spares, self.gpus_per_node, self.port_base, self.job_hooks, self.fast_hooks,
+                self.plugin)
 
     @property
     def node_names(self) -> List[str]:
@@ -192,7 +195,8 @@ class Lab:
         if self.running():
             if saved and saved.shape != self.spec.shape:
                 raise UsageError(f"a lab with {saved.nodes}+{saved.spares} nodes, gpu:{saved.gpus_per_node}, "
-                                 f"on port {saved.port_base} is up in {self.dir}; "
+                                 f"on port {saved.port_base}{' (slurm-ft plugins loaded)' if saved.plugin else ''} "
+                                 f"is up in {self.dir}; "
                                  f"run `slurm-ft lab down --dir {self.dir}` first")
             self.spec = saved or self.spec      # tunables (intervals) stay as the running lab has them
             self._health_pause.touch()
@@ -288,6 +292,8 @@ class Lab:
             (self.dir / "spool" / f"slurmd.{n}").mkdir(exist_ok=True)
         feats = versions.features(versions.installed_version())
         version_lines = versions.lab_conf_lines(feats)
+        if spec.plugin:
+            version_lines += self._write_plugin_files(feats.expedite)
         cgroup = versions.lab_cgroup_conf(feats)
         if cgroup is not None:
             atomic_write(self.dir / "etc" / "cgroup.conf", cgroup)
@@ -310,6 +316,17 @@ class Lab:
             atomic_write(self.dir / "hooks" / hook, self._hook_wrapper(repo_dir), mode=0o755)
         atomic_write(self.config_path, self._slurm_ft_yaml(), mode=0o644)
         self._build_fake_nvml()
+
+    def _write_plugin_files(self, expedite: bool) -> str:
+        """plugstack.conf and job_submit.lua (site rules: FT jobs in `train`, checkpoints under the temp
+        dir or the lab's own); the slurm.conf lines that load them."""
+        from slurm_ft.lab import plugin
+        so = plugin.build(self.dir / "lib")
+        etc = self.dir / "etc"
+        atomic_write(etc / "plugstack.conf", plugin.plugstack_conf(so, sys.executable), mode=0o644)
+        roots = sorted({tempfile.gettempdir(), str(self.dir)})
+        atomic_write(etc / "job_submit.lua", plugin.job_submit_lua(("train",), roots, expedite), mode=0o644)
+        return plugin.slurm_conf_lines(etc / "plugstack.conf")
 
     def slurmd_conf(self, node: str) -> Path:
         return self.dir / "etc" / "nodes" / f"{node}.conf" if self.spec.slim else self.conf

@@ -1,7 +1,8 @@
 """The scenario slurm-ft exists for, run on the lab: a gang-synchronous trainer on every node, a fatal
 Xid on one GPU, and the recovery, with a timeline of what happened when (for `lab demo` and the bench).
 
-Nothing here is faked: the job is submitted with `slurm-ft sbatch`, the fault is written by the lab's
+Nothing here is faked: the job is submitted with `slurm-ft sbatch` (or, via="plugin", with plain
+`sbatch --ft-ckpt-dir` through the lab's slurm-ft plugins: `lab up --plugin`), the fault is written by the lab's
 fake NVML and kernel log (`lab inject`), `slurm-ft watch` on the faulty node sees the Xid and drains
 the node, the controller (in this process, on its own journal) recovers the job, and the trainer's own
 event log says which checkpoint it resumed from and when its first step after the fault completed.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import sys
 import threading
@@ -174,7 +176,9 @@ class Scenario:
         self._ctl_thread = threading.Thread(target=loop, name="controller", daemon=True)
         self._ctl_thread.start()
 
-    def submit(self, nodes: int) -> int:
+    def submit(self, nodes: int, via: str = "wrapper") -> int:
+        """The trainer on `nodes` nodes, with `slurm-ft sbatch` (via="wrapper") or with plain sbatch and the
+        SPANK plugin's --ft-* options (via="plugin", a batch script whose $1 is {ckpt})."""
         # Each rank runs `python -S` with the two directories it needs on PYTHONPATH (this checkout, and
         # pynvml's): site.py's .pth processing (the editable-install finder and whatever else is
         # installed) costs every one of the 64 ranks CPU that the restart's prologs need.
@@ -184,12 +188,23 @@ class Scenario:
         if nvml is not None and nvml.origin:
             path.append(os.path.dirname(nvml.origin))
         env = dict(self.env, PYTHONPATH=os.pathsep.join(path + [p for p in [self.env.get("PYTHONPATH")] if p]))
-        argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(self.ckpt_dir),
-                "--max-restarts", "100", "-J", "slurm-ft-demo", "-N", str(nodes), "--ntasks-per-node=1",
-                "--gres=gpu:8", "--open-mode=append", "-o", str(self.work / "job.out"),
-                "srun", PY, "-S", "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
-                "--steps", "1000000", "--step-time", str(self.step_time), "--ckpt-every", str(self.ckpt_every),
-                "--collective-timeout", str(self.collective_timeout)]
+        sbatch = ["-J", "slurm-ft-demo", "-N", str(nodes), "--ntasks-per-node=1", "--gres=gpu:8",
+                  "--open-mode=append", "-o", str(self.work / "job.out")]
+        trainer = ["srun", PY, "-S", "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume",
+                   "{ckpt}", "--steps", "1000000", "--step-time", str(self.step_time), "--ckpt-every",
+                   str(self.ckpt_every), "--collective-timeout", str(self.collective_timeout)]
+        if via == "plugin":
+            script = self.work / "train.sh"
+            line = " ".join(shlex.quote(a) if a != "{ckpt}" else '"$1"' for a in trainer)
+            script.write_text(f"#!/bin/sh\n# $1: the newest complete checkpoint, {{ckpt}} resolved by the slurm-ft "
+                              f"SPANK plugin at every start\nexec {line}\n")
+            argv = ["sbatch", "--parsable", f"--ft-ckpt-dir={self.ckpt_dir}", "--ft-max-restarts=100", *sbatch,
+                    str(script), "{ckpt}"]
+        elif via == "wrapper":
+            argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(self.ckpt_dir),
+                    "--max-restarts", "100", *sbatch, *trainer]
+        else:
+            raise ValueError(f"via must be wrapper or plugin, not {via!r}")
         res = run(argv, timeout=120, env=env, cwd=str(self.work))
         self.job_id = int(res.stdout.strip().split(";")[0])
         return self.job_id

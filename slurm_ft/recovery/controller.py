@@ -29,7 +29,9 @@ from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.ckptscan import Scanner, hold_reason
 from slurm_ft.recovery.plan import PENDING_STATES, Policy, fault_time, plan
 from slurm_ft.recovery.snapshot import Snapshot
-from slurm_ft.recovery.tag import decode
+from slurm_ft.recovery import trust
+from slurm_ft.recovery.tag import with_note
+from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,7 @@ class Controller:
         self._seen: Dict[str, out.Seen] = {}     # outage.track: who stopped/started answering, when
         self._watching_since = clock()
         self._alerted: Dict[str, str] = {}       # alert key -> last text logged (loud once per change)
+        self._trust: Optional[str] = None        # the job field holding FT tags (trust.resolve), read once
 
     # --- observe -----------------------------------------------------------------------------------
 
@@ -85,8 +88,9 @@ class Controller:
         jobs = self.client.jobs()
         parts = self.client.partitions()
         specs = {}
+        field = self.trusted_field()
         for j in jobs:
-            spec = decode(j.comment)
+            spec = trust.spec_of(j, field)
             if spec is not None:
                 specs[j.job_id] = spec
         now = self.clock()
@@ -96,6 +100,22 @@ class Controller:
         return Snapshot.of(nodes, jobs, parts, specs=specs, breaker_open=self._breaker_open(nodes),
                            taken_at=now, seen=dict(self._seen), watching_since=self._watching_since,
                            out_counted=counted, out_limit=limit)
+
+    def trusted_field(self) -> str:
+        """admin_comment or comment (config controller.trust; auto asks slurmctld once). When slurmctld's
+        config cannot be read, AdminComment: a user cannot write it, so nothing is trusted that a user
+        could forge (asked again next cycle)."""
+        if self._trust is None:
+            try:
+                plugins = self.client.job_submit_plugins() if self.cc.trust == "auto" else ()
+            except CommandError as exc:
+                log.error("cannot read slurmctld's JobSubmitPlugins (%s): trusting only AdminComment tags "
+                          "this cycle", exc)
+                return "admin_comment"
+            self._trust = trust.resolve(self.cc.trust, plugins)
+            log.info("fault-tolerance tags are read from %s", "AdminComment" if self._trust == "admin_comment"
+                     else "Comment")
+        return self._trust
 
     def _out_of_service(self, nodes, now: float):
         """The drain-rate breaker's count and limit, from the same snapshot of Slurm's nodes the breaker
@@ -248,7 +268,7 @@ class Controller:
 
     def _open(self, step: Step, now: float) -> None:
         job = self.client.job(step.job_id)
-        spec = decode(job.comment)
+        spec = trust.spec_of(job, self.trusted_field())
         found = self._scans.verdict(spec.ckpt_dir) if spec and spec.ckpt_dir and self.cc.read_progress else None
         ckpt_step = found.step if found is not None else None
         snap_nodes = {n.name: n for n in self.client.nodes(list(step.nodes))}
@@ -442,10 +462,14 @@ class Controller:
         return "ok", step.reason
 
     def _admin_comment(self, job_id: int, text: str) -> None:
-        """Tell the job's owner why it waits (scontrol show job: AdminComment); best effort."""
+        """Tell the job's owner why it waits (scontrol show job: AdminComment); best effort. Where the
+        tag lives in AdminComment the note goes after it: the tag is what keeps the job followed."""
         try:
-            self.client.update_job(job_id, AdminComment=text[:200])
-        except CommandError as exc:
+            text = text[:200]
+            if self.trusted_field() == "admin_comment":
+                text = with_note(self.client.job(job_id).admin_comment, text)
+            self.client.update_job(job_id, AdminComment=text)
+        except (CommandError, JobNotFound) as exc:
             log.warning("job %s: cannot set AdminComment: %s", job_id, exc)
 
     def _maybe_crash(self, kind: str, when: str) -> None:

@@ -1,6 +1,7 @@
 """The job starter `slurm-ft sbatch` submits: runs at every (re)start of the batch step.
 
     python -m slurm_ft.recovery.jobstart --ckpt-dir DIR -- SCRIPT [ARGS...]
+    python -m slurm_ft.recovery.jobstart --resolve --ckpt-dir DIR     (the SPANK plugin's batch step)
 
 Replaces ``{ckpt}`` in SCRIPT/ARGS with the newest complete checkpoint in DIR ("" when there is none),
 exports SLURM_FT_CKPT / SLURM_FT_CKPT_STEP / SLURM_FT_CKPT_DIR for scripts that prefer the environment,
@@ -60,16 +61,9 @@ def _log_start(ckpt_dir: str, record: dict) -> None:
         print(f"slurm-ft: cannot write {STARTS_LOG}: {exc}", file=sys.stderr)
 
 
-def main(argv: Sequence[str]) -> int:
-    argv = list(argv)
-    ckpt_dir = ""
-    if len(argv) >= 2 and argv[0] == "--ckpt-dir":
-        ckpt_dir, argv = argv[1], argv[2:]
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR -- SCRIPT [ARGS...]", file=sys.stderr)
-        return 2
+def _start(ckpt_dir: str, argv: Sequence[str]) -> Tuple[Optional[List[str]], Optional[ckpt.Latest]]:
+    """Resolve {ckpt}, say where the job resumes from, log the start: argv resolved, or None when the
+    job must not start (checkpoints that cannot be read, or none of them complete)."""
     t0 = time.time()
     resolved, found = resolve(argv, ckpt_dir)
     if found is not None and found.must_not_start:
@@ -78,14 +72,14 @@ def main(argv: Sequence[str]) -> int:
         for s in found.skipped[:10]:
             print(f"slurm-ft: skipped {s.path}: {s.reason}", file=sys.stderr)
         print(f"slurm-ft: {found.reason}; not starting", file=sys.stderr)
-        return 4
+        return None, found
     job = os.environ.get("SLURM_JOB_ID", "")
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     env_ckpt = found.path if found is not None and found.path else ""
-    os.environ["SLURM_FT_CKPT"] = env_ckpt
-    os.environ["SLURM_FT_CKPT_DIR"] = ckpt_dir
-    os.environ["SLURM_FT_CKPT_STEP"] = "" if found is None or found.step is None else str(found.step)
-    if ckpt_dir:
+    if ckpt_dir:    # without one, SLURM_FT_* stay as they are (the SPANK plugin's, when it resolved them)
+        os.environ["SLURM_FT_CKPT"] = env_ckpt
+        os.environ["SLURM_FT_CKPT_DIR"] = ckpt_dir
+        os.environ["SLURM_FT_CKPT_STEP"] = "" if found is None or found.step is None else str(found.step)
         if env_ckpt:
             print(f"slurm-ft: job {job} start {restart}: resuming from {env_ckpt} "
                   f"(step {found.step}, {found.layout})", file=sys.stderr)
@@ -101,6 +95,40 @@ def main(argv: Sequence[str]) -> int:
             "skipped": [{"path": x.path, "reason": x.reason} for x in (found.skipped[:5] if found else ())],
         })
     sys.stderr.flush()
+    return resolved, found
+
+
+def resolve_only(ckpt_dir: str) -> int:
+    """`jobstart --resolve --ckpt-dir DIR`, for the SPANK plugin's batch step (spank/slurm_ft.c): the same
+    start as `slurm-ft sbatch`'s, printed as two lines (checkpoint path, step; "" when none) instead of
+    exec'ing; exit 4 when the job must not start. A path with a newline cannot be printed so: refused."""
+    resolved, found = _start(ckpt_dir, [PLACEHOLDER])
+    if resolved is None:
+        return 4
+    if "\n" in resolved[0]:
+        print(f"slurm-ft: checkpoint path {resolved[0]!r} has a newline; not starting", file=sys.stderr)
+        return 4
+    step = found.step if found is not None and found.step is not None and resolved[0] else ""
+    sys.stdout.write(f"{resolved[0]}\n{step}\n")
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    argv = list(argv)
+    if len(argv) == 3 and argv[0] == "--resolve" and argv[1] == "--ckpt-dir":
+        return resolve_only(argv[2])
+    ckpt_dir = ""
+    if len(argv) >= 2 and argv[0] == "--ckpt-dir":
+        ckpt_dir, argv = argv[1], argv[2:]
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR -- SCRIPT [ARGS...] | --resolve --ckpt-dir DIR",
+              file=sys.stderr)
+        return 2
+    resolved, _ = _start(ckpt_dir, argv)
+    if resolved is None:
+        return 4
     try:
         target = exec_argv(resolved[0], resolved[1:])
         os.execvp(target[0], target)

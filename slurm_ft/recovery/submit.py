@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from slurm_ft.errors import UsageError
-from slurm_ft.recovery.tag import DEFAULT_MAX_RESTARTS, FtSpec, encode
+from slurm_ft.recovery.tag import DEFAULT_MAX_RESTARTS, LIMITS, FtSpec, encode
 
 PLACEHOLDER = "{ckpt}"
 
@@ -52,7 +52,7 @@ REFUSED = {
     "help": None, "usage": None, "version": None,
 }
 SHORT_NAMES = {"W": "wait", "h": "help", "V": "version", "J": "job-name", "N": "nodes", "a": "array"}
-OUR_OPTIONS = {"ckpt-dir", "min-nodes", "max-restarts"}
+OUR_OPTIONS = {"ckpt-dir", "min-nodes", "max-restarts", "hot-spares", "hang-timeout"}
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,22 @@ class SbatchRequest:
         return out
 
 
-def _int(value: str, what: str, low: int) -> int:
+def _int(value: str, what: str, low: int, high: Optional[int] = None) -> int:
     try:
         n = int(value)
     except ValueError:
         raise UsageError(f"{what} must be an integer, got {value!r}") from None
     if n < low:
         raise UsageError(f"{what} must be >= {low}, got {n}")
+    if high is not None and n > high:
+        raise UsageError(f"{what} must be <= {high}, got {n}")
     return n
+
+
+def _limited(ours: dict, key: str) -> Optional[int]:
+    """--min-nodes, --hot-spares, ... within the tag's LIMITS (the plugin's and the policy's)."""
+    opt = key.replace("_", "-")
+    return _int(ours[opt], f"--{opt}", *LIMITS[key]) if opt in ours else None
 
 
 def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> SbatchRequest:
@@ -181,8 +189,9 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
         ckpt_dir = os.path.normpath(os.path.join(cwd, ckpt_dir))
     if not ckpt_dir and any(PLACEHOLDER in a for a in (script, *args)):
         raise UsageError(f"{PLACEHOLDER} in the command needs --ckpt-dir")
-    min_nodes = _int(ours["min-nodes"], "--min-nodes", 1) if "min-nodes" in ours else None
-    max_restarts = _int(ours["max-restarts"], "--max-restarts", 0) if "max-restarts" in ours else DEFAULT_MAX_RESTARTS
+    min_nodes = _limited(ours, "min_nodes")
+    max_restarts = _limited(ours, "max_restarts")
+    max_restarts = DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts
     nodes = None
     if nodes_value is not None and nodes_value.isdigit():
         nodes = int(nodes_value)
@@ -196,7 +205,8 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
             raise UsageError(f"SCRIPT {script}: no such file")
         script = path
     return SbatchRequest(
-        spec=FtSpec(ckpt_dir=ckpt_dir, min_nodes=min_nodes, max_restarts=max_restarts),
+        spec=FtSpec(ckpt_dir=ckpt_dir, min_nodes=min_nodes, max_restarts=max_restarts,
+                    hot_spares=_limited(ours, "hot_spares"), hang_timeout=_limited(ours, "hang_timeout")),
         sbatch_options=tuple(opts), script=script, args=args, parsable=parsable,
         job_name_given=job_name, nodes=nodes, fixed_tasks=fixed_tasks,
     )
@@ -241,12 +251,25 @@ def starter_script(directives: Sequence[str] = (), python: str = sys.executable)
     return "\n".join(lines)
 
 
-def sbatch_argv(req: SbatchRequest, starter_path: str, requeue: str = "--requeue") -> List[str]:
-    """The full sbatch argument list after ``sbatch``: options, our tag and `requeue` (see
-    SlurmClient.requeue_option), starter, then the user's argv."""
+def plugin_options(spec: FtSpec) -> List[str]:
+    """The SPANK plugin's options for `spec` (spank/slurm_ft.c); job_submit.lua makes the same tag of them."""
+    out = [f"--ft-ckpt-dir={spec.ckpt_dir}"] if spec.ckpt_dir else []
+    for key in ("min_nodes", "hot_spares", "hang_timeout", "max_restarts"):
+        if getattr(spec, key) is not None:
+            out.append(f"--ft-{key.replace('_', '-')}={getattr(spec, key)}")
+    return out
+
+
+def sbatch_argv(req: SbatchRequest, starter_path: str, requeue: str = "--requeue", via: str = "comment") -> List[str]:
+    """The full sbatch argument list after ``sbatch``: options, `requeue` (see SlurmClient.requeue_option),
+    the tag, starter, then the user's argv. via="comment": our tag in --comment; via="admin_comment":
+    the SPANK plugin's --ft-* options, which the job_submit policy turns into the same tag in
+    AdminComment, and the plugin resolves {ckpt} (so the starter is not given the directory)."""
     argv = list(req.sbatch_options)
     if not req.job_name_given:
         argv.append("--job-name=" + os.path.basename(req.script))
+    if via == "admin_comment":
+        return argv + [requeue, *plugin_options(req.spec), starter_path, "--", req.script, *req.args]
     argv += [requeue, "--comment=" + encode(req.spec), starter_path]
     argv += ["--ckpt-dir", req.spec.ckpt_dir, "--", req.script, *req.args]
     return argv

@@ -1,14 +1,19 @@
-"""The fault-tolerance tag a job carries in its own Slurm comment.
+"""The fault-tolerance tag a job carries: the one grammar for the wrapper, the job_submit policy and the controller.
 
-`slurm-ft sbatch` writes it with `--comment`; the controller reads it back from `scontrol show job`.
-Keeping it in the job means no registration and nothing lost when the controller restarts.
+Where it lives depends on the site (config `controller.trust`, docs/plugin.md): in `AdminComment`,
+written by the job_submit policy (etc/job_submit.lua) from the SPANK plugin's `--ft-*` options, which a
+user cannot edit; or, at sites without the plugins, in the job's own `Comment`, written by `slurm-ft
+sbatch`. The controller reads it back from `scontrol show job`. Keeping it in the job means no
+registration and nothing lost when the controller restarts.
 
-Format (one line, ASCII, no spaces inside values)::
+Format (one line, ASCII, no spaces inside values; keys in this order, absent ones left out)::
 
-    slurm-ft:v1 ckpt=/data/my%20run min_nodes=60 max_restarts=5
+    slurm-ft:v1 ckpt=/data/my%20run min_nodes=60 hot_spares=2 hang_timeout=600 max_restarts=5
 
-Values are percent-encoded, so a checkpoint path with spaces, '=' or newlines survives. Decoding is
-strict: the whole comment must be a tag, so a user's unrelated comment ("slurm-ft rocks") is not one.
+Values are percent-encoded (everything but A-Z a-z 0-9 _ . - ~ /, as UTF-8 bytes), so a checkpoint
+path with spaces, '=' or newlines survives; job_submit.lua encodes the same way (a lab test compares
+the two). Decoding is strict: the whole field must be a tag, so a user's unrelated comment ("slurm-ft
+rocks") is not one. In AdminComment the controller may add a note after the tag, after NOTE_SEP.
 """
 from __future__ import annotations
 
@@ -24,7 +29,11 @@ DEFAULT_MAX_RESTARTS = 5
 _HEAD = re.compile(r"slurm-ft:v([1-9][0-9]{0,3})\Z")
 _FIELD = re.compile(r"([a-z_]+)=([A-Za-z0-9%._~/+:@,\-]*)\Z")
 _INT = re.compile(r"(0|[1-9][0-9]{0,8})\Z")
-_KEYS = ("ckpt", "min_nodes", "max_restarts")
+_KEYS = ("ckpt", "min_nodes", "hot_spares", "hang_timeout", "max_restarts")
+# the range of each number, the same in the SPANK plugin (spank/slurm_ft.c) and job_submit.lua (a unit test
+# compares them); decode() reads any tag within the grammar, the submit paths refuse values outside these
+LIMITS = {"min_nodes": (1, 100000), "hot_spares": (0, 10000), "hang_timeout": (1, 604800), "max_restarts": (0, 1000)}
+NOTE_SEP = " | "          # tag | note: never inside a tag ('|' and ' ' are encoded or separate fields)
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,8 @@ class FtSpec:
     min_nodes: Optional[int] = None         # None = not elastic: always restart at full size
     max_restarts: int = DEFAULT_MAX_RESTARTS
     version: int = VERSION
+    hot_spares: Optional[int] = None        # spares the job asked to be kept ready for it
+    hang_timeout: Optional[int] = None      # seconds without progress that count as a hang
 
 
 def encode(spec: FtSpec) -> str:
@@ -43,19 +54,34 @@ def encode(spec: FtSpec) -> str:
         raise ValueError("min_nodes must be >= 1")
     if spec.max_restarts < 0:
         raise ValueError("max_restarts must be >= 0")
+    if spec.hot_spares is not None and spec.hot_spares < 0:
+        raise ValueError("hot_spares must be >= 0")
+    if spec.hang_timeout is not None and spec.hang_timeout < 1:
+        raise ValueError("hang_timeout must be >= 1")
     parts = [f"{PREFIX}{VERSION}"]
     if spec.ckpt_dir:
         parts.append("ckpt=" + quote(spec.ckpt_dir, safe="/"))
-    if spec.min_nodes is not None:
-        parts.append(f"min_nodes={spec.min_nodes}")
+    for key in ("min_nodes", "hot_spares", "hang_timeout"):
+        if getattr(spec, key) is not None:
+            parts.append(f"{key}={getattr(spec, key)}")
     parts.append(f"max_restarts={spec.max_restarts}")
     return " ".join(parts)
 
 
-def decode(comment: str) -> Optional[FtSpec]:
-    """The FtSpec in a job's comment, or None if the comment is not exactly a tag we understand."""
+def with_note(tag: str, note: str) -> str:
+    """AdminComment text: the tag, then the controller's note for the job's owner (one line)."""
+    tag = tag.split(NOTE_SEP, 1)[0]
+    note = " ".join(note.split())
+    return f"{tag}{NOTE_SEP}{note}" if tag else note
+
+
+def decode(comment: str, noted: bool = False) -> Optional[FtSpec]:
+    """The FtSpec in a job's comment, or None if the comment is not exactly a tag we understand.
+    noted: the field may carry a note after the tag (AdminComment, see with_note)."""
     if not comment:
         return None
+    if noted:
+        comment = comment.split(NOTE_SEP, 1)[0]
     words = comment.strip().split(" ")
     head = _HEAD.match(words[0])
     if not head or int(head.group(1)) != VERSION:
@@ -74,6 +100,11 @@ def decode(comment: str) -> Optional[FtSpec]:
     max_restarts = fields.get("max_restarts", str(DEFAULT_MAX_RESTARTS))
     if min_nodes is not None and (not _INT.match(min_nodes) or int(min_nodes) < 1):
         return None
+    hot_spares, hang_timeout = fields.get("hot_spares"), fields.get("hang_timeout")
+    if hot_spares is not None and not _INT.match(hot_spares):
+        return None
+    if hang_timeout is not None and (not _INT.match(hang_timeout) or int(hang_timeout) < 1):
+        return None
     if not _INT.match(max_restarts):
         return None
     return FtSpec(
@@ -81,6 +112,8 @@ def decode(comment: str) -> Optional[FtSpec]:
         min_nodes=int(min_nodes) if min_nodes is not None else None,
         max_restarts=int(max_restarts),
         version=VERSION,
+        hot_spares=int(hot_spares) if hot_spares is not None else None,
+        hang_timeout=int(hang_timeout) if hang_timeout is not None else None,
     )
 
 

@@ -81,6 +81,7 @@ class SlurmClient:
         self._version: Optional[Tuple[int, int, int]] = None
         self._json_ok = True
         self._expedite: Optional[bool] = None
+        self._running_config: Optional[Dict[str, str]] = None
 
     # --- plumbing ------------------------------------------------------------------------------
     def _environ(self, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
@@ -272,12 +273,20 @@ class SlurmClient:
         SlurmctldParameters=enable_expedited_requeue (without it Slurm refuses such a job). The running
         config is read once per client (`scontrol show config`)."""
         if self._expedite is None:
-            params = ""
-            if self.features().expedite:
-                config = self._parse(self._run(["scontrol", "show", "config"]), parse.parse_config)
-                params = config.get("SlurmctldParameters", "")
+            params = self.running_config().get("SlurmctldParameters", "") if self.features().expedite else ""
             self._expedite = versions.expedite_enabled(self.version(), params)
         return self._expedite
+
+    def running_config(self) -> Dict[str, str]:
+        """slurmctld's running configuration (`scontrol show config`), read once per client."""
+        if self._running_config is None:
+            self._running_config = self._parse(self._run(["scontrol", "show", "config"]), parse.parse_config)
+        return self._running_config
+
+    def job_submit_plugins(self) -> List[str]:
+        """slurmctld's JobSubmitPlugins (e.g. ["lua"]); [] where it runs none."""
+        value = self.running_config().get("JobSubmitPlugins", "")
+        return [p.strip() for p in value.split(",") if p.strip() and p.strip() != "(null)"]
 
     def requeue_option(self) -> str:
         """The sbatch option slurm-ft submits with: `--requeue=expedite` where the cluster allows it."""

@@ -48,6 +48,9 @@ class ModelSlurm:
         self._tick()
         return self.j[job_id]
 
+    def job_submit_plugins(self):
+        return list(getattr(self, "job_submit", []))     # slurmctld's JobSubmitPlugins: none, unless a test sets it
+
     def partitions(self):
         return [Partition(k, tuple(v)) for k, v in self.p.items()]
 
@@ -88,6 +91,8 @@ class ModelSlurm:
             j = replace(j, excluded_nodes=_expand(fields["ExcNodeList"]))
         if "NumNodes" in fields:
             j = replace(j, num_nodes=int(fields["NumNodes"]))
+        if "AdminComment" in fields:
+            j = replace(j, admin_comment=fields["AdminComment"])
         if fields.get("StartTime") == "now" and j.state == "PENDING":
             j = replace(j, reason="None")
         self.j[job_id] = j
@@ -267,6 +272,64 @@ def test_a_down_node_is_drained_on_quarantine_through_the_breaker(tmp_path):
     assert s.n["gpu003"].drained
     assert s.n["gpu003"].reason == "slurm-ft: quarantined, DOWN: Not responding during job 100"
     assert "drained gpu003" in inc.step("quarantine").detail
+
+
+def _with_the_policy(s, job_id=100, spec=FtSpec(ckpt_dir="", max_restarts=5)):
+    """slurmctld runs job_submit/lua: the job's tag is in AdminComment, its Comment its owner's."""
+    s.job_submit = ["lua"]
+    s.j[job_id] = replace(s.j[job_id], comment="", admin_comment=encode(spec))
+
+
+def test_with_the_job_submit_policy_a_tag_in_comment_is_ignored(tmp_path):
+    s = ModelSlurm()
+    s.job_submit = ["lua"]                      # the tag stays where the owner wrote it: Comment
+    s.fail("gpu002")
+    c = make(tmp_path, s)
+    c.cycle()
+    assert jn.incidents(c.conn) == [] and not [x for x in s.calls if x[0] == "requeue"]
+    assert s.j[100].state == "RUNNING" and s.j[100].restart_count == 0
+
+
+def test_with_the_job_submit_policy_the_admin_comment_tag_is_followed(tmp_path):
+    s = ModelSlurm()
+    _with_the_policy(s)
+    s.fail("gpu002")
+    c = make(tmp_path, s)
+    c.cycle()
+    assert end_state(s, c.conn)["incidents"] == [("recovered", ("gpu002",), ("gpu005",))]
+
+
+def test_the_controllers_note_keeps_the_admin_comment_tag(tmp_path):
+    s = ModelSlurm(n_spares=0)
+    _with_the_policy(s)
+    tag = s.j[100].admin_comment
+    s.fail("gpu002")
+    c = make(tmp_path, s)
+    c.cycle()
+    inc = jn.incidents(c.conn)[0]
+    assert s.j[100].admin_comment == f"{tag} | slurm-ft: {inc.note}"
+    s.n["gpu009"] = Node("gpu009", "IDLE")      # the job is still followed: it recovers once a spare is back
+    s.p["spares"] = ["gpu009"]
+    c.cycle()
+    c.cycle()
+    assert jn.incidents(c.conn)[0].status == "recovered" and "gpu009" in s.j[100].nodes
+
+
+def test_unreadable_slurmctld_config_trusts_only_admin_comment(tmp_path):
+    from slurm_ft.errors import CommandError
+
+    s = ModelSlurm()
+
+    def unreadable():
+        raise CommandError(["scontrol", "show", "config"], 1, "slurm_load_ctl_conf error")
+    s.job_submit_plugins = unreadable
+    s.fail("gpu002")
+    c = make(tmp_path, s)
+    c.cycle()
+    assert jn.incidents(c.conn) == []           # the Comment tag is not trusted while in doubt
+    s.job_submit_plugins = lambda: []           # readable again, no policy: asked again, Comment it is
+    c.cycle()
+    assert end_state(s, c.conn)["incidents"] == [("recovered", ("gpu002",), ("gpu005",))]
 
 
 @pytest.mark.parametrize("point", [("quarantine", "intent"), ("requeue", "intent"), ("requeue", "result"),

@@ -44,6 +44,9 @@ class ModelSlurm:
     def node(self, name):
         return self._node(name)
 
+    def job_submit_plugins(self):
+        return list(getattr(self, "job_submit", []))     # slurmctld's JobSubmitPlugins: none, unless a test sets it
+
     def partitions(self):
         return [Partition(p, tuple(ns)) for p, ns in self.parts.items()]
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 
 import pytest
@@ -156,14 +157,16 @@ def test_starter_execs_with_resolved_argv(tmp_path):
     assert start["restart"] == 2 and start["step"] == 3 and start["skipped"] == []
 
 
-@pytest.mark.parametrize("version,expedite_on,requeue", [
-    ("22.05", True, "--requeue"), ("24.11", True, "--requeue"),
-    ("26.05", True, "--requeue=expedite"), ("26.05", False, "--requeue")])
+@pytest.mark.parametrize("version,expedite_on,requeue,plugin", [
+    ("22.05", True, "--requeue", False), ("24.11", True, "--requeue", False),
+    ("26.05", True, "--requeue=expedite", False), ("26.05", False, "--requeue", False),
+    ("22.05", True, "--requeue", True), ("26.05", True, "--requeue=expedite", True)])
 def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, monkeypatch, version, expedite_on,
-                                                                     requeue):
+                                                                     requeue, plugin):
     """The command end to end minus Slurm: what reaches SlurmClient.submit, and the starter's text.
     Slurm's answers are those captured from each version's lab (26.05's runs enable_expedited_requeue;
-    without it, as slurmctld's default, 26.05 gets plain --requeue)."""
+    without it, as slurmctld's default, 26.05 gets plain --requeue). plugin: slurmctld runs
+    JobSubmitPlugins=lua, so the tag goes as the SPANK plugin's --ft-* options (AdminComment), not --comment."""
     from click.testing import CliRunner
 
     from slurm_ft.cli import cli
@@ -178,6 +181,9 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
     config = (captured / "scontrol_show_config.txt").read_text()
     if not expedite_on:
         config = config.replace("enable_expedited_requeue", "(null)")
+    if plugin:
+        config = re.sub(r"(?m)^(JobSubmitPlugins\s*=) \(null\)$", r"\1 lua", config)
+        assert "= lua" in config
 
     class Client(SlurmClient):
         def _run(self, argv, **kw):
@@ -196,18 +202,28 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
 
     monkeypatch.setattr(sbatch_cli, "_client", lambda ctx: Client())
     monkeypatch.chdir(tmp_path)
-    r = CliRunner().invoke(cli, ["sbatch", "--ckpt-dir", "ck", "-p", "train", "train.sh", "--resume", "{ckpt}"])
+    r = CliRunner().invoke(cli, ["sbatch", "--ckpt-dir", "ck", "--max-restarts", "3", "-p", "train", "train.sh",
+                                 "--resume", "{ckpt}"])
     assert r.exit_code == 0, r.output
     assert r.stdout == "Submitted batch job 4242\n"
+    assert ("through the slurm-ft plugin" if plugin else "without the slurm-ft plugin") in r.stderr
     assert not os.path.exists(seen["starter"])                     # sbatch keeps its own copy
     assert seen["mode"] == 0o700
     assert seen["text"].splitlines()[2:4] == ["#SBATCH -N 2", "#SBATCH --gres=gpu:8"]
     i = seen["argv"].index(seen["starter"])
-    assert seen["argv"][i + 1:] == ["--ckpt-dir", str(tmp_path / "ck"), "--", str(script), "--resume", "{ckpt}"]
+    ck = str(tmp_path / "ck")
+    if plugin:      # the plugin resolves {ckpt}; the policy writes the tag
+        assert seen["argv"][i + 1:] == ["--", str(script), "--resume", "{ckpt}"]
+        assert [a for a in seen["argv"][:i] if a.startswith(("--ft-", "--comment"))] == [
+            f"--ft-ckpt-dir={ck}", "--ft-max-restarts=3"]
+    else:
+        assert seen["argv"][i + 1:] == ["--ckpt-dir", ck, "--", str(script), "--resume", "{ckpt}"]
+        assert [a for a in seen["argv"][:i] if a.startswith(("--ft-", "--comment"))] == [
+            f"--comment=slurm-ft:v1 ckpt={ck} max_restarts=3"]
     assert requeue in seen["argv"][:i] and "--job-name=train.sh" in seen["argv"][:i]
     assert [a for a in seen["argv"] if a.startswith("--requeue")] == [requeue]
     assert seen["asked"].count("scontrol --version") == 1       # the version is learnt once
-    assert seen["asked"].count("scontrol show config") == (1 if version == "26.05" else 0)
+    assert seen["asked"].count("scontrol show config") == 1     # JobSubmitPlugins (and expedite), once
     r = CliRunner().invoke(cli, ["sbatch", "--parsable", "train.sh"])
     assert r.stdout == "4242\n"
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from slurm_ft.recovery.tag import DEFAULT_MAX_RESTARTS, FtSpec, decode, encode, is_tagged
+from slurm_ft.recovery.tag import DEFAULT_MAX_RESTARTS, FtSpec, decode, encode, is_tagged, with_note
 
 
 @pytest.mark.parametrize("spec", [
@@ -56,3 +58,31 @@ def test_encode_refuses_nonsense():
         encode(FtSpec(min_nodes=0))
     with pytest.raises(ValueError):
         encode(FtSpec(max_restarts=-1))
+
+
+def test_the_plugin_keys_round_trip_in_grammar_order():
+    spec = FtSpec(ckpt_dir="/c", min_nodes=2, hot_spares=1, hang_timeout=600, max_restarts=7)
+    assert encode(spec) == "slurm-ft:v1 ckpt=/c min_nodes=2 hot_spares=1 hang_timeout=600 max_restarts=7"
+    assert decode(encode(spec)) == spec
+
+
+@pytest.mark.parametrize("comment", ["slurm-ft:v1 hang_timeout=0", "slurm-ft:v1 hot_spares=-1",
+                                     "slurm-ft:v1 hot_spares=x", "slurm-ft:v1 hang_timeout=01"])
+def test_bad_plugin_values_are_not_a_tag(comment):
+    assert decode(comment) is None
+
+
+def test_a_note_after_the_tag_counts_only_where_notes_are_allowed():
+    tag = encode(FtSpec(ckpt_dir="/a | b"))            # '|' inside a value is encoded: never a separator
+    noted = with_note(tag, "slurm-ft: held:\n waiting for a spare")
+    assert noted == tag + " | slurm-ft: held: waiting for a spare"
+    assert decode(noted, noted=True) == FtSpec(ckpt_dir="/a | b")
+    assert decode(noted) is None                       # Comment: the whole field must be the tag
+    assert with_note(noted, "recovered") == tag + " | recovered"      # a new note replaces the old
+    assert decode("slurm-ft: held: x", noted=True) is None           # a note alone is no tag
+
+
+@given(st.text(min_size=1, max_size=60).map(lambda s: "/" + s), st.text(max_size=80))
+def test_any_path_and_any_note_keep_the_tag(path, note):
+    spec = FtSpec(ckpt_dir=path, hot_spares=3)
+    assert decode(with_note(encode(spec), note), noted=True) == spec

@@ -1,0 +1,1 @@
+../slurm_ft/data/job_submit.lua

@@ -1,0 +1,194 @@
+"""slurm-ft's Slurm plugins on a real Slurm: the SPANK plugin (plain `sbatch --ft-*`) and the job_submit policy.
+
+A lab of its own (`lab up --plugin`: 8 nodes + 2 spares, ports from $SLURM_FT_TEST_PORT_BASE + 300), since
+the session lab runs without the plugins. What a user and an admin would check: the options in `sbatch
+--help`, a bad value refused at submit time with its reason, the tag in AdminComment (the grammar of
+`slurm-ft sbatch`, byte for byte), a job recovered onto a spare and resumed from its newest checkpoint,
+a user-forged tag in Comment ignored, and ordinary jobs untouched, with the plugin's .so there or not.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import TEST_LAB_DIR, TEST_PORT_BASE, LabHandle
+from ctl_helpers import PY, controller_config, fail_node, incidents, once, wait_job
+from slurm_ft.lab.cluster import Lab, LabSpec
+from slurm_ft.lab.scenario import Scenario
+from slurm_ft.recovery.tag import FtSpec, decode, encode
+from slurm_ft.slurm.client import SlurmClient
+
+OPTIONS = ("--ft-ckpt-dir", "--ft-hot-spares", "--ft-max-restarts", "--ft-hang-timeout", "--ft-min-nodes")
+
+
+@pytest.fixture(scope="module")
+def plab():
+    cluster = Lab(f"{TEST_LAB_DIR}-plugin", LabSpec(nodes=8, spares=2, gpus_per_node=8,
+                                                    port_base=TEST_PORT_BASE + 300, plugin=True))
+    reused = cluster.running()
+    cluster.up(timeout=120)
+    handle = LabHandle(
+        cluster=cluster, dir=cluster.dir, conf=cluster.conf,
+        client=SlurmClient(env={"SLURM_CONF": str(cluster.conf)}),
+        env=cluster.env(), train_nodes=cluster.spec.train_nodes, spare_nodes=cluster.spec.spare_nodes,
+        config_path=cluster.config_path, started_here=not reused,
+    )
+    handle.reset()
+    yield handle
+    if not reused:
+        cluster.down()
+
+
+@pytest.fixture
+def pwork(plab, tmp_path):
+    plab.reset()
+    os.chmod(tmp_path, 0o755)
+    yield tmp_path
+    plab.reset()
+
+
+def sbatch(lab, *args, user=None):
+    argv = ["sbatch", "--parsable", *args]
+    if user:
+        argv = ["runuser", "-u", user, "--", "env", f"SLURM_CONF={lab.conf}", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=lab.env)
+
+
+def job_count(lab) -> int:
+    return len(lab.client.jobs())
+
+
+def test_sbatch_and_srun_help_list_the_options(plab):
+    for cmd in ("sbatch", "srun"):
+        p = subprocess.run([cmd, "--help"], capture_output=True, text=True, timeout=30, env=plab.env)
+        assert p.returncode == 0, p.stderr
+        for opt in OPTIONS:
+            assert opt + "=" in p.stdout, f"{cmd} --help lacks {opt}"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--ft-max-restarts=abc"], "slurm-ft: --ft-max-restarts abc: must be a whole number from 0 to 1000"),
+    (["--ft-hang-timeout=0"], "slurm-ft: --ft-hang-timeout 0: must be a whole number from 1 to 604800"),
+    (["--ft-ckpt-dir=ckpt/run7"], "slurm-ft: --ft-ckpt-dir ckpt/run7: the checkpoint directory must be an absolute path"),
+    (["--ft-ckpt-dir=/tmp/a/../../etc"], "contains a '..' component"),
+    (["--ft-ckpt-dir=/var/lib/run7"], "slurm-ft: --ft-ckpt-dir /var/lib/run7: not under this site's checkpoint roots"),
+    (["-p", "spares", "--ft-ckpt-dir=/tmp/run7"],
+     "slurm-ft: fault-tolerant jobs (--ft-*) run only in partition(s) train here, not spares"),
+])
+def test_a_bad_value_is_refused_at_submit_time_with_its_reason(pwork, plab, args, message):
+    before = job_count(plab)
+    p = sbatch(plab, *args, "--wrap", "true")
+    assert p.returncode != 0
+    assert message in p.stderr
+    assert "Traceback" not in p.stderr
+    assert job_count(plab) == before                 # nothing reached the queue
+
+
+def test_the_tag_in_admin_comment_is_the_wrappers_grammar_and_users_cannot_edit_it(pwork, plab):
+    ck = pwork / "my run %41 \u00fc=x"
+    ck.mkdir()
+    spec = FtSpec(ckpt_dir=str(ck), min_nodes=2, hot_spares=1, hang_timeout=600, max_restarts=7)
+    os.chmod(pwork, 0o755)
+    p = sbatch(plab, "--hold", f"--ft-ckpt-dir={ck}", "--ft-min-nodes=2", "--ft-hot-spares=1",
+               "--ft-hang-timeout=600", "--ft-max-restarts=7", "-N", "2", "--wrap", "true", user="nobody")
+    assert p.returncode == 0, p.stderr
+    job = plab.client.job(int(p.stdout.split(";")[0]))
+    assert job.admin_comment == encode(spec)         # job_submit.lua and tag.py: one grammar
+    assert decode(job.admin_comment, noted=True) == spec
+    assert job.comment == "" and job.requeue
+    # the job's owner may edit Comment, never AdminComment
+    env = ["runuser", "-u", "nobody", "--", "env", f"SLURM_CONF={plab.conf}"]
+    q = subprocess.run([*env, "scontrol", "update", f"JobId={job.job_id}", "AdminComment=slurm-ft:v1 ckpt=/etc"],
+                       capture_output=True, text=True, timeout=30, env=plab.env)
+    assert q.returncode != 0
+    assert plab.client.job(job.job_id).admin_comment == encode(spec)
+    # ... nor move it out of the partitions the site allows FT jobs in
+    q = subprocess.run([*env, "scontrol", "update", f"JobId={job.job_id}", "Partition=spares"],
+                       capture_output=True, text=True, timeout=30, env=plab.env)
+    assert q.returncode != 0, q.stdout
+    assert plab.client.job(job.job_id).partition == "train"
+    # `slurm-ft sbatch` here goes through the plugin and makes the same tag (the starter holds no tag)
+    w = subprocess.run([PY, "-m", "slurm_ft", "sbatch", "--parsable", "--hold", "--ckpt-dir", str(ck),
+                        "--min-nodes", "2", "--hot-spares", "1", "--hang-timeout", "600", "--max-restarts", "7",
+                        "-N", "2", "/bin/true"], capture_output=True, text=True, timeout=60,
+                       env=dict(plab.env, SLURM_FT_CONFIG=str(plab.config_path)))
+    assert w.returncode == 0, w.stderr
+    assert "submitted through the slurm-ft plugin" in w.stderr
+    wrapped = plab.client.job(int(w.stdout.strip()))
+    assert wrapped.admin_comment == encode(spec) and wrapped.comment == "" and wrapped.requeue
+
+
+def test_plain_sbatch_job_is_recovered_onto_a_spare_from_its_newest_checkpoint(pwork, plab):
+    sc = Scenario(plab.cluster, pwork / "demo", step_time=0.3, ckpt_every=3)
+    sc.prepare()
+    cfg = yaml.safe_load(sc.config_path.read_text())
+    cfg.setdefault("lifecycle", {})["breaker_max_share"] = 0.5     # 10 nodes: one drain would open 0.1
+    sc.config_path.write_text(yaml.safe_dump(cfg))
+    sc.start_controller()
+    try:
+        job_id = sc.submit(4, via="plugin")
+        job = plab.client.job(job_id)
+        assert job.admin_comment == encode(FtSpec(ckpt_dir=str(sc.ckpt_dir), max_restarts=100))
+        res = sc.fault(victim_index=1, timeout=240)
+        recovered = plab.client.job(job_id)
+        train = plab.client.partition("train").nodes
+    finally:
+        sc.stop()
+    assert res.spare_node in plab.spare_nodes
+    starts = [e for e in sc.events() if e.get("event") == "start"]
+    assert [s.get("restart") for s in starts][:2] == [0, 1]
+    # resumed from the newest complete checkpoint written before the fault (every 3 steps)
+    assert res.resumed_from_step and res.resumed_from_step % 3 == 0
+    assert res.last_step_before - 3 < res.resumed_from_step <= res.last_step_before
+    log = (sc.ckpt_dir / "slurm-ft-starts.jsonl").read_text().splitlines()
+    assert len(log) == 2 and f"step_{res.resumed_from_step:06d}" in log[1]
+    # the job runs without the failed node, which left `train`; the spare took its place there
+    assert res.failed_node not in recovered.nodes and recovered.state == "RUNNING"
+    assert res.spare_node in train and res.failed_node not in train
+
+
+def test_a_tag_the_user_writes_into_comment_is_ignored(pwork, plab):
+    config = controller_config(plab, pwork)
+    p = sbatch(plab, "-N", "2", "-o", str(pwork / "o-%j.txt"), "--wrap", "sleep 600")
+    assert p.returncode == 0, p.stderr
+    job_id = int(p.stdout.split(";")[0])
+    job = wait_job(plab, job_id)
+    forged = encode(FtSpec(ckpt_dir="/etc"))
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", f"Comment={forged}"], check=True, env=plab.env,
+                   timeout=30)
+    assert plab.client.job(job_id).comment == forged
+    fail_node(plab, job.nodes[0])
+    out = once(plab, config, budget=20)
+    assert incidents(plab, config) == [], out.stdout
+    after = plab.client.job(job_id)
+    assert after.state == "RUNNING" and after.restart_count == 0
+    assert set(plab.client.partition("spares").nodes) == set(plab.spare_nodes)
+
+
+def _ordinary_jobs_complete(lab, work: Path) -> None:
+    p = sbatch(lab, "-N", "2", "-o", str(work / "plain-%j.txt"), "--wrap", "srun hostname")
+    assert p.returncode == 0, p.stderr
+    job_id = int(p.stdout.split(";")[0])
+    wait_job(lab, job_id, "COMPLETED", timeout=60)
+    assert lab.client.job(job_id).admin_comment == ""
+    s = subprocess.run(["srun", "-N", "2", "/bin/echo", "ok"], capture_output=True, text=True, timeout=60,
+                       env=lab.env)
+    assert s.returncode == 0 and s.stdout.split() == ["ok", "ok"], s.stderr
+
+
+def test_ordinary_jobs_run_with_the_plugin_and_without_its_shared_object(pwork, plab):
+    _ordinary_jobs_complete(plab, pwork)
+    so = plab.dir / "lib" / "slurm_ft.so"
+    aside = so.with_name("slurm_ft.so.aside")
+    shutil.move(str(so), str(aside))                 # plugstack.conf says `optional`
+    try:
+        _ordinary_jobs_complete(plab, pwork)
+    finally:
+        shutil.move(str(aside), str(so))
+        time.sleep(0.1)
