@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_ft.config import load_config                            # noqa: E402
+from slurm_ft.errors import CommandError                           # noqa: E402
 from slurm_ft.lifecycle import guard                               # noqa: E402
 from slurm_ft.lab.cluster import Lab, LabSpec, ephemeral_port_range  # noqa: E402
 from slurm_ft.recovery import journal as jn                        # noqa: E402
@@ -135,9 +136,16 @@ def submit_jobs(lab: Lab, jobs: int, nodes_each: int, out_dir: Path) -> list:
     tag = encode(FtSpec(ckpt_dir=str(out_dir / "ckpt")))
     ids = []
     for i in range(jobs):
-        p = run(["sbatch", "--parsable", "--requeue", "--exclusive", "-N", str(nodes_each), f"--comment={tag}",
-                 "-o", str(out_dir / "job-%j.out"), "-J", f"scale{i}", "--wrap", "sleep 36000"],
-                timeout=60, env=lab.env())
+        argv = ["sbatch", "--parsable", "--requeue", "--exclusive", "-N", str(nodes_each), f"--comment={tag}",
+                "-o", str(out_dir / "job-%j.out"), "-J", f"scale{i}", "--wrap", "sleep 36000"]
+        for attempt in range(3):     # a slurmctld busy with 2,112 registrations may time out a submission
+            try:
+                p = run(argv, timeout=60, env=lab.env())
+                break
+            except CommandError as exc:
+                if attempt == 2 or "timed out" not in str(exc):
+                    raise
+                time.sleep(5)
         ids.append(int(p.stdout.strip().split(";")[0]))
     return ids
 
