@@ -525,7 +525,9 @@ lifecycle:
                     run(["slurmd", "-f", self.slurmd_conf(node), "-N", node], timeout=30, env=env)
                     return
                 except CommandError:
-                    if attempt == START_TRIES - 1 or self._slurmd_alive(node):
+                    if self._slurmd_alive(node):    # its daemon made it after all: running is what we want
+                        return
+                    if attempt == START_TRIES - 1:
                         raise
                     time.sleep(0.5)
 

@@ -209,7 +209,7 @@ def test_a_slurmd_that_dies_before_daemonising_is_started_again(tmp_path, monkey
     """A starved munged drops a slow client: its slurmd dies of SIGPIPE (exit -13) before it runs.
     `up` starts it again; a slurmd that keeps failing still fails `up` with its command."""
     from slurm_ft.errors import CommandError
-    lab = Lab(tmp_path / "lab", LabSpec(nodes=2, spares=0, port_base=18000))
+    lab = Lab(tmp_path / "lab", LabSpec(nodes=3, spares=0, port_base=18000))
     calls = []
     alive = set()
 
@@ -222,6 +222,8 @@ def test_a_slurmd_that_dies_before_daemonising_is_started_again(tmp_path, monkey
         if node == "gpu002":
             raise CommandError(argv, 1, "fatal: bad conf")
         alive.add(node)
+        if node == "gpu003":        # the parent failed, but its daemon runs: not started twice
+            raise CommandError(argv, 1, "late")
 
     monkeypatch.setattr(cluster, "run", fake_run)
     monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
@@ -232,3 +234,4 @@ def test_a_slurmd_that_dies_before_daemonising_is_started_again(tmp_path, monkey
         lab._start_missing_slurmds()
     assert calls.count("gpu001") == 2 and "gpu001" in alive
     assert calls.count("gpu002") == cluster.START_TRIES
+    assert calls.count("gpu003") == 1
