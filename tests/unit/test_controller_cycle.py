@@ -33,6 +33,9 @@ class ModelSlurm:
         self.submit(n_train, FtSpec(ckpt_dir="", min_nodes=min_nodes, max_restarts=max_restarts))
 
     # the client interface ----------------------------------------------------------------------
+    def fleet_nodes(self):          # the breaker's read: the same nodes
+        return self.nodes()
+
     def nodes(self, names=None):
         self._tick()
         return [self.n[x] for x in (names or sorted(self.n))]

@@ -199,6 +199,9 @@ class StubClient:
     def node(self, name):
         return self.n
 
+    def fleet_nodes(self):          # the breaker's read: the same nodes
+        return self.nodes()
+
     def nodes(self, names=None):
         return [self.n] + self.others
 

@@ -188,3 +188,50 @@ def test_slim_per_node_confs_carry_the_version_lines_and_cgroup_conf(tmp_path, m
     cg = versions.lab_cgroup_conf(feats)
     if cg is not None:
         assert (nodes_etc / "cgroup.conf").read_text() == cg
+
+
+def test_write_unread_leaves_an_equal_file_alone_and_replaces_a_changed_one(tmp_path):
+    """`lab up` of a lab brought up before rewrites ~10,000 node files: an equal file keeps its inode
+    (no write at all), a changed one is a new file (no truncation over old data), a missing one is made."""
+    from slurm_ft.fsutil import write_unread
+    f = tmp_path / "nvml.state"
+    write_unread(f, "healthy\n")
+    assert f.read_text() == "healthy\n"
+    before = f.stat()
+    write_unread(f, b"healthy\n")
+    after = f.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    write_unread(f, "lost\n")
+    assert f.read_text() == "lost\n"
+
+
+def test_a_slurmd_that_dies_before_daemonising_is_started_again(tmp_path, monkeypatch):
+    """A starved munged drops a slow client: its slurmd dies of SIGPIPE (exit -13) before it runs.
+    `up` starts it again; a slurmd that keeps failing still fails `up` with its command."""
+    from slurm_ft.errors import CommandError
+    lab = Lab(tmp_path / "lab", LabSpec(nodes=3, spares=0, port_base=18000))
+    calls = []
+    alive = set()
+
+    def fake_run(argv, **kw):
+        argv = [str(a) for a in argv]
+        node = argv[-1]
+        calls.append(node)
+        if node == "gpu001" and calls.count(node) == 1:
+            raise CommandError(argv, -13, "")
+        if node == "gpu002":
+            raise CommandError(argv, 1, "fatal: bad conf")
+        alive.add(node)
+        if node == "gpu003":        # the parent failed, but its daemon runs: not started twice
+            raise CommandError(argv, 1, "late")
+
+    monkeypatch.setattr(cluster, "run", fake_run)
+    monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
+    monkeypatch.setattr(Lab, "daemons", lambda self: [{"name": "slurmd", "node": n, "alive": n in alive}
+                                                      for n in self.spec.node_names])
+    monkeypatch.setattr(Lab, "_slurmd_alive", lambda self, n: n in alive)
+    with pytest.raises(CommandError, match="bad conf"):
+        lab._start_missing_slurmds()
+    assert calls.count("gpu001") == 2 and "gpu001" in alive
+    assert calls.count("gpu002") == cluster.START_TRIES
+    assert calls.count("gpu003") == 1

@@ -38,6 +38,9 @@ class ModelSlurm:
         flags = set(self.n[x].flags) | ({"MAINTENANCE", "RESERVED"} if any(x in r for r in self.resv.values()) else set())
         return replace(self.n[x], partitions=parts, flags=frozenset(flags))
 
+    def fleet_nodes(self):          # the breaker's read: the same nodes
+        return self.nodes()
+
     def nodes(self, names=None):
         return [self._node(x) for x in sorted(self.n) if names is None or x in names]
 

@@ -234,3 +234,23 @@ def test_snippet_documents_the_settings_of_newer_versions():
         if not line.startswith("#"):
             assert f"#{line}" in text.splitlines(), line
     assert "requeue_delay=" in text and "#HealthCheckNodeState=START_ONLY" in text.splitlines()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_light_fleet_read_gives_the_json_read_nodes_and_breaker_view(version):
+    """Every node's health check reads the fleet for the breaker with `scontrol show node -o` (a text
+    read, ~25x less CPU than sinfo --json at 2,112 nodes): the same nodes, reasons with `=`, quotes
+    and `;` included, and so the same view, on every version."""
+    from slurm_ft.lifecycle import breaker as brk
+
+    class Captured(SlurmClient):
+        def _run(self, argv, **kw):
+            assert list(argv) == ["scontrol", "show", "node", "-o"]
+            return Result(tuple(argv), 0, read(version, "scontrol_show_node.txt"), "", 0.0)
+
+    light = {n.name: n for n in Captured().fleet_nodes()}
+    assert light == json_nodes(version)
+    assert light["gpu003"].reason == REASON
+    now = 1.9e9
+    assert brk.view(light.values(), now) == brk.view(json_nodes(version).values(), now)
+    assert [name for name, _ in brk.view(light.values(), now).out] == ["gpu002", "gpu003"]
