@@ -21,6 +21,8 @@ COMMANDS = {
     "lab": "slurm_ft.cli.lab:lab",
     "node": "slurm_ft.cli.node:node",
     "sweep": "slurm_ft.cli.sweep:sweep",
+    "remediate": "slurm_ft.cli.sweep:remediate",
+    "gpu-reset": "slurm_ft.cli.gpu_reset:gpu_reset",
     "status": "slurm_ft.cli.status:status",
     "breaker": "slurm_ft.cli.breaker:breaker",
     "check": "slurm_ft.cli.check:check",

@@ -121,7 +121,7 @@ class Store:
             probe = HistoryEntry(node, now, event, current, current, cause, actor)
             count = incidents(past + [probe], now, lemon_window_s) if lemon_window_s else 0
             target = next_state(current, event, incident_count=count, lemon_k=lemon_k)
-            if target is State.RMA and event is not Event.RELEASE:
+            if target is State.RMA and event is not Event.SEND_RMA:   # the lemon rule sent it there
                 cause = f"{cause}; " if cause else ""
                 cause += f"lemon: {count} incidents within {lemon_window_s / 86400:g} days"
             entry = HistoryEntry(node, now, event, current, target, cause, actor)
