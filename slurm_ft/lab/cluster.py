@@ -432,6 +432,9 @@ health:
 lifecycle:
   # validation jobs run `check --level full|burnin` on the node: against the lab's fake NVML
   validate_command: [env, LD_LIBRARY_PATH={d}/lib, SLURM_FT_LAB_DIR={d}, {sys.executable}, -m, slurm_ft]
+  remediation:
+    # the remediation's GPU reset: the fake GPU's (slurm_ft/lab/fake_reset.py) instead of nvidia-smi -r -i
+    reset_command: [{sys.executable}, -m, slurm_ft.lab.fake_reset, --dir, {d}]
 """
 
     def _build_fake_nvml(self) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from slurm_ft.lab import inject as inj
 
@@ -17,7 +19,13 @@ from test_lifecycle_lab import HOLD, clean, detect, ft, history, make_config, pa
 
 pytestmark = pytest.mark.lab
 
-REMEDIATE = {"remediation": {"mode": "on", "max_attempts": {"reboot": 1, "reset_gpu": 2}}}
+def remediation(lab, **over) -> dict:
+    """The lab's remediation section (its fake GPU reset) with this test's settings."""
+    data = yaml.safe_load(Path(lab.config_path).read_text()) or {}
+    rc = dict(data.get("lifecycle", {}).get("remediation", {}))
+    assert "fake_reset" in " ".join(rc.get("reset_command", [])), "the lab config names its fake reset"
+    rc.update({"mode": "on", "max_attempts": {"reboot": 1, "reset_gpu": 2}}, **over)
+    return rc
 
 
 def sweep_until(lab, cfg, done, timeout: float = 120.0) -> str:
@@ -34,7 +42,7 @@ def sweep_until(lab, cfg, done, timeout: float = 120.0) -> str:
 
 def test_xid79_node_is_rebooted_validated_and_back_in_spares_then_rma_on_a_second_fault(clean, tmp_path):
     lab = clean
-    cfg = make_config(lab, tmp_path, **REMEDIATE)
+    cfg = make_config(lab, tmp_path, remediation=remediation(lab))
     spare, *others = lab.spare_nodes
     lab.client.drain(others, HOLD)                # only `spare` is a healthy spare: the swap is predictable
     lab.client.set_partition_nodes("train", lab.train_nodes[:4])
@@ -97,3 +105,38 @@ def test_dry_run_says_what_it_would_do_and_changes_nothing(clean, tmp_path):
     assert history(lab, cfg, bad) == ["fault", "quarantine"]
     refused = ft(lab, cfg, "remediate", ok=False)
     assert refused.returncode == 2 and "mode is 'dry_run'" in refused.stderr
+
+
+def test_xid48_gpu_is_reset_by_the_validation_job_and_the_node_back_in_spares(clean, tmp_path):
+    lab = clean
+    cfg = make_config(lab, tmp_path, remediation=remediation(lab))
+    bad = lab.train_nodes[-2]
+    inj.inject(lab.dir, bad, "ecc_dbe", gpu=5)          # Xid 48: the catalog says reset_gpu
+    assert detect(lab, cfg, bad).returncode == 1
+    out = sweep_until(lab, cfg, lambda o: f"{bad}: validating -> spare" in o, timeout=90)
+    assert f"{bad}: quarantined -> repaired (XID48 gpu5: reset_gpu (attempt 1 of 2))" in out, out
+    assert history(lab, cfg, bad) == ["fault", "quarantine", "remediate", "remediated", "validate", "pass"]
+    validation = json.loads(ft(lab, cfg, "node", "history", bad, "--json").stdout)["validation_output"]
+    text = Path(validation).read_text()
+    assert "slurm-ft-validate: reset gpu5" in text and "successfully reset" in text and "PASS" in text, text
+    gpu5 = inj.load_state(lab.dir, bad).gpus[5]
+    assert gpu5.ecc_dbe_volatile == 0 and gpu5.ecc_dbe_aggregate == 1   # the reset cleared only what it clears
+    assert "Xid" in (lab.dir / "nodes" / bad / "kmsg").read_text()      # the driver's line stays until a reboot
+    assert lab.client.node(bad).partitions == ("spares",)
+
+
+def test_a_reset_that_does_not_help_twice_sends_the_node_to_rma(clean, tmp_path):
+    """A GPU off the bus, with a policy that says reset: the reset fails, twice, then the RMA list
+    (the lemon rule is set out of the way: the attempt bound decides)."""
+    lab = clean
+    cfg = make_config(lab, tmp_path, lemon_incidents=10,
+                      remediation=remediation(lab, actions={"GPU_LOST": "reset_gpu"}))
+    bad = lab.train_nodes[-3]
+    inj.inject(lab.dir, bad, "gpu_lost", gpu=3)          # Xid 79 and the GPU gone from NVML
+    assert detect(lab, cfg, bad).returncode == 1
+    out = sweep_until(lab, cfg, lambda o: f"{bad}: quarantined -> rma" in o, timeout=120)
+    assert out.count(f"{bad}: validating -> quarantined (") == 2, out
+    assert "again after 2 reset_gpu within 30 days (at most 2)" in out, out
+    events = history(lab, cfg, bad)
+    assert events.count("remediate") == 2 and events[-1] == "send_rma", events
+    assert lab.client.node(bad).reason.startswith("slurm-ft: RMA")
