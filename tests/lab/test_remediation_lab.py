@@ -73,6 +73,10 @@ def test_xid79_node_is_rebooted_validated_and_back_in_spares_then_rma_on_a_secon
     assert node.partitions == ("spares",) and not node.drained and node.state == "IDLE", node
     assert history(lab, cfg, bad) == ["fault", "quarantine", "remediate", "remediated", "validate", "pass"]
     assert "rebooted" in (lab.dir / "log" / "reboot.log").read_text()
+    inc = next(i for i in json.loads(ft(lab, cfg, "incidents", "--json").stdout) if i["job_id"] == job_id)
+    assert inc["nodes"] == [bad] and inc["spares"] == [spare]
+    assert [e["event"] for e in inc["failed_nodes_after"]] == ["remediate", "remediated", "validate", "pass"]
+    assert f"{bad} remediate -> remediating: reboot: XID79 gpu2" in ft(lab, cfg, "incidents").stdout
     print(f"\nfault -> back in spares: {took:.1f} s of sweeps")
 
     # the same fault again within the window: a reboot did not fix it for long -> the RMA list
