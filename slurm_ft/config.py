@@ -100,14 +100,14 @@ class ControllerConfig:
 
 
 REMEDIATION_MODES = ("off", "dry_run", "on")
-REMEDIATION_ACTIONS = ("reset_gpu", "reboot", "rma", "manual")
+REMEDIATION_ACTIONS = ("reset_gpu", "reboot", "retest", "rma", "manual")
 
 
 @dataclass(frozen=True)
 class RemediationConfig:
     """What the sweep does to a quarantined node by itself (lifecycle/remediation.py, docs/remediation.md)."""
     mode: str = "off"                   # off | dry_run (say what it would do) | on
-    actions: Dict[str, str] = field(default_factory=dict)   # finding code -> reset_gpu|reboot|rma|manual;
+    actions: Dict[str, str] = field(default_factory=dict)   # code -> reset_gpu|reboot|retest|rma|manual;
                                         # an Xid's default is the catalog's action column, other codes: manual
     max_attempts: Dict[str, int] = field(default_factory=lambda: {"reset_gpu": 2, "reboot": 1})
     window_days: float = 30.0           # attempts counted within (since the last release from RMA)
@@ -220,8 +220,8 @@ def _check_remediation(rc: "RemediationConfig", file: str) -> None:
         if not code or not all(c.isalnum() or c == "_" for c in code):
             raise ConfigError(f"{file}: {where}.actions: {code!r} is not a finding code (XID79, NVLINK_DOWN, ...)")
     for action, n in rc.max_attempts.items():
-        if action not in ("reset_gpu", "reboot"):
-            raise ConfigError(f"{file}: {where}.max_attempts.{action}: only reset_gpu and reboot are attempted")
+        if action not in ("reset_gpu", "reboot", "retest"):
+            raise ConfigError(f"{file}: {where}.max_attempts.{action}: only reset_gpu, reboot and retest are attempted")
         if n < 1:
             raise ConfigError(f"{file}: {where}.max_attempts.{action} must be at least 1")
     if not rc.reset_command:

@@ -5,11 +5,13 @@ A quarantined node waits for a person unless its finding has a remedy slurm-ft c
              maintenance reservation: no job holds the GPU), then runs the usual levels;
   reboot     `scontrol reboot ASAP nextstate=DOWN`: Slurm's RebootProgram and ResumeTimeout do the
              waiting; a node back from its reboot is validated like a repaired one;
+  retest     no repair: validate the node as it is (for a check known to fire on healthy nodes; the
+             report counts such drains as probable false positives when the node passes);
   rma        straight to the RMA list;
   manual     nothing: a person repairs it and runs `slurm-ft node repaired` (the default for every
              code that is not an Xid with a reset/reboot/rma action in the catalog).
 Attempts are bounded: a node that has had `max_attempts[action]` of that action within the window and
-is quarantined again goes to the RMA list. Every new reboot asks the fleet-wide drain-rate breaker
+is quarantined again goes to the RMA list (after retests: to a person). Every new reboot asks the fleet-wide drain-rate breaker
 (a reboot re-asserts that slurm-ft took the node out); a refused one waits for a later sweep.
 
 `plan` reads one snapshot (lifecycle records and history, Slurm's nodes, the breaker's fleet view)
@@ -28,8 +30,7 @@ from slurm_ft.model import Node
 
 # finding codes as health/drain.py writes them: XID79, SXID12028, GPU_LOST, NVLINK_DOWN, ECC_DBE_VOLATILE ...
 _CODE = re.compile(r"\b(S?XID\d+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b(?:\s+gpu(\d+))?")
-ATTEMPTED = ("reset_gpu", "reboot")
-DEFAULT_MAX = {"reset_gpu": 2, "reboot": 1}
+DEFAULT_MAX = {"reset_gpu": 2, "reboot": 1, "retest": 3}
 REBOOTING_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "NOT_RESPONDING", "POWERING_UP"})
 
 
@@ -47,7 +48,7 @@ class Finding:
 class Step:
     """What to do with one node now."""
     node: str
-    act: str                        # reset_gpu | reboot | rma | manual | hold | wait | done | timeout
+    act: str                        # reset_gpu | reboot | retest | rma | manual | hold | wait | done | timeout
     why: str
     finding: Optional[Finding] = None
     attempt: int = 0                # the attempt this step starts (reset_gpu, reboot)
@@ -56,7 +57,7 @@ class Step:
     @property
     def acts(self) -> bool:
         """Changes the node (as opposed to manual/hold/wait: nothing to do this sweep)."""
-        return self.act in ("reset_gpu", "reboot", "rma", "done", "timeout")
+        return self.act in ("reset_gpu", "reboot", "retest", "rma", "done", "timeout")
 
     def to_dict(self) -> dict:
         return {"node": self.node, "action": self.act, "why": self.why,
@@ -137,6 +138,10 @@ def plan(records: Mapping[str, State], since: Mapping[str, float], histories: Ma
             continue
         cap = policy.max_attempts.get(action, DEFAULT_MAX[action])
         done = attempts(history, action, now, window_s)
+        if done >= cap and action == "retest":
+            steps.append(Step(name, "manual", f"{finding.label()} again after {done} retests within "
+                                              f"{policy.window_days:g} days: a person looks", finding, done, cap))
+            continue
         if done >= cap:
             steps.append(Step(name, "rma", f"{finding.label()} again after {done} {action} within "
                                            f"{policy.window_days:g} days (at most {cap})", finding, done, cap))
@@ -168,7 +173,7 @@ def _progress(name: str, node: Node, elapsed: float, policy: RemediationConfig) 
 
 def describe(step: Step) -> str:
     """One line for `remediate --dry-run` and the sweep's dry-run report."""
-    verb = {"reset_gpu": "reset the GPU, then validate", "reboot": "reboot (scontrol reboot ASAP nextstate=DOWN)",
+    verb = {"reset_gpu": "reset the GPU, then validate", "retest": "validate it as it is", "reboot": "reboot (scontrol reboot ASAP nextstate=DOWN)",
             "rma": "put on the RMA list", "manual": "leave for a person", "hold": "hold",
             "wait": "wait", "done": "validate (reboot finished)", "timeout": "quarantine again (reboot failed)"}
     return f"{step.node}: {verb[step.act]}: {step.why}"

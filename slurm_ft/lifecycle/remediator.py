@@ -5,6 +5,7 @@ not every sweep). Every act is a lifecycle event in the journal (`node history` 
   reboot     scontrol reboot ASAP nextstate=DOWN, then quarantined -> remediating
   done       remediating -> repaired (validated by this same sweep)
   reset_gpu  quarantined -> remediating -> repaired; the validation job resets the GPU first
+  retest     quarantined -> remediating -> repaired; validated as it is
   timeout    remediating -> quarantined (an incident: the lemon rule counts it)
   rma        quarantined -> rma
 """
@@ -78,6 +79,11 @@ def _act(sweeper, report, step: remediation.Step) -> List[str]:
         entry = sweeper._record(name, Event.REMEDIATED, "the validation job resets "
                                 + ",".join(f"gpu{g}" for g in remediation.reset_gpus(step)) + " first")
         store.kv_set(RESET_KEY + name, ",".join(str(g) for g in remediation.reset_gpus(step)))
+        report.changes.append(f"{name}: quarantined -> {entry.to_state} ({step.why})")
+        return [name]
+    if step.act == "retest":
+        sweeper._record(name, Event.REMEDIATE, f"retest: {step.why}")
+        entry = sweeper._record(name, Event.REMEDIATED, "validated as it is (no repair)")
         report.changes.append(f"{name}: quarantined -> {entry.to_state} ({step.why})")
         return [name]
     if step.act == "done":

@@ -169,7 +169,7 @@ def _cfg(tmp_path, text):
     ("mode: always", "'always' is not one of off, dry_run, on"),
     ("actions: {XID79: format_disk}", "actions.XID79: 'format_disk' is not one of"),
     ("actions: {'rm -rf': reboot}", "is not a finding code"),
-    ("max_attempts: {rma: 2}", "only reset_gpu and reboot are attempted"),
+    ("max_attempts: {rma: 2}", "only reset_gpu, reboot and retest are attempted"),
     ("max_attempts: {reboot: 0}", "max_attempts.reboot must be at least 1"),
     ("reset_command: []", "reset_command must name a program"),
     ("reboot_timeout_s: 0", "reboot_timeout_s must be more than 0 seconds"),
@@ -253,3 +253,13 @@ def test_only_roots_job_in_a_maintenance_reservation_skips_the_prolog_check():
                                   "slurm-ft-maint")
     assert not own_validation_job({"SLURM_JOB_UID": "0", "SLURM_JOB_RESERVATION": "maint"}, "slurm-ft-maint")
     assert not own_validation_job({"SLURM_JOB_UID": "0"}, "slurm-ft-maint")
+
+
+def test_retest_validates_as_is_and_after_its_attempts_leaves_the_node_to_a_person():
+    policy = replace(ON, actions={"TEMP_HIGH": "retest"}, max_attempts={"retest": 2})
+    node = drained(reason="slurm-ft: QUARANTINED TEMP_HIGH gpu1 96 C")
+    fault = h(Event.FAULT, "slurm-ft: TEMP_HIGH gpu1 96 C")
+    assert one([fault], node, policy).act == "retest"
+    tried = [fault, h(Event.REMEDIATE, "retest: TEMP_HIGH gpu1"), h(Event.REMEDIATE, "retest: TEMP_HIGH gpu1"), fault]
+    s = one(tried, node, policy)
+    assert s.act == "manual" and "after 2 retests" in s.why
