@@ -23,6 +23,7 @@ COMMANDS = {
     "sweep": "slurm_ft.cli.sweep:sweep",
     "remediate": "slurm_ft.cli.sweep:remediate",
     "gpu-reset": "slurm_ft.cli.gpu_reset:gpu_reset",
+    "report": "slurm_ft.cli.report:report",
     "status": "slurm_ft.cli.status:status",
     "breaker": "slurm_ft.cli.breaker:breaker",
     "check": "slurm_ft.cli.check:check",

@@ -90,6 +90,12 @@ def test_xid79_node_is_rebooted_validated_and_back_in_spares_then_rma_on_a_secon
     assert [r["node"] for r in json.loads(ft(lab, cfg, "node", "list", "--state", "rma", "--json").stdout)] == [bad]
     assert history(lab, cfg, bad)[-3:] == ["fault", "quarantine", "send_rma"]
     assert bad not in set().union(*partitions(lab).values())
+    # both drains were real: the reboot was needed, the second ended on the RMA list
+    rep = json.loads(ft(lab, cfg, "report", "--json").stdout)
+    x79 = rep["by_xid"]["79"]
+    assert (x79["drains"], x79["confirmed"], x79["probable_false_positives"]) == (2, 2, 0)
+    assert x79["spare_node_hours"] > 0                      # the first one's recovery took the spare
+    assert rep["by_check"]["xid"]["drains"] == 2
 
 
 def test_dry_run_says_what_it_would_do_and_changes_nothing(clean, tmp_path):
