@@ -72,3 +72,19 @@ def test_an_empty_journal_is_a_clear_error_not_a_rate_of_zero():
         observe([], [], nodes=10, since=0.0, now=30 * DAY)
     with pytest.raises(UsageError, match="fleet-nodes"):
         observe([], [], nodes=0, since=0.0, now=30 * DAY)
+
+
+def test_sim_from_journal_simulates_at_the_journal_rate(tmp_path):
+    state, written, _, _ = _year(tmp_path, seed=3)
+    cfg = tmp_path / "cfg" / "slurm-ft.yaml"
+    cfg.parent.mkdir(mode=0o755)
+    cfg.write_text(f"state_dir: {state}\n")
+    os.chmod(cfg, 0o644)
+    p = subprocess.run([sys.executable, "-m", "slurm_ft", "--config", str(cfg), "sim", "--from-journal",
+                        "--fleet-nodes", "64", "--gpus", "256", "--days", "365", "--seeds", "3", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert f"journal: {written} node faults over 64 nodes" in p.stdout
+    refused = subprocess.run([sys.executable, "-m", "slurm_ft", "--config", str(cfg), "sim", "--from-journal",
+                              "--profile", "llama3"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--from-journal gives the failure rate" in refused.stderr
