@@ -17,6 +17,7 @@ from typing import List
 from slurm_ft.lifecycle import guard, remediation
 from slurm_ft.lifecycle.reconcile import OWNER
 from slurm_ft.lifecycle.states import Event, State
+from slurm_ft.lifecycle.sweep import _reason as reason_text
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,7 @@ def _act(sweeper, report, step: remediation.Step) -> List[str]:
         return []
     if step.act == "reboot":
         label = step.finding.label() if step.finding else ""
-        sweeper.client.reboot([name], " ".join(f"{OWNER} REBOOT {label} attempt {step.attempt}/{step.max_attempts}"
-                                               .split())[:100])
+        sweeper.client.reboot([name], reason_text(f"{OWNER} REBOOT {label} attempt {step.attempt}/{step.max_attempts}"))
         entry = sweeper._record(name, Event.REMEDIATE, f"reboot: {step.why}")
         report.changes.append(f"{name}: {entry.from_state} -> remediating ({step.why})")
         return []

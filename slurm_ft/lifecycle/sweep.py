@@ -437,7 +437,7 @@ def read_verdict(text: str, job_state: str, job_id: int) -> Tuple[bool, str]:
 
 
 def _reason(text: str, limit: int = REASON_MAX) -> str:
-    return " ".join(text.split())[:limit]
+    return " ".join(text.split())[:limit].rstrip()   # Slurm refuses a reason that ends in a space
 
 
 def _short(text: str, n: int = 100) -> str:

@@ -263,3 +263,11 @@ def test_retest_validates_as_is_and_after_its_attempts_leaves_the_node_to_a_pers
     tried = [fault, h(Event.REMEDIATE, "retest: TEMP_HIGH gpu1"), h(Event.REMEDIATE, "retest: TEMP_HIGH gpu1"), fault]
     s = one(tried, node, policy)
     assert s.act == "manual" and "after 2 retests" in s.why
+
+
+def test_a_drain_reason_cut_at_the_limit_never_ends_in_a_space():
+    """Slurm refuses such a reason: a validation verdict naming findings was cut right after a word."""
+    from slurm_ft.lifecycle.sweep import _reason
+    text = "slurm-ft: validation failed: " + "x" * 70 + " ECC_DBE gpu5 uncorrectable"
+    assert len(_reason(text)) <= 100 and not _reason(text).endswith(" ")
+    assert _reason("a" * 99 + " b") == "a" * 99
