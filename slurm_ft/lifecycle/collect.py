@@ -55,6 +55,7 @@ class FleetView:
             "incidents": {"open": [_incident(i) for i in self.incidents_open], "total": self.incidents_total},
             "quarantined": [row(n) for n in self.by_state(State.QUARANTINED) + self.by_state(State.FAILED)],
             "validating": [row(n) for n in self.by_state(State.REPAIRED) + self.by_state(State.VALIDATING)],
+            "remediating": [row(n) for n in self.by_state(State.REMEDIATING)],   # being rebooted by the sweep
             "rma": [row(n) for n in self.by_state(State.RMA)],
             "breaker": {"open": self.breaker.open, "open_since": self.breaker.open_since,
                         "reason": self.breaker.open_reason, "drains_in_window": len(self.breaker_in_window),
