@@ -2,11 +2,15 @@
 """Time each step of the runbook's 3 a.m. sequence in the lab (docs/runbook.md quotes these figures).
 
     python bench/lifecycle_runbook.py [--dir /tmp/lab-h7] [--port-base 23500] [--rounds 3] [--json]
+    python bench/lifecycle_runbook.py --remediate ...    # no person: the sweep reboots, validates, pools
 
 Each round: a fault on a node of a running fault-tolerant job -> detection and drain -> controller
 recovery onto the spare -> the sweep records the quarantine -> what an admin runs (status, incidents,
 node list, node history, xid explain) -> `node repaired` -> the sweep validates (full + burn-in) and
-returns the node to the spares -> breaker status and reset. Every step is the real command, timed as a
+returns the node to the spares -> breaker status and reset. With --remediate no admin step runs:
+sweeps (as their timer would run them, back to back) reboot the node through Slurm's RebootProgram
+(lifecycle.remediation, mode on), validate it and return it to the spares; "fault -> back in spares"
+is the whole loop with no person. Every step is the real command, timed as a
 subprocess (Python start-up included, as the admin sees it). Prints the median and spread per step and
 the machine's load average, since other work on a shared machine slows every figure.
 """
@@ -37,6 +41,7 @@ def main() -> None:
     ap.add_argument("--port-base", type=int, default=23500)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--remediate", action="store_true", help="no admin: the sweep's remediation repairs the node")
     args = ap.parse_args()
 
     lab = Lab(args.dir, LabSpec(nodes=64, spares=4, gpus_per_node=8, port_base=args.port_base))
@@ -45,7 +50,7 @@ def main() -> None:
     env = lab.env()
     client = SlurmClient(env={"SLURM_CONF": str(lab.conf)})
     work = Path(tempfile.mkdtemp(prefix="slurm-ft-runbook-"))
-    cfg = _config(lab, work)
+    cfg = _config(lab, work, args.remediate)
     env["SLURM_FT_CONFIG"] = str(cfg)
     train, spares = lab.spec.train_nodes, lab.spec.spare_nodes
     timings: dict = {}
@@ -89,6 +94,17 @@ def main() -> None:
             timed("controller recovery (controller once)", "controller", "once", "--budget", "120")
             _wait(lambda: marker.exists(), 180, "job restart")
             timings.setdefault("fault -> job running again on the spare", []).append(time.monotonic() - t_fault)
+            if args.remediate:   # nobody types anything: sweeps until the node is a spare again
+                deadline = time.monotonic() + 300
+                while not (client.node(bad).partitions == ("spares",) and not client.node(bad).drained
+                           and client.node(bad).state == "IDLE"):
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"round {r}: {bad} not back in spares within 300 s")
+                    timed("sweep (remediation: reboot, validate, pool)", "sweep")
+                    time.sleep(1)
+                timings.setdefault("fault -> back in spares, no person", []).append(time.monotonic() - t_fault)
+                pool_node = bad
+                continue
             timed("sweep records the quarantine", "sweep")
             timed("status", "status")
             timed("incidents", "incidents")
@@ -126,9 +142,11 @@ def main() -> None:
         print(f"  {k:<48} median {v['median_s']:6.2f} s   min {v['min_s']:6.2f}   max {v['max_s']:6.2f}   n={v['n']}")
 
 
-def _config(lab: Lab, work: Path) -> Path:
+def _config(lab: Lab, work: Path, remediate: bool = False) -> Path:
     data = yaml.safe_load(lab.config_path.read_text()) or {}
     data["state_dir"] = str(work / "state")
+    if remediate:
+        data.setdefault("lifecycle", {}).setdefault("remediation", {})["mode"] = "on"
     data.setdefault("lifecycle", {}).update({
         "validate_command": ["env", f"LD_LIBRARY_PATH={lab.dir}/lib", PY, "-m", "slurm_ft"],
         "quarantine_grace_s": 0, "spare_recheck_s": 0, "pool_target": 1, "breaker_max_share": 0.5,

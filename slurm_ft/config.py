@@ -101,6 +101,23 @@ class ControllerConfig:
                                         # (auto: admin_comment where slurmctld runs job_submit/lua)
 
 
+REMEDIATION_MODES = ("off", "dry_run", "on")
+REMEDIATION_ACTIONS = ("reset_gpu", "reboot", "retest", "rma", "manual")
+
+
+@dataclass(frozen=True)
+class RemediationConfig:
+    """What the sweep does to a quarantined node by itself (lifecycle/remediation.py, docs/remediation.md)."""
+    mode: str = "off"                   # off | dry_run (say what it would do) | on
+    actions: Dict[str, str] = field(default_factory=dict)   # code -> reset_gpu|reboot|retest|rma|manual;
+                                        # an Xid's default is the catalog's action column, other codes: manual
+    max_attempts: Dict[str, int] = field(default_factory=lambda: {"reset_gpu": 2, "reboot": 1})
+    window_days: float = 30.0           # attempts counted within (since the last release from RMA)
+    reboot_timeout_s: float = 1800.0    # a reboot not back by then is a failed remediation
+    reset_command: Tuple[str, ...] = ("nvidia-smi", "-r", "-i")   # + the GPU index; run on the node
+    reset_timeout_s: float = 120.0
+
+
 @dataclass(frozen=True)
 class LifecycleConfig:
     """Node lifecycle: the drain-rate breaker, the lemon rule, sweeps, metrics (see docs/runbook.md)."""
@@ -120,6 +137,7 @@ class LifecycleConfig:
     maintenance_reservation: str = "slurm-ft-maint"   # prefix; one reservation per validated node
     pool_target: int = 0                # spares wanted; 0 = from `slurm-ft spares plan` when available
     metrics_path: str = "/var/lib/prometheus/node-exporter/slurm_ft.prom"
+    remediation: RemediationConfig = field(default_factory=RemediationConfig)
 
 
 @dataclass(frozen=True)
@@ -182,6 +200,7 @@ def load_config(path: Optional[str] = None) -> Config:
     if cfg.controller.trust not in trust_modes:
         raise ConfigError(f"{p}: controller.trust must be one of {', '.join(trust_modes)}, "
                           f"not {cfg.controller.trust!r}")
+    _check_remediation(cfg.lifecycle.remediation, str(p))
     return cfg
 
 
@@ -193,6 +212,29 @@ def _check_levels(cfg: "Config", file: str) -> None:
             if level not in LEVELS:
                 raise ConfigError(f"{file}: lifecycle.{key}[{i}]: unknown level {level!r} "
                                   f"(valid: {', '.join(LEVELS)})")
+
+
+def _check_remediation(rc: "RemediationConfig", file: str) -> None:
+    """Closed sets: an action name decides what happens to a node."""
+    where = "lifecycle.remediation"
+    if rc.mode not in REMEDIATION_MODES:
+        raise ConfigError(f"{file}: {where}.mode: {rc.mode!r} is not one of {', '.join(REMEDIATION_MODES)}")
+    for code, action in rc.actions.items():
+        if action not in REMEDIATION_ACTIONS:
+            raise ConfigError(f"{file}: {where}.actions.{code}: {action!r} is not one of "
+                              f"{', '.join(REMEDIATION_ACTIONS)}")
+        if not code or not all(c.isalnum() or c == "_" for c in code):
+            raise ConfigError(f"{file}: {where}.actions: {code!r} is not a finding code (XID79, NVLINK_DOWN, ...)")
+    for action, n in rc.max_attempts.items():
+        if action not in ("reset_gpu", "reboot", "retest"):
+            raise ConfigError(f"{file}: {where}.max_attempts.{action}: only reset_gpu, reboot and retest are attempted")
+        if n < 1:
+            raise ConfigError(f"{file}: {where}.max_attempts.{action} must be at least 1")
+    if not rc.reset_command:
+        raise ConfigError(f"{file}: {where}.reset_command must name a program")
+    for key in ("reboot_timeout_s", "reset_timeout_s"):
+        if getattr(rc, key) == 0:
+            raise ConfigError(f"{file}: {where}.{key} must be more than 0 seconds")
 
 
 def build(cls, data: Any, file: str, where: str):

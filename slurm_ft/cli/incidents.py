@@ -12,7 +12,7 @@ from slurm_ft.model import Incident
 from slurm_ft.recovery import journal as jn
 
 
-def incident_dict(inc: Incident) -> dict:
+def incident_dict(inc: Incident, aftermath=()) -> dict:
     total = (inc.closed_at - inc.opened_at) if inc.closed_at else None
     return {
         "id": inc.id,
@@ -32,6 +32,7 @@ def incident_dict(inc: Incident) -> dict:
         "steps": [{"name": s.name, "intent_at": s.intent_at, "done_at": s.done_at,
                    "since_open_s": round((s.done_at or s.intent_at) - inc.opened_at, 3),
                    "outcome": s.outcome or "intent", "detail": s.detail} for s in inc.steps],
+        "failed_nodes_after": [e.to_dict() for e in aftermath],   # remediation, repair, validation
     }
 
 
@@ -41,7 +42,7 @@ def _clock(t: Optional[float]) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1000):03d}"
 
 
-def render(inc: Incident) -> str:
+def render(inc: Incident, aftermath=()) -> str:
     spare = ",".join(inc.spares) or ("none (shrunk to %d)" % inc.shrink_to if inc.shrink_to else "none")
     total = f"{inc.closed_at - inc.opened_at:.2f} s" if inc.closed_at else "open"
     lines = [f"incident {inc.id}  job {inc.job_id}  {inc.status.upper()}  failed {','.join(inc.nodes)}  "
@@ -53,6 +54,9 @@ def render(inc: Incident) -> str:
     for s in inc.steps:
         at = s.done_at or s.intent_at
         lines.append(f"  {_clock(at)}  +{at - inc.opened_at:7.3f} s  {s.name:<10} {s.outcome or 'intent':<7} {s.detail}")
+    for e in aftermath:   # the failed node's way back, from the lifecycle history
+        lines.append(f"  {_clock(e.time)}  {e.node} {e.event.value} -> {e.to_state.value}: {e.cause}"
+                     f"{'  [' + e.actor + ']' if e.actor else ''}")
     return "\n".join(lines)
 
 
@@ -66,15 +70,17 @@ def incidents(ctx: click.Context, as_json: bool, open_only: bool, job_id: Option
     """List the controller's incidents: job, failed node(s), fault, spare used, each step's time, total."""
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     path = jn.path_in(config.state_dir)
-    found = []
+    from slurm_ft.lifecycle.store import repair_history
+    found, after = [], {}
     if path.exists():
         conn = jn.connect(path)
         found = jn.incidents(conn, open_only=open_only, job_id=job_id, limit=limit)
+        after = {i.id: repair_history(conn, i.nodes, i.opened_at) for i in found}
         conn.close()
     if as_json:
-        click.echo(json.dumps([incident_dict(i) for i in found], indent=2))
+        click.echo(json.dumps([incident_dict(i, after.get(i.id, ())) for i in found], indent=2))
         return
     if not found:
         click.echo(f"no incidents in {path}")
         return
-    click.echo("\n\n".join(render(i) for i in found))
+    click.echo("\n\n".join(render(i, after.get(i.id, ())) for i in found))

@@ -80,11 +80,16 @@ def choose_policy(name: Optional[str], policy_file: Optional[str], recovery_figu
               help="Override the policy's time to notice a lost host (e.g. a lower SlurmdTimeout).")
 @click.option("--compare", is_flag=True,
               help="Run slurm, llama3-like and slurm-ft (and a --policy-file) on the same faults, side by side.")
+@click.option("--from-journal", is_flag=True,
+              help="Faults at this cluster's own rate and repair time (the journal in state_dir), not a profile.")
+@click.option("--fleet-nodes", type=click.IntRange(min=1), default=None,
+              help="With --from-journal: nodes the journal watched (default: the nodes Slurm knows).")
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
 @click.pass_context
 def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery_figures, gpus, gpus_per_node, days,
         seed, n_seeds, spares, target, repair_hours, repair_dist, ckpt_interval_min, ckpt_cost_s, restart_s,
-        elastic_min_nodes, plot_path, detect_hang_s, detect_node_s, compare, as_json) -> None:
+        elastic_min_nodes, plot_path, detect_hang_s, detect_node_s, compare, from_journal, fleet_nodes,
+        as_json) -> None:
     """Discrete-event simulation of a synchronous training job: faults by class, detection, recovery,
     spare pool with repairs, checkpoints and lost work. Prints ETTR, time lost by cause, interruptions
     and pool exhaustion events, over several seeds with their spread."""
@@ -92,7 +97,19 @@ def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery
     cfg = load_config((ctx.obj or {}).get("config_path")).planning
     if profile and profile_file:
         raise UsageError("give --profile or --profile-file, not both")
-    if profile_file:
+    if from_journal and (profile or profile_file):
+        raise UsageError("--from-journal gives the failure rate: no --profile or --profile-file with it")
+    if from_journal:   # one class: node faults at the journal's rate, each taking a node out
+        from slurm_ft.cli.spares import observed_from_journal
+        obs = observed_from_journal(ctx, fleet_nodes, 0.95)
+        gpn = gpus_per_node or 8
+        prof = pr.profile_from_dict({"name": "journal", "days": obs.days, "gpus": obs.nodes * gpn, "gpus_per_node": gpn,
+                                     "source": obs.source(), "classes": [
+                                         {"name": "node fault (journal)", "count": obs.incidents, "replace": True,
+                                          "kind": "node"}]}, "the journal")
+        if repair_hours is None and obs.repair_hours["mean"]:
+            repair_hours = obs.repair_hours["mean"]
+    elif profile_file:
         prof = pr.profile_from_dict(_yaml(profile_file), profile_file)
     else:
         prof = pr.get_profile(profile or cfg.profile)

@@ -85,22 +85,79 @@ def spares() -> None:
     """Spare-pool sizing (Poisson arithmetic, shown step by step) and the live pool."""
 
 
+def observed_from_journal(ctx: click.Context, fleet_nodes: Optional[int], confidence: float):
+    """The fleet's own failure rate, repair times and recovery times (planning/history.py)."""
+    import time
+
+    from slurm_ft.lifecycle.collect import drain_report
+    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.planning import history
+    from slurm_ft.planning.synthetic import OBSERVED_SINCE
+    config = _load_planning(ctx)
+    if fleet_nodes is None:
+        from slurm_ft.slurm.client import client_from_config
+        fleet_nodes = len(client_from_config(config).nodes())
+    now = time.time()
+    with Store(config.state_dir, create=False) as store:
+        eps, _ = drain_report(store, now)
+        first = min((e.time for e in store.history()), default=now)
+        since = min(float(store.kv_get(OBSERVED_SINCE) or now), first)
+        from slurm_ft.recovery import journal
+        incidents = journal.incidents(store.db)
+    return history.observe(eps, incidents, nodes=fleet_nodes, since=since, now=now, confidence=confidence)
+
+
 @spares.command("plan")
 @click.option("--gpus", type=int, required=True, help="GPUs in the job (or the cluster) to protect.")
+@click.option("--from-journal", is_flag=True,
+              help="The failure rate and repair time from this cluster's journal (state_dir), not a profile.")
+@click.option("--fleet-nodes", type=click.IntRange(min=1), default=None,
+              help="With --from-journal: nodes the journal watched (default: the nodes Slurm knows).")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
+              help="With --from-journal: of the rate's interval.")
 @_plan_options
 @click.pass_context
-def plan_cmd(ctx: click.Context, gpus: int, as_json: bool, **kw) -> None:
+def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Optional[int], confidence: float,
+             as_json: bool, **kw) -> None:
     """How many hot spare nodes keep P(more nodes in repair than spares) under 1 - target.
 
     Nodes in repair are an M/G/infinity queue, so Poisson with mean (node-taking faults per hour) x
     (repair hours). Also the checkpoint interval (Young, Daly) and the ETTR that follows. Every
     number is printed with the arithmetic that gives it.
     """
+    observed = None
+    if from_journal:
+        if any(kw.get(k) is not None for k in ("profile", "profile_file", "node_mtbf_hours", "interruptions_per_day")):
+            raise UsageError("--from-journal gives the failure rate: no --profile, --node-mtbf-hours or "
+                             "--interruptions-per-day with it")
+        observed = observed_from_journal(ctx, fleet_nodes, confidence)
+        kw["node_mtbf_hours"] = observed.node_mtbf_hours
+        kw["replace_fraction"] = 1.0 if kw.get("replace_fraction") is None else kw["replace_fraction"]
+        if kw.get("repair_hours") is None and observed.repair_hours["mean"]:
+            kw["repair_hours"] = observed.repair_hours["mean"]
     plan = make_plan(ctx, gpus, **kw)
+    if observed is not None:
+        import dataclasses
+        plan = dataclasses.replace(plan, rate_source=observed.source())
     if as_json:
-        click.echo(json.dumps(plan.to_dict(), indent=2))
+        out = plan.to_dict()
+        if observed is not None:
+            out["from_journal"] = observed.to_dict()
+        click.echo(json.dumps(out, indent=2))
     else:
-        click.echo("\n".join(sp.render(plan)))
+        lines = sp.render(plan)
+        if observed is not None:
+            rh = observed.repair_hours
+            lines = [f"From the journal: {observed.source()}",
+                     f"  repair time (fault -> back in the pool): {rh['count']} repairs, mean "
+                     f"{_h(rh['mean'])}, p50 {_h(rh['p50'])}, p90 {_h(rh['p90'])}"] + [
+                     f"  recovery via {p}: {d['count']} incidents, p50 {d['p50']:.1f} s, p90 {d['p90']:.1f} s"
+                     for p, d in observed.recovery_s.items()] + [""] + lines
+        click.echo("\n".join(lines))
+
+
+def _h(v) -> str:
+    return "-" if v is None else f"{v:.1f} h"
 
 
 @spares.command("status")

@@ -44,8 +44,8 @@ def status(ctx: click.Context, as_json: bool, write_metrics: bool) -> None:
         click.echo(f"  #{i['id']} job {i['job_id']} {i['status']}: {','.join(i['nodes'])}"
                    f"{' -> ' + ','.join(i['spares']) if i['spares'] else ''}  last step {i['last_step']}"
                    f"{'  ' + i['note'] if i['note'] else ''}")
-    for title, key in (("quarantined / failed", "quarantined"), ("repaired / validating", "validating"),
-                       ("RMA list", "rma")):
+    for title, key in (("quarantined / failed", "quarantined"), ("remediating (reboot)", "remediating"),
+                       ("repaired / validating", "validating"), ("RMA list", "rma")):
         rows = d[key]
         click.echo(f"{title}: {len(rows)}")
         for r in rows:

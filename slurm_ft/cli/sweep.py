@@ -37,3 +37,56 @@ def sweep(ctx: click.Context, wait_s: Optional[float], as_json: bool) -> None:
             click.echo(f"slurm-ft: error: {line}", err=True)
     if report.errors:
         ctx.exit(EXIT_COMMAND)
+
+
+@click.command("remediate")
+@click.option("--dry-run", is_flag=True, help="Only print what would be done; change nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def remediate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """The sweep's remediation step alone: reset, reboot or send to RMA the quarantined nodes whose
+    finding the policy (lifecycle.remediation) can handle. Nodes it finishes are validated by the
+    next `slurm-ft sweep`.
+
+    Exit 0 done, 2 remediation is off (without --dry-run), 3 a Slurm command failed, 5 a sweep is running.
+    """
+    from pathlib import Path
+
+    from slurm_ft.cli.node import setup
+    from slurm_ft.errors import UsageError
+    from slurm_ft.lifecycle import remediation, remediator
+    from slurm_ft.lifecycle.lock import FileLock
+    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.lifecycle.sweep import Sweeper, SweepReport
+    config, client = setup(ctx)
+    if dry_run:
+        with Store(config.state_dir) as store:
+            steps = remediator.snapshot_plan(Sweeper(config, client, store, actor="remediate"))
+        if as_json:
+            click.echo(json.dumps([s.to_dict() for s in steps], indent=2))
+        else:
+            for s in steps:
+                click.echo(f"would {remediation.describe(s)}")
+            if not steps:
+                click.echo("nothing to remediate (no quarantined or remediating node)")
+        return
+    if config.lifecycle.remediation.mode != "on":
+        raise UsageError(f"lifecycle.remediation.mode is {config.lifecycle.remediation.mode!r}: set it to "
+                         f"'on' to act, or use --dry-run")
+    with FileLock(Path(config.state_dir) / "sweep.lock", "sweep"):
+        with Store(config.state_dir) as store:
+            sweeper = Sweeper(config, client, store, actor="remediate")
+            report = SweepReport(started=sweeper.clock())
+            remediator.run(sweeper, report)
+    if as_json:
+        click.echo(json.dumps({"changes": report.changes, "alerts": report.alerts, "errors": report.errors},
+                              indent=2))
+    else:
+        for line in report.changes:
+            click.echo(line)
+        for line in report.alerts:
+            click.echo(f"ALERT: {line}")
+        for line in report.errors:
+            click.echo(f"slurm-ft: error: {line}", err=True)
+    if report.errors:
+        ctx.exit(EXIT_COMMAND)

@@ -78,6 +78,7 @@ class LabSpec:
     slurmd_timeout_s: int = 10      # a dead slurmd is NOT_RESPONDING after about this long
     job_hooks: bool = True          # Prolog/Epilog (prolog.d/, epilog.d/); False only to measure what
                                     # they cost a restart (bench/recovery.py --no-job-hooks)
+    reboot_delay_s: float = 3.0     # RebootProgram: the fake node is back (healed) this long after the request
     fast_hooks: bool = False        # LAB ONLY: hooks skip the python check on a node whose fake GPUs
                                     # are untouched (healthy state, empty kernel log): a 2,048-node job's
                                     # 2,048 prologs would take minutes of the lab's CPU otherwise
@@ -316,6 +317,10 @@ class Lab:
                 write_unread(self.slurmd_conf(n), f"{head}\n{self._node_line(n, spec.port_base + i)}\n")
         for hook, repo_dir in HOOK_DIRS.items():
             atomic_write(self.dir / "hooks" / hook, self._hook_wrapper(repo_dir), mode=0o755)
+        atomic_write(self.dir / "hooks" / "reboot",
+                     f"#!/bin/sh\n# Written by `slurm-ft lab up`: the lab's RebootProgram (slurm_ft/lab/reboot.py)\n"
+                     f"exec {sys.executable} -m slurm_ft.lab.reboot --dir {self.dir} --delay {spec.reboot_delay_s:g}\n",
+                     mode=0o755)
         atomic_write(self.config_path, self._slurm_ft_yaml(), mode=0o644)
         self._build_fake_nvml()
 
@@ -389,7 +394,11 @@ SchedulerType=sched/backfill
 # Not SchedulerParameters=batch_sched_delay=0 (tried): it schedules a requeued job in the second of its
 # kill, whose credential 22.05 has just revoked ("Killing non-startable batch job: Job credential
 # revoked", the job FAILS). The default 3 s keeps a StartTime=now clear of that second.
-{hooks}HealthCheckProgram={d}/hooks/healthcheck
+{hooks}# `scontrol reboot`: a fake reboot of one node (slurm_ft/lab/reboot.py); a reboot not done within
+# ResumeTimeout is DOWN "reboot timed out"
+RebootProgram={d}/hooks/reboot
+ResumeTimeout=60
+HealthCheckProgram={d}/hooks/healthcheck
 HealthCheckInterval={spec.health_interval_s}
 HealthCheckNodeState=ANY,CYCLE
 {version_lines}JobCompType=jobcomp/none
@@ -442,6 +451,9 @@ health:
 lifecycle:
   # validation jobs run `check --level full|burnin` on the node: against the lab's fake NVML
   validate_command: [env, LD_LIBRARY_PATH={d}/lib, SLURM_FT_LAB_DIR={d}, {sys.executable}, -m, slurm_ft]
+  remediation:
+    # the remediation's GPU reset: the fake GPU's (slurm_ft/lab/fake_reset.py) instead of nvidia-smi -r -i
+    reset_command: [{sys.executable}, -m, slurm_ft.lab.fake_reset, --dir, {d}]
 """
 
     def _build_fake_nvml(self) -> None:
@@ -511,9 +523,10 @@ lifecycle:
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return pid
 
-    def start_slurmds(self) -> None:
-        """Start every slurmd that is not running (killed ones come back; ReturnToService=1)."""
-        self._start_missing_slurmds()
+    def start_slurmds(self, booted: bool = False) -> None:
+        """Start every slurmd that is not running (killed ones come back; ReturnToService=1).
+        `booted`: report the node as just booted (`slurmd -b`), as after the lab's RebootProgram."""
+        self._start_missing_slurmds(booted)
 
     def restart_slurmctld(self, timeout: float = 30.0) -> None:
         """Stop slurmctld and start it again keeping its state (jobs, node states, reservations)."""
@@ -528,7 +541,7 @@ lifecycle:
             time.sleep(0.2)
         raise EnvironmentProblem(f"slurmctld of the lab in {self.dir} did not answer within {timeout:g} s")
 
-    def _start_missing_slurmds(self) -> None:
+    def _start_missing_slurmds(self, booted: bool = False) -> None:
         missing = [d["node"] for d in self.daemons() if d["name"] == "slurmd" and not d["alive"]]
         if not missing:
             return
@@ -539,7 +552,8 @@ lifecycle:
             # SIGPIPE (exit -13) before it daemonises: a second try is a fresh start, nothing half-done.
             for attempt in range(START_TRIES):
                 try:
-                    run(["slurmd", "-f", self.slurmd_conf(node), "-N", node], timeout=30, env=env)
+                    run(["slurmd", *(["-b"] if booted else []), "-f", self.slurmd_conf(node), "-N", node], timeout=30,
+                        env=env)
                     return
                 except CommandError:
                     if self._slurmd_alive(node):    # its daemon made it after all: running is what we want

@@ -501,3 +501,23 @@ def _int(value, what: str, lo: int, hi: int) -> int:
     if not lo <= n <= hi:
         raise UsageError(f"{what} must be between {lo} and {hi}, not {n}")
     return n
+
+
+def reset_gpu(labdir: Path, node: str, gpu: int) -> None:
+    """What `nvidia-smi -r` does to one fake GPU: volatile errors, pending events, hangs and stuck links
+    clear and a pending row remap is applied; what outlives a reset stays: a GPU off the bus (only a
+    reboot brings it back), aggregate ECC and remap counts, a remap failure, a degraded PCIe link, slowness,
+    and the kernel log (the driver's Xid lines stay until a reboot)."""
+    with _node_lock(labdir, node):
+        state = load_state(labdir, node)
+        if not 0 <= gpu < len(state.gpus):
+            raise UsageError(f"{node} has GPUs 0..{len(state.gpus) - 1}, not {gpu}")
+        g = state.gpus[gpu]
+        if g.lost:
+            raise UsageError(f"{node} gpu{gpu} is off the bus: a reset cannot reach it")
+        g.ecc_sbe_volatile = g.ecc_dbe_volatile = 0
+        g.remap_pending = False
+        g.nvlink_down, g.nvlink_err = [], {}
+        g.clock_events = g.hang_ms = g.recovery_action = 0
+        g.xids, g.procs = [], []
+        save_state(labdir, state)

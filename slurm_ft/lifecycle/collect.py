@@ -31,6 +31,7 @@ class FleetView:
     incidents_open: List[Incident] = field(default_factory=list)
     incidents_total: int = 0
     phase_seconds: Dict[str, List[float]] = field(default_factory=dict)
+    drain_summary: dict = field(default_factory=dict)   # lifecycle/drain_stats.py: per check and per Xid
     breaker: brk.BreakerState = field(default_factory=brk.BreakerState)
     breaker_in_window: Tuple[str, ...] = ()
     breaker_limit: int = 0
@@ -54,6 +55,7 @@ class FleetView:
             "incidents": {"open": [_incident(i) for i in self.incidents_open], "total": self.incidents_total},
             "quarantined": [row(n) for n in self.by_state(State.QUARANTINED) + self.by_state(State.FAILED)],
             "validating": [row(n) for n in self.by_state(State.REPAIRED) + self.by_state(State.VALIDATING)],
+            "remediating": [row(n) for n in self.by_state(State.REMEDIATING)],   # being rebooted by the sweep
             "rma": [row(n) for n in self.by_state(State.RMA)],
             "breaker": {"open": self.breaker.open, "open_since": self.breaker.open_since,
                         "reason": self.breaker.open_reason, "drains_in_window": len(self.breaker_in_window),
@@ -104,7 +106,20 @@ def view(config: Config, client, store: Store, *, now: Optional[float] = None, w
     return v
 
 
+def drain_report(store: Store, now: float) -> Tuple[list, dict]:
+    """(episodes, summary) of every slurm-ft drain in the journal (lifecycle/drain_stats.py)."""
+    from slurm_ft.lifecycle import drain_stats
+    try:
+        from slurm_ft.recovery import journal
+        every = journal.incidents(store.db)
+    except Exception:   # the controller's tables are not there yet: no spare was swapped in
+        every = []
+    eps = drain_stats.episodes(store.history(), every)
+    return eps, drain_stats.summarize(eps, now)
+
+
 def _incidents(v: FleetView, store: Store) -> None:
+    v.drain_summary = drain_report(store, v.now)[1]
     try:
         from slurm_ft.recovery import journal
         every = journal.incidents(store.db)
@@ -125,8 +140,13 @@ def snapshot(v: FleetView) -> metrics.Snapshot:
     return metrics.Snapshot(
         nodes_by_state=count_states(v.states.values()), pool_size=len(v.pool), pool_target=v.pool_target,
         incidents_total=v.incidents_total, incidents_open=len(v.incidents_open), phase_seconds=v.phase_seconds,
-        breaker_open=v.breaker.open, breaker_drains_in_window=len(v.breaker_in_window), breaker_limit=v.breaker_limit,
+        drains=drain_rows(v.drain_summary), breaker_open=v.breaker.open, breaker_drains_in_window=len(v.breaker_in_window), breaker_limit=v.breaker_limit,
         last_sweep_time=(v.last_sweep or {}).get("time"), last_sweep_duration_s=(v.last_sweep or {}).get("elapsed_s"))
+
+
+def drain_rows(summary: dict) -> list:
+    from slurm_ft.lifecycle.drain_stats import metric_rows
+    return metric_rows(summary)
 
 
 def write_metrics(config: Config, client, store: Store, *, report=None) -> Optional[str]:

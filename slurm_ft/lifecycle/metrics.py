@@ -30,6 +30,7 @@ class Snapshot:
     breaker_limit: int = 0
     last_sweep_time: Optional[float] = None
     last_sweep_duration_s: Optional[float] = None
+    drains: Sequence[Tuple[str, str, Mapping[str, float]]] = ()   # (check|xid, its value, drain_stats row)
 
 
 def render(s: Snapshot) -> str:
@@ -74,6 +75,17 @@ def render(s: Snapshot) -> str:
     if s.last_sweep_duration_s is not None:
         metric("slurm_ft_last_sweep_duration_seconds", "gauge", "Wall time of the last sweep.",
                [("", s.last_sweep_duration_s)])
+    for name, key, help_ in (
+            ("slurm_ft_drains_total", "drains", "Drains by slurm-ft, per check and per Xid."),
+            ("slurm_ft_drains_confirmed_total", "confirmed", "Drains whose node needed a repair (or went to RMA)."),
+            ("slurm_ft_drains_probable_false_positive_total", "probable_false_positives",
+             "Drains whose node passed validation after no repair or only a GPU reset."),
+            ("slurm_ft_drain_out_of_service_node_hours_total", "node_hours_out",
+             "Node-hours out of service after drains (open drains up to now)."),
+            ("slurm_ft_drain_spare_node_hours_total", "spare_node_hours",
+             "Node-hours of spares consumed by drains (a spare was swapped in meanwhile).")):
+        if s.drains:
+            metric(name, "counter", help_, [(_labels(**{label: value}), row[key]) for label, value, row in s.drains])
     return "\n".join(out) + "\n"
 
 

@@ -4,6 +4,12 @@
     validating --pass--> spare --swap_in--> in_service
                 --fail--> quarantined (or rma)
 
+With remediation on (lifecycle/remediation.py), the sweep repairs what a reset or a reboot can fix:
+
+    quarantined --remediate--> remediating --remediated--> repaired (then validated as above)
+                                           --fail--> quarantined (the reboot did not finish)
+    quarantined --send_rma--> rma              (the finding's action is rma, or attempts are used up)
+
 A node with K incidents (faults or failed validations) within W days goes to `rma` instead of back
 towards the pool, and leaves it only by an admin's `release`. Nothing here reads a clock or Slurm:
 callers pass the history and the time.
@@ -25,6 +31,7 @@ class State(str, Enum):
     VALIDATING = "validating"     # full + burn-in running as a job in a maintenance reservation
     SPARE = "spare"               # in the spares partition, resumed, known good
     RMA = "rma"                   # a lemon: never back to the pool without an admin's release
+    REMEDIATING = "remediating"   # slurm-ft is rebooting it (lifecycle/remediation.py); then validated
 
     def __str__(self) -> str:     # so that f-strings print "spare", not "State.SPARE"
         return self.value
@@ -40,6 +47,9 @@ class Event(str, Enum):
     SWAP_IN = "swap_in"           # the controller moved the spare into a job partition
     RELEASE = "release"           # admin: off the RMA list after the vendor's repair
     ENROL = "enrol"               # first record of a spare, so that a later swap is seen as one
+    REMEDIATE = "remediate"       # the sweep started a reset or a reboot (remediation policy)
+    REMEDIATED = "remediated"     # ... and it finished: validate like a repaired node
+    SEND_RMA = "send_rma"         # the remediation policy: straight to the RMA list
 
     def __str__(self) -> str:
         return self.value
@@ -62,6 +72,10 @@ TRANSITIONS: Dict[Tuple[State, Event], State] = {
     (State.VALIDATING, Event.FAIL): State.QUARANTINED,
     (State.SPARE, Event.SWAP_IN): State.IN_SERVICE,
     (State.RMA, Event.RELEASE): State.REPAIRED,
+    (State.QUARANTINED, Event.REMEDIATE): State.REMEDIATING,
+    (State.REMEDIATING, Event.REMEDIATED): State.REPAIRED,
+    (State.REMEDIATING, Event.FAIL): State.QUARANTINED,
+    (State.QUARANTINED, Event.SEND_RMA): State.RMA,
 }
 
 # Events that count as an incident for the lemon rule.

@@ -121,7 +121,7 @@ class Store:
             probe = HistoryEntry(node, now, event, current, current, cause, actor)
             count = incidents(past + [probe], now, lemon_window_s) if lemon_window_s else 0
             target = next_state(current, event, incident_count=count, lemon_k=lemon_k)
-            if target is State.RMA and event is not Event.RELEASE:
+            if target is State.RMA and event is not Event.SEND_RMA:   # the lemon rule sent it there
                 cause = f"{cause}; " if cause else ""
                 cause += f"lemon: {count} incidents within {lemon_window_s / 86400:g} days"
             entry = HistoryEntry(node, now, event, current, target, cause, actor)
@@ -172,6 +172,28 @@ class Store:
 
     def _kv_set(self, key: str, value: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO lifecycle_kv (key, value) VALUES (?, ?)", (key, value))
+
+
+REPAIR_EVENTS = (Event.REMEDIATE, Event.REMEDIATED, Event.SEND_RMA, Event.REPAIRED, Event.VALIDATE, Event.PASS,
+                 Event.FAIL, Event.RELEASE)
+
+
+def repair_history(db: sqlite3.Connection, nodes, since: float) -> List[HistoryEntry]:
+    """What happened to `nodes` on their way back (remediation, repair, validation) since `since`, for
+    `incidents`; [] when the lifecycle tables do not exist yet."""
+    names = list(nodes)
+    if not names:
+        return []
+    marks = ",".join("?" * len(names))
+    events = ",".join(f"'{e.value}'" for e in REPAIR_EVENTS)
+    try:
+        rows = db.execute(f"SELECT node, time, event, from_state, to_state, cause, actor FROM node_history "
+                          f"WHERE node IN ({marks}) AND time >= ? AND event IN ({events}) ORDER BY id",
+                          (*names, since)).fetchall()
+    except sqlite3.OperationalError:   # no lifecycle tables: nothing recorded
+        return []
+    return [HistoryEntry(r[0], r[1], Event(r[2]), State(r[3]) if r[3] else None, State(r[4]), r[5], r[6])
+            for r in rows]
 
 
 def _record(r) -> NodeRecord:

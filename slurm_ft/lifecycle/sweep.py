@@ -91,6 +91,12 @@ class Sweeper:
             self.store.enrol(name, State.SPARE, self.clock(), cause=f"in {self.spare}", actor=self.actor)
         for change in work.changes:
             self._guarded(report, change.node, lambda c=change: self._apply_change(report, c, by_name[c.node]))
+        remedied: List[str] = []
+        if self.lc.remediation.mode != "off":   # reset, reboot or RMA what the policy can decide alone
+            from slurm_ft.lifecycle import remediator
+            remedied = remediator.run(self, report, dry_run=self.lc.remediation.mode == "dry_run")
+            if remedied:
+                by_name.update({n.name: n for n in self.client.nodes(remedied)})
         running: Dict[str, int] = {}
         for name in work.poll:
             rec = self.store.record(name)
@@ -98,7 +104,7 @@ class Sweeper:
                 running[name] = rec.validation_job
             else:   # a sweep died between recording and submitting: start over
                 self._guarded(report, name, lambda n=name: running.update(self._start(report, by_name[n], recheck=False)))
-        for name in work.validate:
+        for name in [*work.validate, *remedied]:
             self._guarded(report, name, lambda n=name: running.update(self._start(report, by_name[n], recheck=False)))
         for name in work.recheck:
             self._guarded(report, name, lambda n=name: running.update(self._start(report, by_name[n], recheck=True)))
@@ -148,17 +154,19 @@ class Sweeper:
         the node (the health check resumes only drains whose fault code its level can re-check); only
         a passed validation brings it back."""
         node = self.client.node(name)
-        if not node.drained:
+        if not (node.drained or node.state == "DOWN"):   # DOWN: back from a reboot that did not help
             return
         tag = "RMA" if state is State.RMA else "QUARANTINED"
         rest = node.reason[len(OWNER):].strip() if node.reason.startswith(OWNER) else node.reason
-        for old in ("QUARANTINED ", "RMA "):
+        for old in ("QUARANTINED ", "RMA ", "REBOOT "):
             rest = rest[len(old):] if rest.startswith(old) else rest
         self.client.drain([name], _reason(f"{OWNER} {tag} {rest}", 100))
 
     def _resume(self, name: str) -> None:
-        """Resume if still drained (a health check may have resumed it meanwhile)."""
-        if self.client.node(name).drained:
+        """Resume if still drained (a health check may have resumed it meanwhile), or DOWN after the
+        remediation's reboot (nextstate=DOWN)."""
+        node = self.client.node(name)
+        if node.drained or node.state == "DOWN":
             self.client.resume([name])
 
     def _record(self, name: str, event: Event, cause: str, node: Optional[Node] = None):
@@ -212,7 +220,11 @@ class Sweeper:
             options = [f"--job-name=slurm-ft-validate-{name}", f"--partition={self.spare}", f"--reservation={resv}",
                        f"--nodelist={name}", "--nodes=1", "--exclusive", "--no-requeue",
                        f"--time={max(1, int(self.lc.validate_timeout_s // 60))}", f"--output={out}"]
-            job_id = self.client.submit(validation_script(name, levels, self._check_argv(), options))
+            from slurm_ft.lifecycle.remediator import take_reset_gpus
+            resets = [] if recheck else take_reset_gpus(self.store, name)
+            job_id = self.client.submit(validation_script(name, levels, self._check_argv(), options,
+                                                          reset_gpus=resets,
+                                                          reset_argv=[*self._ft_argv(), "gpu-reset", "--gpu"]))
         except BaseException:
             # a spare must not stay reserved (out of the controller's reach) for a job that never came
             self._drop_reservation(resv)
@@ -232,11 +244,15 @@ class Sweeper:
         serving = any(name in parts[p].nodes for p in self.job_partitions() if p in parts)
         return name in pool and not serving and self.client.node(name).available
 
-    def _check_argv(self) -> List[str]:
+    def _ft_argv(self) -> List[str]:
+        """`slurm-ft --config FILE` as the validation job runs it on the node."""
         argv = list(self.lc.validate_command) or [sys.executable, "-m", "slurm_ft"]
         if self.cfg.path:
             argv += ["--config", self.cfg.path]
-        return argv + ["check"]
+        return argv
+
+    def _check_argv(self) -> List[str]:
+        return self._ft_argv() + ["check"]
 
     def out_dir(self) -> Path:
         d = Path(self.cfg.state_dir) / "validation"
@@ -353,8 +369,11 @@ def pool_target(cfg: Config, nodes: Sequence[Node], job_partitions: Sequence[str
 
 
 def validation_script(node: str, levels: Sequence[str], check_argv: Sequence[str],
-                      sbatch_options: Sequence[str] = ()) -> str:
+                      sbatch_options: Sequence[str] = (), *, reset_gpus: Sequence[int] = (),
+                      reset_argv: Sequence[str] = ()) -> str:
     """The batch script: each level in turn, a marker line the sweep reads back, no shell evaluation of data.
+
+    `reset_gpus`: GPUs to reset first (the remediation's reset_gpu) with `reset_argv` + the index.
 
     Levels come from a closed set (a config value is never shell text); the node name and every
     argument are quoted all the same.
@@ -371,6 +390,15 @@ def validation_script(node: str, levels: Sequence[str], check_argv: Sequence[str
     lines = ["#!/bin/sh"] + [f"#SBATCH {o}" for o in sbatch_options] + [
         f"# slurm-ft validation of {where}: {' + '.join(levels)} (submitted by `slurm-ft sweep`)",
     ]
+    reset = " ".join(shlex.quote(a) for a in reset_argv)
+    for gpu in reset_gpus:
+        gpu = int(gpu)
+        lines += [
+            f"echo {shlex.quote(f'slurm-ft-validate: reset gpu{gpu}')}",
+            f"{reset} {gpu}",
+            "rc=$?",
+            f'if [ "$rc" -ne 0 ]; then echo {shlex.quote(f"{FAIL_MARK} reset_gpu gpu{gpu} exit")} "$rc"; exit 1; fi',
+        ]
     for level in levels:
         q = shlex.quote(level)
         lines += [
@@ -409,7 +437,7 @@ def read_verdict(text: str, job_state: str, job_id: int) -> Tuple[bool, str]:
 
 
 def _reason(text: str, limit: int = REASON_MAX) -> str:
-    return " ".join(text.split())[:limit]
+    return " ".join(text.split())[:limit].rstrip()   # Slurm refuses a reason that ends in a space
 
 
 def _short(text: str, n: int = 100) -> str:

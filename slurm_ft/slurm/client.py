@@ -245,6 +245,15 @@ class SlurmClient:
                     raise
         return []
 
+    def reboot(self, nodes: NodeSpec, reason: str) -> List[str]:
+        """`scontrol reboot ASAP nextstate=DOWN reason=...`: drained now, rebooted once idle (Slurm runs
+        RebootProgram), DOWN with `reason` when back, so that nothing lands on it before validation."""
+        names = _node_list(nodes)
+        check_reason(reason)
+        self.nodes(names)
+        self._run(["scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", compress(names)])
+        return names
+
     def update_node(self, name: str, **fields: object) -> None:
         """`scontrol update NodeName=name Key=Value...`, e.g. Comment="...", Weight=10."""
         self.nodes([name])

@@ -1,0 +1,48 @@
+"""`slurm-ft report [--json]`: how slurm-ft's drains turned out, per check and per Xid.
+
+Drains, confirmed faults, probable false positives (the node passed validation after no repair or only
+a GPU reset), node-hours out of service and node-hours of spares consumed (lifecycle/drain_stats.py).
+Exit 0; 2 when there is no journal yet."""
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from slurm_ft.config import load_config
+
+
+def _row(name: str, r: dict) -> str:
+    rate = "-" if r["false_positive_rate"] is None else f"{100 * r['false_positive_rate']:.0f}%"
+    return (f"{name:<14} {r['drains']:>6} {r['confirmed']:>9} {r['probable_false_positives']:>8} {rate:>6} "
+            f"{r['open']:>5} {r['node_hours_out']:>10.1f} {r['spare_node_hours']:>11.1f}")
+
+
+@click.command("report")
+@click.option("--json", "as_json", is_flag=True, help="The summary and every drain episode as JSON.")
+@click.pass_context
+def report(ctx: click.Context, as_json: bool) -> None:
+    """Per check and per Xid: drains, confirmed, probable false positives, hours out, spare-hours."""
+    from slurm_ft.lifecycle.collect import drain_report
+    from slurm_ft.lifecycle.store import Store
+    config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
+    now = time.time()
+    with Store(config.state_dir, create=False) as store:
+        eps, summary = drain_report(store, now)
+    if as_json:
+        click.echo(json.dumps({"time": now, **summary, "episodes": [e.to_dict(now) for e in eps]}, indent=2))
+        return
+    head = (f"{'':<14} {'DRAINS':>6} {'CONFIRMED':>9} {'PROB_FP':>8} {'FP%':>6} {'OPEN':>5} "
+            f"{'NODE_H_OUT':>10} {'SPARE_NODE_H':>11}")
+    click.echo("per check")
+    click.echo(head)
+    for name, r in summary["by_check"].items():
+        click.echo(_row(name, r))
+    if summary["by_xid"]:
+        click.echo("\nper Xid")
+        click.echo(head)
+        for name, r in summary["by_xid"].items():
+            click.echo(_row(f"Xid {name}", r))
+    click.echo("\n" + _row("total", summary["total"]))
+    click.echo("probable false positive: passed validation after no repair or only a GPU reset")
