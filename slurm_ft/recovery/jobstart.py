@@ -48,7 +48,7 @@ def _read_head(path: str) -> str:
         return fh.readline(4096).decode("utf-8", "replace")
 
 
-def _log_start(ckpt_dir: str, record: dict) -> None:
+def log_event(ckpt_dir: str, record: dict) -> None:
     try:
         os.makedirs(ckpt_dir, exist_ok=True)
         fd = os.open(os.path.join(ckpt_dir, STARTS_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -60,31 +60,54 @@ def _log_start(ckpt_dir: str, record: dict) -> None:
         print(f"slurm-ft: cannot write {STARTS_LOG}: {exc}", file=sys.stderr)
 
 
-def main(argv: Sequence[str]) -> int:
-    argv = list(argv)
-    ckpt_dir = ""
-    if len(argv) >= 2 and argv[0] == "--ckpt-dir":
-        ckpt_dir, argv = argv[1], argv[2:]
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR -- SCRIPT [ARGS...]", file=sys.stderr)
-        return 2
-    t0 = time.time()
+def prepare(argv: Sequence[str], ckpt_dir: str, say=lambda m: print(m, file=sys.stderr)):
+    """(argv with {ckpt} resolved, the checkpoint found, None) -- or (.., .., 4) when the job must not
+    start: never from scratch over checkpoints we could not read (it would overwrite them), nor
+    because the checkpoint filesystem is unreachable."""
     resolved, found = resolve(argv, ckpt_dir)
     if found is not None and found.must_not_start:
-        # never restart from scratch over checkpoints we could not read (it would overwrite them), nor
-        # because the checkpoint filesystem is unreachable
         for s in found.skipped[:10]:
-            print(f"slurm-ft: skipped {s.path}: {s.reason}", file=sys.stderr)
-        print(f"slurm-ft: {found.reason}; not starting", file=sys.stderr)
-        return 4
+            say(f"slurm-ft: skipped {s.path}: {s.reason}")
+        say(f"slurm-ft: {found.reason}; not starting")
+        return resolved, found, 4
+    return resolved, found, None
+
+
+def ckpt_env(found: Optional[ckpt.Latest], ckpt_dir: str) -> dict:
+    """SLURM_FT_CKPT / SLURM_FT_CKPT_DIR / SLURM_FT_CKPT_STEP for scripts that prefer the environment."""
+    return {"SLURM_FT_CKPT": found.path if found is not None and found.path else "",
+            "SLURM_FT_CKPT_DIR": ckpt_dir,
+            "SLURM_FT_CKPT_STEP": "" if found is None or found.step is None else str(found.step)}
+
+
+def _take(argv: List[str], name: str) -> Tuple[str, List[str]]:
+    if len(argv) >= 2 and argv[0] == name:
+        return argv[1], argv[2:]
+    return "", argv
+
+
+def main(argv: Sequence[str]) -> int:
+    argv = list(argv)
+    ckpt_dir, argv = _take(argv, "--ckpt-dir")
+    hot, argv = _take(argv, "--hot-spares")
+    train, argv = _take(argv, "--train-nodes")
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv or (hot and not train.isdigit()):
+        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR [--hot-spares K --train-nodes N] -- SCRIPT [ARGS...]",
+              file=sys.stderr)
+        return 2
+    if hot:
+        from slurm_ft.recovery import supervisor     # the batch step supervises the training step
+        return supervisor.main(ckpt_dir, int(train), argv)
+    t0 = time.time()
+    resolved, found, rc = prepare(argv, ckpt_dir)
+    if rc is not None:
+        return rc
     job = os.environ.get("SLURM_JOB_ID", "")
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    env_ckpt = found.path if found is not None and found.path else ""
-    os.environ["SLURM_FT_CKPT"] = env_ckpt
-    os.environ["SLURM_FT_CKPT_DIR"] = ckpt_dir
-    os.environ["SLURM_FT_CKPT_STEP"] = "" if found is None or found.step is None else str(found.step)
+    os.environ.update(ckpt_env(found, ckpt_dir))
+    env_ckpt = os.environ["SLURM_FT_CKPT"]
     if ckpt_dir:
         if env_ckpt:
             print(f"slurm-ft: job {job} start {restart}: resuming from {env_ckpt} "
@@ -94,7 +117,7 @@ def main(argv: Sequence[str]) -> int:
                   f"starting from scratch", file=sys.stderr)
         for s in (found.skipped if found else ()):
             print(f"slurm-ft: skipped {s.path}: {s.reason}", file=sys.stderr)
-        _log_start(ckpt_dir, {
+        log_event(ckpt_dir, {
             "event": "jobstart", "t": t0, "job": job, "restart": restart,
             "nodes": os.environ.get("SLURM_JOB_NODELIST", ""), "ckpt": env_ckpt,
             "step": found.step if found else None,

@@ -6,6 +6,11 @@ Keeping it in the job means no registration and nothing lost when the controller
 Format (one line, ASCII, no spaces inside values)::
 
     slurm-ft:v1 ckpt=/data/my%20run min_nodes=60 max_restarts=5
+    slurm-ft:v1 ckpt=/data/run8 max_restarts=5 hot_spares=2 train_nodes=64
+
+`hot_spares` K > 0: the job holds train_nodes + K nodes and its supervisor (the batch step) relaunches
+the training step on healthy nodes of its own allocation; the controller leaves a fault to it while it
+has enough healthy nodes (see docs/jobs.md, "Hot spares").
 
 Values are percent-encoded, so a checkpoint path with spaces, '=' or newlines survives. Decoding is
 strict: the whole comment must be a tag, so a user's unrelated comment ("slurm-ft rocks") is not one.
@@ -24,7 +29,7 @@ DEFAULT_MAX_RESTARTS = 5
 _HEAD = re.compile(r"slurm-ft:v([1-9][0-9]{0,3})\Z")
 _FIELD = re.compile(r"([a-z_]+)=([A-Za-z0-9%._~/+:@,\-]*)\Z")
 _INT = re.compile(r"(0|[1-9][0-9]{0,8})\Z")
-_KEYS = ("ckpt", "min_nodes", "max_restarts")
+_KEYS = ("ckpt", "min_nodes", "max_restarts", "hot_spares", "train_nodes")
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,8 @@ class FtSpec:
     min_nodes: Optional[int] = None         # None = not elastic: always restart at full size
     max_restarts: int = DEFAULT_MAX_RESTARTS
     version: int = VERSION
+    hot_spares: int = 0                     # K idle nodes held in the allocation (0 = none)
+    train_nodes: Optional[int] = None       # N, the training step's size, when hot_spares > 0
 
 
 def encode(spec: FtSpec) -> str:
@@ -49,6 +56,10 @@ def encode(spec: FtSpec) -> str:
     if spec.min_nodes is not None:
         parts.append(f"min_nodes={spec.min_nodes}")
     parts.append(f"max_restarts={spec.max_restarts}")
+    if spec.hot_spares:
+        if spec.hot_spares < 0 or not spec.train_nodes or spec.train_nodes < 1:
+            raise ValueError("hot_spares needs train_nodes >= 1")
+        parts += [f"hot_spares={spec.hot_spares}", f"train_nodes={spec.train_nodes}"]
     return " ".join(parts)
 
 
@@ -76,11 +87,18 @@ def decode(comment: str) -> Optional[FtSpec]:
         return None
     if not _INT.match(max_restarts):
         return None
+    hot, train = fields.get("hot_spares"), fields.get("train_nodes")
+    if (hot is None) != (train is None):
+        return None
+    if hot is not None and (not _INT.match(hot) or not _INT.match(train) or int(hot) < 1 or int(train) < 1):
+        return None
     return FtSpec(
         ckpt_dir=ckpt,
         min_nodes=int(min_nodes) if min_nodes is not None else None,
         max_restarts=int(max_restarts),
         version=VERSION,
+        hot_spares=int(hot) if hot is not None else 0,
+        train_nodes=int(train) if train is not None else None,
     )
 
 

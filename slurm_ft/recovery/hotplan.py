@@ -1,0 +1,129 @@
+"""The hot-spare supervisor's decisions, pure: what the job's own allocation looks like now -> what to do.
+
+A job submitted with `slurm-ft sbatch --hot-spares K -N N` holds N + K nodes. Its batch step (the
+supervisor, supervisor.py) runs the training step on N of them and keeps K idle. On every poll it hands
+`decide` a View (the allocation and each node's fault as Slurm shows it, the step's nodes and exit
+status) and carries out the Action it gets back. No subprocess and no clock here: times come in.
+
+Paths (docs/jobs.md, "Hot spares"):
+  relaunch  a node of the step failed and N healthy nodes remain in the allocation: stop the step,
+            start it again on N healthy nodes from the latest complete checkpoint
+  release   a failed node no step uses any more: give it back to Slurm (shrink the job) so it can be
+            repaired, once the controller has quarantined it (it left the job's partition: the
+            controller saw the fault in the job and journaled it) or RELEASE_AFTER_S after the fault
+            (no controller running)
+  fallback  fewer than N healthy nodes, or the batch host itself failed: stop the step and leave the
+            failed nodes in the job, so the controller sees them and takes the requeue path
+  exit      the step ended with no node to blame: the job ends with the step's exit status
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence, Tuple
+
+# A step that failed may have failed *because* a node is going bad before slurm-ft drained it (the
+# watcher drains within a second of a fatal Xid; a health check may take longer): wait this long for
+# Slurm to show a node fault before the job ends on the step's exit status.
+EXIT_GRACE_S = 3.0
+RELEASE_AFTER_S = 30.0
+
+
+@dataclass(frozen=True)
+class View:
+    allocation: Tuple[str, ...]          # the job's nodes now, in Slurm's order
+    faults: Mapping[str, str]            # node -> why it counts as failed (nodefault), failed nodes only
+    batch_host: str
+    train_nodes: int                     # N
+    step_nodes: Tuple[str, ...] = ()     # the running (or just ended) step's nodes; () = none launched
+    step_rc: Optional[int] = None        # None while the step runs
+    since_exit_s: float = 0.0            # how long ago the step ended (when step_rc is set)
+    in_partition: frozenset = frozenset()   # failed nodes still in the job's partition (not quarantined yet)
+    failed_for_s: Mapping[str, float] = field(default_factory=dict)   # node -> seconds since first seen failed
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str                            # wait, launch, relaunch, release, fallback, exit
+    nodes: Tuple[str, ...] = ()          # launch/relaunch: where the step runs next
+    release: Tuple[str, ...] = ()        # release: nodes to give back to Slurm (shrink the job)
+    failed: Tuple[str, ...] = ()         # the step's failed nodes (relaunch, fallback)
+    rc: Optional[int] = None             # exit
+    reason: str = ""
+
+
+def pick(allocation: Sequence[str], faults: Mapping[str, str], n: int,
+         prefer: Sequence[str] = ()) -> Optional[Tuple[str, ...]]:
+    """N healthy nodes of the allocation, or None. The step's surviving nodes first (their page cache
+    holds the checkpoint), then the idle ones, each in allocation order."""
+    healthy = [x for x in allocation if x not in faults]
+    if len(healthy) < n:
+        return None
+    keep = [x for x in healthy if x in prefer]
+    rest = [x for x in healthy if x not in prefer]
+    chosen = set((keep + rest)[:n])
+    return tuple(x for x in allocation if x in chosen)
+
+
+def first_launch(allocation: Sequence[str], faults: Mapping[str, str], n: int) -> Action:
+    nodes = pick(allocation, faults, n)
+    if nodes is None:
+        return Action("fallback", failed=tuple(x for x in allocation if x in faults),
+                      reason=f"{len(allocation) - len(faults)} healthy node(s) in the allocation, {n} needed")
+    return Action("launch", nodes=nodes, reason=f"{n} of {len(allocation)} nodes; "
+                                               f"{len(allocation) - n} hot spare(s) held")
+
+
+def decide(v: View) -> Action:
+    """The next action; `wait` when there is nothing to do until the next poll."""
+    if v.batch_host in v.faults:
+        return Action("fallback", failed=tuple(x for x in v.allocation if x in v.faults),
+                      reason=f"the batch host {v.batch_host} failed ({v.faults[v.batch_host]})")
+    step_failed = tuple(x for x in v.step_nodes if x in v.faults)
+    idle_failed = tuple(x for x in v.allocation if x in v.faults and x not in v.step_nodes)
+    if not step_failed:
+        if v.step_rc is None:
+            ready = tuple(x for x in idle_failed if x not in v.in_partition
+                          or v.failed_for_s.get(x, 0.0) >= RELEASE_AFTER_S)
+            if ready:
+                return Action("release", release=ready, reason="failed, no step on it: " + _why(v.faults, ready))
+            return Action("wait")
+        if v.step_rc == 0:
+            return Action("exit", rc=0, reason="the training step completed")
+        if v.since_exit_s < EXIT_GRACE_S:
+            return Action("wait", reason=f"step exited {v.step_rc}: waiting {EXIT_GRACE_S:g} s for a node fault")
+        return Action("exit", rc=v.step_rc, reason=f"the training step failed (exit {v.step_rc}) and no node of "
+                                                   f"it is faulty")
+    nodes = pick(v.allocation, v.faults, v.train_nodes, prefer=v.step_nodes)
+    if nodes is None:
+        return Action("fallback", failed=step_failed,
+                      reason=f"hot spares used up: {len(v.allocation) - len(v.faults)} healthy node(s) left, "
+                             f"{v.train_nodes} needed; " + _why(v.faults, step_failed))
+    return Action("relaunch", nodes=nodes, failed=step_failed,
+                  reason=_why(v.faults, step_failed))
+
+
+def _why(faults: Mapping[str, str], nodes: Sequence[str]) -> str:
+    return "; ".join(f"{x}: {faults[x]}" for x in nodes)
+
+
+def env_after_shrink(env: Mapping[str, str], nodelist: str, count: int) -> dict:
+    """The batch step's SLURM_* variables after its job shrank to `count` nodes (`nodelist`), as
+    the resize script `scontrol update NodeList=` writes (22.05, 24.11) says: new node list and counts,
+    the per-node CPU count kept, the task counts dropped (srun would refuse the old ones)."""
+    out = dict(env)
+    out.update({"SLURM_NODELIST": nodelist, "SLURM_JOB_NODELIST": nodelist,
+                "SLURM_NNODES": str(count), "SLURM_JOB_NUM_NODES": str(count)})
+    cpus = _uniform_cpus(env.get("SLURM_JOB_CPUS_PER_NODE", ""))
+    if cpus is not None:
+        out["SLURM_JOB_CPUS_PER_NODE"] = f"{cpus}(x{count})" if count > 1 else cpus
+    for key in ("SLURM_NPROCS", "SLURM_NTASKS", "SLURM_TASKS_PER_NODE"):
+        out.pop(key, None)
+    return out
+
+
+def _uniform_cpus(text: str) -> Optional[str]:
+    """'8(x3)' or '8' -> '8'; a mixed list ('8(x2),4') -> None (left as Slurm set it)."""
+    head = text.split("(", 1)[0]
+    if not head.isdigit() or "," in text:
+        return None
+    return head
