@@ -185,8 +185,6 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
         return None
     if job.state == "RUNNING":
         failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
-        if failed and in_supervisor_hands(job, snap.specs.get(job.job_id), failed):
-            return None
         # The same fault seen again through a stale read: an incident already requeued this run.
         handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
                    for n in i.nodes}

@@ -56,3 +56,12 @@ def test_encode_refuses_nonsense():
         encode(FtSpec(min_nodes=0))
     with pytest.raises(ValueError):
         encode(FtSpec(max_restarts=-1))
+
+
+def test_hot_spares_round_trip_and_strictness():
+    spec = FtSpec(ckpt_dir="/ck", hot_spares=2, train_nodes=64)
+    assert encode(spec).endswith("hot_spares=2 train_nodes=64")
+    assert decode(encode(spec)) == spec
+    for bad in ("slurm-ft:v1 hot_spares=2", "slurm-ft:v1 train_nodes=4", "slurm-ft:v1 hot_spares=0 train_nodes=4",
+                "slurm-ft:v1 hot_spares=1 train_nodes=0", "slurm-ft:v1 hot_spares=x train_nodes=4"):
+        assert decode(bad) is None, bad
