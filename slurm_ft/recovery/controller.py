@@ -416,10 +416,12 @@ class Controller:
     def _released(self, step: Step, inc: Incident):
         """Close a hot-spare incident: the job runs on and no longer holds the failed nodes."""
         job = self.client.job(inc.job_id)
-        if job.state != "RUNNING" or any(n in job.nodes for n in inc.nodes):
-            return "failed", f"job is {job.state} on {compress(job.nodes)}"
+        if job.state != "RUNNING":
+            return "failed", f"job is {job.state} ({job.reason})"
         jn.close_incident(self.conn, inc.id, "recovered", self.clock(), inc.note)
-        return "ok", f"running on {compress(job.nodes)}; released {compress(inc.nodes)}"
+        kept = [n for n in inc.nodes if n in job.nodes]
+        return "ok", (f"running on {compress(job.nodes)}; "
+                      + (f"{compress(kept)} still in the job, unused" if kept else f"released {compress(inc.nodes)}"))
 
     def _hold(self, step: Step, inc: Incident):
         """Keep the job from starting: requeue it held if it still runs, hold it if Slurm requeued it."""

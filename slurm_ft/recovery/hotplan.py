@@ -11,7 +11,10 @@ Paths (docs/jobs.md, "Hot spares"):
   release   a failed node no step uses any more: give it back to Slurm (shrink the job) so it can be
             repaired, once the controller has quarantined it (it left the job's partition: the
             controller saw the fault in the job and journaled it) or RELEASE_AFTER_S after the fault
-            (no controller running)
+            (no controller running). Slurm may refuse the shrink: 22.05 without accounting storage
+            refuses every update of a job already resized once ("the DB index is being set"); the
+            node then stays in the job, unused, until the job ends or is requeued (retried every
+            RELEASE_RETRY_S meanwhile)
   fallback  fewer than N healthy nodes, or the batch host itself failed: stop the step and leave the
             failed nodes in the job, so the controller sees them and takes the requeue path
   exit      the step ended with no node to blame: the job ends with the step's exit status
@@ -26,6 +29,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 # Slurm to show a node fault before the job ends on the step's exit status.
 EXIT_GRACE_S = 3.0
 RELEASE_AFTER_S = 30.0
+RELEASE_RETRY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class View:
     since_exit_s: float = 0.0            # how long ago the step ended (when step_rc is set)
     in_partition: frozenset = frozenset()   # failed nodes still in the job's partition (not quarantined yet)
     failed_for_s: Mapping[str, float] = field(default_factory=dict)   # node -> seconds since first seen failed
+    not_now: frozenset = frozenset()     # nodes whose release Slurm refused a moment ago (retry later)
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,8 @@ def decide(v: View) -> Action:
     idle_failed = tuple(x for x in v.allocation if x in v.faults and x not in v.step_nodes)
     if not step_failed:
         if v.step_rc is None:
-            ready = tuple(x for x in idle_failed if x not in v.in_partition
-                          or v.failed_for_s.get(x, 0.0) >= RELEASE_AFTER_S)
+            ready = tuple(x for x in idle_failed if x not in v.not_now and (
+                x not in v.in_partition or v.failed_for_s.get(x, 0.0) >= RELEASE_AFTER_S))
             if ready:
                 return Action("release", release=ready, reason="failed, no step on it: " + _why(v.faults, ready))
             return Action("wait")

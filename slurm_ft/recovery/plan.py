@@ -26,6 +26,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from slurm_ft.model import Incident, Job, Node, Step
 from slurm_ft.recovery.ckptscan import HOLD_PREFIX
+from slurm_ft.recovery.hotplan import RELEASE_AFTER_S
 from slurm_ft.recovery.nodefault import FAIL_PREFIX, node_fault
 from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.snapshot import Snapshot
@@ -207,6 +208,9 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason="; ".join(reasons))
 
 
+# The supervisor gives a quarantined node back within a poll, or RELEASE_AFTER_S after the fault without a
+# controller; past this, Slurm refused the shrink (hotplan) and the node stays in the job, unused.
+HOT_RELEASE_WAIT_S = RELEASE_AFTER_S + 15.0
 HOT_NOTE = "hot-spare: "      # an incident the job's supervisor handles in its own allocation
 
 
@@ -287,7 +291,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     # Quarantine and swap first, while the job still runs: once it is requeued, its nodes run their
     # epilogs and Slurm is busiest, and those partition edits would sit on the critical path.
     if inc.note.startswith(HOT_NOTE):
-        return _advance_hot(inc, snap, policy, pool, spec, job, base, quarantined())
+        return _advance_hot(inc, snap, policy, pool, spec, job, base, quarantined(), now)
     if not quarantined():
         return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
     if inc.note.startswith(HOLD_PREFIX):
@@ -365,7 +369,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
 
 
 def _advance_hot(inc: Incident, snap: Snapshot, policy: Policy, pool: List[str], spec, job: Job, base: dict,
-                 quarantined: bool) -> List[Step]:
+                 quarantined: bool, now: float) -> List[Step]:
     """The in-allocation path: the job's supervisor relaunches its step on a hot spare and gives the
     failed node back (shrinks the job); the controller quarantines the node, refills the partition
     from the pool (a later requeue asks for N + K again) and closes the incident once the node has
@@ -386,7 +390,10 @@ def _advance_hot(inc: Incident, snap: Snapshot, policy: Policy, pool: List[str],
             return [Step("swap", **{**base, "spares": tuple(fresh)},
                          reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")]
     if any(n in job.nodes for n in inc.nodes):
-        return [Step("poll", **base, reason="waiting for the job's supervisor to give the failed node back")]
+        if now - inc.opened_at < HOT_RELEASE_WAIT_S:
+            return [Step("poll", **base, reason="waiting for the job's supervisor to give the failed node back")]
+        return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node "
+                                                "stays in the job unused (Slurm refused the shrink)")]
     return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node left "
                                             "the job")]
 

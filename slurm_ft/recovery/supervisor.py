@@ -57,6 +57,7 @@ class Supervisor:
         self.proc: Optional[subprocess.Popen] = None
         self.step_nodes: tuple = ()
         self.exited_at: Optional[float] = None
+        self.refused: Dict[str, float] = {}      # node -> when Slurm last refused to take it back
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
@@ -115,6 +116,7 @@ class Supervisor:
         except Exception as exc:   # noqa: BLE001 - the controller quarantines the node anyway
             self.say(f"could not give {compress(release)} back to Slurm: {exc}")
             self.log("release", nodes=compress(release), ok=False, error=str(exc)[:300])
+            self.refused.update({x: time.monotonic() for x in release})
             return tuple(allocation)
         self.env = hp.env_after_shrink(self.env, compress(keep), len(keep))
         self.log("release", nodes=compress(release), ok=True, allocation=compress(keep))
@@ -151,7 +153,9 @@ class Supervisor:
                                     train_nodes=self.n, step_nodes=self.step_nodes, step_rc=rc,
                                     since_exit_s=now - self.exited_at if rc is not None else 0.0,
                                     in_partition=self.in_partition(job.partition, idle_failed),
-                                    failed_for_s={x: now - t for x, t in first_seen.items()}))
+                                    failed_for_s={x: now - t for x, t in first_seen.items()},
+                                    not_now=frozenset(x for x, t in self.refused.items()
+                                                      if now - t < hp.RELEASE_RETRY_S)))
             if act.kind == "wait":
                 continue
             if act.kind == "exit":

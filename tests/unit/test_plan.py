@@ -386,3 +386,13 @@ def test_requeued_hot_spare_job_asks_for_n_plus_k_again():
                    specs=HOT)
     steps = plan(snap, [incident(steps_done, spares=("gpu005",))], P, NOW)
     assert kinds(steps) == ["exclude"] and steps[0].num_nodes == 4
+
+
+def test_hot_spare_incident_closes_when_slurm_refuses_to_take_the_node_back():
+    from slurm_ft.recovery.plan import HOT_RELEASE_WAIT_S
+    quarantined = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[hot_job()], specs=HOT,
+                          spare_nodes=[])
+    inc = hot_incident([("quarantine", "ok")], opened_at=NOW - HOT_RELEASE_WAIT_S)
+    steps = plan(quarantined, [inc], P, NOW)
+    assert kinds(steps) == ["released"] and "refused the shrink" in steps[0].reason
+    assert kinds(plan(quarantined, [hot_incident([("quarantine", "ok")])], P, NOW)) == ["poll"]
