@@ -29,6 +29,9 @@ from typing import Mapping, Optional, Sequence, Tuple
 # Slurm to show a node fault before the job ends on the step's exit status.
 EXIT_GRACE_S = 3.0
 RELEASE_AFTER_S = 30.0
+# A training step that exits with this status says "do not restart me" (a bad config, a diverged run:
+# a restart cannot help). 78 is sysexits' EX_CONFIG. The job ends with it, whatever else failed.
+EXIT_DO_NOT_RESTART = 78
 RELEASE_RETRY_S = 30.0
 
 
@@ -83,6 +86,8 @@ def decide(v: View) -> Action:
     if v.batch_host in v.faults:
         return Action("fallback", failed=tuple(x for x in v.allocation if x in v.faults),
                       reason=f"the batch host {v.batch_host} failed ({v.faults[v.batch_host]})")
+    if v.step_rc == EXIT_DO_NOT_RESTART:
+        return Action("exit", rc=v.step_rc, reason=f"the training step exited {EXIT_DO_NOT_RESTART}: do not restart")
     step_failed = tuple(x for x in v.step_nodes if x in v.faults)
     idle_failed = tuple(x for x in v.allocation if x in v.faults and x not in v.step_nodes)
     if not step_failed:

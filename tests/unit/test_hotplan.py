@@ -116,3 +116,8 @@ def test_srun_names_its_nodes_and_sizes_the_step():
     argv = srun_argv(("gpu001", "gpu003"), 2, ["python", "train.py", "--x"])
     assert argv == ["srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--nodelist=gpu[001,003]",
                     "--kill-on-bad-exit=1", "python", "train.py", "--x"]
+
+
+def test_the_do_not_restart_exit_ends_the_job_even_with_a_failed_node():
+    act = hp.decide(view(step_rc=hp.EXIT_DO_NOT_RESTART, faults={"n2": BAD}))
+    assert act.kind == "exit" and act.rc == 78 and "do not restart" in act.reason
