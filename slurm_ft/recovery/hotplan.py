@@ -27,7 +27,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 # A step that failed may have failed *because* a node is going bad before slurm-ft drained it (the
 # watcher drains within a second of a fatal Xid; a health check may take longer): wait this long for
 # Slurm to show a node fault before the job ends on the step's exit status.
-EXIT_GRACE_S = 3.0
+EXIT_GRACE_S = 15.0
 RELEASE_AFTER_S = 30.0
 # A training step that exits with this status says "do not restart me" (a bad config, a diverged run:
 # a restart cannot help). 78 is sysexits' EX_CONFIG. The job ends with it, whatever else failed.
