@@ -7,32 +7,37 @@ status) and carries out the Action it gets back. No subprocess and no clock here
 
 Paths (docs/jobs.md, "Hot spares"):
   relaunch  a node of the step failed and N healthy nodes remain in the allocation: stop the step,
-            start it again on N healthy nodes from the latest complete checkpoint
-  release   a failed node no step uses any more: give it back to Slurm (shrink the job) so it can be
-            repaired, once the controller has quarantined it (it left the job's partition: the
-            controller saw the fault in the job and journaled it) or RELEASE_AFTER_S after the fault
-            (no controller running). Slurm may refuse the shrink: 22.05 without accounting storage
-            refuses every update of a job already resized once ("the DB index is being set"); the
-            node then stays in the job, unused, until the job ends or is requeued (retried every
-            RELEASE_RETRY_S meanwhile)
+            give every failed node of the allocation back to Slurm (shrink the job) so it can be
+            repaired, then start the step again on N healthy nodes from the latest complete checkpoint.
+            The shrink happens only while no step runs: Slurm 22.05 cannot free the resources of a
+            step that was running across a resize ("unable to update job's core use information due
+            to job resizing", "gres/gpu: dealloc count underflow"), and the next step then waits
+            forever on "Requested nodes are busy" (seen in the lab). Before the shrink the supervisor
+            waits up to HANDOVER_S for the controller to quarantine the node (it left the job's
+            partition: the controller saw the fault in the job and journaled it). Slurm may refuse the
+            shrink: 22.05 without accounting storage refuses every update of a job already resized once
+            ("the DB index is being set"); the node then stays in the job, unused, until it ends or is
+            requeued. A failed idle hot spare is left out of every launch and given back at the next
+            relaunch.
   fallback  fewer than N healthy nodes, or the batch host itself failed: stop the step and leave the
             failed nodes in the job, so the controller sees them and takes the requeue path
   exit      the step ended with no node to blame: the job ends with the step's exit status
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
 # A step that failed may have failed *because* a node is going bad before slurm-ft drained it (the
 # watcher drains within a second of a fatal Xid; a health check may take longer): wait this long for
 # Slurm to show a node fault before the job ends on the step's exit status.
 EXIT_GRACE_S = 15.0
-RELEASE_AFTER_S = 30.0
+# How long a relaunch waits, with the step stopped, for the controller to quarantine the failed node
+# before giving it back (the controller must see it in the job to journal the incident).
+HANDOVER_S = 2.0
 # A training step that exits with this status says "do not restart me" (a bad config, a diverged run:
 # a restart cannot help). 78 is sysexits' EX_CONFIG. The job ends with it, whatever else failed.
 EXIT_DO_NOT_RESTART = 78
-RELEASE_RETRY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -44,16 +49,13 @@ class View:
     step_nodes: Tuple[str, ...] = ()     # the running (or just ended) step's nodes; () = none launched
     step_rc: Optional[int] = None        # None while the step runs
     since_exit_s: float = 0.0            # how long ago the step ended (when step_rc is set)
-    in_partition: frozenset = frozenset()   # failed nodes still in the job's partition (not quarantined yet)
-    failed_for_s: Mapping[str, float] = field(default_factory=dict)   # node -> seconds since first seen failed
-    not_now: frozenset = frozenset()     # nodes whose release Slurm refused a moment ago (retry later)
 
 
 @dataclass(frozen=True)
 class Action:
-    kind: str                            # wait, launch, relaunch, release, fallback, exit
+    kind: str                            # wait, launch, relaunch, fallback, exit
     nodes: Tuple[str, ...] = ()          # launch/relaunch: where the step runs next
-    release: Tuple[str, ...] = ()        # release: nodes to give back to Slurm (shrink the job)
+    release: Tuple[str, ...] = ()        # relaunch: nodes to give back to Slurm first (shrink the job)
     failed: Tuple[str, ...] = ()         # the step's failed nodes (relaunch, fallback)
     rc: Optional[int] = None             # exit
     reason: str = ""
@@ -89,14 +91,9 @@ def decide(v: View) -> Action:
     if v.step_rc == EXIT_DO_NOT_RESTART:
         return Action("exit", rc=v.step_rc, reason=f"the training step exited {EXIT_DO_NOT_RESTART}: do not restart")
     step_failed = tuple(x for x in v.step_nodes if x in v.faults)
-    idle_failed = tuple(x for x in v.allocation if x in v.faults and x not in v.step_nodes)
     if not step_failed:
         if v.step_rc is None:
-            ready = tuple(x for x in idle_failed if x not in v.not_now and (
-                x not in v.in_partition or v.failed_for_s.get(x, 0.0) >= RELEASE_AFTER_S))
-            if ready:
-                return Action("release", release=ready, reason="failed, no step on it: " + _why(v.faults, ready))
-            return Action("wait")
+            return Action("wait")     # a failed idle hot spare: left out of launches, given back at the next
         if v.step_rc == 0:
             return Action("exit", rc=0, reason="the training step completed")
         if v.since_exit_s < EXIT_GRACE_S:
@@ -108,7 +105,7 @@ def decide(v: View) -> Action:
         return Action("fallback", failed=step_failed,
                       reason=f"hot spares used up: {len(v.allocation) - len(v.faults)} healthy node(s) left, "
                              f"{v.train_nodes} needed; " + _why(v.faults, step_failed))
-    return Action("relaunch", nodes=nodes, failed=step_failed,
+    return Action("relaunch", nodes=nodes, failed=step_failed, release=tuple(x for x in v.allocation if x in v.faults),
                   reason=_why(v.faults, step_failed))
 
 

@@ -26,7 +26,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from slurm_ft.model import Incident, Job, Node, Step
 from slurm_ft.recovery.ckptscan import HOLD_PREFIX
-from slurm_ft.recovery.hotplan import EXIT_DO_NOT_RESTART, RELEASE_AFTER_S
+from slurm_ft.recovery.hotplan import EXIT_DO_NOT_RESTART
 from slurm_ft.recovery.nodefault import FAIL_PREFIX, node_fault
 from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.snapshot import Snapshot
@@ -210,9 +210,9 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason="; ".join(reasons))
 
 
-# The supervisor gives a quarantined node back within a poll, or RELEASE_AFTER_S after the fault without a
-# controller; past this, Slurm refused the shrink (hotplan) and the node stays in the job, unused.
-HOT_RELEASE_WAIT_S = RELEASE_AFTER_S + 15.0
+# The supervisor gives a quarantined node back as it relaunches the step (hotplan); past this, Slurm
+# refused the shrink and the node stays in the job, unused, until the job ends or is requeued.
+HOT_RELEASE_WAIT_S = 30.0
 HOT_NOTE = "hot-spare: "      # an incident the job's supervisor handles in its own allocation
 
 

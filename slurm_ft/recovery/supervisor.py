@@ -6,8 +6,9 @@ Runs as the user, inside the job: no root, nothing of the controller. It launche
 `srun -N N --nodelist=<N healthy nodes of the allocation> --kill-on-bad-exit=1 PROGRAM ARGS` (with
 {ckpt} resolved to the latest complete checkpoint at every launch), and polls Slurm's view of its
 nodes. What it does about a fault is hotplan.decide's answer; this module only carries it out:
-stop the step, launch it again on healthy nodes, shrink the job to give failed nodes back (once the
-controller has quarantined them, so that it saw them in the job and journaled the incident). Each
+stop the step, shrink the job to give the failed nodes back (once the controller has quarantined them,
+so that it saw them in the job and journaled the incident; at most hotplan.HANDOVER_S), launch the step
+again on healthy nodes. Each
 action is one JSON line in DIR/slurm-ft-starts.jsonl (the controller and `lab demo` read it).
 
 Fail-safe: a failed read of Slurm is logged and the step runs on (no action on a guess); a failed
@@ -57,7 +58,6 @@ class Supervisor:
         self.proc: Optional[subprocess.Popen] = None
         self.step_nodes: tuple = ()
         self.exited_at: Optional[float] = None
-        self.refused: Dict[str, float] = {}      # node -> when Slurm last refused to take it back
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
@@ -111,12 +111,13 @@ class Supervisor:
     def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> tuple:
         """The allocation without `release`, given back to Slurm; unchanged when the shrink fails."""
         keep = tuple(x for x in allocation if x not in release)
+        if not release:
+            return tuple(allocation)
         try:
             self.client.shrink(self.job_id, keep)
         except Exception as exc:   # noqa: BLE001 - the controller quarantines the node anyway
             self.say(f"could not give {compress(release)} back to Slurm: {exc}")
             self.log("release", nodes=compress(release), ok=False, error=str(exc)[:300])
-            self.refused.update({x: time.monotonic() for x in release})
             return tuple(allocation)
         self.env = hp.env_after_shrink(self.env, compress(keep), len(keep))
         self.log("release", nodes=compress(release), ok=True, allocation=compress(keep))
@@ -127,7 +128,6 @@ class Supervisor:
     def run(self) -> int:
         job = self.client.job(self.job_id)
         allocation, batch_host = tuple(job.nodes), job.batch_host
-        first_seen: Dict[str, float] = {}
         faults = self.faults(allocation) or {}
         first = hp.first_launch(allocation, faults, self.n)
         if first.kind != "launch":
@@ -146,48 +146,42 @@ class Supervisor:
                 if rc is None:
                     continue
                 faults = {}              # the step is over: its exit status stands on its own
-            for x in faults:
-                first_seen.setdefault(x, now)
-            idle_failed = [x for x in faults if x not in self.step_nodes]
             act = hp.decide(hp.View(allocation=allocation, faults=faults, batch_host=batch_host,
                                     train_nodes=self.n, step_nodes=self.step_nodes, step_rc=rc,
-                                    since_exit_s=now - self.exited_at if rc is not None else 0.0,
-                                    in_partition=self.in_partition(job.partition, idle_failed),
-                                    failed_for_s={x: now - t for x, t in first_seen.items()},
-                                    not_now=frozenset(x for x, t in self.refused.items()
-                                                      if now - t < hp.RELEASE_RETRY_S)))
+                                    since_exit_s=now - self.exited_at if rc is not None else 0.0))
             if act.kind == "wait":
                 continue
             if act.kind == "exit":
                 self.log("exit", rc=act.rc, reason=act.reason)
                 self.say(act.reason)
                 return act.rc
-            if act.kind == "release":
-                allocation = self.shrink(allocation, act.release)
-                continue
             if act.kind == "fallback":
                 return self._fallback(act)
-            # relaunch
+            # relaunch: stop, give the failed nodes back while no step runs, start again
             t_fault = time.time()
             self.log("fault", nodes=compress(act.failed), reason=act.reason[:1000])
             self.say(f"fault: {act.reason}")
             self.stop()
             self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t_fault, 3))
+            self.await_quarantine(job.partition, act.release)
+            allocation = self.shrink(allocation, act.release)
             rc = self.launch(act.nodes, f"relaunch without {compress(act.failed)}")
             if rc is not None:
                 return rc
 
-    def in_partition(self, partitions: str, nodes: Sequence[str]) -> frozenset:
-        """Those of `nodes` still in one of the job's partitions (not yet quarantined by the controller);
-        all of them when that cannot be read (then only RELEASE_AFTER_S releases them)."""
-        if not nodes:
-            return frozenset()
-        try:
-            members = {x for p in partitions.split(",") if p for x in self.client.partition(p).nodes}
-        except Exception as exc:   # noqa: BLE001 - unknown: keep the node until the time-out
-            self.say(f"cannot read partition {partitions}: {exc}")
-            return frozenset(nodes)
-        return frozenset(x for x in nodes if x in members)
+    def await_quarantine(self, partitions: str, nodes: Sequence[str]) -> None:
+        """Wait (at most HANDOVER_S) until the controller has taken `nodes` out of the job's partitions:
+        then it has seen them failed in the job and journaled the incident."""
+        deadline = time.monotonic() + hp.HANDOVER_S
+        while nodes:
+            try:
+                members = {x for p in partitions.split(",") if p for x in self.client.partition(p).nodes}
+            except Exception as exc:   # noqa: BLE001 - cannot tell: give them back anyway
+                self.say(f"cannot read partition {partitions}: {exc}")
+                return
+            if not members & set(nodes) or time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
 
     def _fallback(self, act: hp.Action) -> int:
         """Hand over to the controller: stop the step and keep the failed nodes in the job so Slurm

@@ -126,3 +126,18 @@ def test_a_fault_on_the_batch_host_is_requeued(lab, work, controller):
 def _expand(expr: str) -> list:
     from slurm_ft.slurm.hostlist import expand
     return expand(expr)
+
+
+def test_lab_demo_shows_the_hot_spare_path_without_a_requeue(lab, work):
+    p = subprocess.run([PY, "-m", "slurm_ft", "lab", "demo", "--dir", str(lab.dir), "--hot-spares", "1",
+                        "--step-time", "0.3", "--json", "--timeout", "300"],
+                       capture_output=True, text=True, timeout=900, env=lab.env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    assert out["path"] == "hot-spare"
+    assert out["failed_node"] != out["spare_node"] and out["spare_node"] in lab.train_nodes
+    assert out["resumed_from_step"] >= 5 and out["fault_to_resume_s"] > 0
+    names = [ph["name"] for ph in out["phases"]]
+    assert {"fault", "drain", "step fault seen", "relaunched", "resumed", "first step after"} <= set(names)
+    assert "requeue" not in names and "start now" not in names
+    assert lab.client.node(out["failed_node"]).drained

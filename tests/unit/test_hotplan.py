@@ -35,29 +35,18 @@ def test_nothing_failed_while_the_step_runs_is_a_wait():
     assert hp.decide(view()).kind == "wait"
 
 
-def test_a_failed_step_node_relaunches_on_the_survivors_and_the_spare():
+def test_a_failed_step_node_relaunches_on_the_survivors_and_the_spare_and_is_given_back():
     act = hp.decide(view(faults={"n2": BAD}))
     assert act.kind == "relaunch"
     assert act.nodes == ("n1", "n3", "n4") and act.failed == ("n2",)
+    assert act.release == ("n2",)         # shrunk away between the two steps, never under a running one
     assert "n2: slurm-ft: XID79" in act.reason
-    assert act.release == ()              # given back later, once quarantined (or after a time-out)
 
 
-def test_a_failed_node_no_step_uses_is_released_once_quarantined():
-    # after the relaunch: n2 failed, the step on n1,n3,n4
-    v = view(faults={"n2": BAD}, step_nodes=("n1", "n3", "n4"), in_partition=frozenset({"n2"}),
-             failed_for_s={"n2": 2.0})
-    assert hp.decide(v).kind == "wait"                       # the controller has not seen it yet
-    act = hp.decide(view(faults={"n2": BAD}, step_nodes=("n1", "n3", "n4"), failed_for_s={"n2": 2.0}))
-    assert act.kind == "release" and act.release == ("n2",)  # out of the partition: quarantined
-    late = view(faults={"n2": BAD}, step_nodes=("n1", "n3", "n4"), in_partition=frozenset({"n2"}),
-                failed_for_s={"n2": hp.RELEASE_AFTER_S})
-    assert hp.decide(late).release == ("n2",)                # no controller: released all the same
-
-
-def test_a_failed_idle_hot_spare_is_released_and_the_step_runs_on():
-    act = hp.decide(view(faults={"n4": BAD}))
-    assert act.kind == "release" and act.release == ("n4",)
+def test_a_failed_idle_hot_spare_waits_and_is_given_back_with_the_next_relaunch():
+    assert hp.decide(view(faults={"n4": BAD})).kind == "wait"       # no shrink under a running step
+    act = hp.decide(view(faults={"n4": BAD, "n3": BAD}, allocation=("n1", "n2", "n3", "n4", "n5")))
+    assert act.kind == "relaunch" and act.nodes == ("n1", "n2", "n5") and act.release == ("n3", "n4")
 
 
 def test_spares_used_up_fall_back_to_the_requeue_path():
