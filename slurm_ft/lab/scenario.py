@@ -313,7 +313,7 @@ class Scenario:
             with self._lock:
                 steps = list(self._steps)
             for kind, outcome, detail, t, spares in steps[seen_steps:]:
-                if kind == "swap" and outcome == "ok" and spares:
+                if kind == "swap" and outcome == "ok" and spares and not self.hot_spares:  # hot: the pool refill
                     res.spare_node = ",".join(spares)
                 name = PHASE_OF_STEP.get(kind)
                 if name and outcome in ("ok", "skipped"):
