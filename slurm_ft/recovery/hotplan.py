@@ -12,13 +12,13 @@ Paths (docs/jobs.md, "Hot spares"):
             The shrink happens only while no step runs: Slurm 22.05 cannot free the resources of a
             step that was running across a resize ("unable to update job's core use information due
             to job resizing", "gres/gpu: dealloc count underflow"), and the next step then waits
-            forever on "Requested nodes are busy" (seen in the lab). Before the shrink the supervisor
-            waits up to HANDOVER_S for the controller to quarantine the node (it left the job's
-            partition: the controller saw the fault in the job and journaled it). Slurm may refuse the
-            shrink: 22.05 without accounting storage refuses every update of a job already resized once
-            ("the DB index is being set"); the node then stays in the job, unused, until it ends or is
-            requeued. A failed idle hot spare is left out of every launch and given back at the next
-            relaunch.
+            forever on "Requested nodes are busy" (seen in the lab). Only nodes the controller has
+            quarantined already leave (they left the job's partition: it saw the fault in the job and
+            journaled it); the others stay in the job, unused, until the next relaunch. Slurm may
+            refuse the shrink: 22.05 without accounting storage refuses every update of a job already
+            resized once ("the DB index is being set", after ~5 s of slurmctld's own retries); the
+            supervisor then stops trying until the job is requeued. A failed idle hot spare is left
+            out of every launch and given back at the next relaunch.
   fallback  fewer than N healthy nodes, or the batch host itself failed: stop the step and leave the
             failed nodes in the job, so the controller sees them and takes the requeue path
   exit      the step ended with no node to blame: the job ends with the step's exit status
@@ -32,9 +32,6 @@ from typing import Mapping, Optional, Sequence, Tuple
 # watcher drains within a second of a fatal Xid; a health check may take longer): wait this long for
 # Slurm to show a node fault before the job ends on the step's exit status.
 EXIT_GRACE_S = 15.0
-# How long a relaunch waits, with the step stopped, for the controller to quarantine the failed node
-# before giving it back (the controller must see it in the job to journal the incident).
-HANDOVER_S = 2.0
 # A training step that exits with this status says "do not restart me" (a bad config, a diverged run:
 # a restart cannot help). 78 is sysexits' EX_CONFIG. The job ends with it, whatever else failed.
 EXIT_DO_NOT_RESTART = 78
@@ -107,6 +104,11 @@ def decide(v: View) -> Action:
                              f"{v.train_nodes} needed; " + _why(v.faults, step_failed))
     return Action("relaunch", nodes=nodes, failed=step_failed, release=tuple(x for x in v.allocation if x in v.faults),
                   reason=_why(v.faults, step_failed))
+
+
+def refuses_resize(error: str) -> bool:
+    """Slurm's answer to a shrink it will keep refusing until the job is requeued (22.05, no accounting)."""
+    return "DB index is being set" in error
 
 
 def _why(faults: Mapping[str, str], nodes: Sequence[str]) -> str:

@@ -6,9 +6,9 @@ Runs as the user, inside the job: no root, nothing of the controller. It launche
 `srun -N N --nodelist=<N healthy nodes of the allocation> --kill-on-bad-exit=1 PROGRAM ARGS` (with
 {ckpt} resolved to the latest complete checkpoint at every launch), and polls Slurm's view of its
 nodes. What it does about a fault is hotplan.decide's answer; this module only carries it out:
-stop the step, shrink the job to give the failed nodes back (once the controller has quarantined them,
-so that it saw them in the job and journaled the incident; at most hotplan.HANDOVER_S), launch the step
-again on healthy nodes. Each
+stop the step, shrink the job to give back the failed nodes the controller has quarantined already (so
+it saw them in the job and journaled the incident; the others at a later relaunch), launch the step again
+on healthy nodes. Each
 action is one JSON line in DIR/slurm-ft-starts.jsonl (the controller and `lab demo` read it).
 
 Fail-safe: a failed read of Slurm is logged and the step runs on (no action on a guess); a failed
@@ -58,6 +58,7 @@ class Supervisor:
         self.proc: Optional[subprocess.Popen] = None
         self.step_nodes: tuple = ()
         self.exited_at: Optional[float] = None
+        self.may_shrink = True     # until Slurm refuses (22.05 without accounting: once per start of the job)
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
@@ -118,6 +119,8 @@ class Supervisor:
         except Exception as exc:   # noqa: BLE001 - the controller quarantines the node anyway
             self.say(f"could not give {compress(release)} back to Slurm: {exc}")
             self.log("release", nodes=compress(release), ok=False, error=str(exc)[:300])
+            if hp.refuses_resize(str(exc)):   # each try costs ~5 s of slurmctld retries: not again
+                self.may_shrink = False
             return tuple(allocation)
         self.env = hp.env_after_shrink(self.env, compress(keep), len(keep))
         self.log("release", nodes=compress(release), ok=True, allocation=compress(keep))
@@ -163,25 +166,23 @@ class Supervisor:
             self.say(f"fault: {act.reason}")
             self.stop()
             self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t_fault, 3))
-            self.await_quarantine(job.partition, act.release)
-            allocation = self.shrink(allocation, act.release)
+            allocation = self.shrink(allocation, self.quarantined(job.partition, act.release))
             rc = self.launch(act.nodes, f"relaunch without {compress(act.failed)}")
             if rc is not None:
                 return rc
 
-    def await_quarantine(self, partitions: str, nodes: Sequence[str]) -> None:
-        """Wait (at most HANDOVER_S) until the controller has taken `nodes` out of the job's partitions:
-        then it has seen them failed in the job and journaled the incident."""
-        deadline = time.monotonic() + hp.HANDOVER_S
-        while nodes:
-            try:
-                members = {x for p in partitions.split(",") if p for x in self.client.partition(p).nodes}
-            except Exception as exc:   # noqa: BLE001 - cannot tell: give them back anyway
-                self.say(f"cannot read partition {partitions}: {exc}")
-                return
-            if not members & set(nodes) or time.monotonic() >= deadline:
-                return
-            time.sleep(0.1)
+    def quarantined(self, partitions: str, nodes: Sequence[str]) -> tuple:
+        """Those of `nodes` the controller has taken out of the job's partitions: it saw them failed in
+        the job and journaled the incident, so they may leave the job. The others stay in it, unused,
+        until the next relaunch (no wait for the controller on the way back to training)."""
+        if not nodes or not self.may_shrink:
+            return ()
+        try:
+            members = {x for p in partitions.split(",") if p for x in self.client.partition(p).nodes}
+        except Exception as exc:   # noqa: BLE001 - cannot tell: keep them for now
+            self.say(f"cannot read partition {partitions}: {exc}")
+            return ()
+        return tuple(x for x in nodes if x not in members)
 
     def _fallback(self, act: hp.Action) -> int:
         """Hand over to the controller: stop the step and keep the failed nodes in the job so Slurm

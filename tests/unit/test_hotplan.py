@@ -110,3 +110,10 @@ def test_srun_names_its_nodes_and_sizes_the_step():
 def test_the_do_not_restart_exit_ends_the_job_even_with_a_failed_node():
     act = hp.decide(view(step_rc=hp.EXIT_DO_NOT_RESTART, faults={"n2": BAD}))
     assert act.kind == "exit" and act.rc == 78 and "do not restart" in act.reason
+
+
+def test_the_refusal_slurm_repeats_until_a_requeue_is_recognised():
+    err = ("`scontrol update JobId=1 NodeList=gpu[001,004]` exited 1: Job update not available right now, "
+           "the DB index is being set, try again in a bit for job 1")
+    assert hp.refuses_resize(err)
+    assert not hp.refuses_resize("`scontrol update` timed out after 30 s")
