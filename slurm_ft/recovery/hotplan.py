@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
 # A step that failed may have failed *because* a node is going bad before slurm-ft drained it (the
-# watcher drains within a second of a fatal Xid; a health check may take longer): wait this long for
-# Slurm to show a node fault before the job ends on the step's exit status.
-EXIT_GRACE_S = 15.0
+# watcher drains within a second of a fatal Xid; a health check may take longer, and on the lab's 2 cores
+# at load 120 the watcher's drain came 12-31 s after the Xid): wait this long for Slurm to show a node
+# fault before the job ends on the step's exit status (still far below NCCL's 600 s timeout).
+EXIT_GRACE_S = 60.0
 # A training step that exits with this status says "do not restart me" (a bad config, a diverged run:
 # a restart cannot help). 78 is sysexits' EX_CONFIG. The job ends with it, whatever else failed.
 EXIT_DO_NOT_RESTART = 78
