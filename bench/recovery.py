@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fault-to-first-resumed-step: slurm-ft against Slurm alone, on the lab at 64 nodes x 8 GPUs.
 
-    python bench/recovery.py [--faults 5] [--dir /tmp/slurm-ft-bench-lab] [--port-base 18000] [--json]
+    python bench/recovery.py [--path requeue|hot-spare|slurm] [--faults 5] [--dir /tmp/slurm-ft-bench-lab]
+                             [--port-base 18000] [--json]
     python bench/recovery.py --compare BEFORE.json AFTER.json     # two --save outputs, medians side by side
     python bench/recovery.py --no-job-hooks --save X.json         # diagnostic: what the prolog/epilog cost
 
@@ -15,6 +16,14 @@ its nodes (a different node each time). Each time `slurm-ft watch` on that node 
 checkpoint. Between faults the failed node is "repaired" (healed, resumed, put back in `spares`) so the
 pool never runs dry. Printed: each phase's time since the fault (p50 and p95 over the faults) and the
 total, fault to the first training step after it.
+
+--path hot-spare: the job is submitted with `--hot-spares F` (F = --faults) on --nodes + F nodes, so the
+training step runs on --nodes nodes throughout; at each fault its supervisor stops the step and relaunches
+it on a hot spare of the allocation: no requeue, no epilogs, no scheduling, no prologs. No repair between
+faults: each fault takes one hot spare.
+
+--path slurm: Slurm alone only (no slurm-ft recovery): the requeue delay and a plain start's launch to
+first step are measured on the lab, the collective timeout is configured.
 
 Slurm alone, same fault: the health check drains the node within HealthCheckInterval, but a drain does
 not stop a running job; the surviving ranks wait in their collective until its timeout (NCCL: 600 s),
@@ -41,6 +50,15 @@ from slurm_ft.runner import run                                    # noqa: E402
 
 PHASES = ["drain", "incident", "quarantine", "swap", "requeue", "pending, exclude", "start now", "running", "resumed",
           "first step after"]
+HOT_PHASES = ["drain", "step fault seen", "step stopped", "relaunched", "incident", "resumed", "first step after",
+              "quarantine", "swap", "incident closed"]
+HOT_SEGMENTS = [
+    ("detect: fault -> drained (slurm-ft watch)", "fault", "drain"),
+    ("see: drained -> supervisor sees it (poll)", "drain", "step fault seen"),
+    ("stop the training step (srun)", "step fault seen", "step stopped"),
+    ("relaunch: srun on N nodes -> ranks load the checkpoint", "step stopped", "resumed"),
+    ("first step (trainer)", "resumed", "first step after"),
+]
 
 
 SEGMENTS = [
@@ -120,6 +138,27 @@ def _f(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def _slurm_alone_only(args, requeue_delay: float, launch_s: float) -> int:
+    """--path slurm: the same fault under Slurm alone, from its measured and configured parts."""
+    parts = [("ranks hang until the collective timeout", args.collective_timeout, "configured"),
+             ("Slurm's requeue delay", round(requeue_delay, 1), "measured"),
+             ("launch to first step (a plain job start)", round(launch_s, 3), "measured")]
+    total = sum(p[1] for p in parts)
+    out = {"path": "slurm", "fault_to_first_step_s": round(total, 1),
+           "components": [{"name": n, "s": v, "kind": k} for n, v, k in parts],
+           "note": "assumes the job is requeued when it exits (RequeueExit or a wrapper); otherwise it stays "
+                   "FAILED until a person resubmits it"}
+    if args.save:
+        Path(args.save).write_text(json.dumps(out, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    for n, v, k in parts:
+        print(f"{n:<45}{v:>10.2f} s  ({k})")
+    print(f"{'fault -> first step after, Slurm alone':<45}{total:>10.1f} s")
+    return 0
+
+
 def main(argv=None) -> int:
     if argv is None:
         argv = sys.argv[1:]
@@ -131,6 +170,9 @@ def main(argv=None) -> int:
         print(compare(*runs, names=tuple(Path(p).stem for p in argv[1:])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--path", choices=("requeue", "hot-spare", "slurm"), default="requeue",
+                    help="requeue: the controller requeues onto a pool spare; hot-spare: the job's supervisor "
+                         "relaunches on a spare in its allocation; slurm: Slurm alone (computed from measurements)")
     ap.add_argument("--faults", type=int, default=5)
     ap.add_argument("--dir", default="/tmp/slurm-ft-bench-lab")
     ap.add_argument("--port-base", type=int, default=18000)
@@ -156,8 +198,9 @@ def main(argv=None) -> int:
     started = not lab.running()
     if args.no_job_hooks and not started:
         ap.error(f"--no-job-hooks needs a lab this run starts; one is up in {args.dir}")
+    hot = args.faults if args.path == "hot-spare" else 0
     if started:
-        lab = Lab(args.dir, LabSpec(nodes=args.nodes, spares=args.spares, port_base=args.port_base,
+        lab = Lab(args.dir, LabSpec(nodes=args.nodes + hot, spares=args.spares, port_base=args.port_base,
                                     job_hooks=not args.no_job_hooks))
     t_up = time.monotonic()
     if started:
@@ -168,47 +211,65 @@ def main(argv=None) -> int:
     say(f"lab in {lab.dir}: {lab.spec.nodes} x {lab.spec.gpus_per_node} GPUs + {lab.spec.spares} spares "
         f"({'up in %.1f s' % up_s if started else 'already up'}); load average {os.getloadavg()[0]:.1f}")
 
+    hot = min(hot, max(0, lab.spec.nodes - 1))      # a lab already up: its nodes are what there is
     sc = Scenario(lab, lab.dir / "bench", step_time=args.step_time, ckpt_every=args.ckpt_every,
-                  collective_timeout=args.collective_timeout)
+                  collective_timeout=args.collective_timeout, hot_spares=hot)
     results = []
+    first_launch_s = None
     try:
         sc.prepare()
         requeue_delay = measure_requeue_delay(sc)
         say(f"Slurm's requeue delay, measured: {requeue_delay:.0f} s")
-        sc.start_controller()
+        if args.path != "slurm":
+            sc.start_controller()
+        t_submit = time.time()
         job = sc.submit(lab.spec.nodes)
-        say(f"job {job}: {lab.spec.nodes * lab.spec.gpus_per_node}-GPU trainer; {args.faults} faults follow")
-        for i in range(args.faults):
+        train = lab.spec.nodes - hot
+        say(f"job {job}: {train * lab.spec.gpus_per_node}-GPU trainer"
+            + (f" + {hot} hot spare node(s)" if hot else "") + f"; {args.path} path")
+        if args.path == "slurm":
+            first = sc.wait_event(lambda e: e.get("event") == "step", args.timeout, "first step")
+            running = sc.client.job(job)
+            from slurm_ft.recovery.plan import parse_slurm_time
+            t0 = parse_slurm_time(running.start_time) or t_submit
+            first_launch_s = first["t"] - t0
+            say(f"launch to first step, measured (job start -> first step): {first_launch_s:.2f} s")
+        for i in range(args.faults if args.path != "slurm" else 0):
             r = sc.fault(victim_index=7 + 13 * i, gpu=i % lab.spec.gpus_per_node, timeout=args.timeout)
             results.append(r)
             say(f"fault {i + 1}: {r.failed_node} gpu{r.gpu} -> spare {r.spare_node}: first step after "
                 f"{r.fault_to_resume_s:.2f} s (resumed from step {r.resumed_from_step}, "
                 f"{r.steps_lost} redone); load {os.getloadavg()[0]:.1f}")
-            repair(sc, r.failed_node)
+            if not hot:
+                repair(sc, r.failed_node)
     finally:
         sc.stop()
         if started and not args.keep_lab:
             lab.down(quiet=True)
+    if args.path == "slurm":
+        return _slurm_alone_only(args, requeue_delay, first_launch_s)
 
     per_phase = {}
-    for name in PHASES:
+    for name in (HOT_PHASES if hot else PHASES):
         vals = [r.at(name) for r in results if r.at(name) is not None]
         if vals:
             per_phase[name] = {"p50_s": round(pct(vals, 50), 3), "p95_s": round(pct(vals, 95), 3), "n": len(vals)}
     # where the time goes: consecutive segments of the timeline
     segments = {}
-    for label, a, b in SEGMENTS:
+    for label, a, b in (HOT_SEGMENTS if hot else SEGMENTS):
         vals = [r.at(b) - r.at(a) for r in results if r.at(a) is not None and r.at(b) is not None]
         if vals:
             segments[label] = {"p50_s": round(pct(vals, 50), 3), "p95_s": round(pct(vals, 95), 3),
                                "from": a, "to": b}
     totals = [r.fault_to_resume_s for r in results]
-    launch = [r.at("first step after") - r.at("start now") for r in results
-              if r.at("start now") is not None and r.at("first step after") is not None]
+    start_phase = "step stopped" if hot else "start now"
+    launch = [r.at("first step after") - r.at(start_phase) for r in results
+              if r.at(start_phase) is not None and r.at("first step after") is not None]
     launch_p50 = pct(launch, 50) if launch else 0.0
     alone_total = args.collective_timeout + requeue_delay + launch_p50
     out = {
-        "lab": {"nodes": lab.spec.nodes, "gpus_per_node": lab.spec.gpus_per_node, "spares": lab.spec.spares,
+        "path": args.path,
+        "lab": {"nodes": lab.spec.nodes, "hot_spares": hot, "gpus_per_node": lab.spec.gpus_per_node, "spares": lab.spec.spares,
                 "job_hooks": lab.spec.job_hooks,
                 "step_time_s": args.step_time, "ckpt_every": args.ckpt_every,
                 "load_average_start": round(load_start, 1), "load_average_1m": round(os.getloadavg()[0], 1)},
@@ -233,7 +294,7 @@ def main(argv=None) -> int:
                 {"name": "Slurm's requeue delay", "s": round(requeue_delay, 1), "kind": "measured",
                  "source": "EligibleTime - requeue time of a requeued job in this lab"},
                 {"name": "launch to first step", "s": round(launch_p50, 3), "kind": "measured",
-                 "source": "p50 of this run's StartTime=now -> first step"},
+                 "source": f"p50 of this run's {start_phase} -> first step"},
             ],
             "note": "assumes the job is requeued when it exits (RequeueExit or a wrapper); otherwise it stays "
                     "FAILED until a person resubmits it",

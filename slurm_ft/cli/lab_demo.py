@@ -27,12 +27,14 @@ from slurm_ft.errors import UsageError
 @click.option("--xid", default=79, show_default=True, help="The fatal Xid injected.")
 @click.option("--keep", is_flag=True, help="Leave the recovered job running (default: cancel it at the end).")
 @click.option("--timeout", default=600.0, show_default=True, help="Give up after this many seconds per phase.")
+@click.option("--hot-spares", default=0, show_default=True, type=click.IntRange(0, 8),
+              help="Hot spare nodes held in the job (the in-allocation path; 0 = the requeue path).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end instead of the timeline.")
 @click.option("--via", type=click.Choice(["wrapper", "plugin"]), default="wrapper", show_default=True,
               help="Submit with `slurm-ft sbatch`, or with plain `sbatch --ft-ckpt-dir` through slurm-ft's Slurm "
                    "plugins (the lab comes up with --plugin).")
 def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_every, gpu, xid, keep, timeout,
-         as_json, via) -> None:
+         hot_spares, as_json, via) -> None:
     """Run a 64-node trainer, break one GPU mid-run, and watch slurm-ft bring the job back on a spare."""
     from slurm_ft.lab.cluster import Lab, LabSpec
     from slurm_ft.lab.scenario import Scenario
@@ -64,14 +66,21 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
     def on_phase(p, fault_t):
         say(f"  +{p.t - fault_t:7.2f} s  {p.name:<17} {p.detail}")
 
-    sc = Scenario(lab, lab.dir / "demo", step_time=step_time, ckpt_every=ckpt_every, on_phase=on_phase)
+    if hot_spares >= nodes:
+        raise UsageError(f"--hot-spares {hot_spares} leaves no training node of {nodes}")
+    if hot_spares and via == "plugin":
+        raise UsageError("--hot-spares goes through `slurm-ft sbatch` only: the plugins refuse hot spares yet")
+    sc = Scenario(lab, lab.dir / "demo", step_time=step_time, ckpt_every=ckpt_every, on_phase=on_phase,
+                  hot_spares=hot_spares)
     sc.prepare()
     sc.start_controller()
     try:
         job = sc.submit(nodes, via=via)
         how = "`slurm-ft sbatch`" if via == "wrapper" else "plain `sbatch --ft-ckpt-dir` (slurm-ft's plugins)"
-        say(f"submitted job {job}: {nodes * gpus_per_node}-GPU trainer ({nodes} nodes x {gpus_per_node}), "
-            f"checkpoint every {ckpt_every} steps, via {how} (controller running, journal in "
+        train = nodes - hot_spares
+        say(f"submitted job {job}: {train * gpus_per_node}-GPU trainer ({train} nodes x {gpus_per_node}"
+            + (f", + {hot_spares} hot spare node(s) in the job" if hot_spares else "")
+            + f"), checkpoint every {ckpt_every} steps, via {how} (controller running, journal in "
             f"{sc.work / 'state'})")
         start = sc.wait_event(lambda e: e.get("event") == "start", timeout, "trainer start")
         say(f"training: {start.get('world')} ranks started in {start.get('startup_s', 0):.1f} s; "
@@ -84,11 +93,12 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
-    pool = [n for n in lab.spec.spare_nodes if n != result.spare_node]
-    click.echo(f"job {result.job_id}: {result.failed_node} (GPU {gpu}, Xid {xid}) replaced by spare "
+    what = "hot spare" if hot_spares else "spare"
+    click.echo(f"job {result.job_id}: {result.failed_node} (GPU {gpu}, Xid {xid}) replaced by {what} "
                f"{result.spare_node}; resumed from step {result.resumed_from_step}, "
-               f"{result.steps_lost} step(s) redone; fault to first step after: {result.fault_to_resume_s:.2f} s")
-    click.echo(f"{result.failed_node} stays drained, out of `train` (quarantined); spares left: {len(pool)}")
+               f"{result.steps_lost} step(s) redone; fault to first step after: {result.fault_to_resume_s:.2f} s"
+               + (" (no requeue)" if hot_spares else ""))
+    click.echo(f"{result.failed_node} stays drained, out of `train` (quarantined)")
     click.echo(f"the incident:  slurm-ft --config {sc.config_path} incidents")
     if keep:
         click.echo(f"job {result.job_id} keeps running; stop it with: scancel {result.job_id}")

@@ -112,7 +112,12 @@ local function tag_for(values, partition)
 				if n == nil or n < k[3] or n > k[4] then
 					return nil, opt .. " " .. v .. ": must be a whole number from " .. k[3] .. " to " .. k[4]
 				end
-				table.insert(parts, k[2] .. "=" .. string.format("%d", n))
+				-- hot spares need the supervisor that only `slurm-ft sbatch --hot-spares` starts (tag.py)
+				if k[2] == "hot_spares" and n > 0 then
+					return nil, opt .. " " .. v .. ": hot spares are not available through the plugin yet: " ..
+						"submit with `slurm-ft sbatch --hot-spares` at a site without the slurm-ft plugins"
+				end
+				if k[2] ~= "hot_spares" then table.insert(parts, k[2] .. "=" .. string.format("%d", n)) end
 			end
 		end
 	end

@@ -6,6 +6,9 @@ Nothing here is faked: the job is submitted with `slurm-ft sbatch` (or, via="plu
 fake NVML and kernel log (`lab inject`), `slurm-ft watch` on the faulty node sees the Xid and drains
 the node, the controller (in this process, on its own journal) recovers the job, and the trainer's own
 event log says which checkpoint it resumed from and when its first step after the fault completed.
+
+Two paths: `requeue` (the job is requeued onto a spare from the pool) and `hot-spare` (the job holds K
+idle nodes; its supervisor relaunches the training step on one of them: no requeue).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import yaml
 
 from slurm_ft.errors import CommandError, EnvironmentProblem
 from slurm_ft.runner import run
+from slurm_ft.slurm.hostlist import expand
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,7 @@ class Phase:
 
 @dataclass
 class FaultResult:
+    path: str                       # "requeue" or "hot-spare"
     job_id: int
     failed_node: str
     gpu: int
@@ -69,6 +74,7 @@ class FaultResult:
 
     def to_dict(self) -> dict:
         return {
+            "path": self.path,
             "job_id": self.job_id,
             "fault_to_resume_s": _r(self.fault_to_resume_s),
             "resumed_from_step": self.resumed_from_step,
@@ -89,8 +95,11 @@ class Scenario:
     """One lab, one trainer job, a controller thread; `fault()` breaks a GPU and times the recovery."""
 
     def __init__(self, lab, work: Path, *, step_time: float = 0.5, ckpt_every: int = 5,
-                 collective_timeout: float = 600.0, on_phase: Optional[Callable[[Phase, float], None]] = None):
+                 collective_timeout: float = 600.0, on_phase: Optional[Callable[[Phase, float], None]] = None,
+                 hot_spares: int = 0):
         self.lab = lab
+        self.hot_spares = hot_spares
+        self.path = "hot-spare" if hot_spares else "requeue"
         self.work = Path(work)
         self.step_time = step_time
         self.ckpt_every = ckpt_every
@@ -188,21 +197,26 @@ class Scenario:
         if nvml is not None and nvml.origin:
             path.append(os.path.dirname(nvml.origin))
         env = dict(self.env, PYTHONPATH=os.pathsep.join(path + [p for p in [self.env.get("PYTHONPATH")] if p]))
-        sbatch = ["-J", "slurm-ft-demo", "-N", str(nodes), "--ntasks-per-node=1", "--gres=gpu:8",
-                  "--open-mode=append", "-o", str(self.work / "job.out")]
-        trainer = ["srun", PY, "-S", "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume",
-                   "{ckpt}", "--steps", "1000000", "--step-time", str(self.step_time), "--ckpt-every",
-                   str(self.ckpt_every), "--collective-timeout", str(self.collective_timeout)]
+        sbatch = ["-J", "slurm-ft-demo", "--ntasks-per-node=1", "--gres=gpu:8", "--open-mode=append",
+                  "-o", str(self.work / "job.out")]
+        trainer = [PY, "-S", "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
+                   "--steps", "1000000", "--step-time", str(self.step_time), "--ckpt-every", str(self.ckpt_every),
+                   "--collective-timeout", str(self.collective_timeout)]
         if via == "plugin":
+            if self.hot_spares:
+                raise ValueError("hot spares go through the wrapper only (the plugins refuse them)")
             script = self.work / "train.sh"
-            line = " ".join(shlex.quote(a) if a != "{ckpt}" else '"$1"' for a in trainer)
+            line = " ".join(shlex.quote(a) if a != "{ckpt}" else '"$1"' for a in ["srun", *trainer])
             script.write_text(f"#!/bin/sh\n# $1: the newest complete checkpoint, {{ckpt}} resolved by the slurm-ft "
                               f"SPANK plugin at every start\nexec {line}\n")
-            argv = ["sbatch", "--parsable", f"--ft-ckpt-dir={self.ckpt_dir}", "--ft-max-restarts=100", *sbatch,
-                    str(script), "{ckpt}"]
+            argv = ["sbatch", "--parsable", f"--ft-ckpt-dir={self.ckpt_dir}", "--ft-max-restarts=100",
+                    "-N", str(nodes), *sbatch, str(script), "{ckpt}"]
         elif via == "wrapper":
+            # with hot spares the supervisor launches the step itself (`srun` on N named nodes): N + K = nodes
+            launch = (["--hot-spares", str(self.hot_spares), "-N", str(nodes - self.hot_spares)] if self.hot_spares
+                      else ["-N", str(nodes)])
             argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(self.ckpt_dir),
-                    "--max-restarts", "100", *sbatch, *trainer]
+                    "--max-restarts", "100", *launch, *sbatch, *([] if self.hot_spares else ["srun"]), *trainer]
         else:
             raise ValueError(f"via must be wrapper or plugin, not {via!r}")
         res = run(argv, timeout=120, env=env, cwd=str(self.work))
@@ -251,22 +265,43 @@ class Scenario:
         raise EnvironmentProblem(f"lab scenario: no {what} within {timeout:g} s"
                                  + (f" (job {job.job_id} {job.state}, {job.reason})" if job else ""))
 
-    def current_run(self) -> int:
-        return max((int(e.get("restart", 0)) for e in self.events() if e.get("event") == "start"), default=0)
+    def current_run(self) -> tuple:
+        """(restart, launch) of the latest start of the training step."""
+        return max((run_key(e) for e in self.events() if e.get("event") == "start"), default=(0, 0))
+
+    def supervisor_events(self) -> List[dict]:
+        """The hot-spare supervisor's lines in the starts log (launch, fault, stopped, release, fallback)."""
+        import json
+        from slurm_ft.recovery.jobstart import STARTS_LOG
+        try:
+            lines = (self.ckpt_dir / STARTS_LOG).read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
 
     # --- the fault -----------------------------------------------------------------------------------
     def fault(self, *, victim_index: int, gpu: int = 3, xid: int = 79, warmup_steps: int = 7,
               timeout: float = 600.0) -> FaultResult:
         """Wait until the current run made progress past a checkpoint, break one GPU, time the recovery."""
         run_no = self.current_run()
-        start = self.wait_event(lambda e: e.get("event") == "start" and e.get("restart", 0) == run_no, timeout,
+        start = self.wait_event(lambda e: e.get("event") == "start" and run_key(e) == run_no, timeout,
                                 "trainer start")
         first = start["step"]
         job = self.client.job(self.job_id)
-        victim = job.nodes[victim_index % len(job.nodes)]
+        step_nodes = list(job.nodes)
+        if self.hot_spares:          # a node of the training step, not an idle hot spare nor the batch host
+            launches = [e for e in self.supervisor_events() if e.get("event") == "launch"]
+            step_nodes = [n for n in expand(launches[-1]["nodes"]) if n != job.batch_host]
+        victim = step_nodes[victim_index % len(step_nodes)]
         watcher = self._start_watch(victim, timeout)
         watch_started = time.monotonic()
-        self.wait_event(lambda e: e.get("event") == "step" and e.get("restart", 0) == run_no
+        self.wait_event(lambda e: e.get("event") == "step" and run_key(e) == run_no
                         and e["step"] >= first + warmup_steps, timeout, f"step {first + warmup_steps}")
         time.sleep(max(0.0, WATCH_WARMUP_S - (time.monotonic() - watch_started)))  # it follows the log from its end
         with self._lock:
@@ -275,7 +310,8 @@ class Scenario:
         t_fault = time.time()
         self._fault_t = t_fault
         inject(self.lab.dir, victim, "xid", gpu=gpu, value=xid)
-        res = FaultResult(self.job_id, victim, gpu, t_fault)
+        res = FaultResult(self.path, self.job_id, victim, gpu, t_fault)
+        sup_seen = len(self.supervisor_events())
         res.phases.append(Phase("fault", t_fault, f"Xid {xid} on {victim} gpu{gpu}"))
         if self.on_phase:
             self.on_phase(res.phases[-1], t_fault)
@@ -293,20 +329,30 @@ class Scenario:
             with self._lock:
                 steps = list(self._steps)
             for kind, outcome, detail, t, spares in steps[seen_steps:]:
-                if kind == "swap" and outcome == "ok" and spares:
+                if kind == "swap" and outcome == "ok" and spares and not self.hot_spares:  # hot: the pool refill
                     res.spare_node = ",".join(spares)
                 name = PHASE_OF_STEP.get(kind)
                 if name and outcome in ("ok", "skipped"):
                     res.phases.append(Phase(name, t, detail))
             seen_steps = len(steps)
+            if self.hot_spares:
+                sup = self.supervisor_events()
+                for e in sup[sup_seen:]:
+                    name = PHASE_OF_SUPERVISOR.get(e.get("event"))
+                    if name:
+                        self._phase(res, Phase(name, e["t"], e.get("reason") or e.get("nodes", "")))
+                    if e.get("event") == "launch":
+                        res.spare_node = ",".join(n for n in expand(e["nodes"]) if n not in step_nodes
+                                                  and n != job.batch_host) or None
+                sup_seen = len(sup)
             evs = self.events()
-            after = [e for e in evs if int(e.get("restart", 0)) > run_no]
+            after = [e for e in evs if run_key(e) > run_no]
             starts = [e for e in after if e.get("event") == "start"]
             firsts = [e for e in after if e.get("event") == "step"]
             if starts and firsts:
                 s, f = starts[0], firsts[0]
                 res.resumed_from_step = s["step"] if s.get("resumed_from") else 0
-                before = [e["step"] for e in evs if e.get("event") == "step" and int(e.get("restart", 0)) == run_no]
+                before = [e["step"] for e in evs if e.get("event") == "step" and run_key(e) == run_no]
                 res.last_step_before = max(before) if before else None
                 res.first_step_after = f["step"]
                 self._phase(res, Phase("resumed", s["t"], f"from step {res.resumed_from_step} "
@@ -349,8 +395,23 @@ class Scenario:
         return t
 
 
+def run_key(event: dict) -> tuple:
+    """Which start of the training step an event belongs to: (the job's restart, the supervisor's launch)."""
+    return int(event.get("restart", 0)), int(event.get("launch", 0))
+
+
+# The hot-spare supervisor's events as the timeline names them.
+PHASE_OF_SUPERVISOR: Dict[str, str] = {
+    "fault": "step fault seen",      # the supervisor saw Slurm drain a node of its step
+    "stopped": "step stopped",
+    "launch": "relaunched",          # srun on N healthy nodes of the allocation
+    "release": "node given back",
+    "fallback": "no hot spare left",
+}
+
 # The controller's steps as the timeline names them.
 PHASE_OF_STEP: Dict[str, str] = {
+    "released": "incident closed",
     "open": "incident",
     "requeue": "requeue",
     "quarantine": "quarantine",

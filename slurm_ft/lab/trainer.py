@@ -86,16 +86,18 @@ def read_log(ckpt_dir: str) -> list[dict]:
 
 
 def runs(events: list[dict]) -> list[dict]:
-    """One summary per start of the job (restart count), in order, from the event log.
+    """One summary per start of the training step, in order, from the event log: per restart of the job
+    (Slurm's restart count) and, under a hot-spare supervisor, per launch within it (SLURM_FT_LAUNCH).
 
-    Each: restart, start_t, resumed_from_step (None = from scratch), first_step, first_step_t,
+    Each: restart, launch, start_t, resumed_from_step (None = from scratch), first_step, first_step_t,
     last_step, last_step_t, last_ckpt, faults (the fault events), end ('done', 'timeout' or None), and
     steps_lost: the steps of the previous run redone by this one (previous last_step - resumed step).
     """
-    by: dict[int, dict] = {}
+    by: dict[tuple, dict] = {}
     for e in events:
-        r = by.setdefault(int(e.get("restart", 0)), {
-            "restart": int(e.get("restart", 0)), "start_t": None, "resumed_from_step": None, "first_step": None,
+        key = (int(e.get("restart", 0)), int(e.get("launch", 0)))
+        r = by.setdefault(key, {
+            "restart": key[0], "launch": key[1], "start_t": None, "resumed_from_step": None, "first_step": None,
             "first_step_t": None, "last_step": None, "last_step_t": None, "last_ckpt": None, "faults": [],
             "end": None, "steps_lost": None})
         kind = e.get("event")
@@ -457,7 +459,8 @@ def main(argv: list[str] | tuple[str, ...] = ()) -> int:
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
     run_id = f"{job}.{restart}.{step_id}"
     os.makedirs(os.path.join(args.ckpt_dir, RDV_DIR), exist_ok=True)
-    log = EventLog(args.ckpt_dir, {"job": job, "restart": restart})
+    launch = int(env.get("SLURM_FT_LAUNCH", "0") or 0)    # the hot-spare supervisor's relaunches
+    log = EventLog(args.ckpt_dir, {"job": job, "restart": restart, "launch": launch})
     t_start = time.time()
 
     watch = None

@@ -27,7 +27,7 @@ from slurm_ft.model import Incident, Step
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.ckptscan import Scanner, hold_reason
-from slurm_ft.recovery.plan import PENDING_STATES, Policy, fault_time, plan
+from slurm_ft.recovery.plan import HOT_NOTE, PENDING_STATES, Policy, fault_time, in_supervisor_hands, plan
 from slurm_ft.recovery.snapshot import Snapshot
 from slurm_ft.recovery import trust
 from slurm_ft.recovery.tag import with_note
@@ -282,6 +282,10 @@ class Controller:
         except jn.AlreadyOpen:
             return
         hold = hold_reason(found) if found is not None else None
+        if spec is not None and job.state == "RUNNING" and in_supervisor_hands(job, spec, step.nodes):
+            hold = None     # the job does not restart: its supervisor relaunches the step in the allocation
+            jn.update_incident(self.conn, iid, note=HOT_NOTE + f"{spec.hot_spares} hot spare(s), "
+                                                            f"{spec.train_nodes} training nodes")
         if hold:    # the plan keeps this job held: a restart would start from scratch over its checkpoints
             jn.update_incident(self.conn, iid, note=hold)
             log.error("incident %s: job %s stays held: %s", iid, step.job_id, hold)
@@ -428,6 +432,16 @@ class Controller:
         jn.close_incident(self.conn, inc.id, "recovered", now,
                           inc.note if inc.note.startswith("shrunk") else "")
         return "ok", f"running on {compress(job.nodes)}"
+
+    def _released(self, step: Step, inc: Incident):
+        """Close a hot-spare incident: the job runs on and no longer holds the failed nodes."""
+        job = self.client.job(inc.job_id)
+        if job.state != "RUNNING":
+            return "failed", f"job is {job.state} ({job.reason})"
+        jn.close_incident(self.conn, inc.id, "recovered", self.clock(), inc.note)
+        kept = [n for n in inc.nodes if n in job.nodes]
+        return "ok", (f"running on {compress(job.nodes)}; "
+                      + (f"{compress(kept)} still in the job, unused" if kept else f"released {compress(inc.nodes)}"))
 
     def _hold(self, step: Step, inc: Incident):
         """Keep the job from starting: requeue it held if it still runs, hold it if Slurm requeued it."""

@@ -49,7 +49,7 @@ def _read_head(path: str) -> str:
         return fh.readline(4096).decode("utf-8", "replace")
 
 
-def _log_start(ckpt_dir: str, record: dict) -> None:
+def log_event(ckpt_dir: str, record: dict) -> None:
     try:
         os.makedirs(ckpt_dir, exist_ok=True)
         fd = os.open(os.path.join(ckpt_dir, STARTS_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -61,25 +61,45 @@ def _log_start(ckpt_dir: str, record: dict) -> None:
         print(f"slurm-ft: cannot write {STARTS_LOG}: {exc}", file=sys.stderr)
 
 
+def prepare(argv: Sequence[str], ckpt_dir: str, say=lambda m: print(m, file=sys.stderr)):
+    """(argv with {ckpt} resolved, the checkpoint found, None) -- or (.., .., 4) when the job must not
+    start: never from scratch over checkpoints we could not read (it would overwrite them), nor
+    because the checkpoint filesystem is unreachable."""
+    resolved, found = resolve(argv, ckpt_dir)
+    if found is not None and found.must_not_start:
+        for s in found.skipped[:10]:
+            say(f"slurm-ft: skipped {s.path}: {s.reason}")
+        say(f"slurm-ft: {found.reason}; not starting")
+        return resolved, found, 4
+    return resolved, found, None
+
+
+def ckpt_env(found: Optional[ckpt.Latest], ckpt_dir: str) -> dict:
+    """SLURM_FT_CKPT / SLURM_FT_CKPT_DIR / SLURM_FT_CKPT_STEP for scripts that prefer the environment."""
+    return {"SLURM_FT_CKPT": found.path if found is not None and found.path else "",
+            "SLURM_FT_CKPT_DIR": ckpt_dir,
+            "SLURM_FT_CKPT_STEP": "" if found is None or found.step is None else str(found.step)}
+
+
+def _take(argv: List[str], name: str) -> Tuple[str, List[str]]:
+    if len(argv) >= 2 and argv[0] == name:
+        return argv[1], argv[2:]
+    return "", argv
+
+
 def _start(ckpt_dir: str, argv: Sequence[str]) -> Tuple[Optional[List[str]], Optional[ckpt.Latest]]:
     """Resolve {ckpt}, say where the job resumes from, log the start: argv resolved, or None when the
     job must not start (checkpoints that cannot be read, or none of them complete)."""
     t0 = time.time()
-    resolved, found = resolve(argv, ckpt_dir)
-    if found is not None and found.must_not_start:
-        # never restart from scratch over checkpoints we could not read (it would overwrite them), nor
-        # because the checkpoint filesystem is unreachable
-        for s in found.skipped[:10]:
-            print(f"slurm-ft: skipped {s.path}: {s.reason}", file=sys.stderr)
-        print(f"slurm-ft: {found.reason}; not starting", file=sys.stderr)
+    resolved, found, rc = prepare(argv, ckpt_dir)
+    if rc is not None:
         return None, found
     job = os.environ.get("SLURM_JOB_ID", "")
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    env_ckpt = found.path if found is not None and found.path else ""
+    env = ckpt_env(found, ckpt_dir)
+    env_ckpt = env["SLURM_FT_CKPT"]
     if ckpt_dir:    # without one, SLURM_FT_* stay as they are (the SPANK plugin's, when it resolved them)
-        os.environ["SLURM_FT_CKPT"] = env_ckpt
-        os.environ["SLURM_FT_CKPT_DIR"] = ckpt_dir
-        os.environ["SLURM_FT_CKPT_STEP"] = "" if found is None or found.step is None else str(found.step)
+        os.environ.update(env)
         if env_ckpt:
             print(f"slurm-ft: job {job} start {restart}: resuming from {env_ckpt} "
                   f"(step {found.step}, {found.layout})", file=sys.stderr)
@@ -88,7 +108,7 @@ def _start(ckpt_dir: str, argv: Sequence[str]) -> Tuple[Optional[List[str]], Opt
                   f"starting from scratch", file=sys.stderr)
         for s in (found.skipped if found else ()):
             print(f"slurm-ft: skipped {s.path}: {s.reason}", file=sys.stderr)
-        _log_start(ckpt_dir, {
+        log_event(ckpt_dir, {
             "event": "jobstart", "t": t0, "job": job, "restart": restart,
             "nodes": os.environ.get("SLURM_JOB_NODELIST", ""), "ckpt": env_ckpt,
             "step": found.step if found else None,
@@ -117,15 +137,18 @@ def main(argv: Sequence[str]) -> int:
     argv = list(argv)
     if len(argv) == 3 and argv[0] == "--resolve" and argv[1] == "--ckpt-dir":
         return resolve_only(argv[2])
-    ckpt_dir = ""
-    if len(argv) >= 2 and argv[0] == "--ckpt-dir":
-        ckpt_dir, argv = argv[1], argv[2:]
+    ckpt_dir, argv = _take(argv, "--ckpt-dir")
+    hot, argv = _take(argv, "--hot-spares")
+    train, argv = _take(argv, "--train-nodes")
     if argv and argv[0] == "--":
         argv = argv[1:]
-    if not argv:
-        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR -- SCRIPT [ARGS...] | --resolve --ckpt-dir DIR",
-              file=sys.stderr)
+    if not argv or (hot and not train.isdigit()):
+        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR [--hot-spares K --train-nodes N] -- SCRIPT "
+              "[ARGS...] | --resolve --ckpt-dir DIR", file=sys.stderr)
         return 2
+    if hot:
+        from slurm_ft.recovery import supervisor     # the batch step supervises the training step
+        return supervisor.main(ckpt_dir, int(train), argv)
     resolved, _ = _start(ckpt_dir, argv)
     if resolved is None:
         return 4

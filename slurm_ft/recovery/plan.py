@@ -26,10 +26,11 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from slurm_ft.model import Incident, Job, Node, Step
 from slurm_ft.recovery.ckptscan import HOLD_PREFIX
+from slurm_ft.recovery.hotplan import EXIT_DO_NOT_RESTART
+from slurm_ft.recovery.nodefault import FAIL_PREFIX, node_fault
 from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.snapshot import Snapshot
 
-FAIL_PREFIX = "slurm-ft:"
 TERMINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL",
             "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
 # Reasons as Slurm 22.05 prints them (`launch_failed_requeued_held`); compared without case and `_`.
@@ -82,21 +83,8 @@ class Policy:
 # --- what counts as a failed node ------------------------------------------------------------------
 
 def failure(node: Optional[Node], policy: Policy) -> Optional[str]:
-    """Why the node counts as failed, or None: a slurm-ft fail drain, a Slurm fault drain, DOWN, NOT_RESPONDING.
-
-    An admin's drain with any other reason is not a fault: the jobs on it run to their end.
-    """
-    if node is None:
-        return None
-    if node.down:
-        state = "+".join([node.state, *sorted(f for f in node.flags if f in ("NOT_RESPONDING", "FAIL"))])
-        return f"{state}: {node.reason}" if node.reason else state
-    if node.drained:
-        if node.reason.startswith(policy.fail_prefix):
-            return node.reason
-        if any(node.reason.startswith(r) for r in policy.slurm_fault_reasons):
-            return node.reason
-    return None
+    """Why the node counts as failed, or None (nodefault.node_fault under this policy's reasons)."""
+    return node_fault(node, policy.fail_prefix, policy.slurm_fault_reasons)
 
 
 def parse_slurm_time(text: str) -> Optional[float]:
@@ -206,6 +194,8 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
         mine = _of_job(incidents, job.job_id, job)
         if mine and mine[-1].status == "gave_up":
             return None             # held by us after max-restarts: an admin releases it
+        if job.exit_code.split(":")[0] == str(EXIT_DO_NOT_RESTART):
+            return None             # the job said "do not restart me" (its last run's exit status)
         # Slurm requeued it (launch failed, node failure): the failed nodes are those still in its
         # partition, drained or down, that no job is using; a held job will wait for us.
         cands = job.nodes or snap.partitions[part].nodes
@@ -218,6 +208,30 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
         return None
     reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed)
     return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason="; ".join(reasons))
+
+
+# The supervisor gives a quarantined node back as it relaunches the step (hotplan); past this, Slurm
+# refused the shrink and the node stays in the job, unused, until the job ends or is requeued.
+HOT_RELEASE_WAIT_S = 30.0
+HOT_NOTE = "hot-spare: "      # an incident the job's supervisor handles in its own allocation
+
+
+def in_supervisor_hands(job: Job, spec, failed: Sequence[str]) -> bool:
+    """A hot-spare job's fault is its supervisor's (it relaunches the step on its own spares) while the
+    batch host is healthy and the job still holds train_nodes healthy nodes. Otherwise (spares used up,
+    the batch host failed) it takes the requeue path like any other job."""
+    if spec is None or not spec.hot_spares or not spec.train_nodes:
+        return False
+    if job.batch_host in failed:
+        return False
+    return len(job.nodes) - len(failed) >= spec.train_nodes
+
+
+def refill_size(spec) -> Optional[int]:
+    """The node count a requeued hot-spare job asks for again: N + K (its shrinks lowered NumNodes)."""
+    if spec is None or not spec.hot_spares or not spec.train_nodes:
+        return None
+    return spec.train_nodes + spec.hot_spares
 
 
 def _slurm_requeued(job: Job) -> bool:
@@ -278,6 +292,8 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
 
     # Quarantine and swap first, while the job still runs: once it is requeued, its nodes run their
     # epilogs and Slurm is busiest, and those partition edits would sit on the critical path.
+    if inc.note.startswith(HOT_NOTE):
+        return _advance_hot(inc, snap, policy, pool, spec, job, base, quarantined(), now)
     if not quarantined():
         return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
     if inc.note.startswith(HOLD_PREFIX):
@@ -333,8 +349,9 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if job.state not in PENDING_STATES:
         return [Step("poll", **base, reason=f"job is {job.state}")]
     if not inc.done("exclude"):
-        return [Step("exclude", **base, num_nodes=inc.shrink_to,
-                     reason="exclude the failed nodes" + (f", NumNodes={inc.shrink_to}" if inc.shrink_to else ""))]
+        size = inc.shrink_to or refill_size(spec)
+        return [Step("exclude", **base, num_nodes=size,
+                     reason="exclude the failed nodes" + (f", NumNodes={size}" if size else ""))]
     if job.held or reason_in(job.reason, HELD_REASONS):
         return [Step("start", **base, hold=True, reason=f"release ({job.reason or 'held'}) and StartTime=now")]
     eligible = parse_slurm_time(job.eligible_time)
@@ -351,6 +368,36 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if waited > policy.running_timeout_s and "not running after" not in inc.note:
         return [Step("note", **base, reason=f"not running after {waited:.0f} s: pending ({job.reason})")]
     return [Step("poll", **base, reason=f"pending ({job.reason})")]
+
+
+def _advance_hot(inc: Incident, snap: Snapshot, policy: Policy, pool: List[str], spec, job: Job, base: dict,
+                 quarantined: bool, now: float) -> List[Step]:
+    """The in-allocation path: the job's supervisor relaunches its step on a hot spare and gives the
+    failed node back (shrinks the job); the controller quarantines the node, refills the partition
+    from the pool (a later requeue asks for N + K again) and closes the incident once the node has
+    left the job. The supervisor out of spares, or the job no longer running: the requeue path."""
+    failed_in_job = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
+    if job.state != "RUNNING" or job.restart_count > inc.restart_count or (
+            failed_in_job and not in_supervisor_hands(job, spec, failed_in_job)):
+        why = "hot spares used up" if job.state == "RUNNING" else f"job is {job.state}"
+        return [Step("note", **base, reason=f"{why}: the requeue path takes over")]
+    if not quarantined:
+        return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason "
+                                                  "(the job runs on)")]
+    if not inc.done("swap") and not _swapped(inc, snap, policy):
+        fresh = [s for s in pool if s not in inc.spares][:len(inc.nodes)]
+        if fresh:
+            for s in fresh:
+                pool.remove(s)
+            return [Step("swap", **{**base, "spares": tuple(fresh)},
+                         reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")]
+    if any(n in job.nodes for n in inc.nodes):
+        if now - inc.opened_at < HOT_RELEASE_WAIT_S:
+            return [Step("poll", **base, reason="waiting for the job's supervisor to give the failed node back")]
+        return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node "
+                                                "stays in the job unused (Slurm refused the shrink)")]
+    return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node left "
+                                            "the job")]
 
 
 def _completing(inc: Incident, snap: Snapshot, now: float, policy: Policy) -> str:

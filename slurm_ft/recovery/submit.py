@@ -102,6 +102,7 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
     job_name = False
     nodes_value: Optional[str] = None
     fixed_tasks = False
+    nodes_at = -1                     # where in opts the node count is (for --hot-spares)
     i = 0
     argv = list(argv)
     while i < len(argv):
@@ -143,7 +144,7 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
             if name == "job-name":
                 job_name = True
             if name == "nodes":
-                nodes_value = value
+                nodes_value, nodes_at = value, len(opts) - 1
             if name in ("ntasks", "ntasks-per-node"):
                 fixed_tasks = True
             i += 1
@@ -168,7 +169,7 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
                 if c == "J":
                     job_name = True
                 if c == "N":
-                    nodes_value = value
+                    nodes_value, nodes_at = value, len(opts) - 1
                 if c == "n":
                     fixed_tasks = True
                 break
@@ -197,6 +198,19 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
         nodes = int(nodes_value)
         if min_nodes is not None and min_nodes > nodes:
             raise UsageError(f"--min-nodes {min_nodes} is larger than the job's {nodes} nodes")
+    hot = _limited(ours, "hot_spares") or 0
+    train_nodes = None
+    if hot:
+        if nodes is None:
+            raise UsageError("--hot-spares needs the training size as one number: -N N (the job asks for N + K)")
+        if min_nodes is not None:
+            raise UsageError("--hot-spares and --min-nodes cannot be combined: a hot-spare job keeps its size")
+        if any(w in ("-n", "--ntasks") or w.startswith("--ntasks=") for w in opts):
+            raise UsageError("--hot-spares with -n/--ntasks: the supervisor sizes the training step; give "
+                             "--ntasks-per-node (or nothing: one task per node)")
+        train_nodes = nodes
+        opts[nodes_at] = f"--nodes={nodes + hot}" if opts[nodes_at].startswith("--nodes=") else str(nodes + hot)
+        nodes += hot
 
     # sbatch reads a script file; we also accept a command found on PATH at start (e.g. `python`).
     if "/" in script or file_exists(os.path.join(cwd, script)):
@@ -205,8 +219,8 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
             raise UsageError(f"SCRIPT {script}: no such file")
         script = path
     return SbatchRequest(
-        spec=FtSpec(ckpt_dir=ckpt_dir, min_nodes=min_nodes, max_restarts=max_restarts,
-                    hot_spares=_limited(ours, "hot_spares"), hang_timeout=_limited(ours, "hang_timeout")),
+        spec=FtSpec(ckpt_dir=ckpt_dir, min_nodes=min_nodes, max_restarts=max_restarts, hot_spares=hot,
+                    train_nodes=train_nodes, hang_timeout=_limited(ours, "hang_timeout")),
         sbatch_options=tuple(opts), script=script, args=args, parsable=parsable,
         job_name_given=job_name, nodes=nodes, fixed_tasks=fixed_tasks,
     )
@@ -254,7 +268,10 @@ def starter_script(directives: Sequence[str] = (), python: str = sys.executable)
 def plugin_options(spec: FtSpec) -> List[str]:
     """The SPANK plugin's options for `spec` (spank/slurm_ft.c); job_submit.lua makes the same tag of them."""
     out = [f"--ft-ckpt-dir={spec.ckpt_dir}"] if spec.ckpt_dir else []
-    for key in ("min_nodes", "hot_spares", "hang_timeout", "max_restarts"):
+    if spec.hot_spares:
+        raise UsageError("--hot-spares: not where the slurm-ft plugins are installed (controller.trust "
+                         "admin_comment): only the Comment-mode wrapper starts the hot-spare supervisor yet")
+    for key in ("min_nodes", "hang_timeout", "max_restarts"):
         if getattr(spec, key) is not None:
             out.append(f"--ft-{key.replace('_', '-')}={getattr(spec, key)}")
     return out
@@ -271,5 +288,8 @@ def sbatch_argv(req: SbatchRequest, starter_path: str, requeue: str = "--requeue
     if via == "admin_comment":
         return argv + [requeue, *plugin_options(req.spec), starter_path, "--", req.script, *req.args]
     argv += [requeue, "--comment=" + encode(req.spec), starter_path]
-    argv += ["--ckpt-dir", req.spec.ckpt_dir, "--", req.script, *req.args]
+    argv += ["--ckpt-dir", req.spec.ckpt_dir]
+    if req.spec.hot_spares:
+        argv += ["--hot-spares", str(req.spec.hot_spares), "--train-nodes", str(req.spec.train_nodes)]
+    argv += ["--", req.script, *req.args]
     return argv

@@ -8,7 +8,13 @@ registration and nothing lost when the controller restarts.
 
 Format (one line, ASCII, no spaces inside values; keys in this order, absent ones left out)::
 
-    slurm-ft:v1 ckpt=/data/my%20run min_nodes=60 hot_spares=2 hang_timeout=600 max_restarts=5
+    slurm-ft:v1 ckpt=/data/my%20run min_nodes=60 hang_timeout=600 max_restarts=5
+    slurm-ft:v1 ckpt=/data/run8 hot_spares=2 train_nodes=64 max_restarts=5
+
+`hot_spares` K > 0: the job holds train_nodes + K nodes and its supervisor (the batch step) relaunches
+the training step on healthy nodes of its own allocation; the controller leaves a fault to it while it
+has enough healthy nodes (see docs/jobs.md, "Hot spares"). Only `slurm-ft sbatch --hot-spares` starts
+that supervisor: the job_submit policy refuses `--ft-hot-spares` above 0.
 
 Values are percent-encoded (everything but A-Z a-z 0-9 _ . - ~ /, as UTF-8 bytes), so a checkpoint
 path with spaces, '=' or newlines survives; job_submit.lua encodes the same way (a lab test compares
@@ -29,7 +35,7 @@ DEFAULT_MAX_RESTARTS = 5
 _HEAD = re.compile(r"slurm-ft:v([1-9][0-9]{0,3})\Z")
 _FIELD = re.compile(r"([a-z_]+)=([A-Za-z0-9%._~/+:@,\-]*)\Z")
 _INT = re.compile(r"(0|[1-9][0-9]{0,8})\Z")
-_KEYS = ("ckpt", "min_nodes", "hot_spares", "hang_timeout", "max_restarts")
+_KEYS = ("ckpt", "min_nodes", "hot_spares", "train_nodes", "hang_timeout", "max_restarts")
 # the range of each number, the same in the SPANK plugin (spank/slurm_ft.c) and job_submit.lua (a unit test
 # compares them); decode() reads any tag within the grammar, the submit paths refuse values outside these
 LIMITS = {"min_nodes": (1, 100000), "hot_spares": (0, 10000), "hang_timeout": (1, 604800), "max_restarts": (0, 1000)}
@@ -44,7 +50,8 @@ class FtSpec:
     min_nodes: Optional[int] = None         # None = not elastic: always restart at full size
     max_restarts: int = DEFAULT_MAX_RESTARTS
     version: int = VERSION
-    hot_spares: Optional[int] = None        # spares the job asked to be kept ready for it
+    hot_spares: int = 0                     # K idle nodes held in the allocation (0 = none)
+    train_nodes: Optional[int] = None       # N, the training step's size, when hot_spares > 0
     hang_timeout: Optional[int] = None      # seconds without progress that count as a hang
 
 
@@ -54,16 +61,19 @@ def encode(spec: FtSpec) -> str:
         raise ValueError("min_nodes must be >= 1")
     if spec.max_restarts < 0:
         raise ValueError("max_restarts must be >= 0")
-    if spec.hot_spares is not None and spec.hot_spares < 0:
-        raise ValueError("hot_spares must be >= 0")
+    if spec.hot_spares < 0 or (spec.hot_spares and (not spec.train_nodes or spec.train_nodes < 1)):
+        raise ValueError("hot_spares must be >= 0, and above 0 needs train_nodes >= 1")
     if spec.hang_timeout is not None and spec.hang_timeout < 1:
         raise ValueError("hang_timeout must be >= 1")
     parts = [f"{PREFIX}{VERSION}"]
     if spec.ckpt_dir:
         parts.append("ckpt=" + quote(spec.ckpt_dir, safe="/"))
-    for key in ("min_nodes", "hot_spares", "hang_timeout"):
-        if getattr(spec, key) is not None:
-            parts.append(f"{key}={getattr(spec, key)}")
+    if spec.min_nodes is not None:
+        parts.append(f"min_nodes={spec.min_nodes}")
+    if spec.hot_spares:
+        parts += [f"hot_spares={spec.hot_spares}", f"train_nodes={spec.train_nodes}"]
+    if spec.hang_timeout is not None:
+        parts.append(f"hang_timeout={spec.hang_timeout}")
     parts.append(f"max_restarts={spec.max_restarts}")
     return " ".join(parts)
 
@@ -100,19 +110,24 @@ def decode(comment: str, noted: bool = False) -> Optional[FtSpec]:
     max_restarts = fields.get("max_restarts", str(DEFAULT_MAX_RESTARTS))
     if min_nodes is not None and (not _INT.match(min_nodes) or int(min_nodes) < 1):
         return None
-    hot_spares, hang_timeout = fields.get("hot_spares"), fields.get("hang_timeout")
-    if hot_spares is not None and not _INT.match(hot_spares):
-        return None
+    hang_timeout = fields.get("hang_timeout")
     if hang_timeout is not None and (not _INT.match(hang_timeout) or int(hang_timeout) < 1):
         return None
     if not _INT.match(max_restarts):
+        return None
+    # hot_spares=0 is no hot spares; above 0 it comes with train_nodes, which means nothing alone
+    hot, train = fields.get("hot_spares"), fields.get("train_nodes")
+    if hot is not None and not _INT.match(hot) or train is not None and not _INT.match(train):
+        return None
+    if (int(hot or 0) > 0) != (train is not None) or train is not None and int(train) < 1:
         return None
     return FtSpec(
         ckpt_dir=ckpt,
         min_nodes=int(min_nodes) if min_nodes is not None else None,
         max_restarts=int(max_restarts),
         version=VERSION,
-        hot_spares=int(hot_spares) if hot_spares is not None else None,
+        hot_spares=int(hot) if hot is not None else 0,
+        train_nodes=int(train) if train is not None else None,
         hang_timeout=int(hang_timeout) if hang_timeout is not None else None,
     )
 

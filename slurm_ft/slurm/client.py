@@ -316,6 +316,16 @@ class SlurmClient:
         """`scontrol update JobId=N Key=Value...`: StartTime="now", ExcNodeList=[...], Comment="..."."""
         self._run(["scontrol", "update", f"JobId={_job_id(job_id)}", *_fields(fields)])
 
+    def shrink(self, job_id: int, keep: NodeSpec) -> None:
+        """Give a running job's other nodes back to Slurm: `scontrol update JobId=N NodeList=keep`.
+
+        The owner may do it (no root). scontrol writes slurm_job_N_resize.{sh,csh} (the new SLURM_*
+        values) into its working directory: run it in a directory of its own, not the job's."""
+        import tempfile
+        names = _node_list(keep)
+        with tempfile.TemporaryDirectory(prefix="slurm-ft-shrink-") as tmp:
+            self._run(["scontrol", "update", f"JobId={_job_id(job_id)}", f"NodeList={compress(names)}"], cwd=tmp)
+
     def start_now(self, job_id: int, timeout: float = 15.0) -> float:
         """After a requeue or release: wait until the job is PENDING on BeginTime, then StartTime=now.
 

@@ -78,6 +78,8 @@ def test_sbatch_and_srun_help_list_the_options(plab):
     (["--ft-ckpt-dir=ckpt/run7"], "slurm-ft: --ft-ckpt-dir ckpt/run7: the checkpoint directory must be an absolute path"),
     (["--ft-ckpt-dir=/tmp/a/../../etc"], "contains a '..' component"),
     (["--ft-ckpt-dir=/var/lib/run7"], "slurm-ft: --ft-ckpt-dir /var/lib/run7: not under this site's checkpoint roots"),
+    (["--ft-ckpt-dir=/tmp/run7", "--ft-hot-spares=1"],
+     "slurm-ft: --ft-hot-spares 1: hot spares are not available through the plugin yet"),
     (["-p", "spares", "--ft-ckpt-dir=/tmp/run7"],
      "slurm-ft: fault-tolerant jobs (--ft-*) run only in partition(s) train here, not spares"),
 ])
@@ -93,9 +95,9 @@ def test_a_bad_value_is_refused_at_submit_time_with_its_reason(pwork, plab, args
 def test_the_tag_in_admin_comment_is_the_wrappers_grammar_and_users_cannot_edit_it(pwork, plab):
     ck = pwork / "my run %41 \u00fc=x"
     ck.mkdir()
-    spec = FtSpec(ckpt_dir=str(ck), min_nodes=2, hot_spares=1, hang_timeout=600, max_restarts=7)
+    spec = FtSpec(ckpt_dir=str(ck), min_nodes=2, hang_timeout=600, max_restarts=7)
     os.chmod(pwork, 0o755)
-    p = sbatch(plab, "--hold", f"--ft-ckpt-dir={ck}", "--ft-min-nodes=2", "--ft-hot-spares=1",
+    p = sbatch(plab, "--hold", f"--ft-ckpt-dir={ck}", "--ft-min-nodes=2", "--ft-hot-spares=0",
                "--ft-hang-timeout=600", "--ft-max-restarts=7", "-N", "2", "--wrap", "true", user="nobody")
     assert p.returncode == 0, p.stderr
     job = plab.client.job(int(p.stdout.split(";")[0]))
@@ -115,7 +117,7 @@ def test_the_tag_in_admin_comment_is_the_wrappers_grammar_and_users_cannot_edit_
     assert plab.client.job(job.job_id).partition == "train"
     # `slurm-ft sbatch` here goes through the plugin and makes the same tag (the starter holds no tag)
     w = subprocess.run([PY, "-m", "slurm_ft", "sbatch", "--parsable", "--hold", "--ckpt-dir", str(ck),
-                        "--min-nodes", "2", "--hot-spares", "1", "--hang-timeout", "600", "--max-restarts", "7",
+                        "--min-nodes", "2", "--hang-timeout", "600", "--max-restarts", "7",
                         "-N", "2", "/bin/true"], capture_output=True, text=True, timeout=60,
                        env=dict(plab.env, SLURM_FT_CONFIG=str(plab.config_path)))
     assert w.returncode == 0, w.stderr

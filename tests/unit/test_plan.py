@@ -326,3 +326,83 @@ def test_start_waits_while_slurm_completes_the_old_run_and_says_what_for():
                    spare_nodes=[node("gpu006", "IDLE")], jobs=[j])
     assert kinds(plan(idle, [noted], P, NOW)) == ["start"]
     assert kinds(plan(snap, [noted], P, NOW + P.running_timeout_s + 10)) == ["start"]
+
+
+# --- hot spares: the job's supervisor relaunches in its allocation ------------------------------------
+
+HOT = {7: FtSpec(ckpt_dir="/ck", hot_spares=1, train_nodes=3)}
+
+
+def hot_job(nodes=tuple(TRAIN), batch_host="gpu001", **kw):
+    return replace(job(nodes=nodes, **kw), batch_host=batch_host)
+
+
+def hot_incident(steps=(), **kw):
+    return incident(steps, note="hot-spare: 1 hot spare(s), 3 training nodes", **kw)
+
+
+def test_hot_spare_fault_is_journaled_but_never_requeued_while_spares_last():
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], jobs=[hot_job()], specs=HOT)
+    assert kinds(plan(snap, [], P, NOW)) == ["open"]
+    # the incident: quarantine, refill the partition from the pool, then wait for the supervisor
+    assert kinds(plan(snap, [hot_incident()], P, NOW)) == ["quarantine"]
+    quarantined = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[hot_job()], specs=HOT)
+    steps = plan(quarantined, [hot_incident([("quarantine", "ok")])], P, NOW)
+    assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu005",)
+    steps = plan(quarantined, [hot_incident([("quarantine", "ok"), ("swap", "ok")], spares=("gpu005",))], P, NOW)
+    assert kinds(steps) == ["poll"]                # gpu002 still in the job: not given back yet
+    released = cluster([node("gpu001"), node("gpu003"), node("gpu004")],
+                       jobs=[hot_job(nodes=("gpu001", "gpu003", "gpu004"))], specs=HOT)
+    steps = plan(released, [hot_incident([("quarantine", "ok"), ("swap", "ok")], spares=("gpu005",))], P, NOW)
+    assert kinds(steps) == ["released"]
+    assert "requeue" not in kinds(steps)
+
+
+def test_hot_spare_job_without_spares_left_takes_the_requeue_path():
+    # 3 nodes left after an earlier release, one fails: fewer than 3 healthy
+    nodes = ("gpu001", "gpu002", "gpu003")
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004", "IDLE")],
+                   jobs=[hot_job(nodes=nodes)], specs=HOT)
+    assert kinds(plan(snap, [], P, NOW)) == ["open"]
+    # an incident opened on the hot path whose supervisor then ran out: the requeue path takes over
+    steps = plan(snap, [hot_incident()], P, NOW)
+    assert kinds(steps) == ["note"] and "requeue path" in steps[0].reason
+    steps = plan(snap, [incident(note="hot spares used up: the requeue path takes over")], P, NOW)
+    assert kinds(steps) == ["quarantine"]
+
+
+def test_hot_spare_batch_host_failure_is_requeued():
+    from slurm_ft.recovery.plan import in_supervisor_hands
+    j = hot_job(batch_host="gpu002")
+    assert not in_supervisor_hands(j, HOT[7], ["gpu002"])
+    assert in_supervisor_hands(j, HOT[7], ["gpu003"])
+    assert not in_supervisor_hands(j, FtSpec(ckpt_dir="/ck"), ["gpu003"])
+
+
+def test_requeued_hot_spare_job_asks_for_n_plus_k_again():
+    steps_done = [("quarantine", "ok"), ("swap", "ok"), ("requeue", "ok")]
+    snap = cluster([node("gpu001", "IDLE"), node("gpu003", "IDLE"), node("gpu004", "IDLE"), node("gpu005", "IDLE")],
+                   spare_nodes=[], jobs=[hot_job(state="PENDING", nodes=(), restart=1, reason="BeginTime")],
+                   specs=HOT)
+    steps = plan(snap, [incident(steps_done, spares=("gpu005",))], P, NOW)
+    assert kinds(steps) == ["exclude"] and steps[0].num_nodes == 4
+
+
+def test_hot_spare_incident_closes_when_slurm_refuses_to_take_the_node_back():
+    from slurm_ft.recovery.plan import HOT_RELEASE_WAIT_S
+    quarantined = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[hot_job()], specs=HOT,
+                          spare_nodes=[])
+    inc = hot_incident([("quarantine", "ok")], opened_at=NOW - HOT_RELEASE_WAIT_S)
+    steps = plan(quarantined, [inc], P, NOW)
+    assert kinds(steps) == ["released"] and "refused the shrink" in steps[0].reason
+    assert kinds(plan(quarantined, [hot_incident([("quarantine", "ok")])], P, NOW)) == ["poll"]
+
+
+def test_a_job_that_exited_do_not_restart_is_left_alone_after_slurm_requeued_it():
+    from slurm_ft.recovery.hotplan import EXIT_DO_NOT_RESTART
+    nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu3"),
+             node("gpu003", "IDLE"), node("gpu004", "IDLE")]
+    j = job("PENDING", nodes=(), restart=1, reason="BeginTime")
+    assert kinds(plan(cluster(nodes, jobs=[j]), [], P, NOW)) == ["open"]
+    j = replace(j, exit_code=f"{EXIT_DO_NOT_RESTART}:0")
+    assert plan(cluster(nodes, jobs=[j]), [], P, NOW) == []

@@ -238,3 +238,42 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
 def test_elastic_job_with_fixed_task_count_is_warned(opts, warns):
     r = parse(opts + ["x"], file_exists=NOFILE)
     assert bool(r.warnings()) == warns
+
+
+@pytest.mark.parametrize("words,opts,n", [
+    (["--hot-spares", "2", "-N", "4"], ("-N", "6"), 4),
+    (["--hot-spares=1", "-N4"], ("-N", "5"), 4),
+    (["--hot-spares", "1", "--nodes", "8"], ("--nodes", "9"), 8),
+    (["--hot-spares", "1", "--nodes=8", "-J", "-N"], ("--nodes=9", "-J", "-N"), 8),   # a job named -N stays
+])
+def test_hot_spares_ask_for_n_plus_k_nodes_and_tag_n_and_k(words, opts, n):
+    req = parse([*words, "--ntasks-per-node=1", "train.py"], file_exists=lambda p: False)
+    assert req.sbatch_options == (*opts, "--ntasks-per-node=1")
+    assert req.spec.train_nodes == n
+    argv = sbatch_argv(req, "/tmp/start.py")
+    tag = next(a for a in argv if a.startswith("--comment="))[len("--comment="):]
+    assert decode(tag) == req.spec
+    i = argv.index("/tmp/start.py")
+    assert argv[i + 1:i + 7] == ["--ckpt-dir", "", "--hot-spares", str(req.spec.hot_spares),
+                                 "--train-nodes", str(n)]
+
+
+@pytest.mark.parametrize("words,msg", [
+    (["--hot-spares", "1", "x"], "-N N"),
+    (["--hot-spares", "1", "-N", "2-4", "x"], "-N N"),
+    (["--hot-spares", "1", "-N", "4", "--min-nodes", "2", "x"], "cannot be combined"),
+    (["--hot-spares", "1", "-N", "4", "-n", "8", "x"], "--ntasks-per-node"),
+    (["--hot-spares", "-1", "-N", "4", "x"], ">= 0"),
+])
+def test_hot_spares_bad_input(words, msg):
+    with pytest.raises(UsageError, match=msg):
+        parse(words, file_exists=lambda p: False)
+
+
+def test_hot_spare_starter_hands_over_to_the_supervisor(monkeypatch):
+    from slurm_ft.recovery import supervisor
+    calls = []
+    monkeypatch.setattr(supervisor, "main", lambda *a: calls.append(a) or 0)
+    assert jobstart.main(["--ckpt-dir", "/ck", "--hot-spares", "2", "--train-nodes", "4", "--", "t", "{ckpt}"]) == 0
+    assert calls == [("/ck", 4, ["t", "{ckpt}"])]
+    assert jobstart.main(["--ckpt-dir", "/ck", "--hot-spares", "2", "--", "t"]) == 2

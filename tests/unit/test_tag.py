@@ -61,8 +61,9 @@ def test_encode_refuses_nonsense():
 
 
 def test_the_plugin_keys_round_trip_in_grammar_order():
-    spec = FtSpec(ckpt_dir="/c", min_nodes=2, hot_spares=1, hang_timeout=600, max_restarts=7)
-    assert encode(spec) == "slurm-ft:v1 ckpt=/c min_nodes=2 hot_spares=1 hang_timeout=600 max_restarts=7"
+    spec = FtSpec(ckpt_dir="/c", min_nodes=2, hot_spares=1, train_nodes=4, hang_timeout=600, max_restarts=7)
+    assert encode(spec) == ("slurm-ft:v1 ckpt=/c min_nodes=2 hot_spares=1 train_nodes=4 hang_timeout=600 "
+                            "max_restarts=7")
     assert decode(encode(spec)) == spec
 
 
@@ -84,5 +85,15 @@ def test_a_note_after_the_tag_counts_only_where_notes_are_allowed():
 
 @given(st.text(min_size=1, max_size=60).map(lambda s: "/" + s), st.text(max_size=80))
 def test_any_path_and_any_note_keep_the_tag(path, note):
-    spec = FtSpec(ckpt_dir=path, hot_spares=3)
+    spec = FtSpec(ckpt_dir=path, hot_spares=3, train_nodes=8)
     assert decode(with_note(encode(spec), note), noted=True) == spec
+
+
+def test_hot_spares_round_trip_and_strictness():
+    spec = FtSpec(ckpt_dir="/ck", hot_spares=2, train_nodes=64)
+    assert encode(spec) == "slurm-ft:v1 ckpt=/ck hot_spares=2 train_nodes=64 max_restarts=5"
+    assert decode(encode(spec)) == spec
+    assert decode("slurm-ft:v1 hot_spares=0") == FtSpec()          # what the policy writes for --ft-hot-spares=0
+    for bad in ("slurm-ft:v1 hot_spares=2", "slurm-ft:v1 train_nodes=4", "slurm-ft:v1 hot_spares=0 train_nodes=4",
+                "slurm-ft:v1 hot_spares=1 train_nodes=0", "slurm-ft:v1 hot_spares=x train_nodes=4"):
+        assert decode(bad) is None, bad

@@ -1,0 +1,29 @@
+"""When a node counts as failed, read off Slurm's node state alone. Shared by the controller's plan and
+the hot-spare supervisor inside the job (which must not import the controller)."""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from slurm_ft.model import Node
+
+FAIL_PREFIX = "slurm-ft:"
+SLURM_FAULT_REASONS = ("Prolog error", "Epilog error", "Kill task failed")
+
+
+def node_fault(node: Optional[Node], fail_prefix: str = FAIL_PREFIX,
+               fault_reasons: Iterable[str] = SLURM_FAULT_REASONS) -> Optional[str]:
+    """Why the node counts as failed, or None: a slurm-ft fail drain, a Slurm fault drain, DOWN, NOT_RESPONDING.
+
+    An admin's drain with any other reason is not a fault: the jobs on it run to their end.
+    """
+    if node is None:
+        return None
+    if node.down:
+        state = "+".join([node.state, *sorted(f for f in node.flags if f in ("NOT_RESPONDING", "FAIL"))])
+        return f"{state}: {node.reason}" if node.reason else state
+    if node.drained:
+        if node.reason.startswith(fail_prefix):
+            return node.reason
+        if any(node.reason.startswith(r) for r in fault_reasons):
+            return node.reason
+    return None

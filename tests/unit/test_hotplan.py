@@ -1,0 +1,119 @@
+"""The hot-spare supervisor's pure decisions: where the step runs, what a fault makes it do."""
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from slurm_ft.recovery import hotplan as hp
+from slurm_ft.recovery.supervisor import srun_argv
+
+ALLOC = ("n1", "n2", "n3", "n4")          # -N 3 --hot-spares 1
+BAD = "slurm-ft: XID79 gpu3 GPU has fallen off the bus"
+
+
+def view(**kw):
+    base = dict(allocation=ALLOC, faults={}, batch_host="n1", train_nodes=3, step_nodes=("n1", "n2", "n3"))
+    base.update(kw)
+    return hp.View(**base)
+
+
+def test_first_launch_takes_n_nodes_in_allocation_order_and_keeps_k_idle():
+    act = hp.first_launch(ALLOC, {}, 3)
+    assert act.kind == "launch" and act.nodes == ("n1", "n2", "n3")
+    assert "1 hot spare" in act.reason
+
+
+def test_first_launch_skips_a_node_already_failed():
+    assert hp.first_launch(ALLOC, {"n2": BAD}, 3).nodes == ("n1", "n3", "n4")
+
+
+def test_first_launch_without_enough_healthy_nodes_falls_back():
+    act = hp.first_launch(ALLOC, {"n2": BAD, "n3": BAD}, 3)
+    assert act.kind == "fallback" and act.failed == ("n2", "n3")
+
+
+def test_nothing_failed_while_the_step_runs_is_a_wait():
+    assert hp.decide(view()).kind == "wait"
+
+
+def test_a_failed_step_node_relaunches_on_the_survivors_and_the_spare_and_is_given_back():
+    act = hp.decide(view(faults={"n2": BAD}))
+    assert act.kind == "relaunch"
+    assert act.nodes == ("n1", "n3", "n4") and act.failed == ("n2",)
+    assert act.release == ("n2",)         # shrunk away between the two steps, never under a running one
+    assert "n2: slurm-ft: XID79" in act.reason
+
+
+def test_a_failed_idle_hot_spare_waits_and_is_given_back_with_the_next_relaunch():
+    assert hp.decide(view(faults={"n4": BAD})).kind == "wait"       # no shrink under a running step
+    act = hp.decide(view(faults={"n4": BAD, "n3": BAD}, allocation=("n1", "n2", "n3", "n4", "n5")))
+    assert act.kind == "relaunch" and act.nodes == ("n1", "n2", "n5") and act.release == ("n3", "n4")
+
+
+def test_spares_used_up_fall_back_to_the_requeue_path():
+    v = view(allocation=("n1", "n3", "n4"), faults={"n3": BAD}, step_nodes=("n1", "n3", "n4"))
+    act = hp.decide(v)
+    assert act.kind == "fallback" and act.failed == ("n3",)
+    assert "hot spares used up" in act.reason
+
+
+def test_a_failed_batch_host_falls_back_even_with_spares_left():
+    act = hp.decide(view(faults={"n1": BAD}))
+    assert act.kind == "fallback" and "batch host n1" in act.reason
+
+
+def test_a_completed_step_ends_the_job_with_0():
+    assert hp.decide(view(step_rc=0)) == hp.Action("exit", rc=0, reason="the training step completed")
+
+
+def test_a_failed_step_waits_for_a_node_fault_then_ends_with_its_status():
+    assert hp.decide(view(step_rc=1, since_exit_s=1.0)).kind == "wait"
+    act = hp.decide(view(step_rc=1, since_exit_s=hp.EXIT_GRACE_S))
+    assert act.kind == "exit" and act.rc == 1
+
+
+def test_a_failed_step_with_a_faulty_node_relaunches():
+    act = hp.decide(view(step_rc=1, since_exit_s=0.5, faults={"n3": BAD}))
+    assert act.kind == "relaunch" and act.nodes == ("n1", "n2", "n4")
+
+
+@given(st.lists(st.sampled_from(ALLOC), unique=True), st.lists(st.sampled_from(ALLOC), unique=True))
+def test_pick_never_chooses_a_failed_node_and_prefers_the_step(bad, prefer):
+    faults = {x: BAD for x in bad}
+    got = hp.pick(ALLOC, faults, 2, prefer)
+    if len(ALLOC) - len(bad) < 2:
+        assert got is None
+        return
+    assert len(got) == 2 and not set(got) & set(bad)
+    assert list(got) == [x for x in ALLOC if x in got]       # rank order follows the allocation
+    alive = [x for x in ALLOC if x in prefer and x not in faults]
+    assert set(alive[:2]) <= set(got)
+
+
+def test_env_after_shrink_matches_what_scontrol_writes():
+    env = {"SLURM_JOB_NODELIST": "gpu[001-003]", "SLURM_NODELIST": "gpu[001-003]", "SLURM_NNODES": "3",
+           "SLURM_JOB_NUM_NODES": "3", "SLURM_JOB_CPUS_PER_NODE": "8(x3)", "SLURM_NTASKS": "3",
+           "SLURM_NPROCS": "3", "SLURM_TASKS_PER_NODE": "1(x3)", "HOME": "/root"}
+    out = hp.env_after_shrink(env, "gpu[001-002]", 2)
+    # 22.05.8's slurm_job_N_resize.sh after `scontrol update JobId=N NodeList=gpu[001-002]`
+    assert out == {"SLURM_NODELIST": "gpu[001-002]", "SLURM_JOB_NODELIST": "gpu[001-002]", "SLURM_NNODES": "2",
+                   "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_CPUS_PER_NODE": "8(x2)", "HOME": "/root"}
+    assert hp.env_after_shrink({"SLURM_JOB_CPUS_PER_NODE": "8(x2),4"}, "a", 1)["SLURM_JOB_CPUS_PER_NODE"] == "8(x2),4"
+    assert hp.env_after_shrink({"SLURM_JOB_CPUS_PER_NODE": "8(x2)"}, "a", 1)["SLURM_JOB_CPUS_PER_NODE"] == "8"
+
+
+def test_srun_names_its_nodes_and_sizes_the_step():
+    argv = srun_argv(("gpu001", "gpu003"), 2, ["python", "train.py", "--x"])
+    assert argv == ["srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--nodelist=gpu[001,003]",
+                    "--kill-on-bad-exit=1", "python", "train.py", "--x"]
+
+
+def test_the_do_not_restart_exit_ends_the_job_even_with_a_failed_node():
+    act = hp.decide(view(step_rc=hp.EXIT_DO_NOT_RESTART, faults={"n2": BAD}))
+    assert act.kind == "exit" and act.rc == 78 and "do not restart" in act.reason
+
+
+def test_the_refusal_slurm_repeats_until_a_requeue_is_recognised():
+    err = ("`scontrol update JobId=1 NodeList=gpu[001,004]` exited 1: Job update not available right now, "
+           "the DB index is being set, try again in a bit for job 1")
+    assert hp.refuses_resize(err)
+    assert not hp.refuses_resize("`scontrol update` timed out after 30 s")
