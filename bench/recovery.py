@@ -212,8 +212,11 @@ def main(argv=None) -> int:
             segments[label] = {"p50_s": round(pct(vals, 50), 3), "p95_s": round(pct(vals, 95), 3),
                                "from": a, "to": b}
     totals = [r.fault_to_resume_s for r in results]
-    launch = [r.at("first step after") - r.at("start now") for r in results
-              if r.at("start now") is not None and r.at("first step after") is not None]
+    # StartTime=now -> first step; where Slurm started the job before any start step (expedited
+    # requeue, >= 25.11), requeue -> first step (it includes the old run's kill and epilogs)
+    launch = [r.at("first step after") - (r.at("start now") if r.at("start now") is not None else r.at("requeue"))
+              for r in results if r.at("first step after") is not None
+              and (r.at("start now") is not None or r.at("requeue") is not None)]
     launch_p50 = pct(launch, 50) if launch else 0.0
     alone_total = args.collective_timeout + requeue_delay + launch_p50
     out = {
@@ -243,7 +246,7 @@ def main(argv=None) -> int:
                 {"name": "Slurm's requeue delay", "s": round(requeue_delay, 1), "kind": "measured",
                  "source": f"EligibleTime - requeue time of a job submitted with {requeue} in this lab"},
                 {"name": "launch to first step", "s": round(launch_p50, 3), "kind": "measured",
-                 "source": "p50 of this run's StartTime=now -> first step"},
+                 "source": "p50 of this run's StartTime=now (or, without one, requeue) -> first step"},
             ],
             "note": "assumes the job is requeued when it exits (RequeueExit or a wrapper); otherwise it stays "
                     "FAILED until a person resubmits it",
