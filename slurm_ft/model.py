@@ -228,6 +228,16 @@ class Step:
     hold: bool = False                  # requeue held (waiting for a spare, or giving up)
     num_nodes: Optional[int] = None     # shrink to this size (elastic job, short pool)
     reason: str = ""                    # why, for people (journal detail, logs)
+    restart_count: Optional[int] = None  # open: the run the fault hit, when Slurm has restarted the job since
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one run of a job (its restart count) was seen RUNNING, and when first (the controller's journal)."""
+    job_id: int
+    restart_count: int
+    nodes: Tuple[str, ...]
+    seen_at: float
 
 
 @dataclass(frozen=True)

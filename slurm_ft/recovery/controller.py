@@ -94,12 +94,14 @@ class Controller:
             if spec is not None:
                 specs[j.job_id] = spec
         now = self.clock()
+        placements = jn.placements(self.conn)       # as of the previous read: the plan compares with them
+        jn.record_placements(self.conn, [j for j in jobs if j.job_id in specs], placements, now)
         p = self.policy
         self._seen = out.track(self._seen, nodes, now, horizon_s=p.wave_window_s + p.wave_settle_s + 3600)
         counted, limit = self._out_of_service(nodes, now)
         return Snapshot.of(nodes, jobs, parts, specs=specs, breaker_open=self._breaker_open(nodes),
                            taken_at=now, seen=dict(self._seen), watching_since=self._watching_since,
-                           out_counted=counted, out_limit=limit)
+                           out_counted=counted, out_limit=limit, placements=placements)
 
     def trusted_field(self) -> str:
         """admin_comment or comment (config controller.trust; auto asks slurmctld once). When slurmctld's
@@ -276,7 +278,8 @@ class Controller:
         try:
             iid = jn.open_incident(
                 self.conn, job_id=step.job_id, nodes=step.nodes, faults=step.reason.split("; "),
-                partition=step.partition, restart_count=job.restart_count,
+                partition=step.partition,
+                restart_count=job.restart_count if step.restart_count is None else step.restart_count,
                 job_nodes=job.num_nodes or len(job.nodes), ckpt_step=ckpt_step, fault_at=fault_at, now=now,
                 detail=f"job {job.job_id} {job.state} on {len(job.nodes)} nodes; {step.reason}")
         except jn.AlreadyOpen:

@@ -15,11 +15,11 @@ import json
 import os
 import sqlite3
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from slurm_ft.errors import ConfigError
 from slurm_ft.fsutil import refuse_unsafe
-from slurm_ft.model import Incident, StepRecord
+from slurm_ft.model import Incident, Job, Placement, StepRecord
 
 FILE_NAME = "journal.db"
 COMPONENT = "recovery"
@@ -57,6 +57,17 @@ MIGRATIONS: List[str] = [
         detail      TEXT    NOT NULL DEFAULT ''
     );
     CREATE INDEX steps_incident ON steps(incident_id);
+    """,
+    """
+    -- where each fault-tolerant job ran, per run (restart count), as the controller saw it RUNNING:
+    -- a job that Slurm itself moved (expedited requeue, >= 25.11) still names the node that failed
+    CREATE TABLE placements (
+        job_id        INTEGER NOT NULL,
+        restart_count INTEGER NOT NULL,
+        nodes         TEXT    NOT NULL,           -- JSON list
+        seen_at       REAL    NOT NULL,           -- when the controller first saw this run
+        PRIMARY KEY (job_id, restart_count)
+    );
     """,
 ]
 
@@ -216,6 +227,36 @@ def incidents(conn: sqlite3.Connection, *, open_only: bool = False, job_id: Opti
 def state(conn: sqlite3.Connection, now: float, history_s: float = 30 * 86400.0) -> List[Incident]:
     """What the plan needs: every open incident and those of the last `history_s` (max-restarts, spare ranking)."""
     return incidents(conn, since=now - history_s)
+
+
+# --- placements -------------------------------------------------------------------------------------
+
+def placements(conn: sqlite3.Connection) -> Dict[int, Dict[int, Placement]]:
+    """job id -> restart count -> where that run of the job was seen running."""
+    out: Dict[int, Dict[int, Placement]] = {}
+    for r in conn.execute("SELECT * FROM placements"):
+        out.setdefault(r["job_id"], {})[r["restart_count"]] = Placement(
+            r["job_id"], r["restart_count"], tuple(json.loads(r["nodes"])), r["seen_at"])
+    return out
+
+
+def record_placements(conn: sqlite3.Connection, queued: Iterable[Job], known: Dict[int, Dict[int, Placement]],
+                      now: float) -> None:
+    """Remember each run of a job seen RUNNING for the first time; forget runs older than the one before
+    the current, and jobs no longer in the queue. `queued`: the FT jobs in the queue, `known`: the rows."""
+    jobs = {j.job_id: j for j in queued}
+    new = [j for j in jobs.values()
+           if j.state == "RUNNING" and j.nodes and j.restart_count not in known.get(j.job_id, {})]
+    old = [(jid, rc) for jid, runs in known.items() for rc in runs
+           if jid not in jobs or rc < jobs[jid].restart_count - 1]
+    if not new and not old:
+        return
+    with transaction(conn):
+        for j in new:
+            conn.execute("INSERT OR IGNORE INTO placements(job_id, restart_count, nodes, seen_at) VALUES (?, ?, ?, ?)",
+                         (j.job_id, j.restart_count, json.dumps(list(j.nodes)), now))
+        for jid, rc in old:
+            conn.execute("DELETE FROM placements WHERE job_id = ? AND restart_count = ?", (jid, rc))
 
 
 def _incident(r: sqlite3.Row, steps: List[StepRecord]) -> Incident:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from slurm_ft.model import Incident, Job, Node, Step
+from slurm_ft.model import Incident, Job, Node, Placement, Step
 from slurm_ft.recovery.ckptscan import HOLD_PREFIX
 from slurm_ft.recovery.hotplan import EXIT_DO_NOT_RESTART
 from slurm_ft.recovery.nodefault import FAIL_PREFIX, node_fault
@@ -38,6 +38,8 @@ HELD_REASONS = ("launch failed requeued held", "JobHeldAdmin", "JobHeldUser", "j
 # Slurm requeued the job itself: the fault happened while it ran, so it is ours to finish.
 # (Not `job_requeued_in_held_state`: that is our own or an admin's `requeuehold`, which we leave alone.)
 SLURM_REQUEUED_REASONS = ("launch failed requeued held", "BeginTime", "NodeDown")
+# A user's or an admin's hold (`scontrol hold`, `requeuehold`): never Slurm's requeue after a fault.
+PEOPLE_HOLDS = ("JobHeldUser", "JobHeldAdmin", "job requeued in held state")
 # Pending, waiting to start again. From Slurm 25.11 a job requeued HELD stays REQUEUE_HOLD until released
 # (an expedited requeue after a non-zero exit with clean epilogs: the controller releases it like any hold).
 PENDING_STATES = ("PENDING", "REQUEUE_HOLD")
@@ -139,7 +141,7 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
         for job in sorted(snap.jobs.values(), key=lambda j: j.job_id):
             if job.job_id in busy or job.job_id not in snap.specs:
                 continue
-            step = _detect(job, snap, incidents, policy, claimed | hold)
+            step = _detect(job, snap, incidents, policy, claimed | hold, now)
             if step:
                 # a node a check drained is out already (that drain counted): only the rest cost
                 why = out.breaker_room(counted, [n for n in step.nodes if not snap.nodes[n].drained],
@@ -179,18 +181,27 @@ def outage(snap: Snapshot, policy: Policy) -> bool:
 
 
 def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Policy,
-            claimed: Set[str]) -> Optional[Step]:
+            claimed: Set[str], now: float) -> Optional[Step]:
     """An `open` step when this FT job has a failed node that no incident has handled yet."""
     part = _job_partition(job, snap, policy)
     if part is None:
         return None
+    prev = _previous_run(job, snap, policy, now)
+    hit_run = None              # the run the fault hit, when Slurm has already started the job again
     if job.state == "RUNNING":
         failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
         # The same fault seen again through a stale read: an incident already requeued this run.
         handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
                    for n in i.nodes}
         failed = [n for n in failed if n not in handled]
-    elif job.state in ("PENDING", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD") and _slurm_requeued(job):
+        if not failed and prev is not None:
+            # Slurm moved the job itself (>= 25.11: an expedited requeue on node failure starts it again
+            # at once on idle nodes): the node it left is still a fault to quarantine and replace.
+            failed = _left_behind(prev, job, snap, incidents, policy)
+            hit_run = prev.restart_count if failed else None
+    elif job.state in ("PENDING", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD") and (
+            _slurm_requeued(job) or (prev is not None and not reason_in(job.reason, PEOPLE_HOLDS)
+                                     and _left_behind(prev, job, snap, incidents, policy))):
         mine = _of_job(incidents, job.job_id, job)
         if mine and mine[-1].status == "gave_up":
             return None             # held by us after max-restarts: an admin releases it
@@ -207,7 +218,31 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     if not failed:
         return None
     reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed)
-    return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason="; ".join(reasons))
+    return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason="; ".join(reasons),
+                restart_count=hit_run)
+
+
+def _previous_run(job: Job, snap: Snapshot, policy: Policy, now: float) -> Optional[Placement]:
+    """Where the job ran before its current run, while that restart is recent: a pending job's last
+    run, or a running job's run before this one when this one is new (not yet recorded, or first seen
+    within running_timeout_s). None when the controller never saw an earlier run."""
+    runs = snap.placements.get(job.job_id, {})
+    older = [rc for rc in runs if rc < job.restart_count]
+    if not older:
+        return None
+    current = runs.get(job.restart_count)
+    if job.state == "RUNNING" and current is not None and now - current.seen_at > policy.running_timeout_s:
+        return None
+    return runs[max(older)]
+
+
+def _left_behind(prev: Placement, job: Job, snap: Snapshot, incidents: Sequence[Incident],
+                 policy: Policy) -> List[str]:
+    """Failed nodes of the job's previous run that it no longer holds and no incident of that run took."""
+    handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count >= prev.restart_count
+               for n in i.nodes}
+    return [n for n in prev.nodes if n not in job.nodes and n not in handled
+            and failure(snap.nodes.get(n), policy)]
 
 
 # The supervisor gives a quarantined node back as it relaunches the step (hotplan); past this, Slurm

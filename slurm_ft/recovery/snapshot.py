@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import FrozenSet, Mapping, Optional
 
-from slurm_ft.model import Job, Node, Partition
+from slurm_ft.model import Job, Node, Partition, Placement
 from slurm_ft.recovery.outage import Seen  # noqa: F401 (the annotation)
 from slurm_ft.recovery.tag import FtSpec
 
@@ -24,6 +24,8 @@ class Snapshot:
     watching_since: float = 0.0
     out_counted: FrozenSet[str] = frozenset()
     out_limit: int = 0                # 0: no limit
+    # journal.placements: job id -> restart count -> where that run was seen RUNNING (before this read)
+    placements: Mapping[int, Mapping[int, Placement]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, nodes, jobs, partitions, **kw) -> "Snapshot":

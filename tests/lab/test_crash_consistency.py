@@ -12,6 +12,9 @@ from ctl_helpers import controller_config, fail_node, incidents, once, parts, su
 pytestmark = pytest.mark.lab
 
 STEPS = ["open", "quarantine", "swap", "requeue", "exclude", "start", "confirm"]
+# With --requeue=expedite (Slurm >= 25.11) our requeue leaves the job eligible at once: Slurm may start it
+# on idle nodes before the controller reads it PENDING, and then there is no exclude or start to crash at.
+SKIPPABLE_WITH_EXPEDITE = ("exclude", "start")
 
 
 @pytest.fixture
@@ -30,7 +33,13 @@ def test_sigkill_at_each_step_then_restart_ends_as_an_uninterrupted_run(lab, cfg
     fail_node(lab, bad)
 
     killed = once(lab, cfg, env={"SLURM_FT_CRASH_AT": point}, check=False)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    step = point.split(":")[0]
+    if killed.returncode == 0 and step in SKIPPABLE_WITH_EXPEDITE and lab.client.expedited_requeue_available():
+        # the restart came before the step: the run ended without it (and without a crash)
+        [inc] = incidents(lab, cfg)
+        assert step not in [s["name"] for s in inc["steps"]] and inc["status"] == "recovered", inc
+    else:
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert len(incidents(lab, cfg)) == 1                                # the journal kept the incident
 
     once(lab, cfg)                                                      # a new controller over the same journal

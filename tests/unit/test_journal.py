@@ -104,3 +104,22 @@ def test_bad_outcome_is_a_bug(tmp_path):
     sid = jn.record_intent(conn, _open(conn), "swap", 1.0)
     with pytest.raises(ValueError):
         jn.record_result(conn, sid, "maybe", 2.0)
+
+
+def test_placements_keep_each_run_first_seen_and_forget_old_runs_and_gone_jobs(tmp_path):
+    from slurm_ft.model import Job
+    conn = jn.connect(tmp_path / "j.db")
+
+    def run(job_id, restart, nodes, state="RUNNING"):
+        return Job(job_id=job_id, name="t", state=state, nodes=tuple(nodes), restart_count=restart)
+
+    jn.record_placements(conn, [run(7, 0, ["gpu001", "gpu002"]), run(8, 0, [], "PENDING")], {}, 10.0)
+    first = jn.placements(conn)
+    assert list(first) == [7] and first[7][0].nodes == ("gpu001", "gpu002") and first[7][0].seen_at == 10.0
+    jn.record_placements(conn, [run(7, 0, ["gpu001", "gpu002"])], first, 20.0)    # seen again: first sight kept
+    assert jn.placements(conn)[7][0].seen_at == 10.0
+    jn.record_placements(conn, [run(7, 1, ["gpu001", "gpu003"])], jn.placements(conn), 30.0)
+    jn.record_placements(conn, [run(7, 2, ["gpu004", "gpu003"])], jn.placements(conn), 40.0)
+    assert sorted(jn.placements(conn)[7]) == [1, 2]          # the run before the current one is kept
+    jn.record_placements(conn, [], jn.placements(conn), 50.0)                         # left the queue
+    assert jn.placements(conn) == {}

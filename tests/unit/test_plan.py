@@ -406,3 +406,62 @@ def test_a_job_that_exited_do_not_restart_is_left_alone_after_slurm_requeued_it(
     assert kinds(plan(cluster(nodes, jobs=[j]), [], P, NOW)) == ["open"]
     j = replace(j, exit_code=f"{EXIT_DO_NOT_RESTART}:0")
     assert plan(cluster(nodes, jobs=[j]), [], P, NOW) == []
+
+
+# --- a job Slurm moved itself (expedited requeue, >= 25.11) -------------------------------------------
+
+def moved_cluster(restart=1, seen_now_at=None, gpu003=None):
+    """Run 0 was seen on gpu001-004; gpu003 went DOWN and Slurm started run `restart` on other nodes."""
+    from slurm_ft.model import Placement
+    train = [node("gpu001"), node("gpu002"), gpu003 or node("gpu003", "DOWN", {"NOT_RESPONDING"}, "Not responding"),
+             node("gpu004"), node("gpu007"), node("gpu008", "IDLE")]
+    runs = {0: Placement(7, 0, tuple(TRAIN), NOW - 60)}
+    if seen_now_at is not None:
+        runs[restart] = Placement(7, restart, ("gpu001", "gpu002", "gpu004", "gpu007"), seen_now_at)
+    j = job("RUNNING", nodes=("gpu001", "gpu002", "gpu004", "gpu007"), restart=restart)
+    return cluster(train, jobs=[j], placements={7: runs})
+
+
+def test_node_a_job_left_when_slurm_restarted_it_opens_an_incident_for_the_run_it_hit():
+    """26.05 requeues an expedite job on node failure and starts it at once elsewhere: the dead node
+    it left is still quarantined and replaced; the incident names run 0 (no second requeue)."""
+    for seen in (None, NOW - 5):
+        steps = plan(moved_cluster(seen_now_at=seen), [], P, NOW)
+        assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu003",) and steps[0].restart_count == 0, seen
+
+
+def test_a_moved_jobs_incident_is_carried_on_without_a_second_requeue_and_not_opened_again():
+    snap = moved_cluster(seen_now_at=NOW - 5,
+                         gpu003=node("gpu003", "DOWN", {"DRAIN"}, "slurm-ft: quarantined, DOWN during job 7"))
+    inc = incident([("quarantine", "ok"), ("swap", "ok"), ("requeue", "skipped")], nodes=("gpu003",),
+                   spares=("gpu005",), restart_count=0)
+    snap = replace(snap, partitions={**snap.partitions,
+                                     "train": Partition("train", ("gpu001", "gpu002", "gpu004", "gpu005", "gpu007")),
+                                     "spares": Partition("spares", ("gpu006",))})
+    assert kinds(plan(snap, [inc], P, NOW)) == ["confirm"]
+    closed = replace(inc, status="recovered", closed_at=NOW - 1)
+    assert plan(snap, [closed], P, NOW) == []
+
+
+def test_an_old_restart_or_no_recorded_run_opens_nothing_for_a_node_the_job_left():
+    """A node that fails long after the job moved off it (user requeue) is not this job's fault."""
+    assert plan(moved_cluster(seen_now_at=NOW - P.running_timeout_s - 1), [], P, NOW) == []
+    snap = moved_cluster()
+    assert plan(replace(snap, placements={}), [], P, NOW) == []
+
+
+def test_pending_job_slurm_requeued_off_a_failed_node_opens_an_incident_whatever_its_reason():
+    """An expedited requeue leaves the job PENDING on Resources/Priority (not BeginTime) when no nodes are free."""
+    from slurm_ft.model import Placement
+    train = [node("gpu001", "IDLE"), node("gpu002", "IDLE"), node("gpu003", "DOWN", (), "Not responding"),
+             node("gpu004", "IDLE")]
+    for reason in ("Resources", "Priority", "None"):
+        j = job("PENDING", nodes=(), restart=1, reason=reason)
+        snap = cluster(train, jobs=[j], placements={7: {0: Placement(7, 0, tuple(TRAIN), NOW - 60)}})
+        steps = plan(snap, [], P, NOW)
+        assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu003",), reason
+        assert plan(replace(snap, placements={}), [], P, NOW) == [], reason
+    for reason in ("JobHeldUser", "JobHeldAdmin", "job requeued in held state"):
+        j = job("PENDING", nodes=(), restart=1, reason=reason, held=True)
+        snap = cluster(train, jobs=[j], placements={7: {0: Placement(7, 0, tuple(TRAIN), NOW - 60)}})
+        assert plan(snap, [], P, NOW) == [], reason
