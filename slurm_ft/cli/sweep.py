@@ -24,19 +24,7 @@ def sweep(ctx: click.Context, wait_s: Optional[float], as_json: bool) -> None:
     from slurm_ft.lifecycle.sweep import sweep_locked
     config, client = setup(ctx)
     report = sweep_locked(config, client, wait_s=wait_s)
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
-    else:
-        for line in report.changes:
-            click.echo(line)
-        for line in report.alerts:
-            click.echo(f"ALERT: {line}")
-        for line in report.pending:
-            click.echo(f"still validating: {line}")
-        for line in report.errors:
-            click.echo(f"slurm-ft: error: {line}", err=True)
-    if report.errors:
-        ctx.exit(EXIT_COMMAND)
+    _echo_report(ctx, report, report.to_dict() if as_json else None)
 
 
 @click.command("remediate")
@@ -78,14 +66,21 @@ def remediate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
             sweeper = Sweeper(config, client, store, actor="remediate")
             report = SweepReport(started=sweeper.clock())
             remediator.run(sweeper, report)
-    if as_json:
-        click.echo(json.dumps({"changes": report.changes, "alerts": report.alerts, "errors": report.errors},
-                              indent=2))
+    _echo_report(ctx, report, {"changes": report.changes, "alerts": report.alerts, "errors": report.errors}
+                 if as_json else None)
+
+
+def _echo_report(ctx: click.Context, report, doc: Optional[dict]) -> None:
+    """The report's lines (or `doc` as JSON); exit 3 when a Slurm command failed."""
+    if doc is not None:
+        click.echo(json.dumps(doc, indent=2))
     else:
         for line in report.changes:
             click.echo(line)
         for line in report.alerts:
             click.echo(f"ALERT: {line}")
+        for line in report.pending:
+            click.echo(f"still validating: {line}")
         for line in report.errors:
             click.echo(f"slurm-ft: error: {line}", err=True)
     if report.errors:

@@ -95,7 +95,12 @@ def lab():
         check_environment()
     except EnvironmentProblem as exc:
         pytest.fail(f"the lab tests need Slurm and munge, as root: {exc} (install: {INSTALL_HINT})", pytrace=False)
-    cluster = Lab(TEST_LAB_DIR, LabSpec(nodes=64, spares=4, gpus_per_node=8, port_base=TEST_PORT_BASE))
+    yield from lab_session(TEST_LAB_DIR, LabSpec(nodes=64, spares=4, gpus_per_node=8, port_base=TEST_PORT_BASE))
+
+
+def lab_session(directory: str, spec: LabSpec):
+    """A fixture's lab: up (or reused when running), reset, yielded; down at the end if started here."""
+    cluster = Lab(directory, spec)
     reused = cluster.running()
     cluster.up(timeout=120)
     handle = LabHandle(

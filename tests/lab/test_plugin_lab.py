@@ -17,32 +17,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import TEST_LAB_DIR, TEST_PORT_BASE, LabHandle
+from conftest import TEST_LAB_DIR, TEST_PORT_BASE, lab_session
 from ctl_helpers import PY, controller_config, fail_node, incidents, once, wait_job
-from slurm_ft.lab.cluster import Lab, LabSpec
+from slurm_ft.lab.cluster import LabSpec
 from slurm_ft.lab.scenario import Scenario
 from slurm_ft.recovery.tag import FtSpec, decode, encode
-from slurm_ft.slurm.client import SlurmClient
 
 OPTIONS = ("--ft-ckpt-dir", "--ft-hot-spares", "--ft-max-restarts", "--ft-hang-timeout", "--ft-min-nodes")
 
 
 @pytest.fixture(scope="module")
 def plab():
-    cluster = Lab(f"{TEST_LAB_DIR}-plugin", LabSpec(nodes=8, spares=2, gpus_per_node=8,
-                                                    port_base=TEST_PORT_BASE + 300, plugin=True))
-    reused = cluster.running()
-    cluster.up(timeout=120)
-    handle = LabHandle(
-        cluster=cluster, dir=cluster.dir, conf=cluster.conf,
-        client=SlurmClient(env={"SLURM_CONF": str(cluster.conf)}),
-        env=cluster.env(), train_nodes=cluster.spec.train_nodes, spare_nodes=cluster.spec.spare_nodes,
-        config_path=cluster.config_path, started_here=not reused,
-    )
-    handle.reset()
-    yield handle
-    if not reused:
-        cluster.down()
+    yield from lab_session(f"{TEST_LAB_DIR}-plugin", LabSpec(nodes=8, spares=2, gpus_per_node=8,
+                                                             port_base=TEST_PORT_BASE + 300, plugin=True))
 
 
 @pytest.fixture
