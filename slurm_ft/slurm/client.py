@@ -327,7 +327,8 @@ class SlurmClient:
             self._run(["scontrol", "update", f"JobId={_job_id(job_id)}", f"NodeList={compress(names)}"], cwd=tmp)
 
     def start_now(self, job_id: int, timeout: float = 15.0) -> float:
-        """After a requeue or release: wait until the job is PENDING on BeginTime, then StartTime=now.
+        """After a requeue or release: wait until the job is PENDING on BeginTime, then StartTime=now
+        (nothing to do when it is RUNNING again: Slurm's expedited requeue).
 
         Setting StartTime=now earlier does not stick: the requeue finishes asynchronously and then
         sets the begin time again. Returns the seconds spent waiting.
@@ -341,14 +342,17 @@ class SlurmClient:
             seen[:] = [job]
             if job.held:
                 raise UsageError(f"job {jid} is held ({job.reason}); release it first")
-            return job if job.state == "PENDING" and job.reason == "BeginTime" else None
+            # RUNNING: an expedited requeue (>= 25.11) is eligible at once and may have started already
+            return job if job.state == "RUNNING" or job.state == "PENDING" and job.reason == "BeginTime" else None
 
         try:
-            self.wait_for(on_begin_time, timeout, f"job {jid} pending on BeginTime")
+            job = self.wait_for(on_begin_time, timeout, f"job {jid} pending on BeginTime")
         except WaitTimeout:
             last = seen[0] if seen else None
             raise WaitTimeout(f"job {jid} pending on BeginTime", timeout,
                               f"{last.state} ({last.reason or 'no reason'})" if last else None) from None
+        if job.state == "RUNNING":
+            return time.monotonic() - t0
         for _ in range(5):                   # confirm it stuck: a late requeue step may reset it
             self.update_job(jid, StartTime="now")
             try:
