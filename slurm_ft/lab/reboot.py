@@ -19,15 +19,9 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from slurm_ft.lab.cluster import Lab, _proc_cmdline, _terminate
+
 LOG_NAME = "reboot.log"
-
-
-def _cmdline(pid: int) -> List[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
 def _ppid(pid: int) -> Optional[int]:
@@ -44,7 +38,7 @@ def node_of_ancestor(pid: int) -> Optional[str]:
     """The NODE of the nearest `slurmd ... -N NODE` among pid and its ancestors."""
     seen = 0
     while pid and pid > 1 and seen < 16:
-        argv = _cmdline(pid)
+        argv = _proc_cmdline(pid)
         if argv and os.path.basename(argv[0]) == "slurmd" and "-N" in argv[:-1]:
             return argv[argv.index("-N") + 1]
         pid = _ppid(pid) or 0
@@ -55,7 +49,6 @@ def node_of_ancestor(pid: int) -> Optional[str]:
 def reboot(labdir: Path, node: str, delay: float) -> None:
     """The detached helper's work: stop the node's slurmd, heal the node, start it as freshly booted."""
     from slurm_ft.lab import inject
-    from slurm_ft.lab.cluster import Lab, _terminate
     time.sleep(delay)
     lab = Lab(labdir)
     pid = lab.slurmd_pid(node)
