@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -37,16 +36,6 @@ def submit(lab, work: Path, n: int, k: int) -> tuple:
     return int(p.stdout.split()[-1]), ck
 
 
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} within {timeout} s")
-
-
 def start_of(ck: Path, restart: int, launch: int):
     return next((e for e in read_log(str(ck)) if e["event"] == "start"
                  and e.get("restart", 0) == restart and e.get("launch", 0) == launch), None)
@@ -67,17 +56,17 @@ def test_two_faults_use_both_hot_spares_then_the_third_is_requeued(lab, work, co
     job = wait_job(lab, job_id, "RUNNING", timeout=180)
     assert len(job.nodes) == 4                                  # N + K
     for launch in (0, 1):
-        wait_for(lambda: stepped_past(ck, 0, launch, (start_of(ck, 0, launch) or {"step": 1e9})["step"] + 7),
+        lab.client.wait_for(lambda: stepped_past(ck, 0, launch, (start_of(ck, 0, launch) or {"step": 1e9})["step"] + 7),
                  120, f"launch {launch} past a checkpoint")
         nodes = supervisor_events(ck, "launch")[launch]["nodes"]
         victim = next(x for x in _expand(nodes) if x != job.batch_host)
         fail_node(lab, victim)
-        start = wait_for(lambda: start_of(ck, 0, launch + 1), 60, f"launch {launch + 1}")
+        start = lab.client.wait_for(lambda: start_of(ck, 0, launch + 1), 60, f"launch {launch + 1}")
         assert start["resumed_from"] and start["step"] >= 5      # from a complete checkpoint, not from scratch
         relaunched = supervisor_events(ck, "launch")[launch + 1]
         assert victim not in _expand(relaunched["nodes"]) and len(_expand(relaunched["nodes"])) == 2
         # quarantined and journaled by the controller, never requeued
-        inc = wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
+        inc = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
                                 and i["status"] == "recovered"], 90, "hot-spare incident recovered")[0]
         names = [s["name"] for s in inc["steps"]]
         assert "released" in names and "requeue" not in names, names
@@ -95,16 +84,17 @@ def test_two_faults_use_both_hot_spares_then_the_third_is_requeued(lab, work, co
     assert not given_back & set(now.nodes) and len(now.nodes) == 4 - len(given_back)
 
     # no hot spare left: the third fault takes the requeue path and the job comes back at N + K
-    wait_for(lambda: stepped_past(ck, 0, 2, start_of(ck, 0, 2)["step"] + 7), 120, "launch 2 past a checkpoint")
+    lab.client.wait_for(lambda: stepped_past(ck, 0, 2, start_of(ck, 0, 2)["step"] + 7), 120,
+                        "launch 2 past a checkpoint")
     victim = next(x for x in _expand(supervisor_events(ck, "launch")[-1]["nodes"]) if x != job.batch_host)
     fail_node(lab, victim)
-    start = wait_for(lambda: start_of(ck, 1, 0), 180, "the requeued job's start")
+    start = lab.client.wait_for(lambda: start_of(ck, 1, 0), 180, "the requeued job's start")
     assert start["resumed_from"] and start["step"] >= 15
     back = wait_job(lab, job_id, "RUNNING", timeout=60)
     assert back.restart_count == 1 and len(back.nodes) == 4 and victim not in back.nodes
     assert supervisor_events(ck, "fallback")[0]["nodes"] == victim
     assert "hot spares used up" in supervisor_events(ck, "fallback")[0]["reason"]
-    inc = wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
+    inc = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
                             and i["status"] == "recovered"], 60, "requeue incident recovered")[0]
     assert "requeue" in [s["name"] for s in inc["steps"]]
 
@@ -112,13 +102,13 @@ def test_two_faults_use_both_hot_spares_then_the_third_is_requeued(lab, work, co
 def test_a_fault_on_the_batch_host_is_requeued(lab, work, controller):
     job_id, ck = submit(lab, work, n=2, k=1)
     job = wait_job(lab, job_id, "RUNNING", timeout=180)
-    wait_for(lambda: stepped_past(ck, 0, 0, 7), 120, "a checkpoint")
+    lab.client.wait_for(lambda: stepped_past(ck, 0, 0, 7), 120, "a checkpoint")
     fail_node(lab, job.batch_host)
-    start = wait_for(lambda: start_of(ck, 1, 0), 180, "the requeued job's start")
+    start = lab.client.wait_for(lambda: start_of(ck, 1, 0), 180, "the requeued job's start")
     assert start["resumed_from"] and start["step"] >= 5
     back = wait_job(lab, job_id, "RUNNING", timeout=60)
     assert back.restart_count == 1 and len(back.nodes) == 3 and job.batch_host not in back.nodes
-    inc = wait_for(lambda: [i for i in incidents(lab, controller) if job.batch_host in i["nodes"]
+    inc = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if job.batch_host in i["nodes"]
                             and i["status"] == "recovered"], 60, "incident recovered")[0]
     assert "requeue" in [s["name"] for s in inc["steps"]]
 

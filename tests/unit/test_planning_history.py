@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,12 +37,18 @@ def _year(tmp_path, seed, rate=0.002, nodes=64, repair_hours=72.0):
     return state, n, eps, now
 
 
-def test_a_synthetic_year_is_recovered_by_spares_plan_from_journal(tmp_path):
-    state, written, _, _ = _year(tmp_path, seed=7)
+def _config(tmp_path, state) -> Path:
+    """A slurm-ft.yaml naming `state` as the state dir (mode 0644: config writable by others is refused)."""
     cfg = tmp_path / "cfg" / "slurm-ft.yaml"
     cfg.parent.mkdir(mode=0o755)
     cfg.write_text(f"state_dir: {state}\n")
     os.chmod(cfg, 0o644)
+    return cfg
+
+
+def test_a_synthetic_year_is_recovered_by_spares_plan_from_journal(tmp_path):
+    state, written, _, _ = _year(tmp_path, seed=7)
+    cfg = _config(tmp_path, state)
     p = subprocess.run([sys.executable, "-m", "slurm_ft", "--config", str(cfg), "spares", "plan", "--gpus", "512",
                         "--from-journal", "--fleet-nodes", "64", "--json"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -76,10 +83,7 @@ def test_an_empty_journal_is_a_clear_error_not_a_rate_of_zero():
 
 def test_sim_from_journal_simulates_at_the_journal_rate(tmp_path):
     state, written, _, _ = _year(tmp_path, seed=3)
-    cfg = tmp_path / "cfg" / "slurm-ft.yaml"
-    cfg.parent.mkdir(mode=0o755)
-    cfg.write_text(f"state_dir: {state}\n")
-    os.chmod(cfg, 0o644)
+    cfg = _config(tmp_path, state)
     p = subprocess.run([sys.executable, "-m", "slurm_ft", "--config", str(cfg), "sim", "--from-journal",
                         "--fleet-nodes", "64", "--gpus", "256", "--days", "365", "--seeds", "3", "--json"],
                        capture_output=True, text=True, timeout=120)
