@@ -51,6 +51,8 @@ INSTALL_HINT = "apt-get install -y slurm-wlm munge"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOOK_DIRS = {"prolog": "prolog.d", "epilog": "epilog.d", "healthcheck": "healthcheck"}
 MAX_NODES = 4096   # ports, and memory: ~2.5 MB per slurmd
+# The PATH of every program slurmd runs for the lab (hooks, RebootProgram): slurmd may give them none
+_PATH_LINE = f"export PATH={Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 REQUIRED_PROGRAMS = ("slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "scancel", "munged", "mungekey")
 MARKER_ENV = "SLURM_FT_LAB_DIR"   # set on every daemon we start: finds our leftover slurmstepd at down
 START_WORKERS = 32                # slurmds started at once by `up`
@@ -319,6 +321,7 @@ class Lab:
             atomic_write(self.dir / "hooks" / hook, self._hook_wrapper(repo_dir), mode=0o755)
         atomic_write(self.dir / "hooks" / "reboot",
                      f"#!/bin/sh\n# Written by `slurm-ft lab up`: the lab's RebootProgram (slurm_ft/lab/reboot.py)\n"
+                     f"{_PATH_LINE}\n"      # slurmd 26.05 runs it with no PATH; the helper starts slurmd by name
                      f"exec {sys.executable} -m slurm_ft.lab.reboot --dir {self.dir} --delay {spec.reboot_delay_s:g}\n",
                      mode=0o755)
         atomic_write(self.config_path, self._slurm_ft_yaml(), mode=0o644)
@@ -410,7 +413,6 @@ PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} D
 
     def _hook_wrapper(self, repo_dir: str) -> str:
         d = self.dir
-        bindir = Path(sys.executable).parent
         # Every slurmd runs HealthCheckProgram as it starts: 68 python processes at once would make
         # `up` crawl, so `up` pauses the health check until all nodes are idle.
         pause = f"[ -e {self._health_pause} ] && exit 0\n" if repo_dir == "healthcheck" else ""
@@ -426,7 +428,7 @@ PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} D
 export SLURM_FT_LAB_DIR={d}
 export SLURM_CONF={self.conf}
 export LD_LIBRARY_PATH={d}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}
-export PATH={bindir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+{_PATH_LINE}
 for f in {REPO_ROOT}/{repo_dir}/*; do
     [ -f "$f" ] && [ -x "$f" ] || continue
     "$f" "$@" || exit $?

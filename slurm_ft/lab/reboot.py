@@ -77,7 +77,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         _log(labdir, f"no slurmd -N NODE among the ancestors of {os.getpid()}: nothing rebooted")
         return 1
     if args.detached:
-        reboot(labdir, node, args.delay)
+        try:
+            reboot(labdir, node, args.delay)
+        except Exception as exc:    # nobody reads this helper's stderr: say it where the lab's user looks
+            _log(labdir, f"{node}: reboot failed: {type(exc).__name__}: {exc}")
+            return 1
         return 0
     # slurmd waits for its RebootProgram, and stopping slurmd must not stop the helper: a new session
     subprocess.Popen([sys.executable, "-m", "slurm_ft.lab.reboot", "--dir", str(labdir), "--delay",

@@ -25,6 +25,10 @@ def controller(lab, work):
     yield config
     proc.terminate()
     proc.wait(30)
+    # shown by pytest only when the test failed: what the controller, the job and its supervisor said
+    for name in ("controller.log", "job.out", "ck/slurm-ft-starts.jsonl", "ck/trainer-log.jsonl"):
+        f = work / name
+        print(f"== {name}", *(f.read_text(errors="replace").splitlines()[-60:] if f.exists() else ["(none)"]), sep="\n")
 
 
 def submit(lab, work: Path, n: int, k: int) -> tuple:
