@@ -59,16 +59,22 @@ class Supervisor:
         self.step_nodes: tuple = ()
         self.exited_at: Optional[float] = None
         self.may_shrink = True     # until Slurm refuses (22.05 without accounting: once per start of the job)
+        # Every node seen failed in this run of the job, with why. A fault is never forgotten here: a
+        # health check may resume a node it drained once the fault no longer shows (a drain-only fault,
+        # an XID older than its look-back), and a node Slurm would not take back stays in the job.
+        self.failed: Dict[str, str] = {}
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
-        """node -> fault for the failed ones; None when Slurm cannot be read (then nothing is decided)."""
+        """node -> fault for those of `nodes` failed now or before in this run of the job; None when Slurm
+        cannot be read (then nothing is decided)."""
         try:
             got = self.client.nodes(list(nodes))
         except Exception as exc:   # noqa: BLE001 - any failure to read is "unknown", never "healthy"
             self.say(f"cannot read node states ({exc}); the step runs on")
             return None
-        return {x.name: why for x in got for why in [node_fault(x)] if why}
+        self.failed.update({x.name: why for x in got for why in [node_fault(x)] if why})
+        return {x: why for x, why in self.failed.items() if x in nodes}
 
     def log(self, event: str, **fields) -> None:
         if self.ckpt_dir:

@@ -117,3 +117,25 @@ def test_the_refusal_slurm_repeats_until_a_requeue_is_recognised():
            "the DB index is being set, try again in a bit for job 1")
     assert hp.refuses_resize(err)
     assert not hp.refuses_resize("`scontrol update` timed out after 30 s")
+
+
+def test_a_node_seen_failed_stays_failed_for_the_supervisor_after_slurm_resumes_it():
+    # Seen in CI: a health check resumed its own drain of a node Slurm would not take back from the job,
+    # and the next relaunch put the step on that node again.
+    from slurm_ft.model import Node
+    from slurm_ft.recovery.supervisor import Supervisor
+
+    class Slurm:                 # the one read the supervisor's fault memory depends on
+        def __init__(self):
+            self.states = {x: Node(x, "ALLOCATED") for x in ALLOC}
+
+        def nodes(self, names):
+            return [self.states[x] for x in names]
+
+    slurm = Slurm()
+    sup = Supervisor(slurm, 7, 3, "", ["train"], env={}, say=lambda m: None)
+    slurm.states["n3"] = Node("n3", "ALLOCATED", frozenset({"DRAIN"}), reason=BAD)
+    assert sup.faults(ALLOC) == {"n3": BAD}
+    slurm.states["n3"] = Node("n3", "ALLOCATED")                    # resumed by a later healthy check
+    assert sup.faults(ALLOC) == {"n3": BAD}
+    assert sup.faults(("n1", "n2")) == {}                            # only the nodes asked about
