@@ -1,0 +1,109 @@
+"""Progress reports from inside the user's job: one call in the training loop, `slurm_ft.progress(step)`.
+
+Runs in every rank, so it is the standard library only and costs one small file write at most once a
+second per rank. Each rank keeps one file, replaced whole (write + rename, never a torn read):
+
+    $SLURM_FT_CKPT_DIR/.slurm-ft-progress/rank-<R>.json
+    {"step": 1200, "t": 1796034508.40, "rank": 3, "host": "gpu017", "job": "4242", "restart": 1, "launch": 0}
+
+SLURM_FT_CKPT_DIR is exported to the job by slurm-ft's starter; the checkpoint directory is the one place
+every rank and the batch host share. A dot directory: checkpoint detection never reads it as a
+checkpoint. Outside a slurm-ft job (no SLURM_FT_CKPT_DIR) a call does nothing. A report that cannot be
+written is dropped, never raised: progress reporting must not fail a training step.
+
+Readers (the hot-spare supervisor's hang detection, goodput) use `read_all`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Dict, Optional
+
+DIR_NAME = ".slurm-ft-progress"
+MIN_INTERVAL_S = 1.0
+MAX_FILE_BYTES = 4096        # a reader takes no more than this of a rank file (the directory is user-writable)
+MAX_RANKS = 100_000
+
+_last = {"t": 0.0, "step": None}
+
+
+def progress_dir(ckpt_dir: str) -> str:
+    return os.path.join(ckpt_dir, DIR_NAME)
+
+
+def _rank(env) -> int:
+    for key in ("RANK", "SLURM_PROCID"):
+        value = env.get(key, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def progress(step: int, *, force: bool = False) -> None:
+    """Report that this rank finished `step`. Throttled to one write a second unless `force`."""
+    env = os.environ
+    ckpt_dir = env.get("SLURM_FT_CKPT_DIR", "")
+    now = time.time()
+    if not ckpt_dir or (not force and now - _last["t"] < MIN_INTERVAL_S and _last["step"] is not None):
+        return
+    rank = _rank(env)
+    record = {"step": int(step), "t": now, "rank": rank, "host": socket.gethostname(),
+              "job": env.get("SLURM_JOB_ID", ""), "restart": int(env.get("SLURM_RESTART_COUNT", "0") or 0),
+              "launch": int(env.get("SLURM_FT_LAUNCH", "0") or 0)}
+    d = progress_dir(ckpt_dir)
+    path = os.path.join(d, f"rank-{rank}.json")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(d, exist_ok=True)
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(record))
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        return
+    _last["t"], _last["step"] = now, step
+
+
+def read_all(ckpt_dir: str, max_ranks: int = MAX_RANKS) -> Dict[int, dict]:
+    """rank -> its last report. Regular files only, each read bounded; a file that is not a well-formed
+    report is skipped (the directory is the user's)."""
+    out: Dict[int, dict] = {}
+    d = progress_dir(ckpt_dir)
+    try:
+        entries = os.scandir(d)
+    except OSError:
+        return out
+    with entries:
+        for e in entries:
+            if len(out) >= max_ranks:
+                break
+            if not (e.name.startswith("rank-") and e.name.endswith(".json")):
+                continue
+            rec = _read(e)
+            if rec is not None:
+                out[rec["rank"]] = rec
+    return out
+
+
+def _read(entry) -> Optional[dict]:
+    try:
+        if not entry.is_file(follow_symlinks=False):
+            return None
+        fd = os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        try:
+            data = os.read(fd, MAX_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_FILE_BYTES:
+            return None
+        rec = json.loads(data)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    step, t, rank = rec.get("step"), rec.get("t"), rec.get("rank")
+    if not (type(step) is int and type(rank) is int and isinstance(t, (int, float)) and t == t
+            and abs(t) < 1e11 and 0 <= rank < MAX_RANKS):
+        return None
+    return rec
