@@ -9,6 +9,8 @@ Inputs (a snapshot; lifecycle/jobprogress.py reads them, bounded):
 - the journal's incidents of the job: when each fault was.
 
 Elapsed GPU-hours run from the first start to now (the job's GPUs, held or waited for). Lost:
+- startup: from the first start to the start of the first step (loading, rendezvous; all of it while
+  no step has been seen yet);
 - recovery: from the fault (the incident's fault time; without an incident, the last progress of the
   run that stopped) to the start of the first step of the next run: that step's report (the run's first
   point moved back by the steps between it and the resumed step) less one step time;
@@ -73,6 +75,7 @@ class Goodput:
     current_step: Optional[int]
     losses: List[Loss] = field(default_factory=list)
     recovering: bool = False            # a restart with no step yet: its recovery counts up to now
+    startup_s: Optional[float] = 0.0    # first start -> its first step began; None: not measured
 
     @property
     def elapsed_s(self) -> float:
@@ -93,7 +96,8 @@ class Goodput:
     @property
     def measured(self) -> bool:
         """Every loss has its seconds (a restart whose first step or redone steps could not be timed: not)."""
-        return all(x.recovery_s is not None for x in self.losses) and self.redone_s is not None
+        return (all(x.recovery_s is not None for x in self.losses) and self.redone_s is not None
+                and self.startup_s is not None)
 
     @property
     def ratio(self) -> Optional[float]:
@@ -101,7 +105,7 @@ class Goodput:
         when a loss could not be measured (no step time yet)."""
         if self.elapsed_s <= 0 or not self.measured:
             return None
-        return max(0.0, 1.0 - (self.recovery_s + self.redone_s) / self.elapsed_s)
+        return max(0.0, 1.0 - (self.startup_s + self.recovery_s + self.redone_s) / self.elapsed_s)
 
     def gpu_hours(self, seconds: Optional[float]) -> Optional[float]:
         return None if seconds is None else seconds * self.gpus / 3600.0
@@ -111,9 +115,10 @@ class Goodput:
         return {"job_id": self.job_id, "gpus": self.gpus, "first_start": self.first_start, "now": self.now,
                 "elapsed_gpu_hours": self.gpu_hours(self.elapsed_s), "goodput_ratio": self.ratio,
                 "step_time_s": self.step_time_s, "current_step": self.current_step, "recovering": self.recovering,
-                "lost_gpu_hours": {"recovery": self.gpu_hours(self.recovery_s), "redone_steps": self.gpu_hours(redone),
-                                   "checkpoint_writes": None},
-                "lost_seconds": {"recovery": self.recovery_s, "redone_steps": redone, "checkpoint_writes": None},
+                "lost_gpu_hours": {"startup": self.gpu_hours(self.startup_s), "recovery": self.gpu_hours(self.recovery_s),
+                                   "redone_steps": self.gpu_hours(redone), "checkpoint_writes": None},
+                "lost_seconds": {"startup": self.startup_s, "recovery": self.recovery_s, "redone_steps": redone,
+                                 "checkpoint_writes": None},
                 "redone_steps": sum(x.redone_steps or 0 for x in self.losses),
                 "checkpoint_writes": "not measured: progress reports steps only (a blocking save is inside the "
                                      "step time)",
@@ -144,6 +149,8 @@ def compute(job_id: int, *, gpus: int, now: float, starts: Sequence[Start], poin
     for p in pts:
         by_run.setdefault((p.restart, p.launch), []).append(p)
     g = Goodput(job_id, gpus, first, now, tau, max((p.step for p in pts), default=None))
+    if starts:
+        g.startup_s = _startup(starts[0], by_run.get((starts[0].restart, starts[0].launch), []), tau, first, now)
     used = set()
     for prev, cur in zip(starts, starts[1:]):
         before = by_run.get((prev.restart, prev.launch), [])
@@ -177,6 +184,16 @@ def compute(job_id: int, *, gpus: int, now: float, starts: Sequence[Start], poin
     return g
 
 
+def _startup(s0: Start, mine: List[Point], tau: Optional[float], first: float, now: float) -> Optional[float]:
+    """First start -> the first step began: all the time so far while no step is seen; None without a step time."""
+    if not mine:
+        return max(0.0, now - first)
+    if tau is None:
+        return None
+    p0 = min(mine, key=lambda p: p.step)
+    return max(0.0, p0.t - (p0.step - (s0.resumed_step or 0)) * tau - first)
+
+
 def render(g: Goodput) -> List[str]:
     def h(s: Optional[float]) -> str:
         return "not measured" if s is None else f"{g.gpu_hours(s):.3f} GPU-h ({s:.1f} s)"
@@ -186,6 +203,7 @@ def render(g: Goodput) -> List[str]:
            + ("; recovering now" if g.recovering else ""),
            f"  step time: {'not measured' if g.step_time_s is None else f'{g.step_time_s:.3f} s'}; "
            f"last step seen: {'-' if g.current_step is None else g.current_step}",
+           f"  lost to startup (first start -> first step):      {h(g.startup_s)}",
            f"  lost to recovery (fault -> first step after):     {h(g.recovery_s)}",
            f"  lost to redone steps ({sum(x.redone_steps or 0 for x in g.losses)} steps):"
            f"{'':<{max(1, 25 - len(str(sum(x.redone_steps or 0 for x in g.losses))))}}{h(g.redone_s)}",

@@ -96,14 +96,15 @@ def _goodput(jobs: Sequence[Tuple[int, Mapping]], metric) -> None:
     if not jobs:
         return
     metric("slurm_ft_job_goodput_ratio", "gauge",
-           "Share of the job's GPU-hours since its first start that made progress (not lost to recovery or redone steps).",
+           "Share of the job's GPU-hours since its first start that made progress (not lost to startup, recovery or redone steps).",
            [(_labels(job=j), d["goodput_ratio"]) for j, d in jobs if d.get("goodput_ratio") is not None])
     metric("slurm_ft_job_elapsed_gpu_hours", "gauge", "GPU-hours since the job's first start.",
            [(_labels(job=j), d["elapsed_gpu_hours"]) for j, d in jobs])
     metric("slurm_ft_job_lost_gpu_hours", "gauge",
-           "GPU-hours the job lost, by cause: recovery (fault to the first step after), redone_steps.",
+           "GPU-hours the job lost, by cause: startup (first start to the first step), recovery (fault to the "
+           "first step after), redone_steps.",
            [(_labels(job=j, cause=c), d["lost_gpu_hours"][c]) for j, d in jobs
-            for c in ("recovery", "redone_steps") if d["lost_gpu_hours"].get(c) is not None])
+            for c in ("startup", "recovery", "redone_steps") if d["lost_gpu_hours"].get(c) is not None])
     metric("slurm_ft_job_redone_steps", "gauge", "Training steps the job did twice after restarts.",
            [(_labels(job=j), d["redone_steps"]) for j, d in jobs])
 

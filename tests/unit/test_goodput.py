@@ -30,14 +30,15 @@ def test_one_fault_recovery_and_redone_steps_exactly():
     assert loss.first_step_at == 1500.0 - (45 - 40) * 5.0 == 1475.0
     assert loss.recovery_s == 1475.0 - 1320.0 == 155.0
     assert (loss.resumed_step, loss.last_step_before, loss.redone_steps, loss.redone_s) == (40, 52, 12, 60.0)
-    assert g.elapsed_s == 1000.0 and g.ratio == 1 - (155.0 + 60.0) / 1000.0
+    assert g.startup_s == 1100.0 - 10 * 5.0 - 1000.0 == 50.0     # first start -> step 1 began
+    assert g.elapsed_s == 1000.0 and g.ratio == 1 - (50.0 + 155.0 + 60.0) / 1000.0
     d = g.to_dict()
     assert d["elapsed_gpu_hours"] == 16 * 1000.0 / 3600
-    assert d["lost_gpu_hours"] == {"recovery": 16 * 155.0 / 3600, "redone_steps": 16 * 60.0 / 3600,
-                                   "checkpoint_writes": None}
+    assert d["lost_gpu_hours"] == {"startup": 16 * 50.0 / 3600, "recovery": 16 * 155.0 / 3600,
+                                   "redone_steps": 16 * 60.0 / 3600, "checkpoint_writes": None}
     assert d["checkpoint_writes"].startswith("not measured") and d["redone_steps"] == 12
     text = "\n".join(goodput.render(g))
-    assert "goodput 78.50%" in text and "12 steps" in text and "incident 7, recovery 155.0 s" in text
+    assert "goodput 73.50%" in text and "12 steps" in text and "incident 7, recovery 155.0 s" in text
 
 
 def test_a_restart_without_a_step_yet_is_recovering_until_now():
@@ -59,12 +60,15 @@ def test_without_a_step_time_nothing_is_guessed():
 def test_no_restart_is_all_goodput_and_an_unrelated_incident_is_not_charged():
     g = goodput.compute(9, gpus=8, now=1500.0, starts=[Start(1000.0, 0, 0, None)],
                         points=[Point(0, 0, 10, 1100.0), Point(0, 0, 30, 1200.0)], faults=[(1, 500.0)])
-    assert g.losses == [] and g.ratio == 1.0 and g.current_step == 30
+    assert g.losses == [] and g.startup_s == 50.0 and g.ratio == 1 - 50.0 / 500.0 and g.current_step == 30
+    starting = goodput.compute(9, gpus=8, now=1030.0, starts=[Start(1000.0, 0, 0, None)], points=[])
+    assert starting.startup_s == 30.0 and starting.ratio == 0.0      # no step yet: nothing made progress
 
 
 def test_metrics_carry_goodput_per_job():
     text = metrics.render(metrics.Snapshot(jobs=[(9, _one_restart().to_dict())]))
-    assert f'slurm_ft_job_goodput_ratio{{job="9"}} {1 - 215 / 1000!r}' in text
+    assert f'slurm_ft_job_goodput_ratio{{job="9"}} {1 - 265 / 1000!r}' in text
+    assert f'slurm_ft_job_lost_gpu_hours{{job="9",cause="startup"}} {16 * 50.0 / 3600!r}' in text
     assert f'slurm_ft_job_lost_gpu_hours{{job="9",cause="recovery"}} {16 * 155.0 / 3600!r}' in text
     assert 'slurm_ft_job_lost_gpu_hours{job="9",cause="redone_steps"}' in text
     assert 'slurm_ft_job_redone_steps{job="9"} 12' in text
