@@ -70,20 +70,22 @@ def parse_point(rec, job: str) -> Optional[Point]:
 
 
 def parse_starts(text: str, job: str) -> List[Start]:
-    """The `jobstart` events of job `job` in the starts log (JSON lines; anything else skipped)."""
+    """The starts of job `job` in the starts log (JSON lines; anything else skipped): the starter's
+    `jobstart` at each (re)start of the job, and the hot-spare supervisor's `launch` of each training step."""
     out = []
     for line in text.splitlines():
         try:
             e = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        if not isinstance(e, dict) or e.get("event") != "jobstart" or str(e.get("job", "")) != job:
+        if not isinstance(e, dict) or e.get("event") not in ("jobstart", "launch") or str(e.get("job", "")) != job:
             continue
         t, restart, step = e.get("t"), e.get("restart", 0), e.get("step")
-        if not (_num(t) and _int(restart) and (step is None or _int(step))):
+        launch = e.get("launch", 0) if e["event"] == "launch" else 0
+        if not (_num(t) and _int(restart) and _int(launch) and (step is None or _int(step))):
             continue
         before = parse_point(e.get("before"), job)
-        out.append(Start(float(t), restart, 0, step if e.get("ckpt") else None, before))
+        out.append(Start(float(t), restart, launch, step if e.get("ckpt") else None, before))
     return out
 
 

@@ -8,7 +8,9 @@ exports SLURM_FT_CKPT / SLURM_FT_CKPT_STEP / SLURM_FT_CKPT_DIR for scripts that 
 appends one JSON line to DIR/slurm-ft-starts.jsonl, and execs SCRIPT. Nothing here goes through a shell.
 It does not start SCRIPT (exit 4) when DIR cannot be read, or holds checkpoint data none of which is
 complete: a start from scratch there would overwrite the checkpoints we failed to read.
-Kept to the standard library plus ckpt.py: it runs on the batch host at every restart.
+The start line also carries `before`: the most advanced progress report (slurm_ft.progress) the previous
+run left, read before this run replaces it, so goodput knows the last step reached before a restart.
+Kept to the standard library plus ckpt.py and heartbeat.py: it runs on the batch host at every restart.
 """
 from __future__ import annotations
 

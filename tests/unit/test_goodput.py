@@ -86,13 +86,15 @@ def test_the_job_files_are_read_bounded_and_only_for_this_job(tmp_path, monkeypa
     _progress(tmp_path, 2, step=99, t=52.0, job="8", restart=0, launch=0)        # another job's report
     os.symlink("/etc/passwd", tmp_path / ".slurm-ft-progress" / "rank-3.json")
     lines = [{"event": "jobstart", "t": 10.0, "job": "9", "restart": 0, "ckpt": "", "step": None},
-             {"event": "launch", "t": 11.0, "job": "9"},
+             {"event": "launch", "t": 11.0, "job": "9", "restart": 0, "launch": 1, "ckpt": "/c/step_4", "step": 4},
+             {"event": "launch", "t": 12.0, "job": "9", "launch": -1},
              {"event": "jobstart", "t": 40.0, "job": "9", "restart": 1, "ckpt": "/c/step_10", "step": 10,
               "before": {"step": 11, "t": 35.0, "job": "9", "restart": 0, "launch": 0}}]
     (tmp_path / "slurm-ft-starts.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n{torn")
     files = jobprogress.read_job_files(str(tmp_path), 9)
     assert files.progress == [Point(1, 0, 13, 51.0)]
-    assert files.starts == [Start(10.0, 0, 0, None), Start(40.0, 1, 0, 10, Point(0, 0, 11, 35.0))]
+    assert files.starts == [Start(10.0, 0, 0, None), Start(11.0, 0, 1, 4),     # a hot-spare relaunch
+                            Start(40.0, 1, 0, 10, Point(0, 0, 11, 35.0))]
     fifo = tmp_path / "fifo"
     fifo.mkdir()
     os.mkfifo(fifo / "slurm-ft-starts.jsonl")
