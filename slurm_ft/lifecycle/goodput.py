@@ -198,16 +198,17 @@ def render(g: Goodput) -> List[str]:
     def h(s: Optional[float]) -> str:
         return "not measured" if s is None else f"{g.gpu_hours(s):.3f} GPU-h ({s:.1f} s)"
     ratio = "-" if g.ratio is None else f"{100 * g.ratio:.2f}%"
+    redone = sum(x.redone_steps or 0 for x in g.losses)
+    rows = [("startup (first start -> first step)", h(g.startup_s)),
+            ("recovery (fault -> first step after)", h(g.recovery_s)),
+            (f"redone steps ({redone} steps)", h(g.redone_s)),
+            ("checkpoint writes", "not measured (inside the step time)")]
     out = [f"job {g.job_id}: goodput {ratio} of {g.gpu_hours(g.elapsed_s):.3f} GPU-hours "
            f"({g.gpus} GPUs x {g.elapsed_s:.0f} s since the first start)"
            + ("; recovering now" if g.recovering else ""),
            f"  step time: {'not measured' if g.step_time_s is None else f'{g.step_time_s:.3f} s'}; "
-           f"last step seen: {'-' if g.current_step is None else g.current_step}",
-           f"  lost to startup (first start -> first step):      {h(g.startup_s)}",
-           f"  lost to recovery (fault -> first step after):     {h(g.recovery_s)}",
-           f"  lost to redone steps ({sum(x.redone_steps or 0 for x in g.losses)} steps):"
-           f"{'':<{max(1, 25 - len(str(sum(x.redone_steps or 0 for x in g.losses))))}}{h(g.redone_s)}",
-           "  lost to checkpoint writes:                          not measured (inside the step time)"]
+           f"last step seen: {'-' if g.current_step is None else g.current_step}"]
+    out += [f"  lost to {label + ':':<40} {value}" for label, value in rows]
     for x in g.losses:
         rec = "-" if x.recovery_s is None else f"{x.recovery_s:.1f} s"
         out.append(f"  restart {x.restart}{'.' + str(x.launch) if x.launch else ''}: "

@@ -98,6 +98,8 @@ def test_goodput_of_a_job_recovered_from_one_fault_matches_the_trainers_log(lab,
     assert g["elapsed_gpu_hours"] == pytest.approx(32 * elapsed / 3600)
     text = slurm_ft(lab, cfg, "status", "--job", str(jid)).stdout
     assert text.startswith(f"job {jid}: goodput ") and "lost to redone steps" in text
+    unknown = slurm_ft(lab, cfg, "status", "--job", "999999", check=False)
+    assert unknown.returncode == 2 and "999999 not found" in unknown.stderr and "Traceback" not in unknown.stderr
     # the metrics file carries the job's goodput
     prom = tmp_path / "m.prom"
     data = yaml.safe_load(cfg.read_text())
