@@ -208,13 +208,15 @@ def load_config(path: Optional[str] = None) -> Config:
 
 
 def _check_domains(pc: "PlanningConfig", file: str) -> None:
+    if pc.domain_outage_window_s == 0:
+        raise ConfigError(f"{file}: planning.domain_outage_window_s must be more than 0 seconds")
+    if not pc.domains:
+        return      # every health check loads the config: the planning modules only when there is work
     from slurm_ft.planning.domains import expand_domains
     try:
         expand_domains(pc.domains)
     except ValueError as exc:
         raise ConfigError(f"{file}: planning.domains: {exc}") from None
-    if pc.domain_outage_window_s == 0:
-        raise ConfigError(f"{file}: planning.domain_outage_window_s must be more than 0 seconds")
 
 
 def _check_levels(cfg: "Config", file: str) -> None:
