@@ -21,6 +21,7 @@ class Node:
     cpus: int = 0
     real_memory_mb: int = 0
     comment: str = ""
+    addr: str = ""                  # NodeAddr: where the node is reached (Slurm defaults it to the host name)
 
     @property
     def drained(self) -> bool:

@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from slurm_ft.recovery import hotplan as hp
 from slurm_ft.recovery import jobstart
+from slurm_ft.recovery import rendezvous
 from slurm_ft.recovery.nodefault import node_fault
 from slurm_ft.slurm.hostlist import compress
 
@@ -63,6 +64,7 @@ class Supervisor:
         # health check may resume a node it drained once the fault no longer shows (a drain-only fault,
         # an XID older than its look-back), and a node Slurm would not take back stays in the job.
         self.failed: Dict[str, str] = {}
+        self.addrs: Dict[str, str] = {}    # node -> NodeAddr, from the last read of the nodes
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
@@ -74,6 +76,7 @@ class Supervisor:
             self.say(f"cannot read node states ({exc}); the step runs on")
             return None
         self.failed.update({x.name: why for x in got for why in [node_fault(x)] if why})
+        self.addrs.update({x.name: x.addr for x in got if x.addr})
         return {x: why for x, why in self.failed.items() if x in nodes}
 
     def log(self, event: str, **fields) -> None:
@@ -90,6 +93,8 @@ class Supervisor:
         env = dict(self.env)
         env.update(jobstart.ckpt_env(found, self.ckpt_dir))
         env[LAUNCH_ENV] = str(self.launches)
+        rdv, rank0 = rendezvous.launch_env(self.env, nodes, self.addrs, self.job_id, self.restart, self.launches)
+        env.update(rdv)
         try:
             program = jobstart.exec_argv(resolved[0], resolved[1:])
         except OSError as exc:
@@ -99,7 +104,8 @@ class Supervisor:
         self.proc = subprocess.Popen(argv, env=env)
         self.step_nodes, self.exited_at = tuple(nodes), None
         self.log("launch", launch=self.launches, nodes=compress(nodes), ckpt=env["SLURM_FT_CKPT"],
-                 step=found.step if found else None, reason=reason, prepare_s=round(time.time() - t0, 3))
+                 step=found.step if found else None, reason=reason, rank0=rank0,
+                 master=f"{rdv['MASTER_ADDR']}:{rdv['MASTER_PORT']}", prepare_s=round(time.time() - t0, 3))
         self.say(f"launch {self.launches} on {compress(nodes)}: {reason}")
         self.launches += 1
         return None

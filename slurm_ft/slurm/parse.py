@@ -285,6 +285,7 @@ def node_from_kv(d: Dict[str, str]) -> Node:
         cpus=_int(d.get("CPUTot")),
         real_memory_mb=_int(d.get("RealMemory")),
         comment=_val(d, "Comment"),
+        addr=_val(d, "NodeAddr"),
     )
 
 
@@ -315,6 +316,7 @@ def node_from_json(n: dict) -> Node:
         cpus=_number(n.get("cpus")),
         real_memory_mb=_number(n.get("real_memory")),
         comment=n.get("comment") or "",
+        addr=n.get("address") or "",
     )
 
 

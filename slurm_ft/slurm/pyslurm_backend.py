@@ -64,7 +64,7 @@ class PySlurmClient(SlurmClient):
                 reason_user=n.reason_user or "", partitions=tuple(n.partitions or ()),
                 gres=",".join(f"{k}:{v}" for k, v in (n.configured_gres or {}).items()),
                 cpus=int(n.total_cpus or 0), real_memory_mb=int(n.real_memory or 0),
-                comment=n.comment or "",
+                comment=n.comment or "", addr=n.address or "",
             ))
         return out
 

@@ -66,6 +66,17 @@ def fail_node(lab, node: str, reason: str = "slurm-ft: XID79 gpu3 GPU has fallen
     lab.client.drain([node], reason)
 
 
+def xid_drain(lab, node: str, value: int = 79, gpu: int = 3) -> subprocess.CompletedProcess:
+    """A fatal Xid on one GPU of `node` (at the fake driver), then the node's real health check, which
+    drains it: what the watcher or HealthCheckProgram does on a real node."""
+    from slurm_ft.lab.inject import inject
+    inject(lab.dir, node, "xid", gpu=gpu, value=value)
+    env = dict(lab.env, SLURMD_NODENAME=node, SLURM_FT_CONFIG=str(lab.config_path),
+               LD_LIBRARY_PATH=str(lab.dir / "lib"))
+    return subprocess.run([PY, "-m", "slurm_ft", "check", "--node", node, "--drain"], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
 def once(lab, config: Path, budget: float = 120, env=None, check=True) -> subprocess.CompletedProcess:
     return slurm_ft(lab, config, "controller", "once", "--json", "--budget", str(budget), env=env, check=check)
 

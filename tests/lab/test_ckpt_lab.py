@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ctl_helpers import controller_config, fail_node, incidents, once, submit_ft, submit_plain, wait_job
-from slurm_ft.lab.inject import inject
+from ctl_helpers import (controller_config, fail_node, incidents, once, submit_ft, submit_plain, wait_job,
+                         xid_drain)
 from slurm_ft.recovery import ckpt
 
 pytestmark = pytest.mark.lab
@@ -71,11 +71,7 @@ def test_ddp_job_saving_dcp_resumes_on_a_spare_from_its_newest_save(lab, cfg, wo
     assert {"step_5", "step_10", "step_15"} <= set(before)
 
     victim = lab.client.job(jid).nodes[1]
-    inject(lab.dir, victim, "xid", gpu=3, value=79)                # the GPU falls off the bus
-    env = dict(lab.env, SLURMD_NODENAME=victim, SLURM_FT_CONFIG=str(lab.config_path),
-               LD_LIBRARY_PATH=str(lab.dir / "lib"))
-    chk = subprocess.run([PY, "-m", "slurm_ft", "check", "--node", victim, "--drain"], capture_output=True,
-                         text=True, timeout=120, env=env)
+    chk = xid_drain(lab, victim)                                    # the GPU falls off the bus
     node = lab.client.node(victim)
     assert chk.returncode == 1 and node.drained and "XID79" in node.reason, (chk.stdout, chk.stderr, node)
     n_before = len(out_lines(out))

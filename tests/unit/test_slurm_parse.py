@@ -52,6 +52,7 @@ def test_drain_reason_with_quotes_and_equals_is_exact(nodes):
 def test_node_resources(nodes):
     n = nodes["gpu001"]
     assert (n.gres, n.cpus, n.real_memory_mb) == ("gpu:8", 16, 64000)
+    assert n.addr == "localhost"                    # NodeAddr: the lab's nodes all run on this host
 
 
 def test_kv_and_json_nodes_agree():

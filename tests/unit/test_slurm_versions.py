@@ -110,6 +110,7 @@ def test_nodes_on_every_version(version):
     assert "NOT_RESPONDING" in nodes["gpu004"].flags and nodes["gpu004"].down
     assert nodes["gpu005"].available and nodes["gpu005"].partitions == ("spares",)
     assert (nodes["gpu001"].gres, nodes["gpu001"].cpus, nodes["gpu001"].real_memory_mb) == ("gpu:8", 16, 64000)
+    assert nodes["gpu001"].addr == "localhost"
     assert [n.drained for n in nodes.values()] == [False, True, True, False, False]
 
 

@@ -3,10 +3,15 @@ torch.distributed.checkpoint (DCP) into CKPT/step_N/ (DCP writes the shards, the
 
     srun python ddp_dcp.py --ckpt-dir CKPT --resume {ckpt} [--steps N] [--step-time S] [--save-every K]
 
+    torchrun ... ddp_dcp.py ...   (tests/lab/jobs/torchrun_job.sh: RANK and WORLD_SIZE from torchrun)
+
 `--resume PATH` (what `slurm-ft sbatch` puts for {ckpt}: the newest complete checkpoint, "" for none)
 loads the model and the step with dcp.load. Rank 0 prints one line per event to the job's output:
-``start restart=R world=W from=PATH step=N``, ``step=N loss=X``, ``saved step=N path=P``, ``done step=N``.
-The ranks meet through a FileStore in CKPT (fresh per job start), so no port is fixed here.
+``rdv launch=L node=NODE init=URL``, ``start restart=R world=W from=PATH step=N``, ``step=N loss=X``,
+``saved step=N path=P``, ``done step=N``.
+The ranks meet through env:// when MASTER_ADDR and MASTER_PORT are set (torchrun, or the hot-spare
+supervisor, which sets them per launch), else through a FileStore in CKPT, fresh per job start and
+launch, so no port is fixed here.
 """
 from __future__ import annotations
 
@@ -35,10 +40,17 @@ def main(argv) -> int:
     p.add_argument("--step-time", type=float, default=0.2)
     p.add_argument("--save-every", type=int, default=5)
     a = p.parse_args(argv)
-    rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
-    job, restart = os.environ.get("SLURM_JOB_ID", "0"), os.environ.get("SLURM_RESTART_COUNT", "0")
-    store = os.path.join(a.ckpt_dir, f".rdv-{job}-{restart}")
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world,
+    env = os.environ
+    rank = int(env.get("RANK", env.get("SLURM_PROCID", "0")))
+    world = int(env.get("WORLD_SIZE", env.get("SLURM_NTASKS", "1")))
+    job, restart = env.get("SLURM_JOB_ID", "0"), env.get("SLURM_RESTART_COUNT", "0")
+    launch = env.get("SLURM_FT_LAUNCH", "0")
+    if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+        init, shown = "env://", f"env://{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+    else:
+        init = shown = "file://" + os.path.join(a.ckpt_dir, f".rdv-{job}-{restart}-{launch}")
+    say(rank, f"rdv launch={launch} node={env.get('SLURMD_NODENAME', '-')} init={shown}")
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(16, 4))

@@ -1,0 +1,52 @@
+"""MASTER_ADDR / MASTER_PORT per launch of a hot-spare job (slurm_ft/recovery/rendezvous.py)."""
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from slurm_ft.recovery.rendezvous import PORT_LO, PORT_SPAN, launch_env, master_port
+
+ADDRS = {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}
+
+
+def test_master_addr_is_the_node_addr_of_the_steps_first_node():
+    env, node = launch_env({}, ("n1", "n2"), ADDRS, 41, 0, 0)
+    assert node == "n1" and env["MASTER_ADDR"] == "10.0.0.1"
+
+
+def test_master_addr_follows_rank_0_when_the_first_node_left_the_step():
+    env, node = launch_env({}, ("n2", "n3"), ADDRS, 41, 0, 1)
+    assert node == "n2" and env["MASTER_ADDR"] == "10.0.0.2"
+
+
+def test_a_node_without_a_known_addr_is_reached_by_its_name():
+    env, _ = launch_env({}, ("n9", "n1"), ADDRS, 41, 0, 0)
+    assert env["MASTER_ADDR"] == "n9"
+
+
+def test_an_exported_master_addr_never_wins_over_rank_0():
+    env, _ = launch_env({"MASTER_ADDR": "login1"}, ("n1", "n2"), ADDRS, 41, 0, 0)
+    assert env["MASTER_ADDR"] == "10.0.0.1"
+
+
+def test_the_users_master_port_is_kept_for_every_launch():
+    ports = {launch_env({"MASTER_PORT": "29500"}, ("n1", "n2"), ADDRS, 41, 0, k)[0]["MASTER_PORT"]
+             for k in range(3)}
+    assert ports == {"29500"}
+
+
+def test_a_master_port_that_is_no_port_is_replaced():
+    for bad in ("", "abc", "0", "70000", "-1"):
+        env, _ = launch_env({"MASTER_PORT": bad}, ("n1",), ADDRS, 41, 2, 3)
+        assert env["MASTER_PORT"] == str(master_port(41, 2, 3)), bad
+
+
+def test_the_port_changes_with_each_launch():
+    assert [master_port(1234, 0, k) for k in range(3)] == [master_port(1234, 0, 0) + k for k in range(3)]
+
+
+@given(st.integers(1, 2**32), st.integers(0, 500), st.integers(0, 300))
+def test_two_launches_in_a_row_never_share_a_port_and_stay_in_range(job, restart, launch):
+    port = master_port(job, restart, launch)
+    assert PORT_LO <= port < PORT_LO + PORT_SPAN
+    assert port != master_port(job, restart, launch + 1)        # the relaunch after a fault
+    assert port != master_port(job, restart + 1, 0)             # the first launch after a requeue
