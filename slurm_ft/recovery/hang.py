@@ -10,9 +10,6 @@ import json
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional
 
-# Before a launch's first report: start-up (imports, rendezvous, loading the checkpoint) takes longer
-# than a step, so the first report may come this much later than hang_timeout after the launch.
-STARTUP_GRACE_S = 60.0
 # A rank whose last report is this much older than the newest one (and at a lower step) straggles;
 # at least this, or a quarter of hang_timeout (a healthy rank reports about once a second).
 STRAGGLER_MIN_S = 10.0
@@ -34,8 +31,11 @@ def current(records: Mapping[int, dict], at: Launch) -> Dict[int, dict]:
 
 
 def stalled(records: Mapping[int, dict], at: Launch, now: float, timeout_s: float,
-            grace_s: float = STARTUP_GRACE_S) -> Optional[str]:
-    """Why the launch counts as hung (no report from any rank for timeout_s), or None."""
+            grace_s: Optional[float] = None) -> Optional[str]:
+    """Why the launch counts as hung (no report from any rank for timeout_s), or None. Before the launch's
+    first report, start-up (imports, rendezvous, loading the checkpoint) gets grace_s more: by default
+    timeout_s again (the job's own scale)."""
+    grace_s = timeout_s if grace_s is None else grace_s
     mine = current(records, at)
     if not mine:
         quiet = now - at.started_t
