@@ -6,7 +6,8 @@ supervisor's `launch`) is one line in CKPT/slurm-ft-starts.jsonl with the checkp
 (`prev_reached`: the highest step its ranks reported through slurm_ft.progress, None without reports).
 
 A start from checkpoint S failed when it reported no step past S, or, without reports, when no
-checkpoint newer than S was complete by the next start. The failures at the end of the log, back to the
+checkpoint newer than both S and the newest one at its own start (a passed-over one) was complete by
+the next start. The failures at the end of the log, back to the
 last start that got somewhere, are counted per checkpoint; one that failed `m` times (DEFAULT_M, or
 `slurm-ft sbatch --ckpt-fails M`) is passed over: the next start uses the previous complete checkpoint
 (Megatron-LM #5281: 44 identical cycles on a bad checkpoint). A start that gets past its checkpoint
@@ -41,7 +42,8 @@ def failed_streak(starts: Sequence[Mapping], reached_now: Optional[int], newest_
             reached, newest = reached_now, newest_now
         if step is None:                      # from scratch: nothing to fall back from
             break
-        failed = reached <= step if reached is not None else (newest is None or newest <= step)
+        own = _int(starts[i].get("newest"))
+        failed = reached <= step if reached is not None else (newest is None or newest <= max(step, own or step))
         if not failed:
             break
         counts[step] = counts.get(step, 0) + 1
