@@ -152,6 +152,8 @@ class PlanningConfig:
     target: float = 0.999                       # P(no more nodes out than spares)
     checkpoint_cost_s: float = 10.0             # blocking part of one checkpoint save
     restart_s: float = 300.0                    # fault to training again (ETTR of the plan)
+    domains: Dict[str, str] = field(default_factory=dict)   # failure domain -> its nodes (hostlist)
+    domain_outage_window_s: float = 600.0       # >= 2 nodes of a domain faulting within this: one outage
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,20 @@ def load_config(path: Optional[str] = None) -> Config:
         raise ConfigError(f"{p}: controller.trust must be one of {', '.join(trust_modes)}, "
                           f"not {cfg.controller.trust!r}")
     _check_remediation(cfg.lifecycle.remediation, str(p))
+    _check_domains(cfg.planning, str(p))
     return cfg
+
+
+def _check_domains(pc: "PlanningConfig", file: str) -> None:
+    if pc.domain_outage_window_s == 0:
+        raise ConfigError(f"{file}: planning.domain_outage_window_s must be more than 0 seconds")
+    if not pc.domains:
+        return      # every health check loads the config: the planning modules only when there is work
+    from slurm_ft.planning.domains import expand_domains
+    try:
+        expand_domains(pc.domains)
+    except ValueError as exc:
+        raise ConfigError(f"{file}: planning.domains: {exc}") from None
 
 
 def _check_levels(cfg: "Config", file: str) -> None:

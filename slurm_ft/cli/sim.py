@@ -84,12 +84,15 @@ def choose_policy(name: Optional[str], policy_file: Optional[str], recovery_figu
               help="Faults at this cluster's own rate and repair time (the journal in state_dir), not a profile.")
 @click.option("--fleet-nodes", type=click.IntRange(min=1), default=None,
               help="With --from-journal: nodes the journal watched (default: the nodes Slurm knows).")
+@click.option("--write-journal", "journal_dir", type=click.Path(file_okay=False), default=None,
+              help="Also write the first seed's faults, repairs and recoveries as a journal into this (empty) "
+                   "state dir, ending now: what `spares plan --from-journal` reads.")
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
 @click.pass_context
 def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery_figures, gpus, gpus_per_node, days,
         seed, n_seeds, spares, target, repair_hours, repair_dist, ckpt_interval_min, ckpt_cost_s, restart_s,
         elastic_min_nodes, plot_path, detect_hang_s, detect_node_s, compare, from_journal, fleet_nodes,
-        as_json) -> None:
+        journal_dir, as_json) -> None:
     """Discrete-event simulation of a synchronous training job: faults by class, detection, recovery,
     spare pool with repairs, checkpoints and lost work. Prints ETTR, time lost by cause, interruptions
     and pool exhaustion events, over several seeds with their spread."""
@@ -129,6 +132,9 @@ def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery
         raise UsageError(f"--checkpoint-interval must be positive, got {ckpt_interval_min}")
     if plot_path:
         _need_matplotlib()
+    if journal_dir and (compare or elastic_min_nodes is not None):
+        raise UsageError("--write-journal records one policy's run of a job that waits for spares: "
+                         "no --compare or --elastic-min-nodes with it")
     for flag, v in (("--detect-hang-s", detect_hang_s), ("--detect-node-s", detect_node_s)):
         if v is not None and not (v >= 0 and v != float("inf")):
             raise UsageError(f"{flag} must be zero or more, got {v}")
@@ -147,6 +153,8 @@ def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery
         return
     s, results = runs[0]
     out = sim_report.to_dict(s, results)
+    if journal_dir:
+        out["journal"] = _write_journal(s, seeds[0], journal_dir)
     if plot_path:
         data = _sweep(s, seeds)
         _plot(data, s, plot_path)
@@ -155,9 +163,37 @@ def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery
         click.echo(json.dumps(out, indent=2))
     else:
         click.echo("\n".join(sim_report.render(s, results)))
+        if journal_dir:
+            j = out["journal"]
+            click.echo(f"\nJournal: {j['node_faults']} node faults and {j['incidents']} recoveries of seed {j['seed']} "
+                       f"written to {j['path']} ({j['days']:g} days ending now; the simulated node-fault rate "
+                       f"{j['rate_per_node_day']:.4g} per node-day on the job's {j['fleet_nodes']} nodes). Plan "
+                       f"from it: `slurm-ft spares plan --from-journal --fleet-nodes {j['fleet_nodes']}` with "
+                       f"state_dir: {journal_dir}")
         if plot_path:
             click.echo(f"\nPlot written to {plot_path} (ETTR against spare count and checkpoint interval; "
                        f"means over {len(seeds[:5])} seed(s))")
+
+
+def _write_journal(s: sim_report.SimSetup, seed: int, state_dir: str) -> dict:
+    """Run `seed` again with its faults recorded and write them as a cluster journal (planning/synthetic.py)."""
+    import time
+
+    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.planning.synthetic import write_sim_journal
+    p = s.params
+    faults: list = []
+    simlib.simulate(s.profile, s.policy, p, seed, faults=faults)
+    with Store(state_dir) as store:
+        try:
+            written = write_sim_journal(store, faults, job_nodes=p.nodes, spares=p.spares, days=p.days,
+                                        start=time.time() - p.days * 86400.0, seed=seed)
+        except ValueError as exc:
+            raise UsageError(f"--write-journal {state_dir}: {exc}") from None
+        path = str(store.path)
+    rate = s.profile.replace_count / s.profile.days / s.profile.gpus * p.gpus_per_node
+    return {"path": path, "seed": seed, "days": p.days, "node_faults": written, "incidents": len(faults),
+            "fleet_nodes": p.nodes, "rate_per_node_day": rate}
 
 
 def _override(p: pr.Policy, hang: Optional[float], node: Optional[float]) -> pr.Policy:

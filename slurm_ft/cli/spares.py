@@ -87,12 +87,19 @@ def spares() -> None:
 
 def observed_from_journal(ctx: click.Context, fleet_nodes: Optional[int], confidence: float):
     """The fleet's own failure rate, repair times and recovery times (planning/history.py)."""
+    from slurm_ft.planning import history
+    _, eps, incidents, fleet_nodes, since, now = read_journal(ctx, fleet_nodes)
+    return history.observe(eps, incidents, nodes=fleet_nodes, since=since, now=now, confidence=confidence)
+
+
+def read_journal(ctx: click.Context, fleet_nodes: Optional[int]):
+    """(config, drain episodes, incidents, fleet nodes, since, now) from the journal in state_dir."""
     import time
 
     from slurm_ft.lifecycle.collect import drain_report
     from slurm_ft.lifecycle.store import Store
-    from slurm_ft.planning import history
     from slurm_ft.planning.synthetic import OBSERVED_SINCE
+    from slurm_ft.recovery import journal
     config = _load_planning(ctx)
     if fleet_nodes is None:
         from slurm_ft.slurm.client import client_from_config
@@ -102,9 +109,19 @@ def observed_from_journal(ctx: click.Context, fleet_nodes: Optional[int], confid
         eps, _ = drain_report(store, now)
         first = min((e.time for e in store.history()), default=now)
         since = min(float(store.kv_get(OBSERVED_SINCE) or now), first)
-        from slurm_ft.recovery import journal
         incidents = journal.incidents(store.db)
-    return history.observe(eps, incidents, nodes=fleet_nodes, since=since, now=now, confidence=confidence)
+    return config, eps, incidents, fleet_nodes, since, now
+
+
+def domain_plan(config, eps, since: float, now: float, repair_hours: float, target: float, confidence: float):
+    """The per-domain answer when the config names failure domains (planning.domains), else None."""
+    from slurm_ft.planning import domains
+    pc = config.planning
+    if not pc.domains:
+        return None
+    return domains.plan_domains(domains.expand_domains(pc.domains), eps, since=since, now=now,
+                                repair_hours=repair_hours, target=target, confidence=confidence,
+                                window_s=pc.domain_outage_window_s)
 
 
 @spares.command("plan")
@@ -125,12 +142,14 @@ def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Opt
     (repair hours). Also the checkpoint interval (Young, Daly) and the ETTR that follows. Every
     number is printed with the arithmetic that gives it.
     """
-    observed = None
+    observed = per_domain = None
     if from_journal:
         if any(kw.get(k) is not None for k in ("profile", "profile_file", "node_mtbf_hours", "interruptions_per_day")):
             raise UsageError("--from-journal gives the failure rate: no --profile, --node-mtbf-hours or "
                              "--interruptions-per-day with it")
-        observed = observed_from_journal(ctx, fleet_nodes, confidence)
+        from slurm_ft.planning import history
+        config, eps, incidents, fleet_nodes, since, now = read_journal(ctx, fleet_nodes)
+        observed = history.observe(eps, incidents, nodes=fleet_nodes, since=since, now=now, confidence=confidence)
         kw["node_mtbf_hours"] = observed.node_mtbf_hours
         kw["replace_fraction"] = 1.0 if kw.get("replace_fraction") is None else kw["replace_fraction"]
         if kw.get("repair_hours") is None and observed.repair_hours["mean"]:
@@ -139,10 +158,13 @@ def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Opt
     if observed is not None:
         import dataclasses
         plan = dataclasses.replace(plan, rate_source=observed.source())
+        per_domain = domain_plan(config, eps, since, now, plan.repair_hours, plan.target, confidence)
     if as_json:
         out = plan.to_dict()
         if observed is not None:
             out["from_journal"] = observed.to_dict()
+        if per_domain is not None:
+            out["from_journal"]["per_domain"] = per_domain.to_dict()
         click.echo(json.dumps(out, indent=2))
     else:
         lines = sp.render(plan)
@@ -153,6 +175,9 @@ def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Opt
                      f"{_h(rh['mean'])}, p50 {_h(rh['p50'])}, p90 {_h(rh['p90'])}"] + [
                      f"  recovery via {p}: {d['count']} incidents, p50 {d['p50']:.1f} s, p90 {d['p90']:.1f} s"
                      for p, d in observed.recovery_s.items()] + [""] + lines
+            if per_domain is not None:
+                from slurm_ft.planning.domains import render as render_domains
+                lines += [""] + render_domains(per_domain)
         click.echo("\n".join(lines))
 
 

@@ -7,23 +7,31 @@ import click
 
 
 @click.command("status")
+@click.option("--job", "job_id", type=click.IntRange(min=1), default=None,
+              help="One fault-tolerant job's goodput: GPU-hours that made progress, and what the rest went to.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--write-metrics", is_flag=True, help="Also write the Prometheus textfile (lifecycle.metrics_path).")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool, write_metrics: bool) -> None:
-    """The fleet at a glance (the same figures as the metrics file)."""
+def status(ctx: click.Context, job_id, as_json: bool, write_metrics: bool) -> None:
+    """The fleet at a glance (the same figures as the metrics file), or one job's goodput (--job)."""
     from slurm_ft.cli.breaker import describe
     from slurm_ft.cli.node import setup, stamp
     from slurm_ft.lifecycle.collect import view
     from slurm_ft.lifecycle.store import Store
     config, client = setup(ctx)
+    if job_id is not None:
+        if write_metrics:
+            from slurm_ft.errors import UsageError
+            raise UsageError("--write-metrics writes every job's figures: leave out --job")
+        _job_goodput(config, client, job_id, as_json)
+        return
     with Store(config.state_dir) as store:
         v = view(config, client, store)
         if write_metrics and config.lifecycle.metrics_path:
             from slurm_ft.errors import EnvironmentProblem
             from slurm_ft.lifecycle import collect, metrics
             try:
-                metrics.write(config.lifecycle.metrics_path, collect.snapshot(v))
+                metrics.write(config.lifecycle.metrics_path, collect.snapshot(v, collect.goodput_rows(config, client, store)))
             except OSError as exc:
                 raise EnvironmentProblem(f"cannot write {config.lifecycle.metrics_path}: {exc.strerror} "
                                          f"(lifecycle.metrics_path)") from None
@@ -54,3 +62,24 @@ def status(ctx: click.Context, as_json: bool, write_metrics: bool) -> None:
     last = d["last_sweep"]
     click.echo(f"last sweep: {stamp(last['time'])} ({last['elapsed_s']:.1f} s, {last['changes']} change(s))"
                if last else "last sweep: never")
+
+
+def _job_goodput(config, client, job_id: int, as_json: bool) -> None:
+    """`status --job J`: the job's goodput (lifecycle/goodput.py), from Slurm, the journal and its checkpoint dir."""
+    import time
+
+    from slurm_ft.errors import EXIT_NEGATIVE, UsageError
+    from slurm_ft.lifecycle import goodput, jobprogress
+    from slurm_ft.lifecycle.store import Store
+    jobs = jobprogress.ft_jobs(config, client, [job_id])
+    if not jobs:
+        client.job(job_id)              # unknown: JobNotFound says so
+        raise UsageError(f"job {job_id} is not a fault-tolerant job with a checkpoint dir (no slurm-ft tag)")
+    job, spec = jobs[0]
+    with Store(config.state_dir) as store:
+        try:
+            g = jobprogress.goodput_of(store.db, client, job, spec, time.time())
+        except jobprogress.Unreadable as exc:
+            click.echo(f"slurm-ft: job {job_id}: goodput not known: {exc}", err=True)
+            raise SystemExit(EXIT_NEGATIVE) from None
+    click.echo(json.dumps(g.to_dict(), indent=2) if as_json else "\n".join(goodput.render(g)))

@@ -68,6 +68,20 @@ def ephemeral_port_range() -> Optional[Tuple[int, int]]:
     return lo, hi
 
 
+def reserved_ports() -> List[Tuple[int, int]]:
+    """The ranges of net.ipv4.ip_local_reserved_ports: never handed out as ephemeral ports ([] if unreadable)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_reserved_ports").read_text().strip()
+    except OSError:
+        return []
+    out = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.strip().partition("-")
+        if lo.isdigit() and (hi or lo).isdigit():
+            out.append((int(lo), int(hi or lo)))
+    return out
+
+
 @dataclass(frozen=True)
 class LabSpec:
     nodes: int = 64                 # workers, partition `train` (Default=YES)
@@ -248,7 +262,9 @@ class Lab:
         never changes the host's settings (a clean room shares the host's network namespace)."""
         first, last = self.spec.port_base, self.spec.port_base + len(self.spec.node_names)
         rng = ephemeral_port_range()
-        if rng is not None and first <= rng[1] and last >= rng[0]:
+        # ports the host reserves (net.ipv4.ip_local_reserved_ports) are never taken as client ports
+        covered = any(lo <= first and last <= hi for lo, hi in reserved_ports())
+        if rng is not None and first <= rng[1] and last >= rng[0] and not covered:
             raise UsageError(f"lab ports {first}-{last} overlap the ephemeral port range {rng[0]}-{rng[1]} "
                              f"(net.ipv4.ip_local_port_range): choose a --port-base with "
                              f"{len(self.spec.node_names) + 1} ports below {rng[0]} or above {rng[1]}")

@@ -5,17 +5,21 @@ always agree.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from slurm_ft.config import Config
+from slurm_ft.errors import SlurmFTError
 from slurm_ft.lifecycle import breaker as brk
 from slurm_ft.lifecycle import metrics
 from slurm_ft.lifecycle.reconcile import count_states, state_of
 from slurm_ft.lifecycle.states import State
 from slurm_ft.lifecycle.store import NodeRecord, Store
 from slurm_ft.model import Incident, Node
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -136,8 +140,9 @@ def _incidents(v: FleetView, store: Store) -> None:
             v.phase_seconds.setdefault("total", []).append(max(0.0, inc.closed_at - start))
 
 
-def snapshot(v: FleetView) -> metrics.Snapshot:
-    return metrics.Snapshot(
+def snapshot(v: FleetView, jobs: Sequence = ()) -> metrics.Snapshot:
+    """The metrics of the view, with the per-job goodput rows `jobs` (goodput_rows)."""
+    return metrics.Snapshot(jobs=tuple(jobs),
         nodes_by_state=count_states(v.states.values()), pool_size=len(v.pool), pool_target=v.pool_target,
         incidents_total=v.incidents_total, incidents_open=len(v.incidents_open), phase_seconds=v.phase_seconds,
         drains=drain_rows(v.drain_summary), breaker_open=v.breaker.open, breaker_drains_in_window=len(v.breaker_in_window), breaker_limit=v.breaker_limit,
@@ -154,8 +159,27 @@ def write_metrics(config: Config, client, store: Store, *, report=None) -> Optio
     path = config.lifecycle.metrics_path
     if not path:
         return None
-    metrics.write(path, snapshot(view(config, client, store)))
+    metrics.write(path, snapshot(view(config, client, store), goodput_rows(config, client, store)))
     return path
+
+
+def goodput_rows(config: Config, client, store: Store) -> list:
+    """(job id, its goodput dict) of each fault-tolerant job in the queue; a job whose checkpoint dir
+    cannot be read in time is left out (and logged), never guessed; so is everything when Slurm cannot
+    say which jobs are fault-tolerant."""
+    from slurm_ft.lifecycle import jobprogress
+    try:
+        jobs = jobprogress.ft_jobs(config, client)
+    except SlurmFTError as exc:
+        log.error("goodput: cannot list the fault-tolerant jobs: %s", exc)
+        return []
+    rows = []
+    for job, spec in jobs:
+        try:
+            rows.append((job.job_id, jobprogress.goodput_of(store.db, client, job, spec, time.time()).to_dict()))
+        except (jobprogress.Unreadable, SlurmFTError) as exc:
+            log.error("goodput of job %s not known: %s", job.job_id, exc)
+    return rows
 
 
 def _slurm_state(n: Node) -> str:

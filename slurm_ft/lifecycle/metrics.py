@@ -31,6 +31,7 @@ class Snapshot:
     last_sweep_time: Optional[float] = None
     last_sweep_duration_s: Optional[float] = None
     drains: Sequence[Tuple[str, str, Mapping[str, float]]] = ()   # (check|xid, its value, drain_stats row)
+    jobs: Sequence[Tuple[int, Mapping]] = ()   # (job id, lifecycle/goodput.py Goodput.to_dict())
 
 
 def render(s: Snapshot) -> str:
@@ -86,7 +87,26 @@ def render(s: Snapshot) -> str:
              "Node-hours of spares consumed by drains (a spare was swapped in meanwhile).")):
         if s.drains:
             metric(name, "counter", help_, [(_labels(**{label: value}), row[key]) for label, value, row in s.drains])
+    _goodput(s.jobs, metric)
     return "\n".join(out) + "\n"
+
+
+def _goodput(jobs: Sequence[Tuple[int, Mapping]], metric) -> None:
+    """Per fault-tolerant job: goodput and GPU-hours by where they went (a part not measured is left out)."""
+    if not jobs:
+        return
+    metric("slurm_ft_job_goodput_ratio", "gauge",
+           "Share of the job's GPU-hours since its first start that made progress (not lost to startup, recovery or redone steps).",
+           [(_labels(job=j), d["goodput_ratio"]) for j, d in jobs if d.get("goodput_ratio") is not None])
+    metric("slurm_ft_job_elapsed_gpu_hours", "gauge", "GPU-hours since the job's first start.",
+           [(_labels(job=j), d["elapsed_gpu_hours"]) for j, d in jobs])
+    metric("slurm_ft_job_lost_gpu_hours", "gauge",
+           "GPU-hours the job lost, by cause: startup (first start to the first step), recovery (fault to the "
+           "first step after), redone_steps.",
+           [(_labels(job=j, cause=c), d["lost_gpu_hours"][c]) for j, d in jobs
+            for c in ("startup", "recovery", "redone_steps") if d["lost_gpu_hours"].get(c) is not None])
+    metric("slurm_ft_job_redone_steps", "gauge", "Training steps the job did twice after restarts.",
+           [(_labels(job=j), d["redone_steps"]) for j, d in jobs])
 
 
 def write(path: str, s: Snapshot) -> None:

@@ -106,7 +106,21 @@ class SimResult:
                 "min_spares_in_pool": self.min_pool, "checkpoints": self.checkpoints}
 
 
-def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0) -> SimResult:
+@dataclass(frozen=True)
+class SimFault:
+    """One interruption as the simulation met it, in seconds from the start (see `simulate(faults=...)`)."""
+    at: float                       # the fault
+    detected: float
+    cls: str                        # the profile's class name
+    kind: str
+    swap: bool                      # took a node out: it went to repair
+    repaired: Optional[float]       # when that node came back from repair (swap only)
+    resumed: float                  # the job computing again (the end of this recovery)
+
+
+def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
+             faults: Optional[List[SimFault]] = None) -> SimResult:
+    """One seeded run; with `faults` (a list) each interruption is also appended to it, in time order."""
     p.check()
     # two streams: fault times and classes, and repair times; so every policy run with one seed meets
     # the same faults at the same moments (common random numbers: comparisons need fewer seeds)
@@ -206,9 +220,11 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0) -> S
         while repairs and repairs[0] <= t_det:  # nodes back from repair
             pop(repairs)
             pool += 1
+        back = None
         if swap:
             replacements += 1
-            push(repairs, t_det + (-log(1.0 - rnd_repair()) / (1 / repair_mean) if rep_exp else repair_mean))
+            back = t_det + (-log(1.0 - rnd_repair()) / (1 / repair_mean) if rep_exp else repair_mean)
+            push(repairs, back)
             if pool > 0:
                 pool -= 1
                 ready_nodes = t_det + swap_s
@@ -250,6 +266,9 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0) -> S
         if end > busy_until:
             busy_until = end
             up_since = end
+        if faults is not None:
+            c = classes[ci]
+            faults.append(SimFault(t, t_det, c.name, c.kind, swap, back, busy_until))
     if busy_until < T:
         run_segment(up_since, T, False)
     lost = {"checkpointing": l_ckpt, "lost_work": l_lost, "detection": l_det, "scheduling": l_sched,

@@ -8,7 +8,9 @@ exports SLURM_FT_CKPT / SLURM_FT_CKPT_STEP / SLURM_FT_CKPT_DIR for scripts that 
 appends one JSON line to DIR/slurm-ft-starts.jsonl, and execs SCRIPT. Nothing here goes through a shell.
 It does not start SCRIPT (exit 4) when DIR cannot be read, or holds checkpoint data none of which is
 complete: a start from scratch there would overwrite the checkpoints we failed to read.
-Kept to the standard library plus ckpt.py: it runs on the batch host at every restart.
+The start line also carries `before`: the most advanced progress report (slurm_ft.progress) the previous
+run left, read before this run replaces it, so goodput knows the last step reached before a restart.
+Kept to the standard library plus ckpt.py and heartbeat.py: it runs on the batch host at every restart.
 """
 from __future__ import annotations
 
@@ -60,6 +62,17 @@ def log_event(ckpt_dir: str, record: dict) -> None:
             os.close(fd)
     except OSError as exc:                              # a log line is not worth failing the job for
         print(f"slurm-ft: cannot write {STARTS_LOG}: {exc}", file=sys.stderr)
+
+
+def last_progress(ckpt_dir: str) -> Optional[dict]:
+    """The most advanced progress report left by the run before this start (slurm_ft.progress), read before
+    this run replaces them: the last step reached before the restart, for goodput's redone steps."""
+    from slurm_ft import heartbeat
+    reports = heartbeat.read_all(ckpt_dir).values()
+    if not reports:
+        return None
+    r = max(reports, key=lambda r: (r["step"], r["t"]))
+    return {k: r.get(k) for k in ("step", "t", "job", "restart", "launch")}
 
 
 def prepare(argv: Sequence[str], ckpt_dir: str, say=lambda m: print(m, file=sys.stderr), job: str = "",
@@ -147,7 +160,7 @@ def _start(ckpt_dir: str, argv: Sequence[str], m: int = ckptfallback.DEFAULT_M
         for s in (found.skipped if found else ()):
             print(f"slurm-ft: skipped {s.path}: {s.reason}", file=sys.stderr)
         log_event(ckpt_dir, {
-            "event": "jobstart", "t": t0, "job": job, "restart": restart,
+            "event": "jobstart", "t": t0, "job": job, "restart": restart, "before": last_progress(ckpt_dir),
             "nodes": os.environ.get("SLURM_JOB_NODELIST", ""), "ckpt": env_ckpt,
             "step": found.step if found else None,
             "skipped": [{"path": x.path, "reason": x.reason} for x in (found.skipped[:5] if found else ())],

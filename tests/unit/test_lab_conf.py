@@ -154,14 +154,21 @@ def test_fast_hooks_skip_only_untouched_nodes(tmp_path, monkeypatch):
 
 def test_ports_in_the_ephemeral_range_are_refused_and_the_host_left_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(cluster, "ephemeral_port_range", lambda: (32768, 60999))
+    monkeypatch.setattr(cluster, "reserved_ports", lambda: [])
     Lab(tmp_path / "a", LabSpec(nodes=2048, spares=64, port_base=29000))._check_ephemeral()   # 29000..31112
     for base in (31000, 40000, 60990):
         with pytest.raises(UsageError, match="ephemeral port range 32768-60999"):
             Lab(tmp_path / "b", LabSpec(nodes=2048, spares=64, port_base=base))._check_ephemeral()
     Lab(tmp_path / "c", LabSpec(nodes=4, spares=0, port_base=61000))._check_ephemeral()      # above it
+    monkeypatch.setattr(cluster, "reserved_ports", lambda: [(40000, 42112)])                   # the host's reservation
+    Lab(tmp_path / "r", LabSpec(nodes=64, spares=4, port_base=42000))._check_ephemeral()
+    with pytest.raises(UsageError, match="ephemeral port range"):                              # ... ends at 42112
+        Lab(tmp_path / "s", LabSpec(nodes=64, spares=4, port_base=42100))._check_ephemeral()
     monkeypatch.setattr(cluster, "ephemeral_port_range", lambda: None)                         # unreadable
     Lab(tmp_path / "d", LabSpec(nodes=4, spares=0, port_base=40000))._check_ephemeral()
-    assert "ip_local_reserved_ports" not in open(cluster.__file__).read()   # no sysctl write in the lab
+    src = open(cluster.__file__).read()                                # no sysctl write in the lab: read only
+    assert "ip_local_reserved_ports\").read_text()" in src and "sysctl" not in src and ".write_text(" not in \
+        src[src.index("def reserved_ports"):src.index("class LabSpec")]
 
 
 def test_slim_per_node_confs_carry_the_version_lines_and_cgroup_conf(tmp_path, monkeypatch):

@@ -115,6 +115,9 @@ class ModelSlurm:
                 self.jobs_[jid] = Job(jid, "v", state)
         self.pending_out = {}
 
+    def jobs(self, job_ids=None):       # the queue (validation jobs: none fault-tolerant)
+        return [j for jid, j in self.jobs_.items() if job_ids is None or jid in set(job_ids)]
+
     def job(self, jid):
         if jid not in self.jobs_:
             raise JobNotFound(f"job {jid} not found")

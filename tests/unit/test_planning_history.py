@@ -1,12 +1,11 @@
-"""Planning from the journal: Garwood's exact interval, and a synthetic year at a known rate recovered
-by `spares plan --from-journal` within the interval it states."""
+"""Planning from the journal: Garwood's exact interval, and a year the simulator wrote at a known rate
+(`slurm-ft sim --write-journal`) recovered by `spares plan --from-journal` within the interval it states."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,9 @@ from slurm_ft.errors import UsageError
 from slurm_ft.lifecycle.collect import drain_report
 from slurm_ft.lifecycle.store import Store
 from slurm_ft.planning.history import garwood, observe
-from slurm_ft.planning.synthetic import write_history
+from slurm_ft.planning.profiles import builtin_policy, profile_from_dict
+from slurm_ft.planning.sim import SimParams, simulate
+from slurm_ft.planning.synthetic import write_sim_journal
 
 DAY = 86400.0
 
@@ -27,14 +28,19 @@ def test_garwood_matches_the_published_table(k, low, high):
     assert lo == pytest.approx(low, abs=2e-3) and hi == pytest.approx(high, abs=2e-2)
 
 
-def _year(tmp_path, seed, rate=0.002, nodes=64, repair_hours=72.0):
-    now = time.time()
+def _sim_year(tmp_path, seed, *, node_faults=60, nodes=64, spares=2):
+    """A year of the simulator's faults at a known rate (`node_faults` node-taking faults a year on a
+    `nodes`-node job, plus half as many software hangs) written as the journal of `state<seed>`."""
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(f"name: known\ndays: 365\ngpus: {8 * nodes}\ngpus_per_node: 8\nsource: test\nclasses:\n"
+                    f"  - {{name: GPU fell off the bus, count: {node_faults}, replace: true, kind: node}}\n"
+                    f"  - {{name: NCCL hang, count: {node_faults // 2}, replace: false, kind: hang}}\n")
     state = tmp_path / f"state{seed}"
-    with Store(str(state)) as store:
-        n = write_history(store, [f"gpu{i:03d}" for i in range(nodes)], days=365, rate_per_node_day=rate,
-                          repair_hours=repair_hours, start=now - 365 * DAY, seed=seed)
-        eps, _ = drain_report(store, now)
-    return state, n, eps, now
+    p = subprocess.run([sys.executable, "-m", "slurm_ft", "sim", "--profile-file", str(prof), "--seed", str(seed),
+                        "--seeds", "1", "--spares", str(spares), "--write-journal", str(state), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return state, json.loads(p.stdout)["journal"], node_faults / 365 / nodes
 
 
 def _config(tmp_path, state) -> Path:
@@ -46,18 +52,23 @@ def _config(tmp_path, state) -> Path:
     return cfg
 
 
-def test_a_synthetic_year_is_recovered_by_spares_plan_from_journal(tmp_path):
-    state, written, _, _ = _year(tmp_path, seed=7)
+def test_a_simulated_year_is_recovered_by_spares_plan_from_journal(tmp_path):
+    state, journal, rate = _sim_year(tmp_path, seed=7)
+    written = journal["node_faults"]
+    assert journal["rate_per_node_day"] == pytest.approx(rate) and journal["fleet_nodes"] == 64
     cfg = _config(tmp_path, state)
     p = subprocess.run([sys.executable, "-m", "slurm_ft", "--config", str(cfg), "spares", "plan", "--gpus", "512",
                         "--from-journal", "--fleet-nodes", "64", "--json"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     obs = doc["from_journal"]
-    assert obs["incidents"] == written and 20 < written < 80      # ~47 expected at 0.002 x 64 x 365
+    assert obs["incidents"] == written and 35 < written < 90      # 60 expected
     lo, hi = obs["rate_interval"]
-    assert lo <= 0.002 <= hi, obs
-    assert obs["repair_hours"]["count"] == written and 40 < obs["repair_hours"]["mean"] < 110
+    assert lo <= rate <= hi, obs
+    assert hi / lo < 2.5, obs               # ~55 faults: Garwood's 95% interval spans about 1.7x
+    assert obs["repair_hours"]["count"] >= written - 3 and 40 < obs["repair_hours"]["mean"] < 110
+    # every interruption the simulator met is a recovery incident: node faults went to a spare
+    assert obs["recovery_s"]["spare"]["count"] >= written - 3 and obs["recovery_s"]["same_nodes"]["count"] > 5
     assert doc["repair_hours"] == pytest.approx(obs["repair_hours"]["mean"])
     assert doc["rate_source"].startswith(f"journal: {written} node faults over 64 nodes")
     text = subprocess.run([sys.executable, "-m", "slurm_ft", "--config", str(cfg), "spares", "plan", "--gpus", "512",
@@ -66,11 +77,19 @@ def test_a_synthetic_year_is_recovered_by_spares_plan_from_journal(tmp_path):
 
 
 def test_the_interval_covers_the_true_rate_for_most_seeds(tmp_path):
+    prof = profile_from_dict({"name": "known", "days": 365, "gpus": 128, "gpus_per_node": 8, "source": "test",
+                              "classes": [{"name": "node", "count": 12, "replace": True, "kind": "node"}]}, "test")
+    params = SimParams(gpus=128, gpus_per_node=8, days=365, spares=2, repair_hours=72, ckpt_interval_s=3600)
     covered = 0
     for seed in range(20):
-        _, _, eps, now = _year(tmp_path, seed, nodes=16)
-        obs = observe(eps, [], nodes=16, since=now - 365 * DAY, now=now)
-        covered += obs.rate_low <= 0.002 <= obs.rate_high
+        faults: list = []
+        simulate(prof, builtin_policy("slurm-ft"), params, seed, faults=faults)
+        now = 365 * DAY
+        with Store(str(tmp_path / f"s{seed}")) as store:
+            write_sim_journal(store, faults, job_nodes=16, spares=2, days=365, start=0.0, seed=seed)
+            eps, _ = drain_report(store, now)
+        obs = observe(eps, [], nodes=16, since=0.0, now=now)
+        covered += obs.rate_low <= 12 / 365 / 16 <= obs.rate_high
     assert covered >= 17          # a 95% interval: 19 of 20 on average
 
 
@@ -82,7 +101,8 @@ def test_an_empty_journal_is_a_clear_error_not_a_rate_of_zero():
 
 
 def test_sim_from_journal_simulates_at_the_journal_rate(tmp_path):
-    state, written, _, _ = _year(tmp_path, seed=3)
+    state, journal, _ = _sim_year(tmp_path, seed=3)
+    written = journal["node_faults"]
     cfg = _config(tmp_path, state)
     p = subprocess.run([sys.executable, "-m", "slurm_ft", "--config", str(cfg), "sim", "--from-journal",
                         "--fleet-nodes", "64", "--gpus", "256", "--days", "365", "--seeds", "3", "--json"],
@@ -92,3 +112,34 @@ def test_sim_from_journal_simulates_at_the_journal_rate(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "slurm_ft", "--config", str(cfg), "sim", "--from-journal",
                               "--profile", "llama3"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "--from-journal gives the failure rate" in refused.stderr
+
+
+def test_the_simulated_journal_holds_every_fault_of_the_run_and_refuses_a_used_state_dir(tmp_path):
+    prof = profile_from_dict({"name": "known", "days": 30, "gpus": 32, "gpus_per_node": 8, "source": "test",
+                              "classes": [{"name": "node", "count": 40, "replace": True, "kind": "node"},
+                                          {"name": "hang", "count": 20, "replace": False, "kind": "hang"}]}, "test")
+    params = SimParams(gpus=32, gpus_per_node=8, days=30, spares=1, repair_hours=24, ckpt_interval_s=3600)
+    faults: list = []
+    simulate(prof, builtin_policy("slurm-ft"), params, 5, faults=faults)
+    swaps = [f for f in faults if f.swap]
+    assert len(swaps) > 20 and len(faults) > len(swaps)
+    with Store(str(tmp_path / "s")) as store:
+        assert write_sim_journal(store, faults, job_nodes=4, spares=1, days=30, start=1e9, seed=5) == len(swaps)
+        history = store.history()
+        assert sum(1 for e in history if e.event.value == "fault") == len(swaps)
+        assert {e.node for e in history} <= {f"sim{i:05d}" for i in range(5)}
+        from slurm_ft.recovery import journal
+        incs = journal.incidents(store.db)
+        assert len(incs) == len(faults)
+        assert [i.fault_at for i in incs] == [1e9 + f.at for f in faults]
+        assert all(i.closed_at >= i.fault_at for i in incs if i.closed_at)
+        with pytest.raises(ValueError, match="already holds a history"):
+            write_sim_journal(store, faults, job_nodes=4, spares=1, days=30, start=1e9, seed=5)
+
+
+def test_write_journal_refuses_compare_and_a_used_state_dir(tmp_path):
+    state, _, _ = _sim_year(tmp_path, seed=1)
+    for extra, msg in ((["--compare"], "no --compare"), ([], "already holds a history")):
+        p = subprocess.run([sys.executable, "-m", "slurm_ft", "sim", "--seeds", "1", "--days", "10",
+                            "--write-journal", str(state)] + extra, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -1,0 +1,150 @@
+"""Goodput per job: exact figures from a snapshot (starts, progress points, incidents), the bounded
+readers of the user's files, the journal's memory of progress, and the metrics."""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_ft.lifecycle import goodput, jobprogress, metrics
+from slurm_ft.lifecycle.goodput import Point, Start
+from slurm_ft.recovery import jobstart
+
+
+def _one_restart(now=2000.0, **kw):
+    starts = [Start(1000.0, 0, 0, None), Start(1400.0, 1, 0, 40, before=Point(0, 0, 52, 1310.0))]
+    points = [Point(0, 0, 10, 1100.0), Point(0, 0, 50, 1300.0), Point(1, 0, 45, 1500.0), Point(1, 0, 65, 1600.0)]
+    return goodput.compute(9, gpus=16, now=now, starts=starts, points=points, faults=[(7, 1320.0)], **kw)
+
+
+def test_one_fault_recovery_and_redone_steps_exactly():
+    g = _one_restart()
+    assert g.step_time_s == 5.0                      # 200 s / 40 steps, 210 / 42, 100 / 20
+    (loss,) = g.losses
+    assert loss.from_incident == 7 and loss.fault_at == 1320.0
+    assert loss.first_step_at == 1500.0 - (45 - 40) * 5.0 == 1475.0
+    assert loss.recovery_s == 1475.0 - 1320.0 == 155.0
+    assert (loss.resumed_step, loss.last_step_before, loss.redone_steps, loss.redone_s) == (40, 52, 12, 60.0)
+    assert g.startup_s == 1100.0 - 10 * 5.0 - 1000.0 == 50.0     # first start -> step 1 began
+    assert g.elapsed_s == 1000.0 and g.ratio == 1 - (50.0 + 155.0 + 60.0) / 1000.0
+    d = g.to_dict()
+    assert d["elapsed_gpu_hours"] == 16 * 1000.0 / 3600
+    assert d["lost_gpu_hours"] == {"startup": 16 * 50.0 / 3600, "recovery": 16 * 155.0 / 3600,
+                                   "redone_steps": 16 * 60.0 / 3600, "checkpoint_writes": None}
+    assert d["checkpoint_writes"].startswith("not measured") and d["redone_steps"] == 12
+    text = "\n".join(goodput.render(g))
+    assert "goodput 73.50%" in text and "12 steps" in text and "incident 7, recovery 155.0 s" in text
+
+
+def test_a_restart_without_a_step_yet_is_recovering_until_now():
+    starts = [Start(1000.0, 0, 0, None), Start(1400.0, 1, 0, 40, before=Point(0, 0, 52, 1310.0))]
+    g = goodput.compute(9, gpus=8, now=1450.0, starts=starts, points=[Point(0, 0, 10, 1100.0)], faults=[(3, 1320.0)])
+    assert g.recovering and g.losses[0].recovery_s == 130.0
+    assert g.step_time_s == (1310.0 - 1100.0) / 42 and g.losses[0].redone_s == 12 * g.step_time_s
+
+
+def test_without_a_step_time_nothing_is_guessed():
+    starts = [Start(1000.0, 0, 0, None), Start(1400.0, 1, 0, 40, before=Point(0, 0, 52, 1310.0))]
+    g = goodput.compute(9, gpus=8, now=1600.0, starts=starts, points=[Point(1, 0, 41, 1500.0)], faults=[])
+    assert g.step_time_s is None and g.ratio is None
+    assert g.losses[0].fault_at == 1310.0 and g.losses[0].from_incident is None   # no incident: the last report
+    assert g.losses[0].recovery_s is None and g.losses[0].redone_steps == 12 and g.losses[0].redone_s is None
+    assert "not measured" in "\n".join(goodput.render(g))
+
+
+def test_no_restart_is_all_goodput_and_an_unrelated_incident_is_not_charged():
+    g = goodput.compute(9, gpus=8, now=1500.0, starts=[Start(1000.0, 0, 0, None)],
+                        points=[Point(0, 0, 10, 1100.0), Point(0, 0, 30, 1200.0)], faults=[(1, 500.0)])
+    assert g.losses == [] and g.startup_s == 50.0 and g.ratio == 1 - 50.0 / 500.0 and g.current_step == 30
+    starting = goodput.compute(9, gpus=8, now=1030.0, starts=[Start(1000.0, 0, 0, None)], points=[])
+    assert starting.startup_s == 30.0 and starting.ratio == 0.0      # no step yet: nothing made progress
+
+
+def test_metrics_carry_goodput_per_job():
+    text = metrics.render(metrics.Snapshot(jobs=[(9, _one_restart().to_dict())]))
+    assert f'slurm_ft_job_goodput_ratio{{job="9"}} {1 - 265 / 1000!r}' in text
+    assert f'slurm_ft_job_lost_gpu_hours{{job="9",cause="startup"}} {16 * 50.0 / 3600!r}' in text
+    assert f'slurm_ft_job_lost_gpu_hours{{job="9",cause="recovery"}} {16 * 155.0 / 3600!r}' in text
+    assert 'slurm_ft_job_lost_gpu_hours{job="9",cause="redone_steps"}' in text
+    assert 'slurm_ft_job_redone_steps{job="9"} 12' in text
+    assert "slurm_ft_job_goodput_ratio" not in metrics.render(metrics.Snapshot())
+
+
+def _progress(d, rank, **rec):
+    os.makedirs(d / ".slurm-ft-progress", exist_ok=True)
+    (d / ".slurm-ft-progress" / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, **rec}))
+
+
+def test_the_job_files_are_read_bounded_and_only_for_this_job(tmp_path, monkeypatch):
+    _progress(tmp_path, 0, step=12, t=50.0, job="9", restart=1, launch=0)
+    _progress(tmp_path, 1, step=13, t=51.0, job="9", restart=1, launch=0)
+    _progress(tmp_path, 2, step=99, t=52.0, job="8", restart=0, launch=0)        # another job's report
+    os.symlink("/etc/passwd", tmp_path / ".slurm-ft-progress" / "rank-3.json")
+    lines = [{"event": "jobstart", "t": 10.0, "job": "9", "restart": 0, "ckpt": "", "step": None},
+             {"event": "launch", "t": 11.0, "job": "9", "restart": 0, "launch": 1, "ckpt": "/c/step_4", "step": 4},
+             {"event": "launch", "t": 12.0, "job": "9", "launch": -1},
+             {"event": "jobstart", "t": 40.0, "job": "9", "restart": 1, "ckpt": "/c/step_10", "step": 10,
+              "before": {"step": 11, "t": 35.0, "job": "9", "restart": 0, "launch": 0}}]
+    (tmp_path / "slurm-ft-starts.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n{torn")
+    files = jobprogress.read_job_files(str(tmp_path), 9)
+    assert files.progress == [Point(1, 0, 13, 51.0)]
+    assert files.starts == [Start(10.0, 0, 0, None), Start(11.0, 0, 1, 4),     # a hot-spare relaunch
+                            Start(40.0, 1, 0, 10, Point(0, 0, 11, 35.0))]
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "slurm-ft-starts.jsonl")
+    assert jobprogress.read_job_files(str(fifo), 9).starts == []      # not a regular file: never opened
+
+
+def test_a_slow_directory_is_unreadable_not_a_hang(tmp_path, monkeypatch):
+    import threading
+    gate = threading.Event()
+    monkeypatch.setattr(jobprogress, "_read", lambda d, j: gate.wait(5))
+    with pytest.raises(jobprogress.Unreadable, match="not read within 0.2 s"):
+        jobprogress.read_job_files(str(tmp_path), 9, deadline_s=0.2)
+    gate.set()
+
+
+def test_the_journal_keeps_first_and_last_seen_of_each_run():
+    conn = sqlite3.connect(":memory:")
+    jobprogress.remember(conn, 9, [Point(0, 0, 20, 200.0)])
+    jobprogress.remember(conn, 9, [Point(0, 0, 10, 100.0), Point(1, 0, 5, 400.0)])
+    jobprogress.remember(conn, 9, [Point(0, 0, 30, 300.0)])
+    jobprogress.remember(conn, 8, [Point(0, 0, 1, 1.0)])
+    assert sorted(jobprogress.remembered(conn, 9)) == sorted([Point(0, 0, 10, 100.0), Point(0, 0, 30, 300.0),
+                                                              Point(1, 0, 5, 400.0), Point(1, 0, 5, 400.0)])
+    jobprogress.forget_before(conn, 150.0)
+    assert jobprogress.remembered(conn, 8) == []
+
+
+def test_jobstart_logs_the_last_progress_of_the_run_before(tmp_path):
+    assert jobstart.last_progress(str(tmp_path)) is None
+    _progress(tmp_path, 0, step=12, t=50.0, job="9", restart=0, launch=0, host="h")
+    _progress(tmp_path, 1, step=14, t=49.0, job="9", restart=0, launch=0, host="h")
+    assert jobstart.last_progress(str(tmp_path)) == {"step": 14, "t": 49.0, "job": "9", "restart": 0, "launch": 0}
+
+
+@pytest.mark.parametrize("tres,gres,gpus", [("gres/gpu:8", [], 32), ("gres:gpu:h100:4", [], 16),
+                                            ("", ["gpu:8(S:0-1)", "gpu:8"], 16), ("", [], 0)])
+def test_job_gpus_from_tres_or_the_nodes(tres, gres, gpus):
+    job = SimpleNamespace(tres_per_node=tres, num_nodes=4, nodes=("a", "b", "c", "d"))
+    assert jobprogress.job_gpus(job, gres) == gpus
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=4),
+                     max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(_json.map(json.dumps), st.text(max_size=40)), max_size=6), _json)
+def test_foreign_starts_and_reports_never_raise(lines, rec):
+    for s in jobprogress.parse_starts("\n".join(lines), "9"):
+        assert isinstance(s.t, float) and s.restart >= 0
+    p = jobprogress.parse_point(rec, "9")
+    assert p is None or (p.step >= 0 and isinstance(p.t, float))
