@@ -112,3 +112,18 @@ def test_a_checkpoint_that_keeps_failing_is_passed_over(lab, work):
     except BaseException:
         show(work)
         raise
+
+
+def test_a_hang_with_the_restart_limit_used_up_ends_the_job_with_exit_75(lab, work):
+    job_id, ck = submit(lab, work, 2, 0, "--stall-at", "3", "--stall-rank", "1", "--gpu-check", "off",
+                        ft=("--max-restarts", "0"))
+    try:
+        job = wait_job(lab, job_id, "FAILED", timeout=180)
+        assert job.exit_code == "75:0"
+        end = events(ck, "exit")[-1]
+        assert end["rc"] == 75 and "restart limit is used up" in end["reason"]
+        assert not events(ck, "hang_restart") and len(events(ck, "launch")) == 1
+        assert "hung with no culprit and the restart limit is used up" in (work / "job.out").read_text()
+    except BaseException:
+        show(work)
+        raise
