@@ -54,7 +54,11 @@ def sbatch(ctx: click.Context, argv) -> None:
 
     \b
     slurm-ft sbatch [--ckpt-dir DIR] [--min-nodes M] [--max-restarts K] [--hot-spares K] [--hang-timeout S]
-                    [SBATCH-OPTIONS...] SCRIPT [ARGS...]
+                    [--ckpt-fails M] [SBATCH-OPTIONS...] SCRIPT [ARGS...]
+
+    --hang-timeout S: no slurm_ft.progress() report for S seconds is a hang (checks, then relaunch or
+    restart in place; docs/jobs.md). --ckpt-fails M (3): a checkpoint the job failed on M starts in a
+    row is passed over for the previous one.
 
     The job is submitted with --requeue (--requeue=expedite on Slurm >= 25.11 with enable_expedited_requeue)
     and a slurm-ft tag, so the controller may requeue it on a spare node: where the slurm-ft plugins are

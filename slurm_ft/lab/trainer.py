@@ -2,6 +2,7 @@
 
     srun python -m slurm_ft.lab.trainer --ckpt-dir DIR --resume {ckpt} [--steps N] [--step-time S]
                                         [--ckpt-every K] [--collective-timeout 600] [--on-fault die|hang]
+                                        [--stall-at STEP [--stall-rank R]] [--bad-ckpt STEP]
 
 One rank per task (SLURM_PROCID of SLURM_NTASKS). Like data-parallel training with NCCL:
 
@@ -14,7 +15,11 @@ One rank per task (SLURM_PROCID of SLURM_NTASKS). Like data-parallel training wi
 * every K steps each rank writes its shard, a second barrier makes sure all did, and rank 0 seals the
   checkpoint (COMPLETE marker last, see slurm_ft.recovery.ckpt);
 * rank 0 prints ``step=S t=... restart=R nodes=N`` per step and appends JSON lines to
-  DIR/trainer-log.jsonl (events start, step, ckpt, fault, timeout, done) for benchmarks.
+  DIR/trainer-log.jsonl (events start, step, ckpt, fault, timeout, done) for benchmarks;
+* every rank reports each step through ``slurm_ft.progress(step)`` (what a real job adds to its loop);
+* faults without an Xid, for hang detection: --stall-at STEP makes rank --stall-rank stop stepping
+  after STEP in the job's first run only (restart 0, launch 0: the restart does not stall again);
+  --bad-ckpt STEP makes loading the checkpoint of STEP fail as --on-fault says (die or hang), every time.
 
 Kept cheap: 64 ranks start at once on two CPU cores in the lab, so a rank imports the standard library
 and pynvml only (no typing, no slurm_ft module: ckpt.py is imported where a checkpoint is written);
@@ -31,6 +36,9 @@ import signal
 import socket
 import sys
 import time
+
+import slurm_ft
+
 LOG_NAME = "trainer-log.jsonl"
 RDV_DIR = ".rendezvous"
 PORT_BASE, PORT_SPAN = 30000, 20000
@@ -428,6 +436,9 @@ def parse_args(argv: list[str] | tuple[str, ...]) -> argparse.Namespace:
                    help="auto: check GPUs when NVML loads; on: fail if it does not")
     p.add_argument("--fatal-xids", default="", help="comma-separated Xids that kill the rank (default: built in)")
     p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--stall-at", type=int, default=0, help="stop stepping after this step, first run only (0 = never)")
+    p.add_argument("--stall-rank", type=int, default=0, help="the rank that stalls (--stall-at)")
+    p.add_argument("--bad-ckpt", type=int, default=-1, help="loading the checkpoint of this step fails (--on-fault)")
     a = p.parse_args(list(argv))
     try:
         a.fatal_set = frozenset(int(x) for x in a.fatal_xids.split(",") if x.strip()) or FATAL_XIDS
@@ -481,6 +492,8 @@ def main(argv: list[str] | tuple[str, ...] = ()) -> int:
         except (OSError, ValueError, KeyError) as exc:
             print(f"trainer: rank {rank}: cannot resume from {args.resume}: {exc}", file=sys.stderr)
             return 2
+        if start_step == args.bad_ckpt:
+            _fault(args, log, rank, node, f"checkpoint step {start_step} cannot be loaded", start_step)
 
     rdv = os.path.join(args.ckpt_dir, RDV_DIR, f"{run_id}.json")
     deadline = time.monotonic() + args.collective_timeout
@@ -508,7 +521,12 @@ def main(argv: list[str] | tuple[str, ...] = ()) -> int:
                 fault = watch.check()
                 if fault:
                     _fault(args, log, rank, node, fault, step)
+            if args.stall_at and step == args.stall_at + 1 and rank == args.stall_rank and restart == 0 and launch == 0:
+                log.write("stall", rank=rank, node=node, step=step - 1)
+                while True:          # a rank that stops stepping, no Xid: the gang waits at the barrier
+                    signal.pause()
             comm.barrier(f"s {step}", args.collective_timeout, wait_on_loss)
+            slurm_ft.progress(step)
             if rank == 0:
                 now = time.time()
                 print(f"step={step} t={now:.3f} restart={restart} nodes={world}", flush=True)

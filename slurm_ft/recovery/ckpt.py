@@ -167,16 +167,17 @@ def _safe(fn, path: str, step: Optional[int]) -> _Verdict:
 # --- the scan -----------------------------------------------------------------------------------
 
 def latest(directory: str, fs: Optional[FS] = None, verify: bool = False,
-           deadline_s: float = DEFAULT_DEADLINE_S) -> Latest:
+           deadline_s: float = DEFAULT_DEADLINE_S, exclude: Iterable[int] = ()) -> Latest:
     """The newest complete checkpoint under ``directory``: pure over ``fs``; never raises on bad data.
 
     A directory that cannot be read at all, or not within ``deadline_s``, gives ``error=True``; one that
     holds checkpoint data none of which is complete gives ``refuse=True``. Either way: not from scratch.
+    ``exclude``: steps of complete checkpoints passed over (restart loops, ckptfallback.py).
     """
     d = directory.rstrip("/") or "/"
     fs = fs or LocalFS(deadline_s, root=d)
     try:
-        return _latest(fs, d, verify)
+        return _latest(fs, d, verify, frozenset(exclude))
     except ScanTimeout:
         return Latest(d, None, None, None, (), f"scanning {d} took longer than {deadline_s:g} s", error=True)
     except OSError as exc:
@@ -187,7 +188,7 @@ def _order(v) -> tuple:
     return (v.step if v.step is not None else -1, v.path)
 
 
-def _latest(fs: FS, d: str, verify: bool) -> Latest:
+def _latest(fs: FS, d: str, verify: bool, exclude: frozenset = frozenset()) -> Latest:
     entries = fs.list(d)
     if entries is None:
         return Latest(d, None, None, None, (), f"{d} does not exist or is not a directory (no checkpoint yet)")
@@ -220,11 +221,14 @@ def _latest(fs: FS, d: str, verify: bool) -> Latest:
     # newest first; last.ckpt without a step in its target's name is the newest by definition
     verdicts.sort(key=lambda v: (v.step if v.step is not None else (1 << 62 if v.path.endswith("/last.ckpt") else -1),
                                  v.path), reverse=True)
-    found = next((v for v in verdicts if v.reason is None), None)
+    found = next((v for v in verdicts if v.reason is None and v.step not in exclude), None)
     for v in verdicts:
         if v is found:
             break
-        skipped.append(Skipped(v.path, v.reason or "", v.step, v.verdict, v.layout))
+        if v.reason is None:
+            skipped.append(Skipped(v.path, "passed over: the job failed on it repeatedly", v.step, "passed_over", v.layout))
+        else:
+            skipped.append(Skipped(v.path, v.reason, v.step, v.verdict, v.layout))
     skipped.sort(key=_order, reverse=True)
     if found is not None:
         return Latest(d, found.path, found.step, found.layout, tuple(skipped))

@@ -51,7 +51,7 @@ class View:
 
 @dataclass(frozen=True)
 class Action:
-    kind: str                            # wait, launch, relaunch, fallback, exit
+    kind: str                            # wait, launch, relaunch, fallback, exit; restart (a hang, supervisor.py)
     nodes: Tuple[str, ...] = ()          # launch/relaunch: where the step runs next
     release: Tuple[str, ...] = ()        # relaunch: nodes to give back to Slurm first (shrink the job)
     failed: Tuple[str, ...] = ()         # the step's failed nodes (relaunch, fallback)

@@ -20,15 +20,16 @@ import sys
 import time
 from typing import List, Optional, Sequence, Tuple
 
-from slurm_ft.recovery import ckpt
+from slurm_ft.recovery import ckpt, ckptfallback, startlog
+from slurm_ft.recovery.tag import DEFAULT_MAX_RESTARTS
 
 PLACEHOLDER = "{ckpt}"
 STARTS_LOG = "slurm-ft-starts.jsonl"
 
 
-def resolve(argv: Sequence[str], ckpt_dir: str) -> Tuple[List[str], Optional[ckpt.Latest]]:
-    """argv with every {ckpt} replaced by the latest complete checkpoint (or "")."""
-    found = ckpt.latest(ckpt_dir) if ckpt_dir else None
+def resolve(argv: Sequence[str], ckpt_dir: str, exclude=()) -> Tuple[List[str], Optional[ckpt.Latest]]:
+    """argv with every {ckpt} replaced by the latest complete checkpoint not in `exclude` (or "")."""
+    found = ckpt.latest(ckpt_dir, exclude=exclude) if ckpt_dir else None
     value = found.path if found is not None and found.path else ""
     return [a.replace(PLACEHOLDER, value) for a in argv], found
 
@@ -74,17 +75,43 @@ def last_progress(ckpt_dir: str) -> Optional[dict]:
     return {k: r.get(k) for k in ("step", "t", "job", "restart", "launch")}
 
 
-def prepare(argv: Sequence[str], ckpt_dir: str, say=lambda m: print(m, file=sys.stderr)):
-    """(argv with {ckpt} resolved, the checkpoint found, None) -- or (.., .., 4) when the job must not
-    start: never from scratch over checkpoints we could not read (it would overwrite them), nor
-    because the checkpoint filesystem is unreachable."""
+def prepare(argv: Sequence[str], ckpt_dir: str, say=lambda m: print(m, file=sys.stderr), job: str = "",
+            m: int = ckptfallback.DEFAULT_M):
+    """(argv with {ckpt} resolved, the checkpoint found, None, fields for the start's log line) -- or
+    (.., .., 4, ..) when the job must not start: never from scratch over checkpoints we could not read
+    (it would overwrite them), nor because the checkpoint filesystem is unreachable, nor when every
+    complete checkpoint failed `m` starts in a row (ckptfallback)."""
     resolved, found = resolve(argv, ckpt_dir)
+    fields: dict = {"newest": found.step if found is not None and found.path else None, "prev_reached": None}
+    if ckpt_dir and job and found is not None and not found.must_not_start:
+        bad, fields["prev_reached"] = passed_over(ckpt_dir, job, fields["newest"], m)
+        if fields["newest"] is not None and fields["newest"] in bad:
+            resolved, found = resolve(argv, ckpt_dir, exclude=bad)
+            fields["passed_over"] = {str(k): v for k, v in sorted(bad.items())}
+            to = f"the previous complete checkpoint, step {found.step}" if found.path else "none left"
+            say(f"slurm-ft: checkpoint step {fields['newest']} failed {bad[fields['newest']]} starts in a row "
+                f"(--ckpt-fails {m}): passed over; {to}")
     if found is not None and found.must_not_start:
         for s in found.skipped[:10]:
             say(f"slurm-ft: skipped {s.path}: {s.reason}")
         say(f"slurm-ft: {found.reason}; not starting")
-        return resolved, found, 4
-    return resolved, found, None
+        return resolved, found, 4, fields
+    return resolved, found, None, fields
+
+
+def passed_over(ckpt_dir: str, job: str, newest: Optional[int], m: int) -> Tuple[dict, Optional[int]]:
+    """(checkpoint step -> failed starts, for those to pass over; how far the last start got)."""
+    from slurm_ft import heartbeat
+    starts = ckptfallback.starts_of(startlog.read(os.path.join(ckpt_dir, STARTS_LOG)), job)
+    if not starts:
+        return {}, None
+    last = starts[-1]
+    got = ckptfallback.reached(heartbeat.read_all(ckpt_dir), job, _num(last.get("restart")), _num(last.get("launch")))
+    return ckptfallback.passed_over(starts, got, newest, m), got
+
+
+def _num(x) -> int:
+    return x if type(x) is int else 0
 
 
 def ckpt_env(found: Optional[ckpt.Latest], ckpt_dir: str) -> dict:
@@ -94,20 +121,31 @@ def ckpt_env(found: Optional[ckpt.Latest], ckpt_dir: str) -> dict:
             "SLURM_FT_CKPT_STEP": "" if found is None or found.step is None else str(found.step)}
 
 
-def _take(argv: List[str], name: str) -> Tuple[str, List[str]]:
-    if len(argv) >= 2 and argv[0] == name:
-        return argv[1], argv[2:]
-    return "", argv
+STARTER_OPTIONS = ("--ckpt-dir", "--hot-spares", "--train-nodes", "--hang-timeout", "--max-restarts", "--ckpt-fails")
 
 
-def _start(ckpt_dir: str, argv: Sequence[str]) -> Tuple[Optional[List[str]], Optional[ckpt.Latest]]:
+def _options(argv: List[str]) -> Tuple[Optional[dict], List[str]]:
+    """The starter's own options (`slurm-ft sbatch` writes them, in any order, before `--`), and the rest;
+    None when one is repeated, lacks a value, or a number is not one."""
+    opts: dict = {}
+    while len(argv) >= 2 and argv[0] in STARTER_OPTIONS:
+        name = argv[0][2:].replace("-", "_")
+        if name in opts or (name != "ckpt_dir" and not argv[1].isdigit()):
+            return None, argv
+        opts[name] = argv[1] if name == "ckpt_dir" else int(argv[1])
+        argv = argv[2:]
+    return opts, argv
+
+
+def _start(ckpt_dir: str, argv: Sequence[str], m: int = ckptfallback.DEFAULT_M
+           ) -> Tuple[Optional[List[str]], Optional[ckpt.Latest]]:
     """Resolve {ckpt}, say where the job resumes from, log the start: argv resolved, or None when the
     job must not start (checkpoints that cannot be read, or none of them complete)."""
     t0 = time.time()
-    resolved, found, rc = prepare(argv, ckpt_dir)
+    job = os.environ.get("SLURM_JOB_ID", "")
+    resolved, found, rc, fields = prepare(argv, ckpt_dir, job=job, m=m)
     if rc is not None:
         return None, found
-    job = os.environ.get("SLURM_JOB_ID", "")
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     env = ckpt_env(found, ckpt_dir)
     env_ckpt = env["SLURM_FT_CKPT"]
@@ -126,6 +164,7 @@ def _start(ckpt_dir: str, argv: Sequence[str]) -> Tuple[Optional[List[str]], Opt
             "nodes": os.environ.get("SLURM_JOB_NODELIST", ""), "ckpt": env_ckpt,
             "step": found.step if found else None,
             "skipped": [{"path": x.path, "reason": x.reason} for x in (found.skipped[:5] if found else ())],
+            **fields,
         })
     sys.stderr.flush()
     return resolved, found
@@ -150,19 +189,19 @@ def main(argv: Sequence[str]) -> int:
     argv = list(argv)
     if len(argv) == 3 and argv[0] == "--resolve" and argv[1] == "--ckpt-dir":
         return resolve_only(argv[2])
-    ckpt_dir, argv = _take(argv, "--ckpt-dir")
-    hot, argv = _take(argv, "--hot-spares")
-    train, argv = _take(argv, "--train-nodes")
+    opts, argv = _options(argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    if not argv or (hot and not train.isdigit()):
-        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR [--hot-spares K --train-nodes N] -- SCRIPT "
-              "[ARGS...] | --resolve --ckpt-dir DIR", file=sys.stderr)
+    if opts is None or not argv or (opts.get("hot_spares") and not opts.get("train_nodes")):
+        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR [--hot-spares K --train-nodes N] [--hang-timeout S] "
+              "[--max-restarts R] [--ckpt-fails M] -- SCRIPT [ARGS...] | --resolve --ckpt-dir DIR", file=sys.stderr)
         return 2
-    if hot:
+    ckpt_dir, m = opts.get("ckpt_dir", ""), opts.get("ckpt_fails", ckptfallback.DEFAULT_M)
+    if opts.get("hot_spares") or opts.get("hang_timeout"):
         from slurm_ft.recovery import supervisor     # the batch step supervises the training step
-        return supervisor.main(ckpt_dir, int(train), argv)
-    resolved, _ = _start(ckpt_dir, argv)
+        return supervisor.main(ckpt_dir, opts.get("train_nodes"), argv, hang_timeout=opts.get("hang_timeout") or 0,
+                               max_restarts=opts.get("max_restarts", DEFAULT_MAX_RESTARTS), ckpt_fails=m)
+    resolved, _ = _start(ckpt_dir, argv, m)
     if resolved is None:
         return 4
     try:

@@ -52,7 +52,8 @@ REFUSED = {
     "help": None, "usage": None, "version": None,
 }
 SHORT_NAMES = {"W": "wait", "h": "help", "V": "version", "J": "job-name", "N": "nodes", "a": "array"}
-OUR_OPTIONS = {"ckpt-dir", "min-nodes", "max-restarts", "hot-spares", "hang-timeout"}
+OUR_OPTIONS = {"ckpt-dir", "min-nodes", "max-restarts", "hot-spares", "hang-timeout", "ckpt-fails"}
+CKPT_FAILS_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class SbatchRequest:
     job_name_given: bool = False
     nodes: Optional[int] = None       # -N when it is one number
     fixed_tasks: bool = False         # -n/--ntasks/--ntasks-per-node given to sbatch
+    ckpt_fails: Optional[int] = None  # --ckpt-fails M: the starter's, not the tag's (ckptfallback.py)
 
     def warnings(self) -> List[str]:
         """Advice that does not stop the submission."""
@@ -223,6 +225,7 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> Sb
                     train_nodes=train_nodes, hang_timeout=_limited(ours, "hang_timeout")),
         sbatch_options=tuple(opts), script=script, args=args, parsable=parsable,
         job_name_given=job_name, nodes=nodes, fixed_tasks=fixed_tasks,
+        ckpt_fails=_int(ours["ckpt-fails"], "--ckpt-fails", 0, CKPT_FAILS_MAX) if "ckpt-fails" in ours else None,
     )
 
 
@@ -291,5 +294,11 @@ def sbatch_argv(req: SbatchRequest, starter_path: str, requeue: str = "--requeue
     argv += ["--ckpt-dir", req.spec.ckpt_dir]
     if req.spec.hot_spares:
         argv += ["--hot-spares", str(req.spec.hot_spares), "--train-nodes", str(req.spec.train_nodes)]
+    if req.spec.hang_timeout:        # the supervisor watches the job's progress (docs/jobs.md, "Hangs")
+        argv += ["--hang-timeout", str(req.spec.hang_timeout), "--max-restarts", str(req.spec.max_restarts)]
+        if not req.spec.hot_spares and req.nodes is not None:
+            argv += ["--train-nodes", str(req.nodes)]
+    if req.ckpt_fails is not None:
+        argv += ["--ckpt-fails", str(req.ckpt_fails)]
     argv += ["--", req.script, *req.args]
     return argv

@@ -11,8 +11,17 @@ it saw them in the job and journaled the incident; the others at a later relaunc
 on healthy nodes. Each
 action is one JSON line in DIR/slurm-ft-starts.jsonl (the controller and `lab demo` read it).
 
+With `--hang-timeout S` (also without hot spares: K = 0) it watches the ranks' progress reports
+(slurm_ft.progress, heartbeat.py): no report from the running launch for S seconds (2 S before its
+first) is a hang. It then runs the prolog-level checks on every node of the step at once (one `srun
+--overlap` of `slurm-ft check --level prolog --drain --json`, bounded by CHECK_TIMEOUT_S): a node they
+fail is a culprit and takes the fault path above (relaunch without it, or the requeue fallback); with
+none, the step restarts in place from the latest complete checkpoint, counted with Slurm's requeues
+against the job's max_restarts (then the job ends, EXIT_RESTART_LIMIT). hang.py decides, pure.
+
 Fail-safe: a failed read of Slurm is logged and the step runs on (no action on a guess); a failed
-shrink is logged (the controller quarantines the node either way) and training goes on.
+shrink is logged (the controller quarantines the node either way) and training goes on; a check
+that cannot run names no culprit (nothing is drained on a guess).
 """
 from __future__ import annotations
 
@@ -23,15 +32,18 @@ import sys
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
+from slurm_ft import heartbeat
+from slurm_ft.recovery import ckptfallback, hang, jobstart, rendezvous, startlog
 from slurm_ft.recovery import hotplan as hp
-from slurm_ft.recovery import jobstart
-from slurm_ft.recovery import rendezvous
 from slurm_ft.recovery.nodefault import node_fault
 from slurm_ft.slurm.hostlist import compress
 
 POLL_S = 0.5                 # Slurm reads per second the supervisor costs: 2
 STOP_GRACE_S = 10.0          # SIGTERM to srun, then SIGKILL
 LAUNCH_ENV = "SLURM_FT_LAUNCH"   # the launch number within this start of the job (0, 1, ...)
+HANG_POLL_S = 1.0            # progress reads per second (one small file per rank)
+CHECK_TIMEOUT_S = 120.0      # the hang checks' srun, start-up included; then it is killed: no culprit
+EXIT_RESTART_LIMIT = 75      # hung again with max_restarts used up (sysexits' EX_TEMPFAIL: not the job's fault)
 
 
 def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str]) -> List[str]:
@@ -40,14 +52,29 @@ def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str])
             f"--nodelist={compress(nodes)}", "--kill-on-bad-exit=1", *program]
 
 
+def check_argv(nodes: Sequence[str], python: str = sys.executable) -> List[str]:
+    """One srun of the prolog-level checks on every node of the (hung) step, beside it (--overlap)."""
+    n = len(nodes)
+    return ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", f"--nodelist={compress(nodes)}",
+            "--kill-on-bad-exit=0", python, "-m", "slurm_ft", "check", "--level", "prolog", "--drain", "--json",
+            "--no-state"]
+
+
 class Supervisor:
-    def __init__(self, client, job_id: int, train_nodes: int, ckpt_dir: str, argv: Sequence[str],
-                 env: Optional[Mapping[str, str]] = None, poll_s: float = POLL_S,
+    def __init__(self, client, job_id: int, train_nodes: Optional[int], ckpt_dir: str, argv: Sequence[str],
+                 env: Optional[Mapping[str, str]] = None, poll_s: float = POLL_S, hang_timeout: float = 0,
+                 max_restarts: int = 0, ckpt_fails: int = ckptfallback.DEFAULT_M,
                  say: Callable[[str], None] = lambda m: print(f"slurm-ft supervisor: {m}", file=sys.stderr,
                                                              flush=True)):
         self.client = client
         self.job_id = job_id
-        self.n = train_nodes
+        self.n = train_nodes          # None: every node of the allocation (a K = 0 job watched for hangs)
+        self.hang_timeout = hang_timeout
+        self.max_restarts = max_restarts
+        self.ckpt_fails = ckpt_fails
+        self.launch_t = 0.0
+        self.next_hang_poll = 0.0
+        self.told_stragglers: set = set()
         self.ckpt_dir = ckpt_dir
         self.argv = list(argv)
         self.env: Dict[str, str] = dict(env if env is not None else os.environ)
@@ -87,8 +114,10 @@ class Supervisor:
     def launch(self, nodes: Sequence[str], reason: str) -> Optional[int]:
         """Start the training step on `nodes`; an exit status when it cannot start (no checkpoint read)."""
         t0 = time.time()
-        resolved, found, rc = jobstart.prepare(self.argv, self.ckpt_dir, self.say)
+        resolved, found, rc, fields = jobstart.prepare(self.argv, self.ckpt_dir, self.say, job=str(self.job_id),
+                                                       m=self.ckpt_fails)
         if rc is not None:
+            self.log("exit", rc=rc, reason="no checkpoint to start from", **fields)
             return rc
         env = dict(self.env)
         env.update(jobstart.ckpt_env(found, self.ckpt_dir))
@@ -103,9 +132,11 @@ class Supervisor:
         argv = srun_argv(nodes, self.tasks_per_node, program)
         self.proc = subprocess.Popen(argv, env=env)
         self.step_nodes, self.exited_at = tuple(nodes), None
+        self.launch_t, self.told_stragglers = time.time(), set()
         self.log("launch", launch=self.launches, nodes=compress(nodes), ckpt=env["SLURM_FT_CKPT"],
-                 step=found.step if found else None, reason=reason, rank0=rank0,
-                 master=f"{rdv['MASTER_ADDR']}:{rdv['MASTER_PORT']}", prepare_s=round(time.time() - t0, 3))
+                 step=found.step if found and found.path else None, reason=reason, rank0=rank0,
+                 master=f"{rdv['MASTER_ADDR']}:{rdv['MASTER_PORT']}", prepare_s=round(time.time() - t0, 3),
+                 **fields)
         self.say(f"launch {self.launches} on {compress(nodes)}: {reason}")
         self.launches += 1
         return None
@@ -143,6 +174,8 @@ class Supervisor:
     def run(self) -> int:
         job = self.client.job(self.job_id)
         allocation, batch_host = tuple(job.nodes), job.batch_host
+        if self.n is None:
+            self.n = len(allocation)
         faults = self.faults(allocation) or {}
         first = hp.first_launch(allocation, faults, self.n)
         if first.kind != "launch":
@@ -161,27 +194,96 @@ class Supervisor:
                 if rc is None:
                     continue
                 faults = {}              # the step is over: its exit status stands on its own
-            act = hp.decide(hp.View(allocation=allocation, faults=faults, batch_host=batch_host,
-                                    train_nodes=self.n, step_nodes=self.step_nodes, step_rc=rc,
-                                    since_exit_s=now - self.exited_at if rc is not None else 0.0))
+            view = hp.View(allocation=allocation, faults=faults, batch_host=batch_host, train_nodes=self.n,
+                           step_nodes=self.step_nodes, step_rc=rc,
+                           since_exit_s=now - self.exited_at if rc is not None else 0.0)
+            act = hp.decide(view)
+            if act.kind == "wait" and rc is None and self.hang_timeout and now >= self.next_hang_poll:
+                self.next_hang_poll = now + HANG_POLL_S
+                act = self.watch_progress(view)
             if act.kind == "wait":
                 continue
             if act.kind == "exit":
+                self.stop()              # a hung step, when the restart limit ends the job
                 self.log("exit", rc=act.rc, reason=act.reason)
                 self.say(act.reason)
                 return act.rc
             if act.kind == "fallback":
                 return self._fallback(act)
-            # relaunch: stop, give the failed nodes back while no step runs, start again
-            t_fault = time.time()
-            self.log("fault", nodes=compress(act.failed), reason=act.reason[:1000])
-            self.say(f"fault: {act.reason}")
-            self.stop()
-            self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t_fault, 3))
-            allocation = self.shrink(allocation, self.quarantined(job.partition, act.release))
-            rc = self.launch(act.nodes, f"relaunch without {compress(act.failed)}")
+            if act.kind == "restart":
+                t0 = time.time()
+                self.stop()
+                self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t0, 3))
+                rc = self.launch(act.nodes, act.reason)
+            else:
+                rc, allocation = self.relaunch(act, allocation, job.partition)
             if rc is not None:
                 return rc
+
+    def relaunch(self, act: hp.Action, allocation: tuple, partitions: str) -> tuple:
+        """Stop, give the failed nodes back while no step runs, start again: (launch's rc, the allocation now)."""
+        t_fault = time.time()
+        self.log("fault", nodes=compress(act.failed), reason=act.reason[:1000])
+        self.say(f"fault: {act.reason}")
+        self.stop()
+        self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t_fault, 3))
+        allocation = self.shrink(allocation, self.quarantined(partitions, act.release))
+        return self.launch(act.nodes, f"relaunch without {compress(act.failed)}"), allocation
+
+    # --- hangs ------------------------------------------------------------------------------------
+    def watch_progress(self, view: hp.View) -> hp.Action:
+        """Read the ranks' reports: a straggler is told; a hang is checked for a culprit (see hang_action)."""
+        at = hang.Launch(str(self.job_id), self.restart, self.launches - 1, self.launch_t)
+        records = heartbeat.read_all(self.ckpt_dir)
+        for s in hang.stragglers(records, at, self.hang_timeout):
+            if s["rank"] not in self.told_stragglers:
+                self.told_stragglers.add(s["rank"])
+                self.log("straggler", launch=at.launch, **s)
+                self.say(f"straggler: rank {s['rank']} on {s['host']} at step {s['step']}, others at {s['ahead_step']} "
+                         f"({s['behind_s']} s behind)")
+        why = hang.stalled(records, at, time.time(), self.hang_timeout)
+        if why is None:
+            return hp.Action("wait")
+        self.log("hang", launch=at.launch, nodes=compress(self.step_nodes), reason=why)
+        self.say(f"hang: {why}; checking the step's nodes")
+        return self.hang_action(view, why)
+
+    def hang_action(self, view: hp.View, why: str) -> hp.Action:
+        t0 = time.time()
+        found = self.check_nodes(self.step_nodes)
+        self.failed.update(found)
+        faults = self.faults(view.allocation)
+        faults = dict(found if faults is None else faults)
+        self.log("hang_check", nodes=compress(self.step_nodes), culprits=compress(sorted(found)),
+                 check_s=round(time.time() - t0, 3))
+        act = hp.decide(hp.View(allocation=view.allocation, faults=faults, batch_host=view.batch_host,
+                                train_nodes=view.train_nodes, step_nodes=view.step_nodes))
+        if act.kind != "wait":
+            return act                  # a culprit: the fault path (relaunch without it, or fallback)
+        used = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, jobstart.STARTS_LOG))
+                   if r.get("event") == "hang_restart" and r.get("job") == str(self.job_id))
+        if not hang.restarts_left(self.max_restarts, self.restart, used):
+            return hp.Action("exit", rc=EXIT_RESTART_LIMIT,
+                             reason=f"hung with no culprit and the restart limit is used up ({self.restart} requeue(s) "
+                                    f"+ {used} restart(s) in place of max_restarts {self.max_restarts}): {why}")
+        self.log("hang_restart", launch=self.launches - 1, restarts=self.restart + used + 1)
+        return hp.Action("restart", nodes=self.step_nodes, reason=f"restart in place after a hang, no culprit: {why}")
+
+    def check_nodes(self, nodes: Sequence[str]) -> Dict[str, str]:
+        """node -> why, for the nodes the prolog-level checks fail (each drains itself when it may)."""
+        try:
+            proc = subprocess.Popen(check_argv(nodes), env=self.env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True, errors="replace")
+        except OSError as exc:
+            self.say(f"cannot run the hang checks: {exc}; no culprit")
+            return {}
+        try:
+            out, _ = proc.communicate(timeout=CHECK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+            self.say(f"the hang checks took over {CHECK_TIMEOUT_S:g} s: killed")
+        return hang.culprits(out or "")
 
     def quarantined(self, partitions: str, nodes: Sequence[str]) -> tuple:
         """Those of `nodes` the controller has taken out of the job's partitions: it saw them failed in
@@ -213,10 +315,12 @@ def _int(text: Optional[str], default: int) -> int:
         return default
 
 
-def main(ckpt_dir: str, train_nodes: int, argv: Sequence[str]) -> int:
+def main(ckpt_dir: str, train_nodes: Optional[int], argv: Sequence[str], hang_timeout: float = 0,
+         max_restarts: int = 0, ckpt_fails: int = ckptfallback.DEFAULT_M) -> int:
     from slurm_ft.slurm.client import SlurmClient
     job = os.environ.get("SLURM_JOB_ID", "")
     if not job.isdigit():
         print("slurm-ft supervisor: not inside a Slurm job (no SLURM_JOB_ID)", file=sys.stderr)
         return 2
-    return Supervisor(SlurmClient(), int(job), train_nodes, ckpt_dir, argv).run()
+    return Supervisor(SlurmClient(), int(job), train_nodes, ckpt_dir, argv, hang_timeout=hang_timeout,
+                      max_restarts=max_restarts, ckpt_fails=ckpt_fails).run()

@@ -273,7 +273,25 @@ def test_hot_spares_bad_input(words, msg):
 def test_hot_spare_starter_hands_over_to_the_supervisor(monkeypatch):
     from slurm_ft.recovery import supervisor
     calls = []
-    monkeypatch.setattr(supervisor, "main", lambda *a: calls.append(a) or 0)
+    monkeypatch.setattr(supervisor, "main", lambda *a, **kw: calls.append((a, kw)) or 0)
     assert jobstart.main(["--ckpt-dir", "/ck", "--hot-spares", "2", "--train-nodes", "4", "--", "t", "{ckpt}"]) == 0
-    assert calls == [("/ck", 4, ["t", "{ckpt}"])]
+    assert calls[-1] == (("/ck", 4, ["t", "{ckpt}"]), {"hang_timeout": 0, "max_restarts": 5, "ckpt_fails": 3})
     assert jobstart.main(["--ckpt-dir", "/ck", "--hot-spares", "2", "--", "t"]) == 2
+    # no hot spares but a hang timeout: the supervisor runs too, on every node of the allocation
+    assert jobstart.main(["--ckpt-dir", "/ck", "--hang-timeout", "30", "--max-restarts", "2", "--ckpt-fails", "4",
+                          "--", "t"]) == 0
+    assert calls[-1] == (("/ck", None, ["t"]), {"hang_timeout": 30, "max_restarts": 2, "ckpt_fails": 4})
+    assert jobstart.main(["--ckpt-dir", "/ck", "--hang-timeout", "x", "--", "t"]) == 2
+    assert jobstart.main(["--ckpt-dir", "/ck", "--hang-timeout", "3", "--hang-timeout", "3", "--", "t"]) == 2
+
+
+def test_hang_timeout_and_ckpt_fails_reach_the_starter():
+    req = parse(["--ckpt-dir", "/ck", "--hang-timeout", "15", "--max-restarts", "2", "--ckpt-fails", "2", "-N", "2",
+                 "train.sh"], file_exists=lambda p: True)
+    argv = sbatch_argv(req, "/s/starter")
+    tail = argv[argv.index("/s/starter") + 1:]
+    assert tail == ["--ckpt-dir", "/ck", "--hang-timeout", "15", "--max-restarts", "2", "--train-nodes", "2",
+                    "--ckpt-fails", "2", "--", "train.sh"]
+    assert "hang_timeout=15" in next(a for a in argv if a.startswith("--comment="))
+    with pytest.raises(UsageError, match="--ckpt-fails"):
+        parse(["--ckpt-fails", "-1", "train.sh"], file_exists=lambda p: True)

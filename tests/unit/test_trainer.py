@@ -156,3 +156,24 @@ def test_a_rank_starts_on_the_standard_library_and_pynvml_only():
     # -S: what site.py imports on this machine (its .pth files) is not the trainer's doing
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['slurm_ft', 'slurm_ft.lab', 'slurm_ft.lab.trainer']"
+
+
+def test_the_trainer_imports_no_slurm_ft_module_but_the_progress_call():
+    """64 ranks start at once in the lab: the trainer loads slurm_ft/__init__ and, at its first
+    report, slurm_ft.heartbeat, nothing else of slurm_ft."""
+    import subprocess
+    import sys
+    code = ("import sys, os; os.environ['SLURM_FT_CKPT_DIR'] = sys.argv[1]; import slurm_ft.lab.trainer; "
+            "slurm_ft.progress(1); print(sorted(m for m in sys.modules if m.startswith('slurm_ft')))")
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        out = subprocess.run([sys.executable, "-c", code, d], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == str(["slurm_ft", "slurm_ft.heartbeat", "slurm_ft.lab", "slurm_ft.lab.trainer"])
+
+
+def test_stall_and_bad_checkpoint_options():
+    from slurm_ft.lab.trainer import parse_args
+    a = parse_args(["--ckpt-dir", "/x"])
+    assert (a.stall_at, a.stall_rank, a.bad_ckpt) == (0, 0, -1)        # off by default
+    a = parse_args(["--ckpt-dir", "/x", "--stall-at", "8", "--stall-rank", "1", "--bad-ckpt", "10"])
+    assert (a.stall_at, a.stall_rank, a.bad_ckpt) == (8, 1, 10)

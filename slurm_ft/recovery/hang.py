@@ -1,0 +1,91 @@
+"""Hangs without an XID, pure: the job's progress reports (slurm_ft.heartbeat) -> hung, straggling, culprits.
+
+The supervisor (supervisor.py) reads the reports of the running launch and asks `stalled`; on a hang it
+runs the prolog-level checks on every node of the step (one srun of `slurm-ft check --json`) and reads
+the culprits off their output with `culprits`. No clock and no file here: times and texts come in.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional
+
+# A rank whose last report is this much older than the newest one (and at a lower step) straggles;
+# at least this, or a quarter of hang_timeout (a healthy rank reports about once a second).
+STRAGGLER_MIN_S = 10.0
+CHECK_OUTPUT_MAX = 1 << 20       # bytes of the checks' output read (one JSON line per node)
+
+
+@dataclass(frozen=True)
+class Launch:
+    job: str
+    restart: int
+    launch: int
+    started_t: float                  # wall clock of the launch (the reports carry wall-clock times)
+
+
+def current(records: Mapping[int, dict], at: Launch) -> Dict[int, dict]:
+    """The reports of this launch only: earlier launches' files stay until their rank reports again."""
+    return {r: x for r, x in records.items()
+            if str(x.get("job", "")) == at.job and x.get("restart") == at.restart and x.get("launch") == at.launch}
+
+
+def stalled(records: Mapping[int, dict], at: Launch, now: float, timeout_s: float,
+            grace_s: Optional[float] = None) -> Optional[str]:
+    """Why the launch counts as hung (no report from any rank for timeout_s), or None. Before the launch's
+    first report, start-up (imports, rendezvous, loading the checkpoint) gets grace_s more: by default
+    timeout_s again (the job's own scale)."""
+    grace_s = timeout_s if grace_s is None else grace_s
+    mine = current(records, at)
+    if not mine:
+        quiet = now - at.started_t
+        if quiet > timeout_s + grace_s:
+            return f"no progress report {quiet:.0f} s after the launch (hang timeout {timeout_s:g} s + {grace_s:g} s start-up)"
+        return None
+    newest = max(mine.values(), key=lambda x: x["t"])
+    quiet = now - max(newest["t"], at.started_t)
+    if quiet > timeout_s:
+        return (f"no progress for {quiet:.0f} s (hang timeout {timeout_s:g} s); last step {newest['step']} "
+                f"reported by rank {newest['rank']}")
+    return None
+
+
+def stragglers(records: Mapping[int, dict], at: Launch, timeout_s: float) -> List[dict]:
+    """Ranks far behind the others: a lower step than the newest, and a last report older than the
+    newest by the straggler window. Reported, not acted on."""
+    mine = current(records, at)
+    if len(mine) < 2:
+        return []
+    window = max(STRAGGLER_MIN_S, timeout_s / 4)
+    top = max(x["step"] for x in mine.values())
+    newest_t = max(x["t"] for x in mine.values())
+    return [{"rank": r, "host": str(x.get("host", ""))[:100], "step": x["step"], "ahead_step": top,
+             "behind_s": round(newest_t - x["t"], 1)}
+            for r, x in sorted(mine.items()) if x["step"] < top and newest_t - x["t"] > window]
+
+
+def culprits(output: str) -> Dict[str, str]:
+    """node -> why, from the `slurm-ft check --json` lines of the checks' step (one per node): the nodes
+    with a fail finding. Any other line (srun's own, a crashed check) names no culprit."""
+    out: Dict[str, str] = {}
+    for line in output[:CHECK_OUTPUT_MAX].splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            rep = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rep, dict) or not isinstance(rep.get("node"), str) or not isinstance(rep.get("findings"), list):
+            continue
+        bad = [f for f in rep["findings"] if isinstance(f, dict) and f.get("severity") == "fail"]
+        if bad:
+            out[rep["node"]] = "slurm-ft: hang check: " + "; ".join(
+                f"{f.get('code', '?')} {'gpu' + str(f['gpu']) if f.get('gpu') is not None else ''} {f.get('reason', '')}".strip()
+                for f in bad)[:300]
+    return out
+
+
+def restarts_left(max_restarts: int, slurm_restarts: int, in_place: int) -> bool:
+    """May the job restart once more: Slurm's requeues plus the supervisor's restarts in place."""
+    return slurm_restarts + in_place < max_restarts

@@ -1,0 +1,129 @@
+"""Hangs without an Xid and restart loops on a bad checkpoint, on the real lab (`slurm-ft sbatch
+--hang-timeout S`): the supervisor in the batch step sees no progress report (slurm_ft.progress) for S
+seconds, checks the step's nodes with one srun of `slurm-ft check --level prolog`, relaunches without a
+culprit it finds, else restarts the step in place; a checkpoint the job keeps failing on is passed over."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slurm_ft.lab.trainer import read_log
+from slurm_ft.slurm.hostlist import expand
+from tests.lab.ctl_helpers import PY, slurm_ft, wait_job
+
+pytestmark = pytest.mark.lab
+
+HANG_S = 10
+
+
+def submit(lab, work: Path, n: int, k: int, *trainer: str, ft=()) -> tuple:
+    ck = work / "ck"
+    spares = ("--hot-spares", str(k)) if k else ()
+    p = slurm_ft(lab, None, "sbatch", "--ckpt-dir", str(ck), *spares, "--hang-timeout", str(HANG_S), *ft,
+                 "-N", str(n), "--ntasks-per-node=1", "-o", str(work / "job.out"), "--open-mode=append",
+                 PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
+                 "--step-time", "0.3", "--ckpt-every", "5", *trainer,
+                 env={"LD_LIBRARY_PATH": str(lab.dir / "lib")})   # the nodes' "driver": the lab's fake NVML
+    return int(p.stdout.split()[-1]), ck
+
+
+def events(ck: Path, name: str) -> list:
+    path = ck / "slurm-ft-starts.jsonl"
+    if not path.exists():
+        return []
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r["event"] == name]
+
+
+def first_step(ck: Path, launch: int):
+    return next((e for e in read_log(str(ck)) if e["event"] == "step" and e.get("launch", 0) == launch), None)
+
+
+def start_of(ck: Path, launch: int):
+    return next((e for e in read_log(str(ck)) if e["event"] == "start" and e.get("launch", 0) == launch), None)
+
+
+def show(work: Path) -> None:
+    """Printed by pytest only when the test failed."""
+    for name in ("job.out", "ck/slurm-ft-starts.jsonl", "ck/trainer-log.jsonl"):
+        f = work / name
+        print(f"== {name}", *(f.read_text(errors="replace").splitlines()[-60:] if f.exists() else ["(none)"]), sep="\n")
+
+
+def test_a_hang_without_a_culprit_restarts_in_place_without_hot_spares(lab, work):
+    job_id, ck = submit(lab, work, 2, 0, "--stall-at", "8", "--stall-rank", "1", "--gpu-check", "off")
+    try:
+        job = wait_job(lab, job_id, "RUNNING", timeout=180)
+        assert len(job.nodes) == 2
+        resumed = lab.client.wait_for(lambda: first_step(ck, 1), 120, "the first step after the restart")
+        stall = next(e for e in read_log(str(ck)) if e["event"] == "stall")
+        launches = events(ck, "launch")
+        assert launches[1]["nodes"] == launches[0]["nodes"]               # in place: the same nodes
+        assert "restart in place after a hang" in launches[1]["reason"]
+        assert events(ck, "hang_check")[0]["culprits"] == ""
+        assert events(ck, "hang_restart")[0]["restarts"] == 1
+        assert start_of(ck, 1)["resumed_from"] and start_of(ck, 1)["step"] == 5   # the latest complete checkpoint
+        hang_to_resume = resumed["t"] - stall["t"]
+        print(f"hang to first resumed step: {hang_to_resume:.1f} s (hang timeout {HANG_S} s)")
+        assert hang_to_resume <= HANG_S + 10
+        assert lab.client.job(job_id).state == "RUNNING" and lab.client.job(job_id).restart_count == 0
+        assert "hang: no progress for" in (work / "job.out").read_text()
+    except BaseException:
+        show(work)
+        raise
+
+
+def test_a_hang_with_a_culprit_relaunches_on_the_hot_spare(lab, work):
+    job_id, ck = submit(lab, work, 2, 1, "--gpu-check", "on", "--on-fault", "hang")
+    try:
+        job = wait_job(lab, job_id, "RUNNING", timeout=180)
+        lab.client.wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a checkpoint")
+        step_nodes = expand(events(ck, "launch")[0]["nodes"])
+        victim = next(x for x in step_nodes if x != job.batch_host)
+        # the GPU falls off the bus with no kernel-log line: no Xid for the watcher, the rank hangs on it
+        slurm_ft(lab, None, "lab", "inject", victim, "--gpu", "0", "--gpu-lost", "--no-log", "--dir", str(lab.dir))
+        resumed = lab.client.wait_for(lambda: first_step(ck, 1), 120, "the first step after the relaunch")
+        check = events(ck, "hang_check")[0]
+        assert check["culprits"] == victim
+        relaunch = events(ck, "launch")[1]
+        assert victim not in expand(relaunch["nodes"]) and len(expand(relaunch["nodes"])) == 2
+        assert events(ck, "fault")[0]["nodes"] == victim and not events(ck, "hang_restart")
+        assert lab.client.node(victim).drained                  # the check drained it (`check --drain`)
+        assert start_of(ck, 1)["resumed_from"] and resumed["step"] > start_of(ck, 1)["step"]
+        assert lab.client.job(job_id).restart_count == 0
+    except BaseException:
+        show(work)
+        raise
+
+
+def test_a_checkpoint_that_keeps_failing_is_passed_over(lab, work):
+    # the first run stalls after step 12 (checkpoint 10 complete); loading 10 then hangs every time
+    job_id, ck = submit(lab, work, 2, 0, "--stall-at", "12", "--bad-ckpt", "10", "--on-fault", "hang",
+                        "--gpu-check", "off", ft=("--ckpt-fails", "2", "--max-restarts", "5"))
+    try:
+        wait_job(lab, job_id, "RUNNING", timeout=180)
+        lab.client.wait_for(lambda: first_step(ck, 3), 240, "the first step from the previous checkpoint")
+        launches = events(ck, "launch")
+        assert [x["step"] for x in launches[:4]] == [None, 10, 10, 5]
+        assert launches[3]["passed_over"] == {"10": 2} and launches[3]["newest"] == 10
+        assert "failed 2 starts in a row" in (work / "job.out").read_text()
+        assert start_of(ck, 3)["step"] == 5 and start_of(ck, 3)["state_ok"]
+    except BaseException:
+        show(work)
+        raise
+
+
+def test_a_hang_with_the_restart_limit_used_up_ends_the_job_with_exit_75(lab, work):
+    job_id, ck = submit(lab, work, 2, 0, "--stall-at", "3", "--stall-rank", "1", "--gpu-check", "off",
+                        ft=("--max-restarts", "0"))
+    try:
+        job = wait_job(lab, job_id, "FAILED", timeout=180)
+        assert job.exit_code == "75:0"
+        end = events(ck, "exit")[-1]
+        assert end["rc"] == 75 and "restart limit is used up" in end["reason"]
+        assert not events(ck, "hang_restart") and len(events(ck, "launch")) == 1
+        assert "hung with no culprit and the restart limit is used up" in (work / "job.out").read_text()
+    except BaseException:
+        show(work)
+        raise

@@ -1,0 +1,79 @@
+"""Hang detection, stragglers and culprits (recovery/hang.py), pure over progress reports and check output."""
+from __future__ import annotations
+
+import json
+
+from slurm_ft.recovery import hang
+
+AT = hang.Launch(job="7", restart=1, launch=2, started_t=1000.0)
+
+
+def rep(rank, step, t, job="7", restart=1, launch=2, host="n1"):
+    return {"rank": rank, "step": step, "t": t, "job": job, "restart": restart, "launch": launch, "host": host}
+
+
+def test_a_launch_that_reports_is_not_hung_until_the_timeout_passes_without_a_report():
+    records = {0: rep(0, 50, 1100.0), 1: rep(1, 49, 1099.5)}
+    assert hang.stalled(records, AT, now=1109.9, timeout_s=10) is None
+    why = hang.stalled(records, AT, now=1111.0, timeout_s=10)
+    assert why is not None and "no progress for 11 s" in why and "last step 50" in why and "rank 0" in why
+
+
+def test_reports_of_earlier_launches_restarts_or_jobs_do_not_count():
+    old = {0: rep(0, 50, 1200.0, launch=1), 1: rep(1, 50, 1200.0, restart=0), 2: rep(2, 50, 1200.0, job="8")}
+    assert hang.current(old, AT) == {}
+    # none of the current launch: counted from the launch, with the start-up grace (timeout again by default)
+    assert hang.stalled(old, AT, now=1019.0, timeout_s=10) is None
+    why = hang.stalled(old, AT, now=1021.0, timeout_s=10)
+    assert why is not None and "no progress report 21 s after the launch" in why
+    assert hang.stalled(old, AT, now=1021.0, timeout_s=10, grace_s=30) is None
+
+
+def test_a_report_older_than_the_launch_counts_from_the_launch():
+    # a rank's clock a little behind: its first report predates the launch; quiet time starts at the launch
+    assert hang.stalled({0: rep(0, 1, 990.0)}, AT, now=1009.0, timeout_s=10) is None
+
+
+def test_a_straggler_is_a_rank_behind_the_others_for_the_window():
+    records = {0: rep(0, 100, 1100.0), 1: rep(1, 100, 1099.8), 2: rep(2, 60, 1085.0, host="slow")}
+    got = hang.stragglers(records, AT, timeout_s=20)
+    assert got == [{"rank": 2, "host": "slow", "step": 60, "ahead_step": 100, "behind_s": 15.0}]
+    # within the window (max(10 s, timeout / 4)): not yet
+    assert hang.stragglers(records, AT, timeout_s=80) == []
+    # the same step (a throttled report): not behind
+    assert hang.stragglers({0: rep(0, 100, 1100.0), 1: rep(1, 100, 1080.0)}, AT, timeout_s=20) == []
+    assert hang.stragglers({0: rep(0, 100, 1100.0)}, AT, timeout_s=20) == []
+
+
+def check_line(node, *findings):
+    return json.dumps({"node": node, "level": "prolog", "healthy": not findings,
+                       "findings": [{"check": "inventory", "severity": s, "gpu": g, "code": c, "reason": r}
+                                    for s, g, c, r in findings]})
+
+
+def test_culprits_are_the_nodes_with_a_fail_finding_in_the_checks_output():
+    out = "\n".join([
+        check_line("gpu001"),
+        check_line("gpu002", ("fail", 0, "GPU_LOST", "GPU 0 is lost"), ("warn", 1, "TEMP", "hot")),
+        check_line("gpu003", ("error", None, "PROBE_CRASH", "probe crashed")),   # not a verdict on the node
+        "srun: error: gpu004: task 3: Exited with exit code 1",
+        "{not json", "[1, 2]", json.dumps({"node": 5, "findings": []}),
+    ])
+    got = hang.culprits(out)
+    assert list(got) == ["gpu002"]
+    assert got["gpu002"].startswith("slurm-ft: hang check: GPU_LOST gpu0 GPU 0 is lost")
+    assert hang.culprits("") == {}
+
+
+def test_restarts_in_place_count_with_slurms_requeues():
+    assert hang.restarts_left(5, 2, 2)
+    assert not hang.restarts_left(5, 2, 3)
+    assert not hang.restarts_left(0, 0, 0)
+
+
+def test_the_checks_run_beside_the_hung_step_on_each_of_its_nodes_once():
+    from slurm_ft.recovery.supervisor import check_argv
+    argv = check_argv(["gpu001", "gpu002", "gpu007"], python="/py")
+    assert argv[:7] == ["srun", "--overlap", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
+                        "--nodelist=gpu[001-002,007]", "--kill-on-bad-exit=0"]
+    assert argv[7:] == ["/py", "-m", "slurm_ft", "check", "--level", "prolog", "--drain", "--json", "--no-state"]
