@@ -19,7 +19,6 @@ from slurm_ft.lab.trainer import read_log, runs
 pytestmark = pytest.mark.lab
 
 PY = sys.executable
-RELAY = str(Path(__file__).parent / "jobs" / "progress_relay.py")
 STEP_S = 0.5
 
 
@@ -49,7 +48,7 @@ def test_goodput_of_a_job_recovered_from_one_fault_matches_the_trainers_log(lab,
     ck = tmp_path / "ck"
     p = slurm_ft(lab, None, "sbatch", "--parsable", "--ckpt-dir", str(ck), "-N", "4", "--gres=gpu:8",
                  "--open-mode=append", "-o", str(tmp_path / "job.out"),
-                 PY, RELAY, str(ck), "--", "srun", "--ntasks-per-node=1", PY, "-m", "slurm_ft.lab.trainer",
+                 "srun", "--ntasks-per-node=1", PY, "-m", "slurm_ft.lab.trainer",     # it reports progress
                  "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--steps", "100000", "--step-time", str(STEP_S),
                  "--ckpt-every", "10", "--collective-timeout", "120")
     jid = int(p.stdout.split()[-1])
