@@ -50,7 +50,7 @@ class Wave:
                 f"{self.last - self.first:.0f} s ({compress(list(self.members))}) since "
                 f"{_hms(self.first)}, {len(self.still_out)} still out"
                 + (f" ({compress(list(self.still_out))})" if self.still_out and back else "")
-                + f": recovery of these nodes paused (network partition, overloaded slurmctld or power?)")
+                + ": recovery of these nodes paused (network partition, overloaded slurmctld or power?)")
 
 
 def unresponsive(node: Node) -> bool:

@@ -61,6 +61,21 @@ def wait_job(lab, job_id: int, state: str = "RUNNING", timeout: float = 120.0, *
     raise AssertionError(f"job {job_id} not {state} {more} within {timeout} s; last seen {job}")
 
 
+def wait_event(ck: Path, pred, timeout: float, what: str, lab=None, job_id=None) -> dict:
+    """The first event of the trainer's log in `ck` that `pred` accepts (the job's state in the error)."""
+    from slurm_ft.lab.trainer import read_log
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for ev in read_log(str(ck)):
+            if pred(ev):
+                return ev
+        time.sleep(0.2)
+    tail = read_log(str(ck))[-3:]
+    job = lab.client.job(job_id) if lab is not None else None
+    state = f"; job {job.state} ({job.reason})" if job else ""
+    raise AssertionError(f"no {what} within {timeout} s; last events: {tail}{state}")
+
+
 def fail_node(lab, node: str, reason: str = "slurm-ft: XID79 gpu3 GPU has fallen off the bus") -> None:
     """What the health check does on a fatal finding: drain with a slurm-ft reason."""
     lab.client.drain([node], reason)

@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from ctl_helpers import controller_config, fail_node, once, slurm_ft, wait_job
+from ctl_helpers import controller_config, fail_node, once, slurm_ft, wait_event, wait_job
 from slurm_ft.lab.inject import inject
 from slurm_ft.lab.trainer import read_log, runs
 
@@ -30,16 +28,6 @@ def cfg(lab, tmp_path):
     lab.reset()
 
 
-def _wait(ck: Path, pred, timeout: float, what: str) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for e in read_log(str(ck)):
-            if pred(e):
-                return e
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} within {timeout} s; last events {read_log(str(ck))[-3:]}")
-
-
 def _goodput(lab, cfg, jid: int) -> dict:
     return json.loads(slurm_ft(lab, cfg, "status", "--job", str(jid), "--json").stdout)
 
@@ -52,23 +40,23 @@ def test_goodput_of_a_job_recovered_from_one_fault_matches_the_trainers_log(lab,
                  "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--steps", "100000", "--step-time", str(STEP_S),
                  "--ckpt-every", "10", "--collective-timeout", "120")
     jid = int(p.stdout.split()[-1])
-    _wait(ck, lambda e: e["event"] == "step" and e["step"] >= 4, 180, "step 4")
+    wait_event(ck, lambda e: e["event"] == "step" and e["step"] >= 4, 180, "step 4")
     early = _goodput(lab, cfg, jid)             # slurm-ft sees the first run progress (and remembers it)
     assert early["restarts"] == [] and early["gpus"] == 32 and early["lost_seconds"]["recovery"] == 0
-    _wait(ck, lambda e: e["event"] == "ckpt" and e["step"] >= 10, 60, "checkpoint 10")
-    _wait(ck, lambda e: e["event"] == "step" and e["step"] >= 15, 60, "step 15")   # 5 steps past it to redo
+    wait_event(ck, lambda e: e["event"] == "ckpt" and e["step"] >= 10, 60, "checkpoint 10")
+    wait_event(ck, lambda e: e["event"] == "step" and e["step"] >= 15, 60, "step 15")   # 5 steps past it to redo
 
     bad = lab.client.job(jid).nodes[1]
     inject(lab.dir, bad, "xid", gpu=3, value=79)           # the rank on it dies, the others wait
-    fault = _wait(ck, lambda e: e["event"] == "fault", 30, "the trainer's fault")
+    fault = wait_event(ck, lambda e: e["event"] == "fault", 30, "the trainer's fault")
     fail_node(lab, bad)                                      # what the health check does
     once(lab, cfg)
     wait_job(lab, jid, restart_count=1, timeout=180)
-    start = _wait(ck, lambda e: e["event"] == "start" and e["restart"] == 1, 180, "restart")
-    _wait(ck, lambda e: e["event"] == "step" and e["restart"] == 1 and e["step"] >= start["step"] + 3, 60,
+    start = wait_event(ck, lambda e: e["event"] == "start" and e["restart"] == 1, 180, "restart")
+    wait_event(ck, lambda e: e["event"] == "step" and e["restart"] == 1 and e["step"] >= start["step"] + 3, 60,
           "3 steps after the restart")
     _goodput(lab, cfg, jid)                     # the restarted run's first progress seen ...
-    _wait(ck, lambda e: e["event"] == "step" and e["restart"] == 1 and e["step"] >= start["step"] + 8, 60,
+    wait_event(ck, lambda e: e["event"] == "step" and e["restart"] == 1 and e["step"] >= start["step"] + 8, 60,
           "8 steps after the restart")
     g = _goodput(lab, cfg, jid)                 # ... and later
 

@@ -14,6 +14,7 @@ import pytest
 from slurm_ft.lab.inject import inject
 from slurm_ft.lab.trainer import read_log
 from slurm_ft.recovery import ckpt
+from tests.lab.ctl_helpers import wait_event
 
 pytestmark = pytest.mark.lab
 
@@ -35,19 +36,6 @@ def submit_trainer(lab, work: Path, *trainer_args: str, ft_args=(), nodes: int =
 
 # Generous: the lab shares two cores with other labs, and every job start runs the prolog health checks.
 START_S = 180
-
-
-def wait_event(ck: Path, pred, timeout: float, what: str, lab=None, job_id=None) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for ev in read_log(str(ck)):
-            if pred(ev):
-                return ev
-        time.sleep(0.2)
-    tail = read_log(str(ck))[-3:]
-    job = lab.client.job(job_id) if lab is not None else None
-    state = f"; job {job.state} ({job.reason})" if job else ""
-    raise AssertionError(f"no {what} within {timeout} s; last events: {tail}{state}")
 
 
 def test_trainer_checkpoints_and_resumes_after_requeue(lab, work):
