@@ -36,6 +36,12 @@ EXIT_GRACE_S = 60.0
 # A training step that exits with this status says "do not restart me" (a bad config, a diverged run:
 # a restart cannot help). 78 is sysexits' EX_CONFIG. The job ends with it, whatever else failed.
 EXIT_DO_NOT_RESTART = 78
+# The supervisor's own end when the step hung again with max_restarts used up (sysexits' EX_TEMPFAIL:
+# not the job's fault).
+EXIT_RESTART_LIMIT = 75
+# Ends no one may restart: the controller leaves a job with one of these as its last exit status alone,
+# also when Slurm requeued it itself (>= 25.11, expedite: any non-zero exit is requeued held).
+FINAL_EXITS = frozenset({EXIT_DO_NOT_RESTART, EXIT_RESTART_LIMIT})
 
 
 @dataclass(frozen=True)

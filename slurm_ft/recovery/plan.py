@@ -26,7 +26,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from slurm_ft.model import Incident, Job, Node, Placement, Step
 from slurm_ft.recovery.ckptscan import HOLD_PREFIX
-from slurm_ft.recovery.hotplan import EXIT_DO_NOT_RESTART
+from slurm_ft.recovery.hotplan import FINAL_EXITS
 from slurm_ft.recovery.nodefault import FAIL_PREFIX, node_fault
 from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.snapshot import Snapshot
@@ -205,8 +205,8 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
         mine = _of_job(incidents, job.job_id, job)
         if mine and mine[-1].status == "gave_up":
             return None             # held by us after max-restarts: an admin releases it
-        if job.exit_code.split(":")[0] == str(EXIT_DO_NOT_RESTART):
-            return None             # the job said "do not restart me" (its last run's exit status)
+        if job.exit_code.split(":")[0] in {str(x) for x in FINAL_EXITS}:
+            return None             # "do not restart me", or the restart limit used up (its last exit status)
         # Slurm requeued it (launch failed, node failure): the failed nodes are those still in its
         # partition, drained or down, that no job is using; a held job will wait for us.
         cands = job.nodes or snap.partitions[part].nodes

@@ -17,7 +17,7 @@ first) is a hang. It then runs the prolog-level checks on every node of the step
 --overlap` of `slurm-ft check --level prolog --drain --json`, bounded by CHECK_TIMEOUT_S): a node they
 fail is a culprit and takes the fault path above (relaunch without it, or the requeue fallback); with
 none, the step restarts in place from the latest complete checkpoint, counted with Slurm's requeues
-against the job's max_restarts (then the job ends, EXIT_RESTART_LIMIT). hang.py decides, pure.
+against the job's max_restarts (then the job ends, hotplan.EXIT_RESTART_LIMIT). hang.py decides, pure.
 
 Fail-safe: a failed read of Slurm is logged and the step runs on (no action on a guess); a failed
 shrink is logged (the controller quarantines the node either way) and training goes on; a check
@@ -43,7 +43,6 @@ STOP_GRACE_S = 10.0          # SIGTERM to srun, then SIGKILL
 LAUNCH_ENV = "SLURM_FT_LAUNCH"   # the launch number within this start of the job (0, 1, ...)
 HANG_POLL_S = 1.0            # progress reads per second (one small file per rank)
 CHECK_TIMEOUT_S = 120.0      # the hang checks' srun, start-up included; then it is killed: no culprit
-EXIT_RESTART_LIMIT = 75      # hung again with max_restarts used up (sysexits' EX_TEMPFAIL: not the job's fault)
 
 
 def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str]) -> List[str]:
@@ -263,7 +262,7 @@ class Supervisor:
         used = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, jobstart.STARTS_LOG))
                    if r.get("event") == "hang_restart" and r.get("job") == str(self.job_id))
         if not hang.restarts_left(self.max_restarts, self.restart, used):
-            return hp.Action("exit", rc=EXIT_RESTART_LIMIT,
+            return hp.Action("exit", rc=hp.EXIT_RESTART_LIMIT,
                              reason=f"hung with no culprit and the restart limit is used up ({self.restart} requeue(s) "
                                     f"+ {used} restart(s) in place of max_restarts {self.max_restarts}): {why}")
         self.log("hang_restart", launch=self.launches - 1, restarts=self.restart + used + 1)

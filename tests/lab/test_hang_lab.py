@@ -118,8 +118,11 @@ def test_a_hang_with_the_restart_limit_used_up_ends_the_job_with_exit_75(lab, wo
     job_id, ck = submit(lab, work, 2, 0, "--stall-at", "3", "--stall-rank", "1", "--gpu-check", "off",
                         ft=("--max-restarts", "0"))
     try:
-        job = wait_job(lab, job_id, "FAILED", timeout=180)
-        assert job.exit_code == "75:0"
+        # >= 25.11 with expedite: Slurm requeues any non-zero exit held; the controller leaves a 75 alone
+        ends = ("FAILED", "REQUEUE_HOLD") if lab.client.expedited_requeue_available() else ("FAILED",)
+        job = lab.client.wait_for(lambda: next((j for j in [lab.client.job(job_id)] if j.state in ends), None),
+                                  180, f"job {job_id} {' or '.join(ends)}")
+        assert job.exit_code == "75:0", job
         end = events(ck, "exit")[-1]
         assert end["rc"] == 75 and "restart limit is used up" in end["reason"]
         assert not events(ck, "hang_restart") and len(events(ck, "launch")) == 1

@@ -398,13 +398,14 @@ def test_hot_spare_incident_closes_when_slurm_refuses_to_take_the_node_back():
     assert kinds(plan(quarantined, [hot_incident([("quarantine", "ok")])], P, NOW)) == ["poll"]
 
 
-def test_a_job_that_exited_do_not_restart_is_left_alone_after_slurm_requeued_it():
-    from slurm_ft.recovery.hotplan import EXIT_DO_NOT_RESTART
+@pytest.mark.parametrize("exit_status", [78, 75])      # "do not restart me"; hung with the restart limit used up
+@pytest.mark.parametrize("state", ["PENDING", "REQUEUE_HOLD"])   # REQUEUE_HOLD: 26.05's expedite on a non-zero exit
+def test_a_job_that_ended_for_good_is_left_alone_after_slurm_requeued_it(exit_status, state):
     nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu3"),
              node("gpu003", "IDLE"), node("gpu004", "IDLE")]
-    j = job("PENDING", nodes=(), restart=1, reason="BeginTime")
+    j = job(state, nodes=(), restart=1, reason="BeginTime")
     assert kinds(plan(cluster(nodes, jobs=[j]), [], P, NOW)) == ["open"]
-    j = replace(j, exit_code=f"{EXIT_DO_NOT_RESTART}:0")
+    j = replace(j, exit_code=f"{exit_status}:0")
     assert plan(cluster(nodes, jobs=[j]), [], P, NOW) == []
 
 
