@@ -24,7 +24,12 @@ def controller(lab, work):
                             stdout=open(work / "controller.log", "w"), stderr=subprocess.STDOUT)
     yield config
     proc.terminate()
-    proc.wait(30)
+    try:
+        proc.wait(120)      # it ends its current cycle first: Slurm calls took 30 s and more at load 200
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
     # shown by pytest only when the test failed: what the controller, the job and its supervisor said
     for name in ("controller.log", "job.out", "ck/slurm-ft-starts.jsonl", "ck/trainer-log.jsonl"):
         f = work / name
