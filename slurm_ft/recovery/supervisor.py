@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -57,6 +58,22 @@ def check_argv(nodes: Sequence[str], python: str = sys.executable) -> List[str]:
     return ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", f"--nodelist={compress(nodes)}",
             "--kill-on-bad-exit=0", python, "-m", "slurm_ft", "check", "--level", "prolog", "--drain", "--json",
             "--no-state"]
+
+
+def port_free_here(here: str) -> Callable[[str, int], bool]:
+    """Whether a port is free on `node`, by binding it here when `node` is this host (rank 0 on the batch
+    host, where the supervisor runs); another node's ports cannot be seen from here: taken as free."""
+    def free(node: str, port: int) -> bool:
+        if node != here:
+            return True
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as TCPStore binds: TIME_WAIT is no use
+            try:
+                s.bind(("", port))
+            except OSError:
+                return False
+        return True
+    return free
 
 
 class Supervisor:
@@ -121,7 +138,8 @@ class Supervisor:
         env = dict(self.env)
         env.update(jobstart.ckpt_env(found, self.ckpt_dir))
         env[LAUNCH_ENV] = str(self.launches)
-        rdv, rank0 = rendezvous.launch_env(self.env, nodes, self.addrs, self.job_id, self.restart, self.launches)
+        rdv, rank0 = rendezvous.launch_env(self.env, nodes, self.addrs, self.job_id, self.restart, self.launches,
+                                           port_free_here(self.env.get("SLURMD_NODENAME", "")))
         env.update(rdv)
         try:
             program = jobstart.exec_argv(resolved[0], resolved[1:])

@@ -6,12 +6,13 @@ newest DCP save inside the same allocation (no requeue)."""
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
 import pytest
 
 from ctl_helpers import PY, slurm_ft, wait_job, xid_drain
-from slurm_ft.recovery.rendezvous import master_port
+from slurm_ft.recovery.rendezvous import candidate_ports
 from slurm_ft.slurm.hostlist import expand
 from tests.lab.test_ckpt_lab import START_S, out_lines, wait_line
 from tests.lab.test_hot_spares_lab import controller, supervisor_events  # noqa: F401 - the fixture
@@ -40,21 +41,24 @@ def test_ddp_job_resumes_on_the_hot_spare_from_its_newest_dcp_save(lab, work, co
     rdv0 = wait_line(out, r"^rdv launch=0 node=(\S+) init=env://(\S+):(\d+)$", START_S, lab, jid)
     [launch0] = supervisor_events(ck, "launch")
     addr = lab.client.node(job.batch_host).addr
-    assert addr and rdv0.groups() == (job.batch_host, addr, str(master_port(jid, 0, 0)))
-    assert launch0["rank0"] == job.batch_host and launch0["master"] == f"{addr}:{master_port(jid, 0, 0)}"
+    port0 = int(rdv0.group(3))                    # the first candidate, or the next where another held it
+    assert addr and rdv0.groups()[:2] == (job.batch_host, addr) and port0 in candidate_ports(jid, 0, 0)
+    assert launch0["rank0"] == job.batch_host and launch0["master"] == f"{addr}:{port0}"
     wait_line(out, r"^start restart=0 world=2 from=- step=0$", START_S, lab, jid)
     wait_line(out, r"^saved step=10 ", 120, lab, jid)
 
     victim = next(x for x in expand(launch0["nodes"]) if x != job.batch_host)
     n_before = len(out_lines(out))
-    chk = xid_drain(lab, victim)                                     # the GPU falls off the bus
-    node = lab.client.node(victim)
-    assert chk.returncode == 1 and node.drained and "XID79" in node.reason, (chk.stdout, chk.stderr, node)
+    with socket.socket() as other:      # another program holds launch 1's first port on the batch host
+        other.bind(("", candidate_ports(jid, 0, 1)[0]))
+        other.listen()
+        chk = xid_drain(lab, victim)                                 # the GPU falls off the bus
+        node = lab.client.node(victim)
+        assert chk.returncode == 1 and node.drained and "XID79" in node.reason, (chk.stdout, chk.stderr, node)
 
-    # launch 1, on the survivor and the hot spare: a new port, rank 0 still on the batch host
-    rdv1 = wait_line(out, r"^rdv launch=1 node=(\S+) init=env://(\S+):(\d+)$", START_S, lab, jid, after=n_before)
-    assert rdv1.groups() == (job.batch_host, addr, str(master_port(jid, 0, 1)))
-    assert master_port(jid, 0, 1) != master_port(jid, 0, 0)
+        # launch 1, on the survivor and the hot spare: the next free port, rank 0 still on the batch host
+        rdv1 = wait_line(out, r"^rdv launch=1 node=(\S+) init=env://(\S+):(\d+)$", START_S, lab, jid, after=n_before)
+        assert rdv1.groups()[:2] == (job.batch_host, addr) and int(rdv1.group(3)) in candidate_ports(jid, 0, 1)[1:]
     launch1 = supervisor_events(ck, "launch")[1]
     assert victim not in expand(launch1["nodes"]) and len(expand(launch1["nodes"])) == 2
     start = wait_line(out, r"^start restart=0 world=2 from=(\S+) step=(\d+)$", START_S, lab, jid, after=n_before)

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from slurm_ft.recovery.rendezvous import PORT_LO, PORT_SPAN, launch_env, master_port
+import socket
+
+from slurm_ft.recovery.rendezvous import PORT_LO, PORT_SPAN, candidate_ports, launch_env, master_port
+from slurm_ft.recovery.supervisor import port_free_here
 
 ADDRS = {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}
 
@@ -50,3 +53,40 @@ def test_two_launches_in_a_row_never_share_a_port_and_stay_in_range(job, restart
     assert PORT_LO <= port < PORT_LO + PORT_SPAN
     assert port != master_port(job, restart, launch + 1)        # the relaunch after a fault
     assert port != master_port(job, restart + 1, 0)             # the first launch after a requeue
+
+
+def test_a_port_taken_on_rank_0s_node_is_passed_over_for_the_next_candidate():
+    first, second, third = candidate_ports(69, 0, 0)[:3]
+    taken = {("n1", first), ("n1", second)}
+    env, _ = launch_env({}, ("n1", "n2"), ADDRS, 69, 0, 0, lambda node, port: (node, port) not in taken)
+    assert env["MASTER_PORT"] == str(third)
+
+
+def test_with_every_candidate_taken_the_first_is_kept():
+    env, _ = launch_env({}, ("n1",), ADDRS, 69, 0, 0, lambda node, port: False)
+    assert env["MASTER_PORT"] == str(master_port(69, 0, 0))
+
+
+def test_the_users_port_is_kept_even_where_it_is_taken():
+    env, _ = launch_env({"MASTER_PORT": "29500"}, ("n1",), ADDRS, 69, 0, 0, lambda node, port: False)
+    assert env["MASTER_PORT"] == "29500"
+
+
+@given(st.integers(1, 2**32), st.integers(0, 500), st.integers(0, 300), st.integers(0, 9), st.integers(0, 9),
+       st.booleans())
+def test_whichever_candidates_are_taken_two_launches_in_a_row_never_share_a_port(job, restart, launch, k1, k2,
+                                                                                after_requeue):
+    port = candidate_ports(job, restart, launch)[k1]
+    nxt = candidate_ports(job, restart + 1, 0) if after_requeue else candidate_ports(job, restart, launch + 1)
+    assert nxt[k2] != port and all(PORT_LO <= p < PORT_LO + PORT_SPAN for p in nxt)
+
+
+def test_the_supervisor_sees_a_listening_port_on_its_own_node_as_taken():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        free = port_free_here("gpu001")
+        assert not free("gpu001", port)
+        assert free("gpu002", port)                  # another node's ports cannot be seen from here
+    assert free("gpu001", port)
