@@ -1,5 +1,7 @@
 """`slurm-ft check`: run one health level on this node; optionally drain/resume it through Slurm.
 
+What slurmd runs on every node (HealthCheckProgram, prolog, epilog): argparse, not click (see cli/__init__).
+
 Exit codes: 0 healthy, 1 a fail finding, 2 usage, config or install error (a Python package missing),
 3 the drain/resume command failed. Error findings (a crashed probe, a hung NVML call) are reported and
 never change the exit code.
@@ -15,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-
-import click
 
 LEVEL_NAMES = ("quick", "prolog", "epilog", "full", "burnin")
 VERDICT = "slurm-ft-verdict: FAIL"
@@ -37,64 +37,69 @@ def node_name(explicit: "str | None") -> str:
     return socket.gethostname().split(".")[0]
 
 
-@click.command("check")
-@click.option("--level", "-l", type=click.Choice(LEVEL_NAMES), default="quick", show_default=True,
-              help="Which checks: quick (HealthCheckProgram), prolog, epilog, full, burnin.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-@click.option("--drain", is_flag=True,
-              help="Drain this node on a fail finding (reason 'slurm-ft: CODE gpuN ...'); resume it when "
-                   "healthy again, only if slurm-ft drained it.")
-@click.option("--node", metavar="NAME", help="Node name (default $SLURMD_NODENAME, else the hostname).")
-@click.option("--job-id", metavar="ID", envvar="SLURM_JOB_ID",
-              help="Job the prolog/epilog runs for (default $SLURM_JOB_ID).")
-@click.option("--no-state", is_flag=True, help="Do not read or write the node state file.")
-@click.pass_context
-def check(ctx: click.Context, level: str, as_json: bool, drain: bool, node: "str | None", job_id: "str | None",
-          no_state: bool) -> None:
-    """Check this node's GPUs and host at LEVEL and print the findings.
+def parser():
+    import argparse
+    ap = argparse.ArgumentParser(
+        prog="slurm-ft check", description="Check this node's GPUs and host at LEVEL and print the findings.",
+        epilog="Exit: 0 healthy, 1 a fail finding, 2 usage/config/install error, 3 drain command failed. "
+               '"slurm-ft-verdict: FAIL <reason>" on stdout: the node may be taken out (the prolog/epilog\'s signal).')
+    ap.add_argument("--level", "-l", choices=LEVEL_NAMES, default="quick",
+                    help="Which checks: quick (HealthCheckProgram), prolog, epilog, full, burnin (default: quick).")
+    ap.add_argument("--json", dest="as_json", action="store_true", help="Print one JSON object instead of text.")
+    ap.add_argument("--drain", action="store_true",
+                    help="Drain this node on a fail finding (reason 'slurm-ft: CODE gpuN ...'); resume it when "
+                         "healthy again, only if slurm-ft drained it.")
+    ap.add_argument("--node", metavar="NAME", help="Node name (default $SLURMD_NODENAME, else the hostname).")
+    ap.add_argument("--job-id", metavar="ID", default=os.environ.get("SLURM_JOB_ID"),
+                    help="Job the prolog/epilog runs for (default $SLURM_JOB_ID).")
+    ap.add_argument("--no-state", action="store_true", help="Do not read or write the node state file.")
+    return ap
 
-    \b
-    Exit: 0 healthy, 1 a fail finding, 2 usage/config/install error, 3 drain command failed.
-    "slurm-ft-verdict: FAIL <reason>" on stdout: the node may be taken out (the prolog/epilog's signal).
-    """
+
+def run(argv, config_path: "str | None" = None) -> int:
+    """`slurm-ft check ARGV`: its exit status (argparse exits 2 itself on a usage error)."""
+    args = parser().parse_args(argv)
     from slurm_ft.config import load_config
     from slurm_ft.health.run import check_node
 
-    config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
-    name = node_name(node)
+    level, as_json, drain, job_id = args.level, args.as_json, args.drain, args.job_id
+    config = load_config(config_path)
+    name = node_name(args.node)
     if level == "prolog" and own_validation_job(os.environ, config.lifecycle.maintenance_reservation):
         # the sweep's validation job judges the node itself, after the GPU reset the remediation asked
         # for: a prolog failing it first would leave nothing to reset and no verdict naming the findings
-        click.echo(f"{name}: slurm-ft validation job {job_id or '?'}: the job checks the node itself")
-        return
+        print(f"{name}: slurm-ft validation job {job_id or '?'}: the job checks the node itself")
+        return 0
     client = None
     if drain:
         from slurm_ft.health.drain import make_client
         client = make_client(config)
     progress = _progress_bar() if level == "burnin" and sys.stderr.isatty() and not as_json else None
     report = check_node(level, name, config, drain=drain, client=client, job_id=job_id,
-                        record=not no_state, progress=progress)
+                        record=not args.no_state, progress=progress)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=None))
+        print(json.dumps(report.to_dict(), indent=None))
     else:
         _print_text(report)
     code = report.exit_code
     if report.drain and report.drain.get("action") == "error":
-        click.echo(f"slurm-ft: error: drain failed: {report.drain['message']}", err=True)
+        _err(f"slurm-ft: error: drain failed: {report.drain['message']}")
         code = 3
     if report.install_error:
-        click.echo(f"slurm-ft: error: {report.install_error} (slurm-ft's install, not the node: "
-                   f"nothing drained)", err=True)
+        _err(f"slurm-ft: error: {report.install_error} (slurm-ft's install, not the node: nothing drained)")
         code = 2
     elif not report.healthy and not as_json and _may_fail(report, config, name, drain):
         from slurm_ft.health.drain import reason_text
-        click.echo(f"{VERDICT} {reason_text(report.findings)}")
+        print(f"{VERDICT} {reason_text(report.findings)}")
+    sys.stdout.flush()
+    sys.stderr.flush()
     if report.hung:
-        # the gather thread is stuck inside the driver: leave without joining it
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    ctx.exit(code)
+        os._exit(code)     # the gather thread is stuck inside the driver: leave without joining it
+    return code
+
+
+def _err(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _may_fail(report, config, node: str, drain: bool) -> bool:
@@ -106,7 +111,7 @@ def _may_fail(report, config, node: str, drain: bool) -> bool:
     from slurm_ft.lifecycle import guard
     decision = guard.hook_decision(config, node)
     if not decision.allowed:
-        click.echo(f"slurm-ft: error: fail finding reported, node not failed: {decision.reason}", err=True)
+        _err(f"slurm-ft: error: fail finding reported, node not failed: {decision.reason}")
     return decision.allowed
 
 
@@ -115,21 +120,20 @@ _MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "error": "ERR "}
 
 def _print_text(report) -> None:
     verdict = "healthy" if report.healthy else "UNHEALTHY"
-    click.echo(f"{report.node} {report.level}: {verdict} ({report.elapsed_s:.2f} s, node type {report.node_type})")
+    print(f"{report.node} {report.level}: {verdict} ({report.elapsed_s:.2f} s, node type {report.node_type})")
     for f in report.findings:
         gpu = f"gpu{f.gpu}" if f.gpu is not None else "-"
         action = f" -> {f.action.value}" if f.action.value != "none" else ""
         code = f" {f.code}" if f.code and f.severity.value != "ok" or f.code.startswith(("XID", "BURNIN_T")) else ""
-        click.echo(f"  {_MARK[f.severity.value]} {f.check:<11} {gpu:<5}{code} {f.reason}{action}")
+        print(f"  {_MARK[f.severity.value]} {f.check:<11} {gpu:<5}{code} {f.reason}{action}")
     if report.drain:
-        click.echo(f"drain: {report.drain['action']}: {report.drain['message']}")
+        print(f"drain: {report.drain['action']}: {report.drain['message']}")
 
 
 def _progress_bar():
     def show(done: int, total: int, msg: str) -> None:
         filled = int(40 * done / total) if total else 40
-        click.echo(f"\r\033[K[{'#' * filled:<40}] {msg}", nl=False, err=True)
-        if msg == "done":
-            click.echo("", err=True)
+        print(f"\r\033[K[{'#' * filled:<40}] {msg}", end="\n" if msg == "done" else "", file=sys.stderr,
+              flush=True)
 
     return show

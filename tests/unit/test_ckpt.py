@@ -9,7 +9,7 @@ import posixpath
 import pytest
 from click.testing import CliRunner
 
-from slurm_ft.cli import cli
+from slurm_ft.cli.group import cli
 from slurm_ft.recovery import ckpt
 from slurm_ft.recovery.ckpt import FS, Entry
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
-from slurm_ft.cli import cli
+from slurm_ft.cli.group import cli
 from slurm_ft.recovery import ckpt
 from slurm_ft.recovery.layouts import deepspeed, marker, megatron
 

@@ -133,16 +133,17 @@ def test_missing_pynvml_is_an_install_error_not_a_node_fault(fake_node, tmp_path
 def test_an_import_error_in_slurm_ft_itself_passes_every_hook(fake_node, tmp_path):
     shadow = tmp_path / "shadow"
     shadow.mkdir()
-    (shadow / "click.py").write_text("raise ImportError('broken click')\n")
+    (shadow / "slurm_ft").mkdir()                             # found first on PYTHONPATH: a broken install
+    (shadow / "slurm_ft" / "__init__.py").write_text("raise ImportError('broken slurm_ft')\n")
     wrapper = tmp_path / "slurm-ft"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m slurm_ft \"$@\"\n")
+    wrapper.write_text(f"#!/bin/sh\ncd {tmp_path} && exec {sys.executable} -m slurm_ft \"$@\"\n")   # not the checkout
     wrapper.chmod(0o755)
     env = dict(fake_node.env, PYTHONPATH=str(shadow))
     fake_node.fault("gpu 6 remap_failure 1")
     fake_node.config(breaker_nodes=0)
     p = subprocess.run([str(wrapper), "check", "--level", "prolog"], env=dict(os.environ, **env),
                        capture_output=True, text=True, timeout=120)
-    assert p.returncode == 1 and "broken click" in p.stderr  # python's own exit 1, before main()
+    assert p.returncode == 1 and "broken slurm_ft" in p.stderr  # python's own exit 1, before main()
     for script in (*HOOKS.values(), HEALTHCHECK):
         assert hook(script, wrapper, env) == 0
 

@@ -409,6 +409,23 @@ def test_watch_follows_a_growing_kernel_log(tmp_path):
     assert [[(e.xid, e.pci_bus_id) for e in batch] for batch in seen] == [[(74, "0000:1a:00")]]
 
 
+def test_the_hooks_check_never_imports_click(tmp_path):
+    """`slurm-ft check` is what slurmd starts on every node at every job start and end: click's import
+    was a third of its start-up."""
+    import subprocess
+    import sys
+    cfg = tmp_path / "slurm-ft.yaml"
+    cfg.write_text(f"health:\n  kmsg_path: {tmp_path}/k\n  state_file: {tmp_path}/s.json\n")
+    os.chmod(cfg, 0o644)
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('click' in sys.modules, file=sys.stderr))\n"
+            "from slurm_ft.cli import main\n"
+            "main(['check', '--level', 'prolog', '--json', '--node', 'n1'])\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, SLURM_FT_CONFIG=str(cfg)))
+    assert json.loads(p.stdout)["level"] == "prolog" and p.stderr.splitlines()[-1] == "False", p.stderr
+
+
 def test_cli_exits_on_a_hung_nvml_call_without_waiting_for_it(tmp_path):
     import subprocess
     import sys

@@ -5,7 +5,7 @@ import json
 
 from click.testing import CliRunner
 
-from slurm_ft.cli import cli
+from slurm_ft.cli.group import cli
 from slurm_ft.recovery import journal as jn
 
 

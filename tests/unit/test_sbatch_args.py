@@ -169,7 +169,7 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
     JobSubmitPlugins=lua, so the tag goes as the SPANK plugin's --ft-* options (AdminComment), not --comment."""
     from click.testing import CliRunner
 
-    from slurm_ft.cli import cli
+    from slurm_ft.cli.group import cli
     from slurm_ft.cli import sbatch as sbatch_cli
     from slurm_ft.runner import Result
     from slurm_ft.slurm.client import SlurmClient

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_ft.cli import cli
+from slurm_ft.cli.group import cli
 from slurm_ft.config import load_config
 from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.fsutil import refuse_unsafe
