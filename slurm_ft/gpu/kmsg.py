@@ -232,11 +232,6 @@ def parse_lines(lines: Iterable[str], *, source: str = "file", boot_time: Option
     return out
 
 
-def parse_line(line: str, *, boot_time: Optional[float] = None) -> Optional[XidEvent]:
-    events = Parser(source="file", boot_time=boot_time).feed(line)
-    return events[0] if events else None
-
-
 def map_to_gpus(events: Sequence[XidEvent], gpus: Sequence[GpuSample]) -> List[XidEvent]:
     """Fill each event's NVML index from the GPUs' PCI bus ids (the log prints domain:bus:device).
 

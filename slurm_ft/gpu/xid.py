@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict
 
 from slurm_ft.model import Action, XidEvent
 
@@ -142,9 +142,3 @@ def verdict(event: XidEvent) -> XidInfo:
         if m and m.group(1) == "Fatal":
             return replace(info, severity="fail", action="reset_gpu", drains=True)
     return info
-
-
-def drains(event: XidEvent) -> Optional[str]:
-    """The action name when this event should drain its node, else None."""
-    v = verdict(event)
-    return v.action if v.drains else None

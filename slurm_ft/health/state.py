@@ -201,9 +201,3 @@ def xid_history(state: dict) -> dict:
         except ValueError:
             continue
     return out
-
-
-def active_for(config, node: str) -> List[Finding]:
-    """The fail findings a node's prolog/epilog/checks left and nothing has cleared yet — for the
-    controller, which may want the exact fault behind a "Prolog error" drain. [] when there is no file."""
-    return active(load(path_for(config.health.state_file, node), node))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.fsutil import atomic_write
 from slurm_ft.lifecycle.states import State
@@ -129,11 +129,3 @@ def _num(v: float) -> str:
     if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
         return str(int(v))
     return repr(float(v))
-
-
-def phase_durations(phases: Iterable[Tuple[str, float]]) -> Dict[str, List[float]]:
-    """Group (phase, seconds) pairs, as taken from the incident journal, by phase."""
-    out: Dict[str, List[float]] = {}
-    for phase, seconds in phases:
-        out.setdefault(phase, []).append(seconds)
-    return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from slurm_ft.errors import UsageError
@@ -304,7 +304,3 @@ def recovery_figures(text: str, where: str) -> Tuple[float, float, str]:
     if det < 0 or rec < 0:
         raise UsageError(f"{where}: negative figures")
     return det, rec, what
-
-
-def with_restart(policy: Policy, restart_s: float) -> Policy:
-    return replace(policy, restart_s=restart_s)

@@ -85,10 +85,6 @@ def daly_interval(cost_s: float, mtbi_s: float) -> float:
     return math.sqrt(2 * cost_s * mtbi_s) * (1 + math.sqrt(x) / 3 + x / 9) - cost_s
 
 
-def first_order_ettr(interval_s: float, cost_s: float, restart_s: float, mtbi_s: float) -> float:
-    return 1 - (cost_s / interval_s + (interval_s / 2 + restart_s) / mtbi_s)
-
-
 # --- the plan ---------------------------------------------------------------------------------------
 
 @dataclass

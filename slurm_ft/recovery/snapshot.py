@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import FrozenSet, Mapping, Optional
+from typing import FrozenSet, Mapping
 
 from slurm_ft.model import Job, Node, Partition, Placement
 from slurm_ft.recovery.outage import Seen  # noqa: F401 (the annotation)
@@ -15,7 +15,6 @@ class Snapshot:
     jobs: Mapping[int, Job]
     partitions: Mapping[str, Partition]
     specs: Mapping[int, FtSpec] = field(default_factory=dict)   # fault-tolerant jobs only (decoded tags)
-    progress: Mapping[int, Optional[int]] = field(default_factory=dict)  # latest complete ckpt step per FT job
     breaker_open: bool = False       # the lifecycle drain-rate breaker: no new recoveries while it is open
     taken_at: float = 0.0
     # outage.py: when the controller saw nodes stop/start answering (since watching_since), and the

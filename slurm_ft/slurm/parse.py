@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Tuple
 
 from slurm_ft.model import Job, Node, Partition, Reservation
 from slurm_ft.slurm.hostlist import expand
@@ -548,11 +548,3 @@ def _load_json(text: str, key: str) -> dict:
         hint = " (is slurmctld up? `scontrol ping`)" if "Unspecified" in str(e.get("error")) else ""
         raise ValueError(f"Slurm reported: {': '.join(words) or e}{hint}")
     return data
-
-
-def slurm_release(meta_text: str) -> Optional[str]:
-    """The Slurm release named in a --json output's meta block, if any."""
-    try:
-        return json.loads(meta_text)["meta"]["Slurm"]["release"]
-    except (ValueError, KeyError, TypeError):
-        return None

@@ -107,7 +107,7 @@ def _closed(nodes, faults, spares=()):
 
 def test_a_node_quarantined_for_not_answering_is_restored_once_it_answers():
     name = "gpu010"
-    q = Node(name, "IDLE", frozenset({"DRAIN"}), reason=f"slurm-ft: quarantined, DOWN+NOT_RESPONDING: Not responding during job 7")
+    q = Node(name, "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: quarantined, DOWN+NOT_RESPONDING: Not responding during job 7")
     inc = _closed([name], [f"{name}: DOWN+NOT_RESPONDING"], spares=("gpu065",))
     base = dict(bad={name: q}, incidents_nodes=[name])
     assert kinds(plan(snap(seen={name: out.Seen(NOW - 300, back_at=NOW - 10)}, **base), [inc], P, NOW)) == []

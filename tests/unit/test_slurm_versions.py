@@ -2,7 +2,6 @@
 (tests/data/slurm/<version>/, written by tests/data/slurm/capture.py), and what versions.py decides."""
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 

@@ -53,7 +53,3 @@ class ProbeContext:
 def get(name: str) -> Probe:
     """The probe function for a check name; KeyError for an unknown one."""
     return importlib.import_module(f"{__name__}.{PROBES[name]}").probe
-
-
-def gpu_tag(gpu: Optional[int]) -> str:
-    return f"gpu{gpu}" if gpu is not None else "node"
