@@ -19,6 +19,7 @@ from slurm_ft.fsutil import refuse_unsafe
 
 DEFAULT_PATH = "/etc/slurm-ft/slurm-ft.yaml"
 ENV_VAR = "SLURM_FT_CONFIG"
+TRUST_MODES = ("auto", "admin_comment", "comment")   # recovery/trust.py: which job field holds the FT tag
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class ControllerConfig:
     wave_window_s: float = 120.0
     wave_settle_s: float = 60.0         # a wave holds its members back until this long after the last came back
     restore_after_s: float = 30.0       # a node quarantined for not answering returns after answering this long
-    trust: str = "auto"                 # the job field holding the FT tag: auto | admin_comment | comment
+    trust: str = "auto"                 # the job field holding the FT tag: one of TRUST_MODES
                                         # (auto: admin_comment where slurmctld runs job_submit/lua)
 
 
@@ -198,9 +199,8 @@ def load_config(path: Optional[str] = None) -> Config:
         raise ConfigError(f"{p}: unknown key path")
     cfg = build(Config, {**data, "path": str(p)}, str(p), "")
     _check_levels(cfg, str(p))
-    from slurm_ft.recovery.trust import MODES as trust_modes
-    if cfg.controller.trust not in trust_modes:
-        raise ConfigError(f"{p}: controller.trust must be one of {', '.join(trust_modes)}, "
+    if cfg.controller.trust not in TRUST_MODES:
+        raise ConfigError(f"{p}: controller.trust must be one of {', '.join(TRUST_MODES)}, "
                           f"not {cfg.controller.trust!r}")
     _check_remediation(cfg.lifecycle.remediation, str(p))
     _check_domains(cfg.planning, str(p))

@@ -8,7 +8,7 @@ from typing import Optional
 import click
 
 from slurm_ft.config import load_config
-from slurm_ft.model import Incident
+from slurm_ft.recovery.records import Incident
 from slurm_ft.recovery import journal as jn
 
 

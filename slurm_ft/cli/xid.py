@@ -9,7 +9,7 @@ import click
 
 from slurm_ft.errors import UsageError
 from slurm_ft.gpu import kmsg, xid as catalog
-from slurm_ft.model import GpuSample, XidEvent
+from slurm_ft.gpu.sample import GpuSample, XidEvent
 
 
 @click.group("xid")

@@ -41,7 +41,7 @@ from functools import lru_cache
 from typing import Callable, Deque, Iterable, Iterator, List, Optional, Sequence
 
 from slurm_ft.errors import EnvironmentProblem, UsageError
-from slurm_ft.model import GpuSample, XidEvent
+from slurm_ft.gpu.sample import GpuSample, XidEvent
 
 log = logging.getLogger(__name__)
 

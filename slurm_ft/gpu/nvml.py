@@ -21,7 +21,7 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 from slurm_ft.errors import EnvironmentProblem
 from slurm_ft.gpu.kmsg import normalize_pci
-from slurm_ft.model import EccCounts, GpuSample, NodeSample, NvLink, Pcie, RetiredPages, RowRemap, XidEvent
+from slurm_ft.gpu.sample import EccCounts, GpuSample, NodeSample, NvLink, Pcie, RetiredPages, RowRemap, XidEvent
 
 GROUPS = ("identity", "ecc", "remap", "nvlink", "nvlink_errors", "pcie", "clocks", "thermal", "power", "processes",
           "recovery")

@@ -22,7 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict
 
-from slurm_ft.model import Action, XidEvent
+from slurm_ft.finding import Action
+
+from slurm_ft.gpu.sample import XidEvent
 
 CATALOG_PATH = Path(__file__).resolve().parent.parent / "data" / "xid_catalog.csv"
 

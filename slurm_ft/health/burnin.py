@@ -21,7 +21,7 @@ import time
 from typing import Callable, Dict, Optional
 
 from slurm_ft.config import BurninConfig, NodeType
-from slurm_ft.model import NodeSample
+from slurm_ft.gpu.sample import NodeSample
 
 log = logging.getLogger(__name__)
 Progress = Optional[Callable[[int, int, str], None]]   # (done, total, message)

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, List, Optional, Sequence
 
-from slurm_ft.model import Action, Finding, Severity
+from slurm_ft.finding import Action, Finding, Severity
 
 log = logging.getLogger(__name__)
 

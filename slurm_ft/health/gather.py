@@ -14,7 +14,7 @@ from typing import Callable, Dict, FrozenSet, Optional, Sequence
 
 from slurm_ft.config import HealthConfig, NodeType
 from slurm_ft.health import host, levels
-from slurm_ft.model import NodeSample, XidEvent
+from slurm_ft.gpu.sample import NodeSample, XidEvent
 
 log = logging.getLogger(__name__)
 

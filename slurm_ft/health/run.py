@@ -20,7 +20,8 @@ from slurm_ft.config import Config, HealthConfig, NodeType
 from slurm_ft.errors import ConfigError
 from slurm_ft.health import levels
 from slurm_ft.health.probes import ProbeContext, get as get_probe
-from slurm_ft.model import Action, Finding, NodeSample, Severity, XidEvent
+from slurm_ft.finding import Action, Finding, Severity
+from slurm_ft.gpu.sample import NodeSample, XidEvent
 
 log = logging.getLogger(__name__)
 

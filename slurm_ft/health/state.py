@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, List, Optional
 
 from slurm_ft.fsutil import atomic_write, refuse_unsafe
-from slurm_ft.model import Action, Finding, Severity
+from slurm_ft.finding import Action, Finding, Severity
 
 log = logging.getLogger(__name__)
 

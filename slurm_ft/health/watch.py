@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 from slurm_ft.config import Config
-from slurm_ft.model import XidEvent
+from slurm_ft.gpu.sample import XidEvent
 
 log = logging.getLogger(__name__)
 

@@ -101,7 +101,7 @@ def taken_out_by_us(node) -> bool:
 
 
 def view(nodes, now: float) -> FleetView:
-    """The breaker's snapshot of `nodes` (model.Node). A reason without a readable time counts as now."""
+    """The breaker's snapshot of `nodes` (slurm.types.Node). A reason without a readable time counts as now."""
     from slurm_ft.lifecycle.reconcile import reason_age
     out = []
     for n in nodes:

@@ -17,7 +17,8 @@ from slurm_ft.lifecycle import metrics
 from slurm_ft.lifecycle.reconcile import count_states, state_of
 from slurm_ft.lifecycle.states import State
 from slurm_ft.lifecycle.store import NodeRecord, Store
-from slurm_ft.model import Incident, Node
+from slurm_ft.recovery.records import Incident
+from slurm_ft.slurm.types import Node
 
 log = logging.getLogger(__name__)
 

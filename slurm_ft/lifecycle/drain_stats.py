@@ -17,7 +17,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from slurm_ft.lifecycle.remediation import finding_in
 from slurm_ft.lifecycle.states import Event, HistoryEntry, State
-from slurm_ft.model import Incident
+from slurm_ft.recovery.records import Incident
 
 OUTCOMES = ("confirmed", "probable_false_positive", "open")
 

@@ -43,7 +43,7 @@ def decide(config: Config, fleet: brk.FleetView, nodes: Iterable[str], now: floa
 
 def fleet_view(config: Config, *, client=None, snapshot: Optional[Sequence] = None,
                now: Optional[float] = None) -> brk.FleetView:
-    """The breaker's view of the fleet from `snapshot` (model.Node list), else a fresh read of every node
+    """The breaker's view of the fleet from `snapshot` (slurm.types.Node list), else a fresh read of every node
     (`client.fleet_nodes()`: the light one, as every node's health check makes it)."""
     now = time.time() if now is None else now
     if snapshot is None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.lifecycle.lock import FileLock
-from slurm_ft.model import Partition
+from slurm_ft.slurm.types import Partition
 
 log = logging.getLogger(__name__)
 

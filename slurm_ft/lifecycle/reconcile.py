@@ -11,7 +11,7 @@ import time as _time
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from slurm_ft.model import Node
+from slurm_ft.slurm.types import Node
 from slurm_ft.lifecycle.states import Event, State, default_state
 
 OWNER = "slurm-ft:"

@@ -26,7 +26,7 @@ from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 from slurm_ft.config import RemediationConfig
 from slurm_ft.lifecycle import breaker as brk
 from slurm_ft.lifecycle.states import Event, HistoryEntry, State
-from slurm_ft.model import Node
+from slurm_ft.slurm.types import Node
 
 # finding codes as health/drain.py writes them: XID79, SXID12028, GPU_LOST, NVLINK_DOWN, ECC_DBE_VOLATILE ...
 _CODE = re.compile(r"\b(S?XID\d+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b(?:\s+gpu(\d+))?")

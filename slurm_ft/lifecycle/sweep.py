@@ -30,7 +30,7 @@ from slurm_ft.lifecycle.membership import Delta, Membership
 from slurm_ft.lifecycle.reconcile import OWNER, classify
 from slurm_ft.lifecycle.states import Event, State, default_state
 from slurm_ft.lifecycle.store import Store
-from slurm_ft.model import Job, Node
+from slurm_ft.slurm.types import Job, Node
 
 log = logging.getLogger(__name__)
 

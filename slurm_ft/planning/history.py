@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from slurm_ft.errors import UsageError
-from slurm_ft.model import Incident
+from slurm_ft.recovery.records import Incident
 
 
 def _poisson_cdf(k: int, lam: float) -> float:

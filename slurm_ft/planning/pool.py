@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from slurm_ft.model import Node, Partition
+from slurm_ft.slurm.types import Node, Partition
 
 _GRES_GPU = re.compile(r"^gpu(?::[^:(,]+)?:(\d+)")
 

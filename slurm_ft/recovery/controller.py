@@ -23,7 +23,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from slurm_ft.config import Config
 from slurm_ft.errors import Busy, CommandError, SlurmFTError
 from slurm_ft.lifecycle.membership import Delta, Membership
-from slurm_ft.model import Incident, Step
+from slurm_ft.recovery.records import Incident, Step
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.ckptscan import Scanner, hold_reason

@@ -19,7 +19,8 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from slurm_ft.errors import ConfigError
 from slurm_ft.fsutil import refuse_unsafe
-from slurm_ft.model import Incident, Job, Placement, StepRecord
+from slurm_ft.recovery.records import Incident, Placement, StepRecord
+from slurm_ft.slurm.types import Job
 
 FILE_NAME = "journal.db"
 COMPONENT = "recovery"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from slurm_ft.model import Node
+from slurm_ft.slurm.types import Node
 
 FAIL_PREFIX = "slurm-ft:"
 SLURM_FAULT_REASONS = ("Prolog error", "Epilog error", "Kill task failed")

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-from slurm_ft.model import Incident, Node
+from slurm_ft.recovery.records import Incident
+
+from slurm_ft.slurm.types import Node
 
 QUARANTINE_PREFIX = "slurm-ft: quarantined, "
 UNRESPONSIVE_WORDS = ("NOT_RESPONDING", "DOWN", "Not responding")

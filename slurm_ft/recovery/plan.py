@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from slurm_ft.model import Incident, Job, Node, Placement, Step
+from slurm_ft.recovery.records import Incident, Placement, Step
+
+from slurm_ft.slurm.types import Job, Node
 from slurm_ft.recovery.ckptscan import HOLD_PREFIX
 from slurm_ft.recovery.hotplan import FINAL_EXITS
 from slurm_ft.recovery.nodefault import FAIL_PREFIX, node_fault

@@ -4,7 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import FrozenSet, Mapping
 
-from slurm_ft.model import Job, Node, Partition, Placement
+from slurm_ft.recovery.records import Placement
+
+from slurm_ft.slurm.types import Job, Node, Partition
 from slurm_ft.recovery.outage import Seen  # noqa: F401 (the annotation)
 from slurm_ft.recovery.tag import FtSpec
 

@@ -1,4 +1,5 @@
-"""Which field of a job the controller takes its fault-tolerance tag from (config `controller.trust`).
+"""Which field of a job the controller takes its fault-tolerance tag from (config `controller.trust`, one
+of config.TRUST_MODES).
 
 `admin_comment`: sites with the job_submit policy (etc/job_submit.lua), which writes the tag into
 AdminComment from the SPANK plugin's --ft-* options after checking the site rules; users cannot change
@@ -11,10 +12,8 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from slurm_ft.model import Job
 from slurm_ft.recovery.tag import FtSpec, decode
-
-MODES = ("auto", "admin_comment", "comment")
+from slurm_ft.slurm.types import Job
 
 
 def resolve(setting: str, job_submit_plugins: Iterable[str]) -> str:

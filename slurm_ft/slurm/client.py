@@ -22,7 +22,7 @@ import time
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from slurm_ft.errors import CommandError, CommandTimeout, UsageError
-from slurm_ft.model import Job, Node, Partition, Reservation
+from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 from slurm_ft.runner import Result, run
 from slurm_ft.slurm import parse, versions
 from slurm_ft.slurm.hostlist import compress, expand

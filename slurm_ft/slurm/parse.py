@@ -13,7 +13,7 @@ import re
 import time
 from typing import Dict, Iterable, List, Tuple
 
-from slurm_ft.model import Job, Node, Partition, Reservation
+from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 from slurm_ft.slurm.hostlist import expand
 
 # Keys of `scontrol show node -o` in 22.05 (plus a few other versions print), in print order.

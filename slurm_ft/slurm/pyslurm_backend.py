@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from slurm_ft.errors import CommandError, UsageError
-from slurm_ft.model import Node
+from slurm_ft.slurm.types import Node
 from slurm_ft.slurm import parse
 from slurm_ft.slurm.client import NodeSpec, SlurmClient, SlurmError, _node_list, check_reason
 

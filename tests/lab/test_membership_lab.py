@@ -16,7 +16,7 @@ import pytest
 from slurm_ft.config import Config, ControllerConfig, SlurmConfig
 from slurm_ft.lifecycle.store import Store
 from slurm_ft.lifecycle.sweep import Sweeper
-from slurm_ft.model import Step
+from slurm_ft.recovery.records import Step
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery.controller import Controller
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from test_controller_cycle import ModelSlurm
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
-from slurm_ft.model import Job
+from slurm_ft.slurm.types import Job
 from slurm_ft.recovery import ckpt, ckptscan, journal as jn
 from slurm_ft.recovery.controller import Controller
 from slurm_ft.recovery.tag import FtSpec, encode

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
-from slurm_ft.model import Job, Node, Partition
+from slurm_ft.slurm.types import Job, Node, Partition
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery.controller import Controller
 from slurm_ft.recovery.tag import FtSpec, encode
@@ -376,7 +376,7 @@ def test_a_job_that_vanishes_mid_recovery_is_abandoned_not_a_crash(tmp_path):
 def test_waiting_on_a_job_rereads_only_the_queue_until_it_changes(tmp_path):
     """While Slurm runs the epilogs (seconds), the controller polls one squeue, not the full snapshot:
     the restart's hooks and ranks share the CPUs with it. A change of the job ends the wait at once."""
-    from slurm_ft.model import Step
+    from slurm_ft.recovery.records import Step
     from slurm_ft.recovery import controller as ctl_mod
     from slurm_ft.recovery.snapshot import Snapshot
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from slurm_ft.lifecycle import metrics
 from slurm_ft.lifecycle.drain_stats import episodes, metric_rows, summarize
 from slurm_ft.lifecycle.states import Event, HistoryEntry, State
-from slurm_ft.model import Incident
+from slurm_ft.recovery.records import Incident
 
 H = 3600.0
 T0 = 1_800_000_000.0

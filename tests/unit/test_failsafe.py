@@ -21,7 +21,9 @@ from slurm_ft.config import Config, HealthConfig, LifecycleConfig, NodeType
 from slurm_ft.health import run
 from slurm_ft.lifecycle import breaker as brk
 from slurm_ft.lifecycle import guard
-from slurm_ft.model import Node, NodeSample, Severity
+from slurm_ft.finding import Severity
+from slurm_ft.gpu.sample import NodeSample
+from slurm_ft.slurm.types import Node
 
 REPO = Path(__file__).resolve().parents[2]
 HOOKS = {"prolog": REPO / "prolog.d" / "50-slurm-ft", "epilog": REPO / "epilog.d" / "50-slurm-ft"}

@@ -14,7 +14,7 @@ from slurm_ft.config import Config, HealthConfig, LifecycleConfig
 from slurm_ft.errors import CommandError
 from slurm_ft.lifecycle import breaker as brk
 from slurm_ft.lifecycle import guard
-from slurm_ft.model import Node
+from slurm_ft.slurm.types import Node
 
 HOUR = 3600.0
 NOW = 1_764_430_000.0

@@ -14,8 +14,9 @@ from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.health import drain as dr
 from slurm_ft.health import levels, run, state as st
 from slurm_ft.health.probes import ProbeContext
-from slurm_ft.model import (Action, EccCounts, Finding, GpuSample, Node, NodeSample, Pcie, RowRemap, Severity,
-                            XidEvent)
+from slurm_ft.finding import Action, Finding, Severity
+from slurm_ft.gpu.sample import EccCounts, GpuSample, NodeSample, Pcie, RowRemap, XidEvent
+from slurm_ft.slurm.types import Node
 
 
 def gpus(changes=None, n=8):

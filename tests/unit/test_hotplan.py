@@ -122,7 +122,7 @@ def test_the_refusal_slurm_repeats_until_a_requeue_is_recognised():
 def test_a_node_seen_failed_stays_failed_for_the_supervisor_after_slurm_resumes_it():
     # Seen in CI: a health check resumed its own drain of a node Slurm would not take back from the job,
     # and the next relaunch put the step on that node again.
-    from slurm_ft.model import Node
+    from slurm_ft.slurm.types import Node
     from slurm_ft.recovery.supervisor import Supervisor
 
     class Slurm:                 # the one read the supervisor's fault memory depends on

@@ -107,7 +107,7 @@ def test_bad_outcome_is_a_bug(tmp_path):
 
 
 def test_placements_keep_each_run_first_seen_and_forget_old_runs_and_gone_jobs(tmp_path):
-    from slurm_ft.model import Job
+    from slurm_ft.slurm.types import Job
     conn = jn.connect(tmp_path / "j.db")
 
     def run(job_id, restart, nodes, state="RUNNING"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ft.gpu import kmsg
-from slurm_ft.model import GpuSample
+from slurm_ft.gpu.sample import GpuSample
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "kmsg"
 BOOT = 1_700_000_000.0

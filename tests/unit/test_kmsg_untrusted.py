@@ -15,7 +15,9 @@ from slurm_ft.health import drain as dr
 from slurm_ft.health import run
 from slurm_ft.health.probes import ProbeContext
 from slurm_ft.health.probes import xid as xid_probe
-from slurm_ft.model import Node, NodeSample, Severity, XidEvent
+from slurm_ft.finding import Severity
+from slurm_ft.gpu.sample import NodeSample, XidEvent
+from slurm_ft.slurm.types import Node
 
 from test_health_run import gpus, reader_for   # noqa: E402 - the healthy 8-GPU sample
 

@@ -10,7 +10,7 @@ from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.lifecycle.reconcile import classify, count_states, reason_age, state_of
 from slurm_ft.lifecycle.states import Event, HistoryEntry, State, TransitionError, incidents, next_state
 from slurm_ft.lifecycle.store import Store
-from slurm_ft.model import Node
+from slurm_ft.slurm.types import Node
 
 DAY = 86400.0
 

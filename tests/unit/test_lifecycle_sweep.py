@@ -19,7 +19,7 @@ from slurm_ft.lifecycle.lock import FileLock
 from slurm_ft.lifecycle.states import Event, State
 from slurm_ft.lifecycle.store import Store
 from slurm_ft.lifecycle.sweep import Sweeper, read_verdict, sweep_locked, validation_script
-from slurm_ft.model import Job, Node, Partition, Reservation
+from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 from slurm_ft.slurm.client import JobNotFound
 
 

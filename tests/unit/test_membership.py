@@ -18,7 +18,8 @@ from slurm_ft.lifecycle.membership import Delta, Membership, apply_deltas, lock_
 from slurm_ft.lifecycle.states import State
 from slurm_ft.lifecycle.store import Store
 from slurm_ft.lifecycle.sweep import Sweeper
-from slurm_ft.model import Node, Step
+from slurm_ft.recovery.records import Step
+from slurm_ft.slurm.types import Node
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery.controller import Controller
 

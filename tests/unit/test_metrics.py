@@ -83,7 +83,7 @@ def test_recovery_phases_come_from_the_controllers_journal(tmp_path):
     from slurm_ft.config import Config
     from slurm_ft.lifecycle.collect import snapshot, view
     from slurm_ft.lifecycle.store import Store
-    from slurm_ft.model import Node, Partition
+    from slurm_ft.slurm.types import Node, Partition
     from slurm_ft.recovery import journal as jn
 
     class Slurm:

@@ -2,7 +2,9 @@
 budget, and the restore of nodes quarantined for not answering (pure: outage.py and the plan)."""
 from __future__ import annotations
 
-from slurm_ft.model import Incident, Job, Node, Partition, StepRecord
+from slurm_ft.recovery.records import Incident, StepRecord
+
+from slurm_ft.slurm.types import Job, Node, Partition
 from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.plan import Policy, plan
 from slurm_ft.recovery.snapshot import Snapshot

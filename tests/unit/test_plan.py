@@ -5,7 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ft.model import Incident, Job, Node, Partition, StepRecord
+from slurm_ft.recovery.records import Incident, StepRecord
+
+from slurm_ft.slurm.types import Job, Node, Partition
 from slurm_ft.recovery.plan import Policy, failure, plan, restarts_without_progress
 from slurm_ft.recovery.snapshot import Snapshot
 from slurm_ft.recovery.tag import FtSpec
@@ -413,7 +415,7 @@ def test_a_job_that_ended_for_good_is_left_alone_after_slurm_requeued_it(exit_st
 
 def moved_cluster(restart=1, seen_now_at=None, gpu003=None):
     """Run 0 was seen on gpu001-004; gpu003 went DOWN and Slurm started run `restart` on other nodes."""
-    from slurm_ft.model import Placement
+    from slurm_ft.recovery.records import Placement
     train = [node("gpu001"), node("gpu002"), gpu003 or node("gpu003", "DOWN", {"NOT_RESPONDING"}, "Not responding"),
              node("gpu004"), node("gpu007"), node("gpu008", "IDLE")]
     runs = {0: Placement(7, 0, tuple(TRAIN), NOW - 60)}
@@ -453,7 +455,7 @@ def test_an_old_restart_or_no_recorded_run_opens_nothing_for_a_node_the_job_left
 
 def test_pending_job_slurm_requeued_off_a_failed_node_opens_an_incident_whatever_its_reason():
     """An expedited requeue leaves the job PENDING on Resources/Priority (not BeginTime) when no nodes are free."""
-    from slurm_ft.model import Placement
+    from slurm_ft.recovery.records import Placement
     train = [node("gpu001", "IDLE"), node("gpu002", "IDLE"), node("gpu003", "DOWN", (), "Not responding"),
              node("gpu004", "IDLE")]
     for reason in ("Resources", "Priority", "None"):

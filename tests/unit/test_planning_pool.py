@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from slurm_ft.errors import UsageError
-from slurm_ft.model import Node, Partition
+from slurm_ft.slurm.types import Node, Partition
 from slurm_ft.planning.pool import gpus_in_gres, pool_status
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from slurm_ft.config import NodeType, Thresholds
 from slurm_ft.health.probes import ProbeContext, get
-from slurm_ft.model import (Action, EccCounts, GpuSample, NodeSample, NvLink, Pcie, RetiredPages, RowRemap,
-                            Severity)
+from slurm_ft.finding import Action, Severity
+from slurm_ft.gpu.sample import EccCounts, GpuSample, NodeSample, NvLink, Pcie, RetiredPages, RowRemap
 
 
 def healthy_gpu(i: int) -> GpuSample:

@@ -5,7 +5,8 @@ from dataclasses import replace
 
 from slurm_ft.config import NodeType
 from slurm_ft.health.probes import ProbeContext, get
-from slurm_ft.model import Action, GpuSample, NodeSample, Severity
+from slurm_ft.finding import Action, Severity
+from slurm_ft.gpu.sample import GpuSample, NodeSample
 
 CTX = ProbeContext(now=0.0, ignore_processes=("nvidia-persistenced",))
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slurm_ft.health.probes import ProbeContext, get
-from slurm_ft.model import Action, NodeSample, Severity, XidEvent
+from slurm_ft.finding import Action, Severity
+from slurm_ft.gpu.sample import NodeSample, XidEvent
 
 probe = get("xid")
 CTX = ProbeContext(now=1000.0)

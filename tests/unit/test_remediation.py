@@ -16,7 +16,7 @@ from slurm_ft.lifecycle import breaker as brk
 from slurm_ft.lifecycle.remediation import action_for, attempts, describe, finding_in, plan
 from slurm_ft.lifecycle.states import Event, HistoryEntry, State, next_state
 from slurm_ft.lifecycle.sweep import validation_script
-from slurm_ft.model import Node
+from slurm_ft.slurm.types import Node
 from slurm_ft.runner import Result
 
 NOW = 1_800_000_000.0

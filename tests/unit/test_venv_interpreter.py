@@ -19,7 +19,7 @@ import pytest
 from slurm_ft.config import load_config
 from slurm_ft.lab import fake_nvml, inject
 from slurm_ft.lifecycle import breaker, guard
-from slurm_ft.model import Node
+from slurm_ft.slurm.types import Node
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "gpu001"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from slurm_ft.gpu import xid
-from slurm_ft.model import XidEvent
+from slurm_ft.gpu.sample import XidEvent
 
 USER_CAUSED = (13, 31, 43, 45, 68)
 MUST_DRAIN = (48, 64, 74, 79, 95)

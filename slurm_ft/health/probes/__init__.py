@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from slurm_ft.config import NodeType, Thresholds
-from slurm_ft.model import Finding, NodeSample
+from slurm_ft.finding import Finding
+from slurm_ft.gpu.sample import NodeSample
 
 Probe = Callable[[NodeSample, "ProbeContext"], List[Finding]]
 

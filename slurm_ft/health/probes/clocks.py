@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from slurm_ft.model import Action, Finding, NodeSample, Severity
+from slurm_ft.finding import Action, Finding, Severity
+
+from slurm_ft.gpu.sample import NodeSample
 
 CHECK = "clocks"
 

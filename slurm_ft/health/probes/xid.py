@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from slurm_ft.gpu import xid as catalog
-from slurm_ft.model import Action, Finding, NodeSample, Severity, XidEvent
+from slurm_ft.finding import Action, Finding, Severity
+from slurm_ft.gpu.sample import NodeSample, XidEvent
 
 CHECK = "xid"
 
