@@ -88,7 +88,7 @@ def measure_requeue_delay(sc: Scenario) -> float:
     """Slurm's own delay before a requeued job may start again: EligibleTime - requeue time, for a job
     submitted with the requeue option slurm-ft uses on this cluster (`--requeue` before Slurm 25.11:
     about 121 s; `--requeue=expedite` where enabled: eligible at once, so the delay is about 0)."""
-    from slurm_ft.recovery.plan import parse_slurm_time
+    from slurm_ft.vocab import slurm_time as parse_slurm_time
     c = sc.client
     res = run(["sbatch", "--parsable", c.requeue_option(), "-p", "spares", "-N", "1", "-o", "/dev/null",
                "--wrap", "sleep 600"], timeout=60, env=sc.env)
@@ -239,7 +239,7 @@ def main(argv=None) -> int:
         if args.path == "slurm":
             first = sc.wait_event(lambda e: e.get("event") == "step", args.timeout, "first step")
             running = sc.client.job(job)
-            from slurm_ft.recovery.plan import parse_slurm_time
+            from slurm_ft.vocab import slurm_time as parse_slurm_time
             t0 = parse_slurm_time(running.start_time) or t_submit
             first_launch_s = first["t"] - t0
             say(f"launch to first step, measured (job start -> first step): {first_launch_s:.2f} s")

@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import yaml
 
+from slurm_ft import vocab
 from slurm_ft.errors import ConfigError
 from slurm_ft.fsutil import refuse_unsafe
 
@@ -87,7 +88,7 @@ class ControllerConfig:
     interval_s: float = 1.0             # seconds between cycles of `controller run` (3 Slurm reads each)
     spare_partition: str = "spares"     # the reserved pool
     job_partitions: Tuple[str, ...] = ()  # partitions whose FT jobs are recovered; () = all but the pool
-    slurm_fault_reasons: Tuple[str, ...] = ("Prolog error", "Epilog error", "Kill task failed")
+    slurm_fault_reasons: Tuple[str, ...] = vocab.SLURM_FAULT_REASONS
     poll_s: float = 0.1                 # re-read period while a recovery waits on Slurm
     cycle_budget_s: float = 60.0        # one cycle stops polling after this long (the next one goes on)
     running_timeout_s: float = 120.0    # a requeued job not running after this long is noted on its incident

@@ -13,18 +13,13 @@ from slurm_ft.config import load_config
 log = logging.getLogger("slurm_ft.controller")
 
 
-def make_client(config):
-    """The Slurm client for this config (the lab's slurm.conf when the config names one)."""
-    from slurm_ft.slurm.client import client_from_config
-    return client_from_config(config)
-
-
 def _setup(ctx):
     from slurm_ft.recovery import journal as jn
-    from slurm_ft.recovery.controller import Controller, Lock
+    from slurm_ft.recovery.controller import Controller, controller_lock
+    from slurm_ft.slurm.client import client_from_config
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
-    lock = Lock(config.state_dir)
-    return config, lock, lambda: Controller(make_client(config), jn.connect(jn.path_in(config.state_dir)), config)
+    lock = controller_lock(config.state_dir)
+    return config, lock, lambda: Controller(client_from_config(config), jn.connect(jn.path_in(config.state_dir)), config)
 
 
 @click.group("controller")

@@ -9,9 +9,11 @@ from typing import Optional
 
 import click
 
-from slurm_ft.config import Config, load_config
+from slurm_ft.config import load_config
 from slurm_ft.errors import UsageError
 from slurm_ft.lifecycle.states import Event, State
+from slurm_ft.slurm.client import client_from_config
+from slurm_ft.vocab import OWNER, fit
 
 
 def admin() -> str:
@@ -19,14 +21,9 @@ def admin() -> str:
     return "admin:" + (os.environ.get("SUDO_USER") or getpass.getuser())
 
 
-def make_client(config: Config):
-    from slurm_ft.slurm.client import SlurmClient
-    return SlurmClient.from_config(config)
-
-
 def setup(ctx: click.Context):
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
-    return config, make_client(config)
+    return config, client_from_config(config)
 
 
 def stamp(t: Optional[float]) -> str:
@@ -122,7 +119,7 @@ def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
         if event is Event.QUARANTINE:
             from slurm_ft.lifecycle.sweep import Sweeper
             if not n.drained:
-                client.drain([name], " ".join(f"slurm-ft: QUARANTINED by {admin()[6:]}: {cause}".split())[:100])
+                client.drain([name], fit(f"{OWNER} QUARANTINED by {admin()[6:]}: {cause}"))
             Sweeper(config, client, store, actor=admin()).take_out(name)
         entry = store.apply(name, event, time.time(),
                             default=default_state(n.partitions, config.controller.spare_partition),

@@ -28,8 +28,8 @@ def watch(ctx: click.Context, node, once: bool, timeout, no_nvml: bool, no_drain
     name = node_name(node)
     client = None
     if not no_drain:
-        from slurm_ft.health.drain import make_client
-        client = make_client(config)
+        from slurm_ft.slurm.client import client_from_config
+        client = client_from_config(config)
     def check(level, node_, config_, **kw):
         from slurm_ft.health.run import check_node
         kw["drain"] = kw.get("drain") and not no_drain

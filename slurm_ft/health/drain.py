@@ -17,12 +17,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, List, Optional, Sequence
 
 from slurm_ft.finding import Action, Finding, Severity
+from slurm_ft.vocab import OWNER, REASON_MAX, SLURM_FAULT_REASONS, owned
 
 log = logging.getLogger(__name__)
 
-PREFIX = "slurm-ft:"
-REASON_MAX = 100          # keep `sinfo -R` and `scontrol show node` readable; Slurm stores more
-SLURM_FAULT_REASONS = ("Prolog error", "Epilog error", "Kill task failed", "Prolog failed", "Epilog failed")
 
 # worst first: what the admin must do decides which finding names the drain
 _ACTION_RANK = {Action.RMA: 0, Action.REBOOT: 1, Action.RESET_GPU: 2, Action.DRAIN: 3, Action.NONE: 4}
@@ -62,7 +60,7 @@ def reason_text(findings: Sequence[Finding]) -> str:
     where = f" gpu{first.gpu}" if first.gpu is not None else ""
     more = len(fails(findings)) - 1
     tail = f" (+{more} more)" if more else ""
-    text = f"{PREFIX} {first.code}{where} {_clean(first.reason)}"
+    text = f"{OWNER} {first.code}{where} {_clean(first.reason)}"
     if len(text) + len(tail) > REASON_MAX:
         text = text[:REASON_MAX - len(tail) - 3].rstrip() + "..."
     return text + tail
@@ -72,10 +70,6 @@ def _clean(text: str) -> str:
     # one line of plain ASCII: Slurm prints reasons unquoted and some tools split on '|' or '='
     text = text.encode("ascii", "replace").decode().replace("\n", " ").replace("|", "/").replace("=", ":")
     return re.sub(r"\s+", " ", text).strip()
-
-
-def ours(reason: str) -> bool:
-    return reason.strip().startswith(PREFIX)
 
 
 def code_of(reason: str) -> str:
@@ -138,12 +132,6 @@ def _settle(node: str, reason: str, client, config) -> str:
     return guard.settle(config, node, reason, client=client)
 
 
-def make_client(config):
-    """The Slurm client for this config (the lab's slurm.conf when the config names one)."""
-    from slurm_ft.slurm.client import SlurmClient
-    return SlurmClient.from_config(config)
-
-
 # --- apply -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -173,10 +161,10 @@ def apply(client, node_name: str, findings: Sequence[Finding], *, checks: Iterab
                 return Outcome("kept", f"{node_name} already drained: {reason}", reason)
             # rewrite only a health-check reason of ours or Slurm's own fault reason; a lifecycle reason
             # ("slurm-ft: QUARANTINED ...", "slurm-ft: RMA ...") stays: it decides how the node returns
-            if (ours(node.reason) and check_of(code_of(node.reason))) or node.reason.strip() in SLURM_FAULT_REASONS:
+            if (owned(node.reason) and check_of(code_of(node.reason))) or node.reason.strip() in SLURM_FAULT_REASONS:
                 client.drain([node_name], reason)   # already drained: this only rewrites the reason
                 return Outcome("reason_updated", f"{node_name} reason {node.reason!r} -> {reason!r}", reason)
-            if ours(node.reason):
+            if owned(node.reason):
                 return Outcome("kept", f"{node_name} already drained by slurm-ft ({node.reason!r}); "
                                        f"reason kept (found now: {reason})", node.reason)
             return Outcome("left", f"{node_name} is drained by someone else ({node.reason!r}); left as is "
@@ -191,7 +179,7 @@ def apply(client, node_name: str, findings: Sequence[Finding], *, checks: Iterab
         if undone:
             return Outcome("refused", undone, reason)
         return Outcome("drained", f"drained {node_name}: {reason} ({gate.why})", reason)
-    if node.drained and ours(node.reason):
+    if node.drained and owned(node.reason):
         check = check_of(code_of(node.reason))
         checks = set(checks)
         if not auto_resume:

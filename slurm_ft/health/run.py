@@ -22,6 +22,7 @@ from slurm_ft.health import levels
 from slurm_ft.health.probes import ProbeContext, get as get_probe
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.sample import NodeSample, XidEvent
+from slurm_ft import vocab
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +293,7 @@ def _drain_step(report: Report, node: str, config: Config, client, path, before:
     except CommandError as exc:   # Slurm unreachable: the verdict stands, the drain is reported failed
         report.drain = {"action": "error", "message": str(exc), "reason": dr.reason_text(report.findings)}
         return report
-    ours_now = outcome.action in ("drained", "reason_updated", "kept") and dr.ours(outcome.reason)
+    ours_now = outcome.action in ("drained", "reason_updated", "kept") and vocab.owned(outcome.reason)
     if record and (ours_now or believed is not ours_now):
         from slurm_ft.health import state as st
         try:

@@ -157,9 +157,9 @@ class Scenario:
     def start_controller(self) -> None:
         from slurm_ft.config import load_config
         from slurm_ft.recovery import journal as jn
-        from slurm_ft.recovery.controller import Controller, Lock
+        from slurm_ft.recovery.controller import Controller, controller_lock
         config = load_config(str(self.config_path))
-        lock = Lock(config.state_dir)
+        lock = controller_lock(config.state_dir)
         lock.__enter__()
 
         def on_step(step, outcome, detail, t):

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Optional, Tuple
 
+from slurm_ft.vocab import HOOK_FAULT_REASONS, owned, slurm_time
+
 
 @dataclass(frozen=True)
 class BreakerState:
@@ -68,8 +70,6 @@ def _span(seconds: float) -> str:
 # --- the fleet-wide breaker over a Slurm snapshot ---------------------------------------------------
 
 # Slurm's own drain reasons for a failed prolog/epilog: on a slurm-ft cluster, our hooks caused them
-HOOK_REASONS = ("Prolog error", "Epilog error", "Prolog failed", "Epilog failed")
-OWNER = "slurm-ft:"
 
 
 @dataclass(frozen=True)
@@ -97,17 +97,16 @@ def taken_out_by_us(node) -> bool:
     reason = (node.reason or "").strip()
     if not (node.drained or node.down) or not reason:
         return False
-    return reason.startswith(OWNER) or reason in HOOK_REASONS
+    return owned(reason) or reason in HOOK_FAULT_REASONS
 
 
 def view(nodes, now: float) -> FleetView:
     """The breaker's snapshot of `nodes` (slurm.types.Node). A reason without a readable time counts as now."""
-    from slurm_ft.lifecycle.reconcile import reason_age
     out = []
     for n in nodes:
         if taken_out_by_us(n):
-            age = reason_age(n, now)
-            out.append((n.name, now - age if age is not None else now))
+            t = slurm_time(n.reason_time)
+            out.append((n.name, t if t is not None else now))
     return FleetView(len(nodes), tuple(sorted(out)), now)
 
 

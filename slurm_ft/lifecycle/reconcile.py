@@ -7,14 +7,12 @@ spare found in a job partition was swapped in) and the work to do (validate, re-
 """
 from __future__ import annotations
 
-import time as _time
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.slurm.types import Node
 from slurm_ft.lifecycle.states import Event, State, default_state
-
-OWNER = "slurm-ft:"
+from slurm_ft.vocab import owned, slurm_time
 
 
 @dataclass(frozen=True)
@@ -36,18 +34,13 @@ class Work:
 
 
 def drained_by_us(node: Node) -> bool:
-    return node.drained and node.reason.startswith(OWNER)
+    return node.drained and owned(node.reason)
 
 
 def reason_age(node: Node, now: float) -> Optional[float]:
     """Seconds since Slurm set the node's reason (its ReasonTime is local time), or None if unknown."""
-    if not node.reason_time or node.reason_time in ("None", "Unknown"):
-        return None
-    try:
-        t = _time.mktime(_time.strptime(node.reason_time[:19], "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
-    return now - t
+    t = slurm_time(node.reason_time)
+    return None if t is None else now - t
 
 
 def state_of(node: Node, recorded: Mapping[str, State], spare_partition: str) -> State:

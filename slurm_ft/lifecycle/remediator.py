@@ -15,9 +15,8 @@ import logging
 from typing import List
 
 from slurm_ft.lifecycle import guard, remediation
-from slurm_ft.lifecycle.reconcile import OWNER
 from slurm_ft.lifecycle.states import Event, State
-from slurm_ft.lifecycle.sweep import _reason as reason_text
+from slurm_ft.vocab import OWNER, fit
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +69,7 @@ def _act(sweeper, report, step: remediation.Step) -> List[str]:
         return []
     if step.act == "reboot":
         label = step.finding.label() if step.finding else ""
-        sweeper.client.reboot([name], reason_text(f"{OWNER} REBOOT {label} attempt {step.attempt}/{step.max_attempts}"))
+        sweeper.client.reboot([name], fit(f"{OWNER} REBOOT {label} attempt {step.attempt}/{step.max_attempts}"))
         entry = sweeper._record(name, Event.REMEDIATE, f"reboot: {step.why}")
         report.changes.append(f"{name}: {entry.from_state} -> remediating ({step.why})")
         return []

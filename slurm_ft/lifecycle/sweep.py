@@ -27,18 +27,18 @@ from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.lifecycle import guard
 from slurm_ft.lifecycle.lock import FileLock
 from slurm_ft.lifecycle.membership import Delta, Membership
-from slurm_ft.lifecycle.reconcile import OWNER, classify
+from slurm_ft.lifecycle.reconcile import classify
 from slurm_ft.lifecycle.states import Event, State, default_state
 from slurm_ft.lifecycle.store import Store
 from slurm_ft.slurm.types import Job, Node
+from slurm_ft import vocab
+from slurm_ft.vocab import OWNER, fit, owned
 
 log = logging.getLogger(__name__)
 
 PASS_MARK = "slurm-ft-validate: PASS"
 FAIL_MARK = "slurm-ft-validate: FAIL"
-ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-         "DEADLINE", "PREEMPTED")
-REASON_MAX = 100   # as health/drain.py: `sinfo -R` stays readable
+ENDED = vocab.ENDED_JOB_STATES | {"NODE_FAIL"}     # a validation job's node failing ends it
 
 
 @dataclass
@@ -157,10 +157,10 @@ class Sweeper:
         if not (node.drained or node.state == "DOWN"):   # DOWN: back from a reboot that did not help
             return
         tag = "RMA" if state is State.RMA else "QUARANTINED"
-        rest = node.reason[len(OWNER):].strip() if node.reason.startswith(OWNER) else node.reason
+        rest = node.reason[len(OWNER):].strip() if owned(node.reason) else node.reason
         for old in ("QUARANTINED ", "RMA ", "REBOOT "):
             rest = rest[len(old):] if rest.startswith(old) else rest
-        self.client.drain([name], _reason(f"{OWNER} {tag} {rest}", 100))
+        self.client.drain([name], fit(f"{OWNER} {tag} {rest}"))
 
     def _resume(self, name: str) -> None:
         """Resume if still drained (a health check may have resumed it meanwhile), or DOWN after the
@@ -295,7 +295,7 @@ class Sweeper:
             with self.membership.locked():   # in the pool before the reservation ends: never in neither
                 self.put_in_pool(name)
                 self._drop_reservation(resv)
-            if node.drained and node.reason.startswith(OWNER):
+            if node.drained and owned(node.reason):
                 self._resume(name)
             self._record(name, Event.PASS, why, node)
             if not recheck:   # a spare that passes its routine re-check is no news
@@ -303,7 +303,7 @@ class Sweeper:
             return
         if why.endswith("without a verdict") and node.drained:   # e.g. our prolog failed it before it ran
             why += f" (node drained: {node.reason})"
-        reason = _reason(f"{OWNER} validation failed: {why}")
+        reason = fit(f"{OWNER} validation failed: {why}")
         if recheck:
             decision = guard.may_drain(self.cfg, name, reason, client=self.client, actor=self.actor,
                                        now=self.clock())
@@ -434,10 +434,6 @@ def read_verdict(text: str, job_state: str, job_id: int) -> Tuple[bool, str]:
     if marker:
         return False, marker[len("slurm-ft-validate: "):]
     return False, f"job {job_id} ended {job_state} without a verdict"
-
-
-def _reason(text: str, limit: int = REASON_MAX) -> str:
-    return " ".join(text.split())[:limit].rstrip()   # Slurm refuses a reason that ends in a space
 
 
 def _short(text: str, n: int = 100) -> str:

@@ -11,7 +11,6 @@ that step's intent or result is journaled (the crash-consistency test kills it a
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import signal
@@ -21,7 +20,8 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from slurm_ft.config import Config
-from slurm_ft.errors import Busy, CommandError, SlurmFTError
+from slurm_ft.errors import CommandError, SlurmFTError
+from slurm_ft.lifecycle.lock import FileLock
 from slurm_ft.lifecycle.membership import Delta, Membership
 from slurm_ft.recovery.records import Incident, Step
 from slurm_ft.recovery import journal as jn
@@ -33,6 +33,7 @@ from slurm_ft.recovery import trust
 from slurm_ft.recovery.tag import with_note
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
+from slurm_ft import vocab
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +338,7 @@ class Controller:
                 if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
                     seen = next((f.split(": ", 1)[1] for f in inc.faults if f.startswith(node.name + ": ")),
                                 node.state)
-                    reason = f"slurm-ft: quarantined, {seen} during job {inc.job_id}"
+                    reason = f"{vocab.UNRESPONSIVE_QUARANTINE}{seen} during job {inc.job_id}"
                     ok, why = self._may_drain(node.name, reason)
                     if ok:
                         self.client.drain([node.name], reason)
@@ -523,25 +524,6 @@ def _parse_crash(text: str):
     return (kind, when or "result")
 
 
-class Lock:
+def controller_lock(state_dir: str) -> FileLock:
     """One controller per state dir: an flock the kernel drops when the process dies (SIGKILL included)."""
-
-    def __init__(self, state_dir: str):
-        self.path = Path(state_dir) / "controller.lock"
-        self.fd: Optional[int] = None
-
-    def __enter__(self):
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            raise Busy(f"another controller holds {self.path}") from None
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, f"{os.getpid()}\n".encode())
-        return self
-
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            os.close(self.fd)
+    return FileLock(Path(state_dir) / "controller.lock", "controller")

@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from slurm_ft.slurm.types import Node
-
-FAIL_PREFIX = "slurm-ft:"
-SLURM_FAULT_REASONS = ("Prolog error", "Epilog error", "Kill task failed")
+from slurm_ft.vocab import OWNER, SLURM_FAULT_REASONS
 
 
-def node_fault(node: Optional[Node], fail_prefix: str = FAIL_PREFIX,
+def node_fault(node: Optional[Node], fail_prefix: str = OWNER,
                fault_reasons: Iterable[str] = SLURM_FAULT_REASONS) -> Optional[str]:
     """Why the node counts as failed, or None: a slurm-ft fail drain, a Slurm fault drain, DOWN, NOT_RESPONDING.
 

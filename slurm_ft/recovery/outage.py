@@ -25,8 +25,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 from slurm_ft.recovery.records import Incident
 
 from slurm_ft.slurm.types import Node
+from slurm_ft.vocab import UNRESPONSIVE_QUARANTINE, slurm_time
 
-QUARANTINE_PREFIX = "slurm-ft: quarantined, "
 UNRESPONSIVE_WORDS = ("NOT_RESPONDING", "DOWN", "Not responding")
 
 
@@ -63,10 +63,7 @@ def _slurm_down_time(node: Node) -> Optional[float]:
     """When Slurm marked the node DOWN for not responding (its ReasonTime), when it says so."""
     if node.state not in ("DOWN", "FAIL") or not node.reason.startswith("Not responding"):
         return None
-    try:
-        return datetime.fromisoformat(node.reason_time).timestamp()
-    except (TypeError, ValueError):
-        return None
+    return slurm_time(node.reason_time)
 
 
 def track(prev: Mapping[str, Seen], nodes: Iterable[Node], now: float, horizon_s: float) -> Dict[str, Seen]:
@@ -147,9 +144,9 @@ def restorable(node: Optional[Node], s: Optional[Seen], watching_since: float, n
     """A node quarantined for not answering that answers again, with nothing else against it."""
     if node is None or node.down or not node.drained or "MAINTENANCE" in node.flags:
         return False
-    if not node.reason.startswith(QUARANTINE_PREFIX):
+    if not node.reason.startswith(UNRESPONSIVE_QUARANTINE):
         return False            # a health check drained it since (its own reason replaced ours)
-    why = node.reason[len(QUARANTINE_PREFIX):]
+    why = node.reason[len(UNRESPONSIVE_QUARANTINE):]
     if not any(w in why.split(" during job")[0] for w in UNRESPONSIVE_WORDS):
         return False            # quarantined for a real fault (XID, ECC, ...)
     back = s.back_at if s is not None and s.back_at is not None else watching_since

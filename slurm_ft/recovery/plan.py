@@ -21,7 +21,6 @@ whose job ended.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from slurm_ft.recovery.records import Incident, Placement, Step
@@ -29,12 +28,12 @@ from slurm_ft.recovery.records import Incident, Placement, Step
 from slurm_ft.slurm.types import Job, Node
 from slurm_ft.recovery.ckptscan import HOLD_PREFIX
 from slurm_ft.recovery.hotplan import FINAL_EXITS
-from slurm_ft.recovery.nodefault import FAIL_PREFIX, node_fault
+from slurm_ft.recovery.nodefault import node_fault
 from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.snapshot import Snapshot
+from slurm_ft import vocab
+from slurm_ft.vocab import ENDED_JOB_STATES, slurm_time
 
-TERMINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL",
-            "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
 # Reasons as Slurm 22.05 prints them (`launch_failed_requeued_held`); compared without case and `_`.
 HELD_REASONS = ("launch failed requeued held", "JobHeldAdmin", "JobHeldUser", "job requeued in held state")
 # Slurm requeued the job itself: the fault happened while it ran, so it is ours to finish.
@@ -56,8 +55,8 @@ def reason_in(reason: str, names: Iterable[str]) -> bool:
 class Policy:
     spare_partition: str = "spares"
     job_partitions: Tuple[str, ...] = ()          # () = every partition but the pool
-    fail_prefix: str = FAIL_PREFIX
-    slurm_fault_reasons: Tuple[str, ...] = ("Prolog error", "Epilog error", "Kill task failed")
+    fail_prefix: str = vocab.OWNER
+    slurm_fault_reasons: Tuple[str, ...] = vocab.SLURM_FAULT_REASONS
     running_timeout_s: float = 120.0
     # More than this share of all nodes DOWN/NOT_RESPONDING at once is Slurm's outage (slurmctld just
     # restarted, the network), not failing GPUs: no new recoveries until it passes.
@@ -89,16 +88,6 @@ class Policy:
 def failure(node: Optional[Node], policy: Policy) -> Optional[str]:
     """Why the node counts as failed, or None (nodefault.node_fault under this policy's reasons)."""
     return node_fault(node, policy.fail_prefix, policy.slurm_fault_reasons)
-
-
-def parse_slurm_time(text: str) -> Optional[float]:
-    """Slurm's `2026-11-29T16:30:05` (local time) as epoch seconds; None when absent or unknown."""
-    if not text or text in ("None", "Unknown", "(null)", "N/A"):
-        return None
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
 
 
 def spare_pool(snap: Snapshot, policy: Policy, taken: Set[str], faults: Dict[str, int]) -> List[str]:
@@ -290,7 +279,7 @@ def _job_partition(job: Job, snap: Snapshot, policy: Policy) -> Optional[str]:
 
 def fault_time(snap: Snapshot, nodes: Iterable[str]) -> Optional[float]:
     """The earliest drain time among the failed nodes, when Slurm gave one."""
-    times = [parse_slurm_time(snap.nodes[n].reason_time) for n in nodes if n in snap.nodes]
+    times = [slurm_time(snap.nodes[n].reason_time) for n in nodes if n in snap.nodes]
     times = [t for t in times if t is not None]
     return min(times) if times else None
 
@@ -312,7 +301,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     """The next step of one open incident, read off Slurm's current state."""
     job = snap.jobs.get(inc.job_id)
     base = dict(job_id=inc.job_id, incident_id=inc.id, nodes=inc.nodes, partition=inc.partition)
-    ended = job is None or job.state in TERMINAL
+    ended = job is None or job.state in ENDED_JOB_STATES
     spec = snap.specs.get(inc.job_id)
     max_restarts = spec.max_restarts if spec else 0
     giving_up = restarts_without_progress(inc, incidents, job) >= max_restarts
@@ -391,7 +380,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
                      reason="exclude the failed nodes" + (f", NumNodes={size}" if size else ""))]
     if job.held or reason_in(job.reason, HELD_REASONS):
         return [Step("start", **base, hold=True, reason=f"release ({job.reason or 'held'}) and StartTime=now")]
-    eligible = parse_slurm_time(job.eligible_time)
+    eligible = slurm_time(job.eligible_time)
     if job.reason == "BeginTime" or (eligible is not None and eligible > now + 1.0):
         wait = _completing(inc, snap, now, policy)
         if wait:    # StartTime=now sent while the old run's epilogs run does not stick: say so, send it once after

@@ -25,7 +25,7 @@ def env(tmp_path, monkeypatch):
                       "breaker_max_share": 0, "metrics_path": str(tmp_path / "m.prom")}}))
     os.chmod(cfg, 0o644)
     slurm = ModelSlurm()
-    monkeypatch.setattr("slurm_ft.cli.node.make_client", lambda config: slurm)
+    monkeypatch.setattr("slurm_ft.cli.node.client_from_config", lambda config: slurm)
     monkeypatch.setenv("SLURM_FT_CONFIG", str(cfg))
     return tmp_path, slurm
 

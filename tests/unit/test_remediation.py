@@ -267,7 +267,7 @@ def test_retest_validates_as_is_and_after_its_attempts_leaves_the_node_to_a_pers
 
 def test_a_drain_reason_cut_at_the_limit_never_ends_in_a_space():
     """Slurm refuses such a reason: a validation verdict naming findings was cut right after a word."""
-    from slurm_ft.lifecycle.sweep import _reason
+    from slurm_ft.vocab import fit
     text = "slurm-ft: validation failed: " + "x" * 70 + " ECC_DBE gpu5 uncorrectable"
-    assert len(_reason(text)) <= 100 and not _reason(text).endswith(" ")
-    assert _reason("a" * 99 + " b") == "a" * 99
+    assert len(fit(text)) <= 100 and not fit(text).endswith(" ")
+    assert fit("a" * 99 + " b") == "a" * 99

@@ -1,0 +1,47 @@
+"""slurm-ft's words on Slurm's objects, in one place: every room reads them; this imports nothing of slurm-ft.
+
+Drain reasons. Every reason slurm-ft writes starts with OWNER, and slurm-ft resumes, rewrites or counts
+as its own only a reason that does (an admin's drain is never touched). The forms:
+    slurm-ft: CODE[ gpuN] <finding>[ (+K more)]       a node's check (health/drain.py)
+    slurm-ft: quarantined, <how seen> during job J    the controller, a node that stopped answering
+    slurm-ft: QUARANTINED by <admin>: <cause>         `slurm-ft node quarantine`
+    slurm-ft: RMA ... | REBOOT ... | validation failed: ...   the sweep's rewrites
+Slurm stores longer reasons; REASON_MAX keeps `sinfo -R` readable.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Optional
+
+OWNER = "slurm-ft:"
+REASON_MAX = 100
+UNRESPONSIVE_QUARANTINE = f"{OWNER} quarantined, "
+# Slurm's own reasons for a node it drained after a failed prolog or epilog (its wording differs between
+# versions) and after a task it could not kill: faults, and ours when our hook failed the node.
+HOOK_FAULT_REASONS = ("Prolog error", "Epilog error", "Prolog failed", "Epilog failed")
+SLURM_FAULT_REASONS = HOOK_FAULT_REASONS + ("Kill task failed",)
+
+# A job in one of these states will not run again unless someone requeues it. NODE_FAIL is not among
+# them for the controller (a fault it may recover: recovery/plan.py), but ends a validation job.
+ENDED_JOB_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE",
+                              "BOOT_FAIL", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
+
+
+def owned(reason: str) -> bool:
+    """A reason slurm-ft wrote."""
+    return reason.strip().startswith(OWNER)
+
+
+def fit(text: str, limit: int = REASON_MAX) -> str:
+    """One line of at most `limit` characters; Slurm refuses a reason that ends in a space."""
+    return " ".join(text.split())[:limit].rstrip()
+
+
+def slurm_time(text: Optional[str]) -> Optional[float]:
+    """Slurm's `2026-11-29T16:30:05` (local time) as epoch seconds; None when absent, Unknown or unreadable."""
+    if not text or text in ("None", "Unknown", "(null)", "N/A"):
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,31 @@
+"""slurm-ft's words on Slurm's objects (slurm_ft/vocab.py): what it owns, how long a reason may be, Slurm's times."""
+from __future__ import annotations
+
+import time
+
+from hypothesis import given, strategies as st
+
+from slurm_ft import vocab
+
+
+def test_only_reasons_that_start_with_the_owner_are_ours():
+    assert vocab.owned("slurm-ft: XID79 gpu3 fallen off the bus")
+    assert vocab.owned("  slurm-ft: quarantined, DOWN+NOT_RESPONDING during job 7")
+    assert not vocab.owned("admin: bad fan (slurm-ft: XID79)")
+    assert not vocab.owned("Prolog error")
+
+
+@given(st.text(max_size=300))
+def test_a_fitted_reason_is_one_line_within_the_limit_and_never_ends_in_a_space(text):
+    out = vocab.fit(text)
+    assert len(out) <= vocab.REASON_MAX and out == out.strip() and "\n" not in out
+
+
+def test_slurms_local_time_and_its_placeholders():
+    assert vocab.slurm_time("2026-11-29T16:30:05") == time.mktime((2026, 11, 29, 16, 30, 5, 0, 0, -1))
+    for none in ("", None, "None", "Unknown", "(null)", "N/A", "yesterday"):
+        assert vocab.slurm_time(none) is None
+
+
+def test_every_prolog_or_epilog_fault_reason_is_a_slurm_fault_reason():
+    assert set(vocab.HOOK_FAULT_REASONS) < set(vocab.SLURM_FAULT_REASONS)
