@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, List, Optional, Sequence
 
 from slurm_ft.finding import Action, Finding, Severity
+from slurm_ft.health.probes import check_of
 from slurm_ft.vocab import OWNER, REASON_MAX, SLURM_FAULT_REASONS, owned
 
 log = logging.getLogger(__name__)
@@ -26,23 +27,6 @@ log = logging.getLogger(__name__)
 _ACTION_RANK = {Action.RMA: 0, Action.REBOOT: 1, Action.RESET_GPU: 2, Action.DRAIN: 3, Action.NONE: 4}
 
 # fault code -> the check that finds it (to know whether a run could have seen it go away)
-_CODE_CHECK = (
-    (re.compile(r"^S?XID\d+$"), "xid"),
-    (re.compile(r"^(GPU_COUNT|GPU_LOST|NVML_INIT|NVML_HUNG)"), "inventory"),
-    (re.compile(r"^ECC_"), "ecc"),
-    (re.compile(r"^REMAP_"), "remap"),
-    (re.compile(r"^RETIRE"), "retired"),
-    (re.compile(r"^PCIE_"), "pcie"),
-    (re.compile(r"^NVLINK_"), "nvlink"),
-    (re.compile(r"^(HW_SLOWDOWN|HW_THERMAL|POWER_BRAKE)$"), "clocks"),
-    (re.compile(r"^TEMP_"), "temperature"),
-    (re.compile(r"^GPU_PROC_LEFT$"), "processes"),
-    (re.compile(r"^DISK_"), "disk"),
-    (re.compile(r"^IB_"), "infiniband"),
-    (re.compile(r"^BURNIN_"), "burnin"),
-)
-
-
 def fails(findings: Iterable[Finding]) -> List[Finding]:
     return [f for f in findings if f.severity is Severity.FAIL]
 
@@ -75,13 +59,6 @@ def _clean(text: str) -> str:
 def code_of(reason: str) -> str:
     m = re.match(r"^\s*slurm-ft:\s*(\S+)", reason or "")
     return m.group(1) if m else ""
-
-
-def check_of(code: str) -> Optional[str]:
-    for pattern, check in _CODE_CHECK:
-        if pattern.match(code):
-            return check
-    return None
 
 
 # --- the gate ----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Which checks run at which level, and what each level must read from the node.
 
-    quick   HealthCheckProgram, every few minutes: cheap NVML reads only, well under a second
+    quick   HealthCheckProgram, every few minutes: cheap NVML reads only, well under a second (the
+            driver's own recovery action included)
     prolog  before every job: quick + NVLink state, temperature, clock events, disk
     epilog  after every job: prolog + leftover GPU processes; Xids since the job started
     full    validation / on demand: everything, NVLink counters, InfiniBand, sampled clock events
@@ -13,44 +14,25 @@ from __future__ import annotations
 from typing import Dict, FrozenSet, Mapping, Tuple
 
 from slurm_ft.errors import UsageError
-
-QUICK = ("inventory", "xid", "ecc", "remap", "retired", "pcie")
-PROLOG = QUICK + ("nvlink", "temperature", "clocks", "disk")
-EPILOG = PROLOG + ("processes",)
-FULL = EPILOG + ("infiniband",)
-BURNIN = FULL + ("burnin",)
+from slurm_ft.health.probes import BY_NAME, CHECKS, LEVEL_ORDER
 
 LEVELS: Dict[str, Tuple[str, ...]] = {
-    "quick": QUICK, "prolog": PROLOG, "epilog": EPILOG, "full": FULL, "burnin": BURNIN,
+    level: tuple(c.name for c in CHECKS if LEVEL_ORDER.index(c.level) <= i) for i, level in enumerate(LEVEL_ORDER)
 }
-
 # what the NVML reader (slurm_ft.gpu.nvml.read_node groups) must fetch for each check
-NVML_PARTS: Mapping[str, FrozenSet[str]] = {
-    "inventory": frozenset({"identity"}),
-    "xid": frozenset({"identity"}),           # PCI ids map log lines to GPU indexes
-    "ecc": frozenset({"ecc"}),
-    "remap": frozenset({"remap"}),            # row remapping, or retired pages where there is none
-    "retired": frozenset({"remap"}),
-    "pcie": frozenset({"pcie"}),
-    "nvlink": frozenset({"nvlink"}),
-    "temperature": frozenset({"thermal"}),
-    "clocks": frozenset({"clocks"}),
-    "processes": frozenset({"processes"}),
-    "burnin": frozenset({"identity", "clocks"}),
-}
+NVML_PARTS: Mapping[str, FrozenSet[str]] = {c.name: c.nvml for c in CHECKS if c.nvml}
 # NVLink error counters cost 4 NVML calls per link (576 on an 8 x 18-link node): full levels only
 DEEP_LEVELS = ("full", "burnin")
 
 
 def checks_for(level: str, overrides: Mapping[str, Tuple[str, ...]] = ()) -> Tuple[str, ...]:
-    from slurm_ft.health.probes import PROBES
     overrides = dict(overrides or {})
     if level not in LEVELS and level not in overrides:
         raise UsageError(f"unknown level {level!r} (valid: {', '.join(LEVELS)})")
     checks = tuple(overrides.get(level, LEVELS.get(level, ())))
-    unknown = [c for c in checks if c not in PROBES]
+    unknown = [c for c in checks if c not in BY_NAME]
     if unknown:
-        raise UsageError(f"health.levels.{level}: unknown check {unknown[0]!r} (valid: {', '.join(PROBES)})")
+        raise UsageError(f"health.levels.{level}: unknown check {unknown[0]!r} (valid: {', '.join(BY_NAME)})")
     return checks
 
 

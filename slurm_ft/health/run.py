@@ -19,7 +19,7 @@ from typing import Callable, List, Optional, Sequence
 from slurm_ft.config import Config, HealthConfig, NodeType
 from slurm_ft.errors import ConfigError
 from slurm_ft.health import levels
-from slurm_ft.health.probes import ProbeContext, get as get_probe
+from slurm_ft.health.probes import ProbeContext, get as get_probe, query_check
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.sample import NodeSample, XidEvent
 from slurm_ft import vocab
@@ -107,20 +107,13 @@ def judge(sample: NodeSample, checks: Sequence[str], ctx: ProbeContext) -> List[
     return out
 
 
-# NVML query name (slurm_ft.gpu.nvml) -> the check that needed it
-_QUERY_CHECK = (("ecc", "ecc"), ("remapped_rows", "remap"), ("retired", "retired"), ("nvlink", "nvlink"),
-                ("pcie", "pcie"), ("clock_event", "clocks"), ("temperature", "temperature"),
-                ("processes", "processes"), ("handle", "inventory"), ("name", "inventory"),
-                ("uuid", "inventory"), ("pci_info", "inventory"))
-
-
 def _query_errors(sample: NodeSample, check: str) -> List[Finding]:
     """NVML answers other than not-supported/lost (no permission, ...): the check could not see; say so."""
     out = []
     for g in sample.gpus:
         for err in getattr(g, "errors", ()) or ():
             query = err.split(":", 1)[0]
-            if any(query.startswith(prefix) and c == check for prefix, c in _QUERY_CHECK):
+            if query_check(query) == check:
                 out.append(Finding(check, Severity.ERROR, f"NVML query failed: {err}", "NVML_QUERY_ERROR", g.index))
     return out
 

@@ -37,7 +37,7 @@ class Episode:
 
     @property
     def check(self) -> str:
-        from slurm_ft.health.drain import check_of
+        from slurm_ft.health.probes import check_of
         return (check_of(self.code) or "other") if self.code else "unknown"
 
     @property

@@ -41,7 +41,7 @@ def reader_for(sample_gpus):
 
 
 def test_level_check_lists_and_unknown_level():
-    assert levels.checks_for("quick") == ("inventory", "xid", "ecc", "remap", "retired", "pcie")
+    assert levels.checks_for("quick") == ("inventory", "xid", "ecc", "remap", "retired", "pcie", "recovery_action")
     assert "processes" in levels.checks_for("epilog") and "processes" not in levels.checks_for("prolog")
     assert levels.checks_for("burnin")[-1] == "burnin"
     with pytest.raises(UsageError):

@@ -10,8 +10,9 @@ Xid); run.py adds one "ok" line for a check that found nothing.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 from slurm_ft.config import NodeType, Thresholds
 from slurm_ft.finding import Finding
@@ -19,22 +20,43 @@ from slurm_ft.gpu.sample import NodeSample
 
 Probe = Callable[[NodeSample, "ProbeContext"], List[Finding]]
 
-# check name -> module under slurm_ft.health.probes (imported only when a level uses it)
-PROBES: Dict[str, str] = {
-    "inventory": "inventory",
-    "xid": "xid",
-    "ecc": "ecc",
-    "remap": "remap",
-    "retired": "retired",
-    "pcie": "pcie",
-    "nvlink": "nvlink",
-    "clocks": "clocks",
-    "temperature": "temperature",
-    "processes": "processes",
-    "disk": "disk",
-    "infiniband": "infiniband",
-    "burnin": "burnin",
-}
+LEVEL_ORDER = ("quick", "prolog", "epilog", "full", "burnin")   # each level runs the checks of those before it
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: everything slurm-ft knows of it. Levels, the NVML reads a level needs, which drain
+    reasons a check may resume and which NVML errors it reports are all derived from CHECKS."""
+    name: str
+    level: str                                   # the first level that runs it (LEVEL_ORDER)
+    codes: str                                   # regex (matched at the start) of the fault codes it reports
+    nvml: FrozenSet[str] = frozenset()           # NVML groups to read for it (gpu/nvml.py GROUPS)
+    queries: Tuple[str, ...] = ()                # NVML query names whose errors are this check's to report
+
+    @property
+    def module(self) -> str:
+        return f"{__name__}.{self.name}"         # the probe: probes/<name>.py, imported when a level runs it
+
+
+# Adding a check: its probe module probes/<name>.py and one line here (order = report order).
+CHECKS: Tuple[Check, ...] = (
+    Check("inventory", "quick", r"(GPU_COUNT|GPU_LOST|NVML_INIT|NVML_HUNG)", frozenset({"identity"}),
+          ("handle", "name", "uuid", "pci_info")),
+    Check("xid", "quick", r"S?XID\d+$", frozenset({"identity"})),   # PCI ids map log lines to GPU indexes
+    Check("ecc", "quick", r"ECC_", frozenset({"ecc"}), ("ecc",)),
+    Check("remap", "quick", r"REMAP_", frozenset({"remap"}), ("remapped_rows",)),   # or retired pages
+    Check("retired", "quick", r"RETIRE", frozenset({"remap"}), ("retired",)),
+    Check("pcie", "quick", r"PCIE_", frozenset({"pcie"}), ("pcie",)),
+    Check("recovery_action", "quick", r"GPU_RECOVERY_", frozenset({"recovery"}), ("recovery_action",)),
+    Check("nvlink", "prolog", r"NVLINK_", frozenset({"nvlink"}), ("nvlink",)),
+    Check("temperature", "prolog", r"TEMP_", frozenset({"thermal"}), ("temperature",)),
+    Check("clocks", "prolog", r"(HW_SLOWDOWN|HW_THERMAL|POWER_BRAKE)$", frozenset({"clocks"}), ("clock_event",)),
+    Check("disk", "prolog", r"DISK_"),
+    Check("processes", "epilog", r"GPU_PROC_LEFT$", frozenset({"processes"}), ("processes",)),
+    Check("infiniband", "full", r"IB_"),
+    Check("burnin", "burnin", r"BURNIN_", frozenset({"identity", "clocks"})),
+)
+BY_NAME: Dict[str, Check] = {c.name: c for c in CHECKS}
 
 
 @dataclass(frozen=True)
@@ -53,4 +75,14 @@ class ProbeContext:
 
 def get(name: str) -> Probe:
     """The probe function for a check name; KeyError for an unknown one."""
-    return importlib.import_module(f"{__name__}.{PROBES[name]}").probe
+    return importlib.import_module(BY_NAME[name].module).probe
+
+
+def check_of(code: str) -> Optional[str]:
+    """The check that reports fault code `code` (a drain reason's CODE), None for none of them."""
+    return next((c.name for c in CHECKS if re.match(c.codes, code)), None)
+
+
+def query_check(query: str) -> Optional[str]:
+    """The check whose NVML query `query` is (an NVML error names its query), None for none."""
+    return next((c.name for c in CHECKS for q in c.queries if query.startswith(q)), None)
