@@ -27,7 +27,8 @@ from slurm_ft.recovery.records import Incident, Step
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery import outage as out
 from slurm_ft.recovery.ckptscan import Scanner, hold_reason
-from slurm_ft.recovery.plan import HOT_NOTE, PENDING_STATES, Policy, fault_time, in_supervisor_hands, plan
+from slurm_ft.recovery.plan import (HOT_NOTE, PENDING_STATES, Policy, failed_in_run, fault_time, in_supervisor_hands,
+                                    plan)
 from slurm_ft.recovery.snapshot import Snapshot
 from slurm_ft.recovery import trust
 from slurm_ft.recovery.tag import with_note
@@ -274,7 +275,7 @@ class Controller:
         spec = trust.spec_of(job, self.trusted_field())
         found = self._scans.verdict(spec.ckpt_dir) if spec and spec.ckpt_dir and self.cc.read_progress else None
         ckpt_step = found.step if found is not None else None
-        snap_nodes = {n.name: n for n in self.client.nodes(list(step.nodes))}
+        snap_nodes = {n.name: n for n in self.client.nodes(sorted({*step.nodes, *job.nodes}))}
         fault_at = fault_time(Snapshot(nodes=snap_nodes, jobs={}, partitions={}), step.nodes)
         try:
             iid = jn.open_incident(
@@ -286,7 +287,8 @@ class Controller:
         except jn.AlreadyOpen:
             return
         hold = hold_reason(found) if found is not None else None
-        if spec is not None and job.state == "RUNNING" and in_supervisor_hands(job, spec, step.nodes):
+        failed = {*step.nodes, *failed_in_run(job, snap_nodes, jn.incidents(self.conn, job_id=job.job_id), self.policy)}
+        if spec is not None and job.state == "RUNNING" and in_supervisor_hands(job, spec, sorted(failed)):
             hold = None     # the job does not restart: its supervisor relaunches the step in the allocation
             jn.update_incident(self.conn, iid, note=HOT_NOTE + f"{spec.hot_spares} hot spare(s), "
                                                             f"{spec.train_nodes} training nodes")

@@ -21,7 +21,7 @@ whose job ended.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurm_ft.recovery.records import Incident, Placement, Step
 
@@ -253,6 +253,14 @@ def in_supervisor_hands(job: Job, spec, failed: Sequence[str]) -> bool:
     return len(job.nodes) - len(failed) >= spec.train_nodes
 
 
+def failed_in_run(job: Job, nodes: Mapping[str, Node], incidents: Sequence[Incident], policy: Policy) -> List[str]:
+    """The job's nodes failed in this run of it: failed now, or named by an incident of this run. A health
+    check may resume its drain once the fault no longer shows (an Xid older than its look-back); the
+    node stays failed here, as it does for the job's supervisor (which then falls back to the requeue)."""
+    earlier = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count for n in i.nodes}
+    return [n for n in job.nodes if n in earlier or failure(nodes.get(n), policy)]
+
+
 def refill_size(spec) -> Optional[int]:
     """The node count a requeued hot-spare job asks for again: N + K (its shrinks lowered NumNodes)."""
     if spec is None or not spec.hot_spares or not spec.train_nodes:
@@ -319,7 +327,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     # Quarantine and swap first, while the job still runs: once it is requeued, its nodes run their
     # epilogs and Slurm is busiest, and those partition edits would sit on the critical path.
     if inc.note.startswith(HOT_NOTE):
-        return _advance_hot(inc, snap, policy, pool, spec, job, base, quarantined(), now)
+        return _advance_hot(inc, snap, incidents, policy, pool, spec, job, base, quarantined(), now)
     if not quarantined():
         return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
     if inc.note.startswith(HOLD_PREFIX):
@@ -396,13 +404,13 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     return [Step("poll", **base, reason=f"pending ({job.reason})")]
 
 
-def _advance_hot(inc: Incident, snap: Snapshot, policy: Policy, pool: List[str], spec, job: Job, base: dict,
-                 quarantined: bool, now: float) -> List[Step]:
+def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, pool: List[str],
+                 spec, job: Job, base: dict, quarantined: bool, now: float) -> List[Step]:
     """The in-allocation path: the job's supervisor relaunches its step on a hot spare and gives the
     failed node back (shrinks the job); the controller quarantines the node, refills the partition
     from the pool (a later requeue asks for N + K again) and closes the incident once the node has
     left the job. The supervisor out of spares, or the job no longer running: the requeue path."""
-    failed_in_job = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
+    failed_in_job = failed_in_run(job, snap.nodes, incidents, policy)
     if job.state != "RUNNING" or job.restart_count > inc.restart_count or (
             failed_in_job and not in_supervisor_hands(job, spec, failed_in_job)):
         why = "hot spares used up" if job.state == "RUNNING" else f"job is {job.state}"

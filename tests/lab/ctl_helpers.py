@@ -76,8 +76,13 @@ def wait_event(ck: Path, pred, timeout: float, what: str, lab=None, job_id=None)
     raise AssertionError(f"no {what} within {timeout} s; last events: {tail}{state}")
 
 
-def fail_node(lab, node: str, reason: str = "slurm-ft: XID79 gpu3 GPU has fallen off the bus") -> None:
-    """What the health check does on a fatal finding: drain with a slurm-ft reason."""
+LAB_FAULT = "slurm-ft: LAB_FAULT gpu3 set by the test"
+
+
+def fail_node(lab, node: str, reason: str = LAB_FAULT) -> None:
+    """What the health check does on a fatal finding: drain with a slurm-ft reason. Its code is no check's:
+    the fake driver holds no evidence of this fault, so the lab's periodic HealthCheckProgram would resume
+    an XID79 drain mid-test (as it should a drain whose fault it cannot see: CI 2026-11-30, three rooms)."""
     lab.client.drain([node], reason)
 
 

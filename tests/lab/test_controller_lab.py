@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ctl_helpers import (controller_config, fail_node, incidents, once, parts, slurm_ft, submit_ft,
+from ctl_helpers import (LAB_FAULT, controller_config, fail_node, incidents, once, parts, slurm_ft, submit_ft,
                          set_pool, submit_plain, wait_job)
 
 pytestmark = pytest.mark.lab
@@ -36,7 +36,7 @@ def test_failed_node_is_swapped_for_a_spare_and_the_job_runs_again(lab, cfg, tmp
     p = parts(lab)
     assert bad not in p["train"]                                 # quarantined
     node = lab.client.node(bad)
-    assert node.drained and node.reason.startswith("slurm-ft: XID79")   # still drained with its reason
+    assert node.drained and node.reason == LAB_FAULT                # still drained with its reason
     [inc] = incidents(lab, cfg)
     assert inc["status"] == "recovered" and inc["job_id"] == jid and inc["nodes"] == [bad]
     [spare] = inc["spares"]

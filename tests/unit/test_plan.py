@@ -8,7 +8,7 @@ import pytest
 from slurm_ft.recovery.records import Incident, StepRecord
 
 from slurm_ft.slurm.types import Job, Node, Partition
-from slurm_ft.recovery.plan import Policy, failure, plan, restarts_without_progress
+from slurm_ft.recovery.plan import Policy, failed_in_run, failure, plan, restarts_without_progress
 from slurm_ft.recovery.snapshot import Snapshot
 from slurm_ft.recovery.tag import FtSpec
 
@@ -371,6 +371,21 @@ def test_hot_spare_job_without_spares_left_takes_the_requeue_path():
     assert kinds(steps) == ["note"] and "requeue path" in steps[0].reason
     steps = plan(snap, [incident(note="hot spares used up: the requeue path takes over")], P, NOW)
     assert kinds(steps) == ["quarantine"]
+
+
+def test_a_node_failed_earlier_in_the_run_counts_after_its_drain_was_resumed():
+    """Slurm refused the shrink, so gpu002 (incident 1, recovered) stayed in the job; a health check then
+    resumed its drain. A fault on gpu004 leaves 2 healthy nodes of the 3 needed: the supervisor falls
+    back to the requeue, and so must the plan (it waited on the supervisor forever, CI 2026-11-30)."""
+    nodes = ("gpu001", "gpu002", "gpu003", "gpu004")
+    snap = cluster([node("gpu001"), node("gpu002"), node("gpu003"), failed("gpu004")],
+                   jobs=[hot_job(nodes=nodes)], specs=HOT)
+    first = hot_incident([("quarantine", "ok"), ("released", "ok")], status="recovered", closed_at=NOW - 60)
+    now = hot_incident(id=2, nodes=("gpu004",))
+    steps = plan(snap, [first, now], P, NOW)
+    assert kinds(steps) == ["note"] and "requeue path" in steps[0].reason
+    assert failed_in_run(snap.jobs[7], snap.nodes, [first], P) == ["gpu002", "gpu004"]
+    assert failed_in_run(replace(snap.jobs[7], restart_count=1), snap.nodes, [first], P) == ["gpu004"]  # next run
 
 
 def test_hot_spare_batch_host_failure_is_requeued():
