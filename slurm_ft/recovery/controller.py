@@ -4,16 +4,12 @@ Stateless between cycles except for the journal: a controller killed at any mome
 and started again reads the open incidents back and the plan carries them on. Each act re-reads what
 it changes from Slurm just before writing (partition node lists under the fleet lock the sweep and the
 node CLI take too, lifecycle/membership.py), and does nothing when the work is already done, so an
-intent whose result never reached the journal is safe to redo.
-
-Testing hook: SLURM_FT_CRASH_AT=<step>:<intent|result> makes the controller SIGKILL itself right after
-that step's intent or result is journaled (the crash-consistency test kills it at every step this way).
+intent whose result never reached the journal is safe to redo (tests/lab/test_crash_consistency.py
+kills it right after each journal write, through `on_journal`, and starts another).
 """
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +34,6 @@ from slurm_ft import vocab
 
 log = logging.getLogger(__name__)
 
-CRASH_ENV = "SLURM_FT_CRASH_AT"
 WAITING = ("poll",)
 
 
@@ -64,7 +59,8 @@ class Controller:
     """One controller over one journal. `cycle()` runs until nothing is left to do now (or its budget ends)."""
 
     def __init__(self, client, conn, config: Config, *, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, on_step: Optional[Callable] = None):
+                 sleep: Callable[[float], None] = time.sleep, on_step: Optional[Callable] = None,
+                 on_journal: Optional[Callable[[str, str], None]] = None):
         self.client = client
         self.conn = conn
         self.config = config
@@ -73,7 +69,7 @@ class Controller:
         self.clock = clock
         self.sleep = sleep
         self.on_step = on_step          # called (step, outcome, detail, now) after each act: the demo's timeline
-        self._crash = _parse_crash(os.environ.get(CRASH_ENV, ""))
+        self.on_journal = on_journal    # called (step kind, "intent" | "result") right after each journal write
         self._seen_at: Optional[float] = None   # when the snapshot the current steps come from was read
         self._breaker_said = False
         self.membership = Membership.from_config(client, config, "controller's partition change")
@@ -256,7 +252,7 @@ class Controller:
         if step.kind == "swap":     # the chosen spares are part of the intent: a restart reuses them
             jn.update_incident(self.conn, inc.id, spares=step.spares, shrink_to=step.num_nodes)
         sid = jn.record_intent(self.conn, inc.id, step.kind, now, step.reason)
-        self._maybe_crash(step.kind, "intent")
+        self._journaled(step.kind, "intent")
         try:
             outcome, detail = getattr(self, "_" + step.kind)(step, inc)
         except SlurmFTError as exc:         # Slurm refused or timed out, or the job is gone: retried next read
@@ -264,7 +260,7 @@ class Controller:
             log.warning("incident %s job %s: %s failed: %s", inc.id, inc.job_id, step.kind, exc)
         done = self.clock()
         jn.record_result(self.conn, sid, outcome, done, detail)
-        self._maybe_crash(step.kind, "result")
+        self._journaled(step.kind, "result")
         log.info("incident %s job %s: %s %s %s", inc.id, inc.job_id, step.kind, outcome, detail)
         if self.on_step:
             self.on_step(step, outcome, detail, done)
@@ -296,8 +292,8 @@ class Controller:
             jn.update_incident(self.conn, iid, note=hold)
             log.error("incident %s: job %s stays held: %s", iid, step.job_id, hold)
         log.warning("incident %s: job %s, failed %s (%s)", iid, step.job_id, ",".join(step.nodes), step.reason)
-        self._maybe_crash("open", "intent")
-        self._maybe_crash("open", "result")
+        self._journaled("open", "intent")
+        self._journaled("open", "result")
         if self.on_step:
             self.on_step(step, "ok", step.reason, now)
 
@@ -492,10 +488,9 @@ class Controller:
         except (CommandError, JobNotFound) as exc:
             log.warning("job %s: cannot set AdminComment: %s", job_id, exc)
 
-    def _maybe_crash(self, kind: str, when: str) -> None:
-        if self._crash == (kind, when):
-            log.warning("%s=%s:%s: killing myself", CRASH_ENV, kind, when)
-            os.kill(os.getpid(), signal.SIGKILL)
+    def _journaled(self, kind: str, when: str) -> None:
+        if self.on_journal:
+            self.on_journal(kind, when)
 
 
 def _as_ready(acts: List[Step], dirs: Dict[int, str], finished, sleep, tick: float = 0.02):
@@ -517,13 +512,6 @@ def _as_ready(acts: List[Step], dirs: Dict[int, str], finished, sleep, tick: flo
 
 def _one(items):
     return items[0] if items else None
-
-
-def _parse_crash(text: str):
-    if not text:
-        return None
-    kind, _, when = text.partition(":")
-    return (kind, when or "result")
 
 
 def controller_lock(state_dir: str) -> FileLock:

@@ -12,6 +12,7 @@ from typing import List, Optional
 import yaml
 
 PY = sys.executable
+JOBS = Path(__file__).resolve().parent / "jobs"
 
 
 def controller_config(lab, tmp_path: Path) -> Path:
@@ -99,6 +100,13 @@ def xid_drain(lab, node: str, value: int = 79, gpu: int = 3) -> subprocess.Compl
 
 def once(lab, config: Path, budget: float = 120, env=None, check=True) -> subprocess.CompletedProcess:
     return slurm_ft(lab, config, "controller", "once", "--json", "--budget", str(budget), env=env, check=check)
+
+
+def crash_once(lab, config: Path, point: str, budget: float = 120) -> subprocess.CompletedProcess:
+    """One controller cycle killed (SIGKILL) right after the journal write `point` (STEP:intent|result)."""
+    e = dict(lab.env, SLURM_FT_CONFIG=str(config))
+    return subprocess.run([PY, str(JOBS / "crashing_controller.py"), point, str(budget)], capture_output=True,
+                          text=True, timeout=300, env=e)
 
 
 def incidents(lab, config: Path) -> List[dict]:

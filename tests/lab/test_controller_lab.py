@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ctl_helpers import (LAB_FAULT, controller_config, fail_node, incidents, once, parts, slurm_ft, submit_ft,
+from ctl_helpers import (LAB_FAULT, controller_config, crash_once, fail_node, incidents, once, parts, slurm_ft, submit_ft,
                          set_pool, submit_plain, wait_job)
 
 pytestmark = pytest.mark.lab
@@ -177,7 +177,7 @@ def test_slurmctld_restarted_mid_recovery(lab, cfg, tmp_path):
     job = wait_job(lab, jid)
     bad = job.nodes[0]
     fail_node(lab, bad)
-    p = once(lab, cfg, env={"SLURM_FT_CRASH_AT": "swap:result"}, check=False)
+    p = crash_once(lab, cfg, "swap:result")
     assert p.returncode == -signal.SIGKILL
     _restart_slurmctld(Lab(lab.dir))
     once(lab, cfg)

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from ctl_helpers import controller_config, fail_node, incidents, once, parts, submit_ft, wait_job
+from ctl_helpers import controller_config, crash_once, fail_node, incidents, once, parts, submit_ft, wait_job
 
 pytestmark = pytest.mark.lab
 
@@ -32,7 +32,7 @@ def test_sigkill_at_each_step_then_restart_ends_as_an_uninterrupted_run(lab, cfg
     pool = parts(lab)["spares"]
     fail_node(lab, bad)
 
-    killed = once(lab, cfg, env={"SLURM_FT_CRASH_AT": point}, check=False)
+    killed = crash_once(lab, cfg, point)
     step = point.split(":")[0]
     if killed.returncode == 0 and step in SKIPPABLE_WITH_EXPEDITE and lab.client.expedited_requeue_available():
         # the restart came before the step: the run ended without it (and without a crash)

@@ -141,13 +141,10 @@ def make(tmp_path, slurm, crash=None):
     cfg = Config(state_dir=str(tmp_path / "state"), controller=ControllerConfig(poll_s=0.0, read_progress=False,
                                                                                 cycle_budget_s=5.0),
                  lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0))
-    ctl = Controller(slurm, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=lambda s: None)
-    if crash:
-        def boom(kind, when, _c=crash):
-            if (kind, when) == _c:
-                raise Crash(f"{kind}:{when}")
-        ctl._maybe_crash = boom
-    return ctl
+    def boom(kind, when):
+        if (kind, when) == crash:
+            raise Crash(f"{kind}:{when}")
+    return Controller(slurm, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=lambda s: None, on_journal=boom)
 
 
 def end_state(slurm, conn):
