@@ -81,6 +81,10 @@ class HealthConfig:
     nvml_hung_drain_after: int = 3   # this many hung NVML checks in a row drain the node (NVML_HUNG); 0 = never
     fleet_view_max_age_s: float = 900.0  # prolog/epilog: older breaker view from the last health check = unknown
 
+    # kmsg_path, state_file, disk_paths and sysfs_root may name the node ({node}): the lab's nodes share a host
+    def on(self, node: str, template: str) -> str:
+        return template.replace("{node}", node)
+
 
 @dataclass(frozen=True)
 class ControllerConfig:

@@ -29,7 +29,7 @@ def gpu_reset(ctx: click.Context, gpu: int, node: "str | None", as_json: bool) -
     started = time.time()
     result = reset_gpu(gpu, rc.reset_command, rc.reset_timeout_s)
     if result.ok:
-        acknowledge_xids(config.health.state_file, node_name(node), started)
+        acknowledge_xids(config.health, node_name(node), started)
     if as_json:
         click.echo(json.dumps(result.to_dict()))
     else:

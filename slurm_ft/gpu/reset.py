@@ -38,11 +38,11 @@ def reset_gpu(gpu: int, command: Sequence[str], timeout_s: float, *, env: Option
     return ResetResult(gpu, True, text or "reset")
 
 
-def acknowledge_xids(state_file: str, node: str, at: float) -> None:
+def acknowledge_xids(hc, node: str, at: float) -> None:
     """After a successful reset: Xids logged before it were dealt with by it. They stay in the kernel
     log until a reboot; without this the validation's check would fail on them for xid_lookback_s.
     (Node-wide, as the resume acknowledgment in health/run.py: the validation's full check and burn-in
     still judge every GPU by what NVML reads now.)"""
     from slurm_ft.health import state as st
-    with st.locked(st.path_for(state_file, node), node) as state:
+    with st.locked(st.path_for(hc, node), node) as state:
         state["xid_ack"] = max(at, float(state.get("xid_ack") or 0.0))

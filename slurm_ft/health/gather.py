@@ -40,7 +40,7 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
     if "xid" in checks:
         try:
             from slurm_ft.gpu import kmsg
-            path = hc.kmsg_path.replace("{node}", node)
+            path = hc.on(node, hc.kmsg_path)
             xids += kmsg.read_xids(path, lookback_s=hc.xid_lookback_s, now=now, boot_time=host.boot_time(),
                                    gpus=sample.gpus, missing_ok=path != kmsg.DEV_KMSG)
         except Exception as exc:  # noqa: BLE001 - any failure to read the log is reported, not fatal
@@ -52,9 +52,9 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
                      if not any(_same_fault(e, k) for k in logged)]
 
     if "disk" in checks:
-        extra["disk"] = host.disk([p.replace("{node}", node) for p in hc.disk_paths])
+        extra["disk"] = host.disk([hc.on(node, p) for p in hc.disk_paths])
     if "infiniband" in checks and node_type.ib_ports:
-        extra["infiniband"] = host.infiniband(hc.sysfs_root.replace("{node}", node))
+        extra["infiniband"] = host.infiniband(hc.on(node, hc.sysfs_root))
     if "processes" in checks:
         sample = _settled_processes(node, sample, hc, reader)
         pids = {p for g in sample.gpus for p in g.processes}

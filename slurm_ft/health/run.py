@@ -173,7 +173,7 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
     from slurm_ft.health import state as st
 
     now = time.time() if now is None else now
-    path = st.path_for(config.health.state_file, node)
+    path = st.path_for(config.health, node)
     before = st.load(path, node) if record else st.empty(node)
     xid_since = now - config.health.xid_lookback_s
     if level == "epilog":

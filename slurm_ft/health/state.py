@@ -35,8 +35,9 @@ VERSION = 1
 HISTORY_JOBS = 20          # app-class Xid history kept per GPU:code
 
 
-def path_for(template: str, node: str) -> Path:
-    return Path(template.replace("{node}", node))
+def path_for(hc, node: str) -> Path:
+    """The node's state file (health.state_file with {node} filled in)."""
+    return Path(hc.on(node, hc.state_file))
 
 
 def empty(node: str) -> dict:

@@ -70,7 +70,7 @@ class Watcher:
     # --- sources ------------------------------------------------------------------------------
     def start(self) -> None:
         if self.use_kmsg:
-            path = self.config.health.kmsg_path.replace("{node}", self.node)
+            path = self.config.health.on(self.node, self.config.health.kmsg_path)
             self._spawn("kmsg", self._follow_kmsg, path)
             self.sources.append(f"kernel log {path}")
         if self.use_nvml:
@@ -96,7 +96,7 @@ class Watcher:
 
     def _position_file(self):
         from slurm_ft.health import state as st
-        p = st.path_for(self.config.health.state_file, self.node)
+        p = st.path_for(self.config.health, self.node)
         return p.with_name(p.name + ".watch")
 
     def _load_position(self, path: str) -> Optional[dict]:

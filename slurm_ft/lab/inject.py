@@ -259,15 +259,15 @@ def health_state_file(labdir: Path, node: str) -> Optional[Path]:
     {node} filled in (nodes/<node>/state.json when the config cannot be read). None when it lies
     outside the lab directory: a heal never removes the real host's /run state."""
     labdir = Path(labdir)
-    template = str(labdir / "nodes" / "{node}" / "state.json")
+    path = labdir / "nodes" / node / "state.json"
     cfg = labdir / "slurm-ft.yaml"
     if cfg.exists():
         try:
             from slurm_ft.config import load_config
-            template = load_config(str(cfg)).health.state_file
+            hc = load_config(str(cfg)).health
+            path = Path(hc.on(node, hc.state_file))
         except Exception:  # noqa: BLE001 - a broken lab config must not stop a heal; the default path stays
             pass
-    path = Path(template.replace("{node}", node))
     try:
         path.resolve().relative_to(labdir.resolve())
     except ValueError:

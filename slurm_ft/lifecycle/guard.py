@@ -148,7 +148,7 @@ def is_open(config: Config, nodes: Optional[Sequence] = None, now: Optional[floa
 
 def view_path(config: Config, node: str) -> Path:
     from slurm_ft.health.state import path_for
-    p = path_for(config.health.state_file, node)
+    p = path_for(config.health, node)
     return p.with_name(p.name + ".fleet")
 
 
