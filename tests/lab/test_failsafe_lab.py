@@ -18,7 +18,7 @@ from slurm_ft.lab import inject as inj
 pytestmark = pytest.mark.lab
 
 PY = sys.executable
-BREAKS = ["none", "pynvml_missing", "click_broken", "config_unreadable", "state_dir_unwritable", "killed"]
+BREAKS = ["none", "pynvml_missing", "slurm_ft_broken", "config_unreadable", "state_dir_unwritable", "killed"]
 
 
 def breakage(kind: str, lab, work: Path) -> str:
@@ -28,8 +28,9 @@ def breakage(kind: str, lab, work: Path) -> str:
     if kind == "pynvml_missing":
         (shadow / "pynvml.py").write_text("raise ImportError('No module named pynvml')\n")
         return f"export PYTHONPATH={shadow}\n"
-    if kind == "click_broken":              # slurm-ft's own import fails: python exits 1 before main()
-        (shadow / "click.py").write_text("raise ImportError('broken click')\n")
+    if kind == "slurm_ft_broken":           # slurm-ft's own import fails: python exits 1 before main()
+        (shadow / "slurm_ft").mkdir(exist_ok=True)
+        (shadow / "slurm_ft" / "__init__.py").write_text("raise ImportError('broken slurm_ft')\n")
         return f"export PYTHONPATH={shadow}\n"
     if kind == "config_unreadable":
         bad = work / "bad.yaml"
