@@ -15,6 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 from slurm_ft.lifecycle.states import Event, State
 from slurm_ft.lifecycle.store import Store
 from slurm_ft.recovery import journal
+from slurm_ft.vocab import OWNER
 
 OBSERVED_SINCE = "observed_since"
 SIM_JOB_ID = 1
@@ -86,7 +87,7 @@ def write_sim_journal(store: Store, faults: Sequence, *, job_nodes: int, spares:
             failed.append(node)
             heapq.heappush(in_repair, (f.repaired, node))
             steps += _repair_steps(node, start + f.at, start + f.detected, start + f.repaired,
-                                   f"slurm-ft: SIM {f.cls} ({f.kind} fault, simulated)")
+                                   f"{OWNER} SIM {f.cls} ({f.kind} fault, simulated)")
             back, spare = (0.0, pool.pop(0)) if pool else heapq.heappop(in_repair)
             slots[i] = spare
             taken.append(spare)

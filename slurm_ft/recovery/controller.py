@@ -453,17 +453,17 @@ class Controller:
         elif job.state == "PENDING" and not job.held:
             self.client.update_job(inc.job_id, Priority=0)      # = scontrol hold
         jn.update_incident(self.conn, inc.id, status="waiting")
-        self._admin_comment(inc.job_id, f"slurm-ft: held: {step.reason}")
+        self._admin_comment(inc.job_id, f"{vocab.OWNER} held: {step.reason}")
         return "ok", step.reason
 
     def _wait(self, step: Step, inc: Incident):
         jn.update_incident(self.conn, inc.id, status="waiting", note=step.reason)
-        self._admin_comment(inc.job_id, f"slurm-ft: {step.reason}")
+        self._admin_comment(inc.job_id, f"{vocab.OWNER} {step.reason}")
         log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason
 
     def _give_up(self, step: Step, inc: Incident):
-        self._admin_comment(inc.job_id, f"slurm-ft: held, not restarted again: {step.reason}")
+        self._admin_comment(inc.job_id, f"{vocab.OWNER} held, not restarted again: {step.reason}")
         jn.close_incident(self.conn, inc.id, "gave_up", self.clock(), step.reason)
         log.error("incident %s job %s: gave up: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason

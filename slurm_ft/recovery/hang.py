@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional
 
+from slurm_ft.vocab import OWNER
+
 # A rank whose last report is this much older than the newest one (and at a lower step) straggles;
 # at least this, or a quarter of hang_timeout (a healthy rank reports about once a second).
 STRAGGLER_MIN_S = 10.0
@@ -80,7 +82,7 @@ def culprits(output: str) -> Dict[str, str]:
             continue
         bad = [f for f in rep["findings"] if isinstance(f, dict) and f.get("severity") == "fail"]
         if bad:
-            out[rep["node"]] = "slurm-ft: hang check: " + "; ".join(
+            out[rep["node"]] = f"{OWNER} hang check: " + "; ".join(
                 f"{f.get('code', '?')} {'gpu' + str(f['gpu']) if f.get('gpu') is not None else ''} {f.get('reason', '')}".strip()
                 for f in bad)[:300]
     return out
