@@ -91,7 +91,13 @@ def wait_job_end(lab, job_id: int, node: str, timeout: float = 120.0):
 @pytest.mark.parametrize("kind", BREAKS)
 def test_broken_install_drains_nothing_through_the_real_hooks(lab, hooks, tmp_path, kind):
     node = lab.train_nodes[7]
-    hc = lab.dir / "hooks" / "healthcheck"
+    # slurmd's own periodic HealthCheckProgram leaves this node to the test: a sound one would drain it
+    # for the injected Xid at any moment of the test (it did, once in CI)
+    (lab.dir / "hooks" / "healthcheck").write_text(with_lines(hooks["healthcheck"],
+                                                              f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
+    hc = tmp_path / "healthcheck-sound"
+    hc.write_text(hooks["healthcheck"])
+    hc.chmod(0o755)
     run_healthcheck(lab, node, hc)         # as at slurmd start: the fleet view the prolog's breaker reads
     inj.inject(lab.dir, node, "xid", gpu=1, value=79)
     lines = breakage(kind, lab, tmp_path)
