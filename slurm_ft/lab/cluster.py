@@ -403,6 +403,9 @@ JobRequeue=1
 ReturnToService=1
 KillWait=2
 MinJobAge=60
+# Labs on one host share its network, and ports follow job ids (a hot-spare job's MASTER_PORT): each lab
+# numbers its jobs from its own slurmctld port, so two labs running side by side never share a job id.
+FirstJobId={spec.port_base + 1}
 InactiveLimit=0
 SlurmdTimeout={spec.slurmd_timeout_s}
 SlurmctldTimeout=30

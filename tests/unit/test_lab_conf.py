@@ -33,6 +33,17 @@ def test_slurm_conf(lab):
     assert not [ln for ln in lines if "nohold_on_prolog_fail" in ln and not ln.lstrip().startswith("#")]
 
 
+def test_two_labs_side_by_side_never_number_a_job_alike(tmp_path):
+    """CI's rooms share the host's network and ran one test with one job id at once: the hot-spare job's
+    MASTER_PORT (from the job id) was taken by the other room's."""
+    from slurm_ft.recovery.rendezvous import master_port
+    a, b = (Lab(tmp_path / str(p), LabSpec(nodes=4, spares=2, port_base=p)) for p in (25000, 27000))
+    [first_a], [first_b] = ([int(x.split("=")[1]) for x in lab._slurm_conf().splitlines()
+                             if x.startswith("FirstJobId=")] for lab in (a, b))
+    assert (first_a, first_b) == (25001, 27001)
+    assert all(master_port(first_a + k, 0, 0) != master_port(first_b + k, 0, 0) for k in range(300))
+
+
 def test_node_names_and_partitions():
     spec = LabSpec(nodes=64, spares=4)
     assert spec.train_nodes[0] == "gpu001" and spec.train_nodes[-1] == "gpu064"
