@@ -4,7 +4,6 @@ end, read by the real pynvml from the lab's fake libnvidia-ml.so.1."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -64,16 +63,9 @@ def test_every_registered_check_has_a_probe_a_known_level_and_codes_that_lead_ba
     assert check_of("SXID12028") == "xid" and check_of("XID79x") is None and check_of("ADMIN") is None
 
 
-def test_end_to_end_the_field_drives_the_quick_check_exit_and_finding(tmp_path):
-    from slurm_ft.lab.fake_nvml import build
-    lib = build(tmp_path / "lib")
-    cfg = tmp_path / "slurm-ft.yaml"
-    cfg.write_text(f"health:\n  kmsg_path: {tmp_path}/k\n  state_file: {tmp_path}/s.json\n")
-    os.chmod(cfg, 0o644)
-    state = tmp_path / "nvml.state"
+def test_end_to_end_the_field_drives_the_quick_check_exit_and_finding(fake_nvml_env):
+    env, state = fake_nvml_env
     state.write_text("gpu 3 recovery_action 2\n")
-    env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), SLURM_FT_FAKE_NVML_STATE=str(state),
-               SLURM_FT_FAKE_NODE="n1", SLURM_FT_CONFIG=str(cfg))
     p = subprocess.run([sys.executable, "-m", "slurm_ft", "check", "--level", "quick", "--json", "--node", "n1"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 1, p.stderr

@@ -446,19 +446,11 @@ def test_cli_exits_on_a_hung_nvml_call_without_waiting_for_it(tmp_path):
     assert out["findings"][0]["code"] == "NVML_HUNG" and out["healthy"] is True
 
 
-def test_cli_check_json_and_exit_codes_on_the_fake_nvml(tmp_path):
+def test_cli_check_json_and_exit_codes_on_the_fake_nvml(fake_nvml_env):
     """The real pynvml over the lab's fake libnvidia-ml.so.1: healthy -> 0, an injected fault -> 1."""
     import subprocess
     import sys
-    from slurm_ft.lab.fake_nvml import build
-    lib = build(tmp_path / "lib")
-    cfg = tmp_path / "slurm-ft.yaml"
-    cfg.write_text(f"health:\n  kmsg_path: {tmp_path}/k\n  state_file: {tmp_path}/s.json\n")
-    os.chmod(cfg, 0o644)
-    state = tmp_path / "nvml.state"
-    state.write_text("")
-    env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), SLURM_FT_FAKE_NVML_STATE=str(state),
-               SLURM_FT_FAKE_NODE="n1", SLURM_FT_CONFIG=str(cfg))
+    env, state = fake_nvml_env
     argv = [sys.executable, "-m", "slurm_ft", "check", "--level", "quick", "--json", "--node", "n1"]
     p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0, p.stderr
