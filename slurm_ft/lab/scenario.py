@@ -362,13 +362,28 @@ class Scenario:
             time.sleep(0.05)
         else:
             raise EnvironmentProblem(f"lab scenario: job {self.job_id} did not resume within {timeout:g} s "
-                                     f"after the fault on {victim}")
+                                     f"after the fault on {victim}; {self._where_it_stands(victim)}")
         if not drained:
             node = self.client.node(victim)
             res.phases.append(Phase("drain", res.fault_t, node.reason + " (drain time not observed)"))
         watcher.join(timeout=1)
         self._fault_t = None
         return res
+
+    def _where_it_stands(self, victim: str) -> str:
+        """What a stalled recovery looks like from here: the job, the node, the last things each side logged."""
+        def last(events: List[dict], n: int = 3) -> str:
+            return " | ".join(", ".join(f"{k}={v}" for k, v in e.items() if k not in ("job", "t")) for e in events[-n:])
+        try:
+            job, node = self.client.job(self.job_id), self.client.node(victim)
+            slurm = f"job {job.state} ({job.reason or '-'}, restarts {job.restart_count}); {victim} {node.state} {node.reason!r}"
+        except Exception as exc:   # noqa: BLE001 - the message is for a person; say what failed instead
+            slurm = f"Slurm unreadable: {exc}"
+        with self._lock:
+            steps = [f"{kind} {outcome}" for kind, outcome, *_ in self._steps[-3:]]
+        return (f"{slurm}; controller: {', '.join(steps) or 'no step'}; supervisor: "
+                f"{last(self.supervisor_events()) or 'nothing logged'}; trainer: {last(self.events()) or 'nothing logged'}; "
+                f"job output in {self.work / 'job.out'}")
 
     def _phase(self, res: FaultResult, p: Phase) -> None:
         res.phases.append(p)

@@ -14,8 +14,9 @@ Elapsed GPU-hours run from the first start to now (the job's GPUs, held or waite
 - recovery: from the fault (the incident's fault time; without an incident, the last progress of the
   run that stopped) to the start of the first step of the next run: that step's report (the run's first
   point moved back by the steps between it and the resumed step) less one step time;
-- redone steps: the steps between the checkpoint resumed from and the last step reached before the
-  fault, times the step time;
+- redone steps: the steps between the checkpoint resumed from and the last step reported before the
+  fault, times the step time (a rank reports at most once a second, so a second's steps at most go
+  uncounted);
 - checkpoint writes: not measured (progress reports steps only; a blocking save is inside the step time).
 The step time is the median over runs of (time between two points) / (steps between them).
 Without one, seconds that need it are None ("not measured"), never guessed.

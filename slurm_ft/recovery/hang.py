@@ -7,15 +7,16 @@ the culprits off their output with `culprits`. No clock and no file here: times 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, Iterator, List, Mapping, Optional
 
 from slurm_ft.vocab import OWNER
 
 # A rank whose last report is this much older than the newest one (and at a lower step) straggles;
 # at least this, or a quarter of hang_timeout (a healthy rank reports about once a second).
 STRAGGLER_MIN_S = 10.0
-CHECK_OUTPUT_MAX = 1 << 20       # bytes of the checks' output read (one JSON line per node)
+CHECK_OUTPUT_MAX = 64 << 20      # bytes of the checks' output read: a report per node, ~2 KiB (10,000 nodes: 20 MiB)
 
 
 @dataclass(frozen=True)
@@ -67,25 +68,45 @@ def stragglers(records: Mapping[int, dict], at: Launch, timeout_s: float) -> Lis
 
 
 def culprits(output: str) -> Dict[str, str]:
-    """node -> why, from the `slurm-ft check --json` lines of the checks' step (one per node): the nodes
-    with a fail finding. Any other line (srun's own, a crashed check) names no culprit."""
+    """node -> why, from the `slurm-ft check --json` reports in the output of the checks' step (srun
+    --label, one task per node): the nodes with a fail finding. Anything else (srun's own lines, a
+    crashed check) names no culprit."""
     out: Dict[str, str] = {}
-    for line in output[:CHECK_OUTPUT_MAX].splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            rep = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rep, dict) or not isinstance(rep.get("node"), str) or not isinstance(rep.get("findings"), list):
-            continue
+    for rep in _reports(output[:CHECK_OUTPUT_MAX]):
         bad = [f for f in rep["findings"] if isinstance(f, dict) and f.get("severity") == "fail"]
         if bad:
             out[rep["node"]] = f"{OWNER} hang check: " + "; ".join(
                 f"{f.get('code', '?')} {'gpu' + str(f['gpu']) if f.get('gpu') is not None else ''} {f.get('reason', '')}".strip()
                 for f in bad)[:300]
     return out
+
+
+_LABEL = re.compile(r" *(\d+): ")
+_REPORT_START = '{"node":'
+
+
+def _reports(output: str) -> Iterator[dict]:
+    """The check reports in srun's labelled output. slurmstepd forwards a task's output in pieces of at
+    most 1 KiB, and a report is longer: with two nodes or more the pieces of their lines interleave
+    (seen on a 2-node step). srun --label names the task of each piece, so each task's pieces are
+    joined again in order before the reports are read from them."""
+    tasks: Dict[str, List[str]] = {}
+    for line in output.split("\n"):
+        m = _LABEL.match(line)
+        tasks.setdefault(m.group(1) if m else "", []).append(line[m.end():] if m else line)
+    decoder = json.JSONDecoder()
+    for pieces in tasks.values():
+        text = "".join(pieces)
+        at = text.find(_REPORT_START)
+        while at >= 0:
+            try:
+                rep, end = decoder.raw_decode(text, at)
+            except ValueError:
+                end = at + 1
+            else:
+                if isinstance(rep.get("node"), str) and isinstance(rep.get("findings"), list):
+                    yield rep
+            at = text.find(_REPORT_START, end)
 
 
 def restarts_left(max_restarts: int, slurm_restarts: int, in_place: int) -> bool:

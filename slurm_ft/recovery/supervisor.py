@@ -56,7 +56,7 @@ def check_argv(nodes: Sequence[str], python: str = sys.executable) -> List[str]:
     """One srun of the prolog-level checks on every node of the (hung) step, beside it (--overlap)."""
     n = len(nodes)
     return ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", f"--nodelist={compress(nodes)}",
-            "--kill-on-bad-exit=0", python, "-m", "slurm_ft", "check", "--level", "prolog", "--drain", "--json",
+            "--kill-on-bad-exit=0", "--label", python, "-m", "slurm_ft", "check", "--level", "prolog", "--drain", "--json",
             "--no-state"]
 
 

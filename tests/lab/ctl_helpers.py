@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -121,3 +122,23 @@ def set_pool(lab, nodes: List[str]) -> None:
     """The spares partition's node list, empty included (SlurmClient refuses an empty list)."""
     subprocess.run(["scontrol", "update", "PartitionName=spares", "Nodes=" + ",".join(nodes)], check=True,
                    env=lab.env, timeout=30)
+
+
+def with_lines(wrapper: str, lines: str) -> str:
+    """A lab hook wrapper with shell `lines` run before its scripts."""
+    head, sep, tail = wrapper.partition("for f in ")
+    assert sep, "the lab's hook wrapper changed: no 'for f in' loop"
+    return head + lines + sep + tail
+
+
+@contextmanager
+def periodic_check_skips(lab, node: str):
+    """slurmd's periodic HealthCheckProgram leaves `node` alone meanwhile: it would drain it for a fault
+    the test injects at any moment (every node is checked once per HealthCheckInterval, cycled)."""
+    hook = lab.dir / "hooks" / "healthcheck"
+    saved = hook.read_text()
+    hook.write_text(with_lines(saved, f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
+    try:
+        yield
+    finally:
+        hook.write_text(saved)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ctl_helpers import with_lines
 from slurm_ft.lab import inject as inj
 
 pytestmark = pytest.mark.lab
@@ -52,12 +53,6 @@ def breakage(kind: str, lab, work: Path) -> str:
     return ""
 
 
-def with_lines(wrapper: str, lines: str) -> str:
-    head, sep, tail = wrapper.partition("for f in ")
-    assert sep, "the lab's hook wrapper changed: no 'for f in' loop"
-    return head + lines + sep + tail
-
-
 @pytest.fixture
 def hooks(lab):
     """The lab's prolog/epilog wrappers (slurmd runs them), restored after the test."""
@@ -91,8 +86,8 @@ def wait_job_end(lab, job_id: int, node: str, timeout: float = 120.0):
 @pytest.mark.parametrize("kind", BREAKS)
 def test_broken_install_drains_nothing_through_the_real_hooks(lab, hooks, tmp_path, kind):
     node = lab.train_nodes[7]
-    # slurmd's own periodic HealthCheckProgram leaves this node to the test: a sound one would drain it
-    # for the injected Xid at any moment of the test (it did, once in CI)
+    # slurmd's own periodic HealthCheckProgram leaves this node to the test (it drained it once in CI);
+    # the `hooks` fixture restores the wrapper
     (lab.dir / "hooks" / "healthcheck").write_text(with_lines(hooks["healthcheck"],
                                                               f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
     hc = tmp_path / "healthcheck-sound"

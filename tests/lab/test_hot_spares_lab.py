@@ -131,7 +131,11 @@ def test_lab_demo_shows_the_hot_spare_path_without_a_requeue(lab, work):
     p = subprocess.run([PY, "-m", "slurm_ft", "lab", "demo", "--dir", str(lab.dir), "--hot-spares", "1",
                         "--step-time", "0.3", "--json", "--timeout", "300"],
                        capture_output=True, text=True, timeout=900, env=lab.env)
-    assert p.returncode == 0, p.stderr[-2000:]
+    if p.returncode != 0:
+        job_out = lab.dir / "demo" / "job.out"
+        print("== demo job.out", *(job_out.read_text(errors="replace").splitlines()[-60:] if job_out.exists() else []),
+              sep="\n")
+    assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout)
     assert out["path"] == "hot-spare"
     assert out["failed_node"] != out["spare_node"] and out["spare_node"] in lab.train_nodes

@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurm_ft.recovery import hang
 
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 AT = hang.Launch(job="7", restart=1, launch=2, started_t=1000.0)
 
 
@@ -65,6 +70,62 @@ def test_culprits_are_the_nodes_with_a_fail_finding_in_the_checks_output():
     assert hang.culprits("") == {}
 
 
+def labelled(outputs: dict, cut: list, order: list) -> str:
+    """srun --label's output of tasks {task: text}: each line of a task cut in pieces at the `cut` offsets
+    (slurmstepd forwards at most 1 KiB at a time), each piece a labelled line, the pieces of all tasks
+    merged in `order` (each task's in its own order)."""
+    width = len(str(max(outputs)))
+    queues = {}
+    for task, text in outputs.items():
+        queues[task] = []
+        for line in text.split("\n"):
+            bounds = sorted({0, len(line), *(c % (len(line) + 1) for c in cut)})
+            queues[task] += [line[a:b] for a, b in zip(bounds, bounds[1:])]
+    lines = []
+    for pick in order + list(outputs) * max(map(len, queues.values())):
+        live = [t for t in sorted(queues) if queues[t]]
+        if not live:
+            break
+        task = live[pick % len(live)]
+        lines.append(f"{task:>{width}}: {queues[task].pop(0)}")
+    return "\n".join(lines)
+
+
+def test_culprits_are_read_from_a_labelled_output_whose_long_lines_interleave():
+    reports = {0: check_line("gpu001"), 1: check_line("gpu002", ("fail", 0, "GPU_LOST", "GPU 0 is lost")),
+               2: check_line("gpu003"), 3: check_line("gpu004", ("fail", 5, "NVLINK_DOWN", "link 3 down"))}
+    out = labelled(reports, cut=[1024, 2048], order=[0, 1, 2, 3, 0, 1])
+    assert any(not line.split(": ", 1)[1].endswith("}") for line in out.splitlines())   # lines were cut
+    got = hang.culprits(out)
+    assert sorted(got) == ["gpu002", "gpu004"] and "NVLINK_DOWN gpu5" in got["gpu004"]
+
+
+def test_culprits_of_a_real_hang_check_on_slurm_22_05():
+    # captured by tests/data/slurm/capture.py: 4 nodes, gpu002's GPU lost; each report came in 2 pieces,
+    # those of gpu003 and gpu004 crossed
+    out = (DATA / "22.05" / "srun_label_hang_check.txt").read_text()
+    unlabelled = [line.split(": ", 1)[1] for line in out.splitlines()]
+    assert sum(1 for line in unlabelled if line.startswith('{"node"') and line.endswith("}")) == 0
+    got = hang.culprits(out)
+    assert got == {"gpu002": "slurm-ft: hang check: GPU_LOST gpu0 GPU lost (name: GPU is lost)"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(findings=st.lists(st.tuples(st.sampled_from(["ok", "warn", "fail", "error"]),
+                                   st.one_of(st.none(), st.integers(0, 7)), st.text(max_size=8),
+                                   st.text(max_size=400)), max_size=12),
+       nodes=st.integers(1, 12), cut=st.lists(st.integers(1, 4000), max_size=6),
+       order=st.lists(st.integers(0, 50), max_size=80), noise=st.text(max_size=60))
+def test_culprits_of_any_interleaving_are_the_failing_nodes(findings, nodes, cut, order, noise):
+    reports, expected = {}, set()
+    for task in range(nodes):
+        mine = findings[task::nodes]
+        reports[task] = check_line(f"gpu{task:03d}", *mine) + "\n" + noise
+        if any(f[0] == "fail" for f in mine):
+            expected.add(f"gpu{task:03d}")
+    assert set(hang.culprits(labelled(reports, cut, order))) == expected
+
+
 def test_restarts_in_place_count_with_slurms_requeues():
     assert hang.restarts_left(5, 2, 2)
     assert not hang.restarts_left(5, 2, 3)
@@ -74,6 +135,6 @@ def test_restarts_in_place_count_with_slurms_requeues():
 def test_the_checks_run_beside_the_hung_step_on_each_of_its_nodes_once():
     from slurm_ft.recovery.supervisor import check_argv
     argv = check_argv(["gpu001", "gpu002", "gpu007"], python="/py")
-    assert argv[:7] == ["srun", "--overlap", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
-                        "--nodelist=gpu[001-002,007]", "--kill-on-bad-exit=0"]
-    assert argv[7:] == ["/py", "-m", "slurm_ft", "check", "--level", "prolog", "--drain", "--json", "--no-state"]
+    assert argv[:8] == ["srun", "--overlap", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
+                        "--nodelist=gpu[001-002,007]", "--kill-on-bad-exit=0", "--label"]
+    assert argv[8:] == ["/py", "-m", "slurm_ft", "check", "--level", "prolog", "--drain", "--json", "--no-state"]

@@ -67,6 +67,7 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
         print(f"{name}: {len(out.stdout.splitlines())} lines")
 
     save("scontrol_show_node_idle.txt", ["scontrol", "show", "node", "-o"])
+    capture_hang_check(lab, c, work, out_dir)
     save("scontrol_show_config.txt", ["scontrol", "show", "config"])
     save("scontrol_show_job_unknown.txt", ["scontrol", "show", "job", "-o", "999999"])
     save("scontrol_show_reservation_none.txt", ["scontrol", "show", "reservation", "-o"])
@@ -115,6 +116,30 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
     save("scontrol_show_node_down.txt", ["scontrol", "show", "node", "-o", "gpu004"])
     save("scontrol_show_node_down.json", ["scontrol", "show", "node", "gpu004", "--json"])
     time.sleep(0.1)
+
+
+def capture_hang_check(lab: Lab, c: SlurmClient, work: Path, out_dir: Path) -> None:
+    """The hot-spare supervisor's hang check as it runs in a job (recovery.supervisor.check_argv): one
+    srun --label of `slurm-ft check --json` on 4 nodes, gpu002's GPU lost. Its reports are longer than
+    the 1 KiB pieces slurmstepd forwards, so their lines interleave."""
+    import subprocess
+    import sys
+    from slurm_ft.lab.inject import heal_all, inject
+    from slurm_ft.recovery.supervisor import check_argv
+    nodes = ["gpu001", "gpu002", "gpu003", "gpu004"]
+    job = c.submit(["-w", ",".join(nodes), "-N4", "--wrap", "sleep 600"], cwd=str(work))
+    c.wait_job_state(job, "RUNNING", 60)
+    inject(lab.dir, "gpu002", "gpu_lost", gpu=0, log=False)
+    env = dict(lab.env(), SLURM_JOB_ID=str(job), LD_LIBRARY_PATH=str(lab.dir / "lib"))
+    p = subprocess.run(check_argv(nodes, python=sys.executable), env=env, capture_output=True, text=True, timeout=300)
+    (out_dir / "srun_label_hang_check.txt").write_text(p.stdout)
+    print(f"srun_label_hang_check.txt: {len(p.stdout.splitlines())} lines (rc {p.returncode})")
+    heal_all(lab.dir)                     # before the epilog checks the node
+    c.cancel(job)
+    c.wait_for(lambda: c.job(job).state == "CANCELLED" and "COMPLETING" not in c.node("gpu004").flags, 60,
+               "the hang check's job ended")
+    if c.node("gpu002").drained:          # by the check (--drain)
+        c.resume(["gpu002"])
 
 
 if __name__ == "__main__":
