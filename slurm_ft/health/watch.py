@@ -69,30 +69,42 @@ class Watcher:
 
     # --- sources ------------------------------------------------------------------------------
     def start(self) -> None:
+        """Start the sources; return once each follows (or 5 s passed): an Xid after that is seen."""
+        waits = []
         if self.use_kmsg:
             path = self.config.health.on(self.node, self.config.health.kmsg_path)
-            self._spawn("kmsg", self._follow_kmsg, path)
+            placed = threading.Event()
+            self._spawn("kmsg", self._follow_kmsg, path, placed)
             self.sources.append(f"kernel log {path}")
+            waits.append(placed)
         if self.use_nvml:
             ready = threading.Event()
             self._spawn("nvml", self._nvml_events, ready)
-            ready.wait(5.0)
+            waits.append(ready)
+        deadline = time.monotonic() + 5.0
+        for w in waits:
+            w.wait(max(0.0, deadline - time.monotonic()))
 
     def _spawn(self, name: str, target, *args) -> None:
         t = threading.Thread(target=target, args=args, name=f"watch-{name}", daemon=True)
         t.start()
         self._threads.append(t)
 
-    def _follow_kmsg(self, path: str) -> None:
+    def _follow_kmsg(self, path: str, placed: threading.Event) -> None:
         from slurm_ft.gpu import kmsg
         from slurm_ft.health import host
+
+        def at(where: dict) -> None:       # the first one: the log is open and the place to read from set
+            placed.set()
+            self.events.put(Position(where))
         try:
             for ev in kmsg.follow(path, poll_s=self.poll_s, stop=self.stop_event.is_set,
-                                  boot_time=host.boot_time(), start=self._load_position(path),
-                                  on_position=lambda where: self.events.put(Position(where))):
+                                  boot_time=host.boot_time(), start=self._load_position(path), on_position=at):
                 self.events.put(ev)
         except Exception as exc:  # noqa: BLE001 - the other source keeps running
             log.error("kernel log watch stopped: %s", exc)
+        finally:
+            placed.set()
 
     def _position_file(self):
         from slurm_ft.health import state as st

@@ -16,6 +16,7 @@ import logging
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -25,14 +26,13 @@ from typing import Callable, Dict, List, Optional
 
 import yaml
 
-from slurm_ft.errors import CommandError, EnvironmentProblem
+from slurm_ft.errors import EnvironmentProblem
 from slurm_ft.runner import run
 from slurm_ft.slurm.hostlist import expand
 
 log = logging.getLogger(__name__)
 
 PY = sys.executable
-WATCH_WARMUP_S = 5.0        # time given to `slurm-ft watch` to start following the node's kernel log
 
 
 @dataclass
@@ -300,10 +300,10 @@ class Scenario:
             step_nodes = [n for n in expand(launches[-1]["nodes"]) if n != job.batch_host]
         victim = step_nodes[victim_index % len(step_nodes)]
         watcher = self._start_watch(victim, timeout)
-        watch_started = time.monotonic()
         self.wait_event(lambda e: e.get("event") == "step" and run_key(e) == run_no
                         and e["step"] >= first + warmup_steps, timeout, f"step {first + warmup_steps}")
-        time.sleep(max(0.0, WATCH_WARMUP_S - (time.monotonic() - watch_started)))  # it follows the log from its end
+        if not watcher.ready.wait(timeout):
+            raise EnvironmentProblem(f"lab scenario: slurm-ft watch on {victim} did not start within {timeout:g} s")
         with self._lock:
             self._steps.clear()
         from slurm_ft.lab.inject import inject
@@ -390,24 +390,47 @@ class Scenario:
         if self.on_phase:
             self.on_phase(p, res.fault_t)
 
-    def _start_watch(self, node: str, timeout: float) -> threading.Thread:
+    def _start_watch(self, node: str, timeout: float) -> "Watch":
         """`slurm-ft watch` for the node about to fail, as its systemd service would run on that node."""
         env = dict(self.env)
         env.update({"SLURMD_NODENAME": node, "SLURM_FT_CONFIG": str(self.lab.config_path),
                     "LD_LIBRARY_PATH": str(self.lab.dir / "lib")})
         argv = [PY, "-m", "slurm_ft", "watch", "--node", node, "--once", "--timeout", str(int(timeout))]
+        return Watch(node, argv, env, timeout + 30)
 
-        def go():
-            try:
-                res = run(argv, timeout=timeout + 30, env=env, check=False)
-                if res.returncode != 0:
-                    log.warning("slurm-ft watch on %s exited %s: %s", node, res.returncode, res.stderr.strip()[-300:])
-            except CommandError as exc:
-                log.warning("slurm-ft watch on %s: %s", node, exc)
+class Watch(threading.Thread):
+    """One `slurm-ft watch --once` in the background. `ready` is set once it says what it follows: it
+    reads the kernel log from its end and NVML events from its start, so an Xid injected before then
+    is missed (at load 60, python took longer to get there than any fixed wait the demo gave it)."""
 
-        t = threading.Thread(target=go, name=f"watch-{node}", daemon=True)
-        t.start()
-        return t
+    def __init__(self, node: str, argv: List[str], env: Dict[str, str], timeout: float):
+        super().__init__(name=f"watch-{node}", daemon=True)
+        self.node, self.argv, self.env, self.timeout = node, argv, env, timeout
+        self.ready = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        try:
+            proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True, errors="replace")
+        except OSError as exc:
+            log.warning("slurm-ft watch on %s: %s", self.node, exc)
+            self.ready.set()
+            return
+        killer = threading.Timer(self.timeout, proc.kill)    # --timeout ends it; this is the backstop
+        killer.start()
+        tail: List[str] = []
+        try:
+            for line in proc.stderr:
+                if line.startswith("slurm-ft watch on "):
+                    self.ready.set()
+                tail = (tail + [line.rstrip()])[-5:]
+            rc = proc.wait()
+        finally:
+            killer.cancel()
+            self.ready.set()
+        if rc != 0:
+            log.warning("slurm-ft watch on %s exited %s: %s", self.node, rc, " | ".join(tail)[-300:])
 
 
 def run_key(event: dict) -> tuple:

@@ -18,6 +18,8 @@ first) is a hang. It then runs the prolog-level checks on every node of the step
 fail is a culprit and takes the fault path above (relaunch without it, or the requeue fallback); with
 none, the step restarts in place from the latest complete checkpoint, counted with Slurm's requeues
 against the job's max_restarts (then the job ends, hotplan.EXIT_RESTART_LIMIT). hang.py decides, pure.
+A step that fails while Slurm shows no fault on its nodes gets the same checks once, at once: a culprit
+takes the fault path; with none, the job ends with the step's exit status after hotplan.EXIT_GRACE_S.
 
 Fail-safe: a failed read of Slurm is logged and the step runs on (no action on a guess); a failed
 shrink is logged (the controller quarantines the node either way) and training goes on; a check
@@ -25,6 +27,7 @@ that cannot run names no culprit (nothing is drained on a guess).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -102,6 +105,7 @@ class Supervisor:
         self.proc: Optional[subprocess.Popen] = None
         self.step_nodes: tuple = ()
         self.exited_at: Optional[float] = None
+        self.exit_checked = False  # the step of this launch failed with no known fault, and its nodes were checked
         self.may_shrink = True     # until Slurm refuses (22.05 without accounting: once per start of the job)
         # Every node seen failed in this run of the job, with why. A fault is never forgotten here: a
         # health check may resume a node it drained once the fault no longer shows (a drain-only fault,
@@ -148,7 +152,7 @@ class Supervisor:
             return 127
         argv = srun_argv(nodes, self.tasks_per_node, program)
         self.proc = subprocess.Popen(argv, env=env)
-        self.step_nodes, self.exited_at = tuple(nodes), None
+        self.step_nodes, self.exited_at, self.exit_checked = tuple(nodes), None, False
         self.launch_t, self.told_stragglers = time.time(), set()
         self.log("launch", launch=self.launches, nodes=compress(nodes), ckpt=env["SLURM_FT_CKPT"],
                  step=found.step if found and found.path else None, reason=reason, rank0=rank0,
@@ -218,6 +222,9 @@ class Supervisor:
             if act.kind == "wait" and rc is None and self.hang_timeout and now >= self.next_hang_poll:
                 self.next_hang_poll = now + HANG_POLL_S
                 act = self.watch_progress(view)
+            elif act.kind == "wait" and rc not in (None, 0) and not self.exit_checked:
+                self.exit_checked = True
+                act = self.failed_step_action(view, rc)
             if act.kind == "wait":
                 continue
             if act.kind == "exit":
@@ -265,16 +272,25 @@ class Supervisor:
         self.say(f"hang: {why}; checking the step's nodes")
         return self.hang_action(view, why)
 
-    def hang_action(self, view: hp.View, why: str) -> hp.Action:
+    def checked(self, view: hp.View, event: str, **fields) -> hp.View:
+        """`view` after the prolog-level checks ran on the step's nodes: their culprits are faults too."""
         t0 = time.time()
         found = self.check_nodes(self.step_nodes)
         self.failed.update(found)
         faults = self.faults(view.allocation)
-        faults = dict(found if faults is None else faults)
-        self.log("hang_check", nodes=compress(self.step_nodes), culprits=compress(sorted(found)),
-                 check_s=round(time.time() - t0, 3))
-        act = hp.decide(hp.View(allocation=view.allocation, faults=faults, batch_host=view.batch_host,
-                                train_nodes=view.train_nodes, step_nodes=view.step_nodes))
+        self.log(event, nodes=compress(self.step_nodes), culprits=compress(sorted(found)),
+                 check_s=round(time.time() - t0, 3), **fields)
+        return dataclasses.replace(view, faults=dict(found if faults is None else faults))
+
+    def failed_step_action(self, view: hp.View, rc: int) -> hp.Action:
+        """The step failed and Slurm shows no fault on its nodes (yet): a GPU that failed without an Xid
+        the node's watcher saw, or a watcher that is not running, would leave the job to end after
+        EXIT_GRACE_S. The checks look now; a culprit takes the fault path at once."""
+        self.say(f"the step exited {rc} with no node fault known; checking the step's nodes")
+        return hp.decide(self.checked(view, "exit_check", rc=rc))
+
+    def hang_action(self, view: hp.View, why: str) -> hp.Action:
+        act = hp.decide(self.checked(view, "hang_check"))
         if act.kind != "wait":
             return act                  # a culprit: the fault path (relaunch without it, or fallback)
         used = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, jobstart.STARTS_LOG))

@@ -99,6 +99,31 @@ def test_a_hang_with_a_culprit_relaunches_on_the_hot_spare(lab, work):
         raise
 
 
+def test_a_step_that_dies_on_a_gpu_nothing_drained_relaunches_on_the_hot_spare_at_once(lab, work):
+    # the GPU falls off the bus with no kernel-log line and no watcher: the rank on it dies, the step
+    # fails, and Slurm shows no fault; the supervisor checks the step's nodes instead of waiting
+    job_id, ck = submit(lab, work, 2, 1, "--gpu-check", "on", "--on-fault", "die")
+    try:
+        job = wait_job(lab, job_id, "RUNNING", timeout=180)
+        lab.client.wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a checkpoint")
+        victim = next(x for x in expand(events(ck, "launch")[0]["nodes"]) if x != job.batch_host)
+        with periodic_check_skips(lab, victim):
+            slurm_ft(lab, None, "lab", "inject", victim, "--gpu", "0", "--gpu-lost", "--no-log", "--dir", str(lab.dir))
+            resumed = lab.client.wait_for(lambda: first_step(ck, 1), 120, "the first step after the relaunch")
+        [check] = events(ck, "exit_check")
+        assert check["culprits"] == victim and check["rc"] != 0
+        relaunch = events(ck, "launch")[1]
+        assert victim not in expand(relaunch["nodes"]) and len(expand(relaunch["nodes"])) == 2
+        assert not events(ck, "hang") and lab.client.node(victim).drained
+        died = next(e for e in read_log(str(ck)) if e["event"] == "fault")
+        print(f"rank died to first resumed step: {resumed['t'] - died['t']:.1f} s")
+        assert resumed["t"] - died["t"] < 60                    # not the 60 s grace, nor a health check's cycle
+        assert lab.client.job(job_id).restart_count == 0
+    except BaseException:
+        show(work)
+        raise
+
+
 def test_a_checkpoint_that_keeps_failing_is_passed_over(lab, work):
     # the first run stalls after step 12 (checkpoint 10 complete); loading 10 then hangs every time
     job_id, ck = submit(lab, work, 2, 0, "--stall-at", "12", "--bad-ckpt", "10", "--on-fault", "hang",

@@ -3,6 +3,7 @@ partition or a hung host looks to slurmctld, while `slurm-ft controller run` run
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -81,8 +82,10 @@ def test_a_wave_of_unresponsive_nodes_leaves_train_alone_and_one_dead_node_is_st
     incs = incidents(lab, config)
     assert [i["nodes"] for i in incs] == [[dead]], incs
     assert dead not in train and len(train) == 64
-    if len(seen_down) >= 8:             # controller.wave_nodes: Slurm saw a wave, so it is named as one
-        assert "ALERT: wave of unresponsive nodes: 21 stopped answering" in text, text[-3000:]
+    if len(seen_down) >= 8:             # controller.wave_nodes: Slurm saw a wave, so it is named as one,
+        # with as many of the 21 as slurmctld marked before the first came back (all, unless loaded)
+        alert = re.search(r"ALERT: wave of unresponsive nodes: (\d+) stopped answering", text)
+        assert alert and 8 <= int(alert.group(1)) <= 21, text[-3000:]
         assert wave[0] in text or "gpu[" in text
     else:                               # Slurm never saw most of them stop: nothing to call a wave
         print(f"slurmctld saw {len(seen_down)} of the 21 stopped nodes not responding")

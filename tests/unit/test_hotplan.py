@@ -139,3 +139,35 @@ def test_a_node_seen_failed_stays_failed_for_the_supervisor_after_slurm_resumes_
     slurm.states["n3"] = Node("n3", "ALLOCATED")                    # resumed by a later healthy check
     assert sup.faults(ALLOC) == {"n3": BAD}
     assert sup.faults(("n1", "n2")) == {}                            # only the nodes asked about
+
+
+def test_a_step_failed_with_no_fault_in_slurm_has_its_nodes_checked_at_once(tmp_path):
+    # Seen in CI: the node's watcher started after the Xid and missed it; the rank on the GPU died, the
+    # step failed, nothing drained the node for minutes, and the job would have ended after the grace.
+    import json
+    from slurm_ft.slurm.types import Node
+    from slurm_ft.recovery.supervisor import Supervisor
+
+    class Slurm:
+        def nodes(self, names):
+            return [Node(x, "ALLOCATED") for x in names]
+
+    class Checked(Supervisor):   # the checks' srun, as its parsed answer
+        culprits: dict = {}
+
+        def check_nodes(self, nodes):
+            self.asked = tuple(nodes)
+            return dict(self.culprits)
+
+    sup = Checked(Slurm(), 7, 3, str(tmp_path), ["train"], env={}, say=lambda m: None)
+    sup.step_nodes = ("n1", "n2", "n3")
+    sup.culprits = {"n3": "slurm-ft: hang check: GPU_LOST gpu0 GPU lost"}
+    act = sup.failed_step_action(view(step_rc=1, since_exit_s=0.1), 1)
+    assert sup.asked == ("n1", "n2", "n3")
+    assert act.kind == "relaunch" and act.nodes == ("n1", "n2", "n4") and act.failed == ("n3",)
+    [logged] = [json.loads(x) for x in (tmp_path / "slurm-ft-starts.jsonl").read_text().splitlines()]
+    assert logged["event"] == "exit_check" and logged["culprits"] == "n3" and logged["rc"] == 1
+
+    sup = Checked(Slurm(), 7, 3, str(tmp_path), ["train"], env={}, say=lambda m: None)
+    sup.step_nodes, sup.culprits = ("n1", "n2", "n3"), {}
+    assert sup.failed_step_action(view(step_rc=1, since_exit_s=0.1), 1).kind == "wait"   # the grace, as before
