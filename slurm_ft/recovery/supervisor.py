@@ -18,8 +18,9 @@ first) is a hang. It then runs the prolog-level checks on every node of the step
 fail is a culprit and takes the fault path above (relaunch without it, or the requeue fallback); with
 none, the step restarts in place from the latest complete checkpoint, counted with Slurm's requeues
 against the job's max_restarts (then the job ends, hotplan.EXIT_RESTART_LIMIT). hang.py decides, pure.
-A step that fails while Slurm shows no fault on its nodes gets the same checks once, at once: a culprit
-takes the fault path; with none, the job ends with the step's exit status after hotplan.EXIT_GRACE_S.
+A step that fails while Slurm shows no fault on its nodes for EXIT_CHECK_AFTER_S gets the same checks once:
+a culprit takes the fault path; with none, the job ends with the step's exit status after
+hotplan.EXIT_GRACE_S.
 
 Fail-safe: a failed read of Slurm is logged and the step runs on (no action on a guess); a failed
 shrink is logged (the controller quarantines the node either way) and training goes on; a check
@@ -47,6 +48,8 @@ STOP_GRACE_S = 10.0          # SIGTERM to srun, then SIGKILL
 LAUNCH_ENV = "SLURM_FT_LAUNCH"   # the launch number within this start of the job (0, 1, ...)
 HANG_POLL_S = 1.0            # progress reads per second (one small file per rank)
 CHECK_TIMEOUT_S = 120.0      # the hang checks' srun, start-up included; then it is killed: no culprit
+EXIT_CHECK_AFTER_S = 2.0     # a failed step with no fault shown this long gets the checks (the node's own
+                             # watcher usually drains it within a second: no check on that path)
 
 
 def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str]) -> List[str]:
@@ -222,7 +225,8 @@ class Supervisor:
             if act.kind == "wait" and rc is None and self.hang_timeout and now >= self.next_hang_poll:
                 self.next_hang_poll = now + HANG_POLL_S
                 act = self.watch_progress(view)
-            elif act.kind == "wait" and rc not in (None, 0) and not self.exit_checked:
+            elif act.kind == "wait" and rc not in (None, 0) and not self.exit_checked \
+                    and view.since_exit_s >= EXIT_CHECK_AFTER_S:
                 self.exit_checked = True
                 act = self.failed_step_action(view, rc)
             if act.kind == "wait":
