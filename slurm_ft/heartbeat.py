@@ -19,21 +19,22 @@ import json
 import os
 import socket
 import time
-from typing import Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 DIR_NAME = ".slurm-ft-progress"
 MIN_INTERVAL_S = 1.0
 MAX_FILE_BYTES = 4096        # a reader takes no more than this of a rank file (the directory is user-writable)
 MAX_RANKS = 100_000
+Report = Dict[str, Any]       # one rank's last report: step, t, rank, host, job, restart, launch
 
-_last = {"t": 0.0, "step": None}
+_last: Dict[str, Optional[float]] = {"t": 0.0, "step": None}    # this process's last write
 
 
 def progress_dir(ckpt_dir: str) -> str:
     return os.path.join(ckpt_dir, DIR_NAME)
 
 
-def _rank(env) -> int:
+def _rank(env: Mapping[str, str]) -> int:
     for key in ("RANK", "SLURM_PROCID"):
         value = env.get(key, "")
         if value.isdigit():
@@ -46,7 +47,7 @@ def progress(step: int, *, force: bool = False) -> None:
     env = os.environ
     ckpt_dir = env.get("SLURM_FT_CKPT_DIR", "")
     now = time.time()
-    if not ckpt_dir or (not force and now - _last["t"] < MIN_INTERVAL_S and _last["step"] is not None):
+    if not ckpt_dir or (not force and now - (_last["t"] or 0.0) < MIN_INTERVAL_S and _last["step"] is not None):
         return
     rank = _rank(env)
     record = {"step": int(step), "t": now, "rank": rank, "host": socket.gethostname(),
@@ -65,10 +66,10 @@ def progress(step: int, *, force: bool = False) -> None:
     _last["t"], _last["step"] = now, step
 
 
-def read_all(ckpt_dir: str, max_ranks: int = MAX_RANKS) -> Dict[int, dict]:
+def read_all(ckpt_dir: str, max_ranks: int = MAX_RANKS) -> Dict[int, Report]:
     """rank -> its last report. Regular files only, each read bounded; a file that is not a well-formed
     report is skipped (the directory is the user's)."""
-    out: Dict[int, dict] = {}
+    out: Dict[int, Report] = {}
     d = progress_dir(ckpt_dir)
     try:
         entries = os.scandir(d)
@@ -86,7 +87,7 @@ def read_all(ckpt_dir: str, max_ranks: int = MAX_RANKS) -> Dict[int, dict]:
     return out
 
 
-def _read(entry) -> Optional[dict]:
+def _read(entry: "os.DirEntry[str]") -> Optional[Report]:
     try:
         if not entry.is_file(follow_symlinks=False):
             return None

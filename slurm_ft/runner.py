@@ -5,7 +5,7 @@ import logging
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, Tuple
 
 from slurm_ft.errors import CommandError, CommandTimeout
 
@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Result:
-    argv: tuple
+    argv: Tuple[str, ...]
     returncode: int
     stdout: str
     stderr: str

@@ -38,12 +38,14 @@ from collections import deque
 from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
-from typing import Callable, Deque, Iterable, Iterator, List, Optional, Sequence
+from typing import IO, Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from slurm_ft.errors import EnvironmentProblem, UsageError
 from slurm_ft.gpu.sample import GpuSample, XidEvent
 
 log = logging.getLogger(__name__)
+
+Position = Dict[str, Any]    # where a follow stopped reading: path plus boot/seq or inode/offset
 
 DEV_KMSG = "/dev/kmsg"
 
@@ -80,7 +82,7 @@ def normalize_pci(text: str) -> str:
 
 def _boot_time() -> float:
     import psutil
-    return psutil.boot_time()
+    return float(psutil.boot_time())
 
 
 def _syslog_time(text: str, frac: Optional[str], now: Optional[float]) -> Optional[float]:
@@ -323,7 +325,7 @@ def _records_then_close(fd: int) -> Iterator[str]:
         os.close(fd)
 
 
-def _lines_then_close(fh, path: str) -> Iterator[str]:
+def _lines_then_close(fh: IO[str], path: str) -> Iterator[str]:
     with fh:
         try:
             for line in fh:
@@ -423,7 +425,7 @@ def read_xids(path: str = DEV_KMSG, *, lookback_s: Optional[float] = None, now: 
 
 def follow(path: str = DEV_KMSG, *, poll_s: float = 0.05, stop: Optional[Callable[[], bool]] = None,
            boot_time: Optional[float] = None, from_start: bool = False, sxid: bool = False,
-           start: Optional[dict] = None, on_position: Optional[Callable[[dict], None]] = None) -> Iterator[XidEvent]:
+           start: Optional[Position] = None, on_position: Optional[Callable[[Position], None]] = None) -> Iterator[XidEvent]:
     """Yield Xid events as the kernel (or the lab) appends them; starts at the end unless from_start,
     or just after `start`, a position an earlier follow reported through on_position.
 
@@ -444,7 +446,7 @@ def follow(path: str = DEV_KMSG, *, poll_s: float = 0.05, stop: Optional[Callabl
 
 
 def _follow_kmsg(path: str, parser: Parser, poll_s: float, should_stop: Callable[[], bool], from_start: bool,
-                 start: Optional[dict], report: Callable[[dict], None]) -> Iterator[XidEvent]:
+                 start: Optional[Position], report: Callable[[Position], None]) -> Iterator[XidEvent]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
@@ -482,8 +484,8 @@ def _follow_kmsg(path: str, parser: Parser, poll_s: float, should_stop: Callable
 
 
 def _follow_file(path: str, parser: Parser, poll_s: float, should_stop: Callable[[], bool],
-                 from_start: bool, start: Optional[dict] = None,
-                 report: Callable[[dict], None] = lambda pos: None) -> Iterator[XidEvent]:
+                 from_start: bool, start: Optional[Position] = None,
+                 report: Callable[[Position], None] = lambda pos: None) -> Iterator[XidEvent]:
     fh = None
     ino = None
     buf = b""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from slurm_ft.errors import EnvironmentProblem
 from slurm_ft.gpu.kmsg import normalize_pci
@@ -45,7 +45,7 @@ _FI_RECOVERY_ACTION = 230       # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R565+)
 _NVML_SUCCESS, _NVML_NOT_SUPPORTED, _NVML_GPU_IS_LOST = 0, 3, 15
 
 
-def _import_pynvml():
+def _import_pynvml() -> Any:
     try:
         import pynvml
     except ImportError:
@@ -53,7 +53,7 @@ def _import_pynvml():
     return pynvml
 
 
-def nvml_init_error(N, exc: Exception) -> str:
+def nvml_init_error(N: Any, exc: Exception) -> str:
     """One sentence for an admin: why NVML is not usable on this machine."""
     if isinstance(exc, N.NVMLError_LibraryNotFound):
         return ("NVML library libnvidia-ml.so.1 not found: no NVIDIA driver installed here "
@@ -74,13 +74,13 @@ class _Lost(Exception):
 class _GpuReader:
     """Asks one GPU, applying the error policy of the module docstring."""
 
-    def __init__(self, N, index: int):
+    def __init__(self, N: Any, index: int):
         self.N = N
         self.index = index
         self.unsupported: List[str] = []
         self.errors: List[str] = []
 
-    def call(self, name: str, fn: Callable, *args):
+    def call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         N = self.N
         try:
             return fn(*args)
@@ -97,26 +97,26 @@ class _GpuReader:
         return None
 
 
-def _temperature(N, h) -> int:
+def _temperature(N: Any, h: Any) -> int:
     # nvmlDeviceGetTemperatureV is the current call; drivers before R535 only have the old one
     if hasattr(N, "nvmlDeviceGetTemperatureV"):
         try:
-            return N.nvmlDeviceGetTemperatureV(h, _TEMPERATURE_GPU)
+            return int(N.nvmlDeviceGetTemperatureV(h, _TEMPERATURE_GPU))
         except N.NVMLError_FunctionNotFound:
             pass
-    return N.nvmlDeviceGetTemperature(h, _TEMPERATURE_GPU)
+    return int(N.nvmlDeviceGetTemperature(h, _TEMPERATURE_GPU))
 
 
-def _clock_events(N, h) -> int:
+def _clock_events(N: Any, h: Any) -> int:
     try:
-        return N.nvmlDeviceGetCurrentClocksEventReasons(h)
+        return int(N.nvmlDeviceGetCurrentClocksEventReasons(h))
     except (N.NVMLError_FunctionNotFound, AttributeError):   # drivers before R535: the throttle name
-        return N.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        return int(N.nvmlDeviceGetCurrentClocksThrottleReasons(h))
 
 
-def _read_gpu(N, index: int, include: frozenset) -> GpuSample:
+def _read_gpu(N: Any, index: int, include: FrozenSet[str]) -> GpuSample:
     r = _GpuReader(N, index)
-    fields: dict = {}
+    fields: Dict[str, Any] = {}
     try:
         h = N.nvmlDeviceGetHandleByIndex(index)
     except (N.NVMLError_GpuIsLost, N.NVMLError_Unknown) as exc:
@@ -162,7 +162,7 @@ def _read_gpu(N, index: int, include: frozenset) -> GpuSample:
     return GpuSample(index=index, unsupported=tuple(r.unsupported), errors=tuple(r.errors), **fields)
 
 
-def _read_recovery_action(N, r: _GpuReader, h) -> Optional[int]:
+def _read_recovery_action(N: Any, r: _GpuReader, h: Any) -> Optional[int]:
     """The driver's own verdict (R565+); older drivers answer per field with an error: not supported."""
     values = r.call("recovery_action", N.nvmlDeviceGetFieldValues, h, [_FI_RECOVERY_ACTION])
     if not values:
@@ -177,7 +177,7 @@ def _read_recovery_action(N, r: _GpuReader, h) -> Optional[int]:
     return None
 
 
-def _read_ecc(N, r: _GpuReader, h) -> Optional[EccCounts]:
+def _read_ecc(N: Any, r: _GpuReader, h: Any) -> Optional[EccCounts]:
     total = N.nvmlDeviceGetTotalEccErrors
     vu = r.call("ecc", total, h, _UNCORRECTED, _VOLATILE)
     if vu is None and "ecc" in r.unsupported:   # ECC off or not on this GPU: do not ask three more times
@@ -189,7 +189,7 @@ def _read_ecc(N, r: _GpuReader, h) -> Optional[EccCounts]:
         aggregate_uncorrected=r.call("ecc", total, h, _UNCORRECTED, _AGGREGATE))
 
 
-def _read_memory_repair(N, r: _GpuReader, h, fields: dict) -> None:
+def _read_memory_repair(N: Any, r: _GpuReader, h: Any, fields: Dict[str, Any]) -> None:
     """Row remapping (Ampere and newer); retired pages only where remapping is not supported (Volta)."""
     rows = r.call("remapped_rows", N.nvmlDeviceGetRemappedRows, h)
     if rows is not None:
@@ -204,7 +204,7 @@ def _read_memory_repair(N, r: _GpuReader, h, fields: dict) -> None:
     fields["retired"] = RetiredPages(single_bit=len(sbe), double_bit=len(dbe), pending=bool(pending))
 
 
-def _read_nvlinks(N, r: _GpuReader, h, *, errors: bool) -> Tuple[NvLink, ...]:
+def _read_nvlinks(N: Any, r: _GpuReader, h: Any, *, errors: bool) -> Tuple[NvLink, ...]:
     links: List[NvLink] = []
     max_links = max(_NVLINK_MAX_LINKS, getattr(N, "NVML_NVLINK_MAX_LINKS", _NVLINK_MAX_LINKS))
     counters_ok = errors
@@ -278,7 +278,7 @@ class NvmlEventError(EnvironmentProblem):
     """NVML stopped delivering events (a GPU was lost, the driver went away): check the node now."""
 
 
-def _address(handle) -> Optional[int]:
+def _address(handle: Any) -> Optional[int]:
     return ctypes.cast(handle, ctypes.c_void_p).value
 
 
@@ -300,7 +300,7 @@ class XidEventWatcher:
         self.skipped: List[Tuple[int, str]] = []
         self._N = None
         self._set = None
-        self._gpus: dict = {}           # handle address -> (index, normalised PCI id)
+        self._gpus: Dict[Optional[int], Tuple[int, str]] = {}   # handle address -> (index, normalised PCI id)
 
     def __enter__(self) -> "XidEventWatcher":
         N = _import_pynvml()
@@ -320,7 +320,7 @@ class XidEventWatcher:
             raise
         return self
 
-    def _register(self, N, i: int) -> None:
+    def _register(self, N: Any, i: int) -> None:
         try:
             h = N.nvmlDeviceGetHandleByIndex(i)
             mask = self.event_types & N.nvmlDeviceGetSupportedEventTypes(h)
@@ -382,5 +382,5 @@ class XidEventWatcher:
         except N.NVMLError:
             pass
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

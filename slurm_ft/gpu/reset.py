@@ -4,12 +4,15 @@ reservation, so that no job holds the GPU (nvidia-smi refuses a reset while a pr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Sequence
 
 from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.runner import Result, run
 
 OUTPUT_MAX = 400   # the reset's own words, for the validation output: bounded
+
+if TYPE_CHECKING:
+    from slurm_ft.config import HealthConfig
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,7 @@ class ResetResult:
     ok: bool
     detail: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, object]:
         return {"gpu": self.gpu, "ok": self.ok, "detail": self.detail}
 
 
@@ -38,7 +41,7 @@ def reset_gpu(gpu: int, command: Sequence[str], timeout_s: float, *, env: Option
     return ResetResult(gpu, True, text or "reset")
 
 
-def acknowledge_xids(hc, node: str, at: float) -> None:
+def acknowledge_xids(hc: "HealthConfig", node: str, at: float) -> None:
     """After a successful reset: Xids logged before it were dealt with by it. They stay in the kernel
     log until a reboot; without this the validation's check would fail on them for xid_lookback_s.
     (Node-wide, as the resume acknowledgment in health/run.py: the validation's full check and burn-in

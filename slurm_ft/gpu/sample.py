@@ -3,7 +3,7 @@ field means "not supported" or "not read"."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -91,5 +91,5 @@ class NodeSample:
     driver_version: str = ""
     nvml_error: str = ""            # library missing / driver not loaded: one clear message
     xids: Tuple[XidEvent, ...] = ()
-    extra: dict = field(default_factory=dict)  # host readings keyed by probe name
+    extra: Dict[str, Any] = field(default_factory=dict)  # host readings keyed by probe name
 

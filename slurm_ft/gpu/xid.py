@@ -68,7 +68,7 @@ class XidInfo:
             return "informational: no action on the node"
         return ADVICE[self.action]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, object]:
         return {
             "xid": self.xid, "name": self.name, "category": self.category, "severity": self.severity,
             "action": self.action, "drains": self.drains, "user_caused": self.user_caused,

@@ -19,9 +19,10 @@ import os
 from dataclasses import replace
 import re
 import time
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from slurm_ft.errors import CommandError, CommandTimeout, UsageError
+from slurm_ft.slurm.api import NodeSpec
 from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 from slurm_ft.runner import Result, run
 from slurm_ft.slurm import parse, versions
@@ -30,7 +31,9 @@ from slurm_ft.slurm.hostlist import compress, expand
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-NodeSpec = Union[str, Iterable[str]]     # "gpu[001-004]" or ["gpu001", "gpu002"]
+
+if TYPE_CHECKING:
+    from slurm_ft.config import Config
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_REASON_LEN = 1024   # ours, not Slurm's (22.05 has none): keeps `sinfo -R` and logs readable
@@ -409,11 +412,10 @@ class SlurmClient:
         self._run(["scontrol", "delete", f"ReservationName={name}"])
 
     # --- waiting -------------------------------------------------------------------------------
-    def wait_for(self, predicate: Callable[[], T], timeout: float, what: str = "condition",
+    def wait_for(self, predicate: Callable[[], Optional[T]], timeout: float, what: str = "condition",
                  interval: float = 0.2) -> T:
         """Call predicate() until it returns something truthy; return that. WaitTimeout otherwise."""
         deadline = time.monotonic() + timeout
-        last: object = None
         while True:
             last = predicate()
             if last:
@@ -440,7 +442,7 @@ class SlurmClient:
                               f"{last.state} ({last.reason})" if last else None) from None
 
 
-_WARNED: set = set()     # versions already warned about in this process: one warning, not one per client
+_WARNED: Set[Tuple[int, int, int]] = set()     # versions already warned about in this process: one warning, not one per client
 
 
 # --- input checks (pure) ----------------------------------------------------------------------------
@@ -544,7 +546,7 @@ def get_client(backend: str = "auto", env: Optional[Mapping[str, str]] = None,
     return commands
 
 
-def client_from_config(config) -> SlurmClient:
+def client_from_config(config: "Config") -> SlurmClient:
     """The client a slurm-ft Config asks for (section `slurm`: conf, timeout_s, backend)."""
     section = getattr(config, "slurm", None)
     if section is None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 from slurm_ft.slurm.hostlist import expand
+
+Json = Dict[str, Any]        # one object of Slurm's --json output: foreign data, read field by field
 
 # Keys of `scontrol show node -o` in 22.05 (plus a few other versions print), in print order.
 NODE_KEYS = frozenset("""
@@ -119,7 +121,7 @@ def parse_kv_line(line: str, keys: Iterable[str]) -> Dict[str, str]:
 
 
 def parse_records(text: str, keys: Iterable[str],
-                  parse_line=None) -> List[Dict[str, str]]:
+                  parse_line: Optional[Callable[[str], Dict[str, str]]] = None) -> List[Dict[str, str]]:
     """One dict per record of `scontrol show X -o`. "No ... in the system" -> [].
 
     Records are split at newlines only (not at U+2028 and the other breaks str.splitlines knows, which
@@ -142,7 +144,7 @@ def parse_records(text: str, keys: Iterable[str],
 
 
 def parse_job_line(line: str, order: Tuple[str, ...] = JOB_ORDER,
-                   free: frozenset = JOB_FREE_TEXT) -> Dict[str, str]:
+                   free: FrozenSet[str] = JOB_FREE_TEXT) -> Dict[str, str]:
     """Split one `scontrol show job -o` record, whose free-text fields may hold ` Key=Value` text.
 
     Slurm prints each key once, in `order`; only free-text values may hold spaces (a key a newer Slurm
@@ -198,7 +200,7 @@ def _plain_value(value: str, rank: Dict[str, int]) -> bool:
                for w in words[1:])
 
 
-def _unambiguous_fallback(line: str, cands, order) -> Dict[str, str]:
+def _unambiguous_fallback(line: str, cands: Sequence[Tuple[int, int, int]], order: Sequence[str]) -> Dict[str, str]:
     """A record the order does not explain (keys of another Slurm version): split at every key, but
     only when no key occurs twice (then no free text can have forged one)."""
     ranks = [c[2] for c in cands]
@@ -212,7 +214,7 @@ def _val(d: Dict[str, str], key: str) -> str:
     return "" if v in _NULLS else v
 
 
-def _int(text, default: int = 0) -> int:
+def _int(text: object, default: int = 0) -> int:
     try:
         return int(str(text).split("-")[0])
     except (TypeError, ValueError):
@@ -228,7 +230,7 @@ def _names(expr: str) -> Tuple[str, ...]:
 
 # --- node states --------------------------------------------------------------------------------
 
-def parse_node_state(text: str) -> Tuple[str, frozenset]:
+def parse_node_state(text: str) -> Tuple[str, FrozenSet[str]]:
     """`IDLE+DRAIN`, `MIXED+DRAIN+NOT_RESPONDING`, `DOWN*`, `drained*`, `idle~` -> (base, flags)."""
     raw = text.strip()
     if not raw:
@@ -294,7 +296,7 @@ def parse_nodes_kv(text: str) -> List[Node]:
     return [node_from_kv(d) for d in parse_records(text, NODE_KEYS)]
 
 
-def node_from_json(n: dict) -> Node:
+def node_from_json(n: Json) -> Node:
     """One node of 22.05's `sinfo --json` (state a string, flags apart) or of the data_parser JSON of
     `scontrol show node --json` (>= 23.02: state a list, base state first, then its flags)."""
     state = n.get("state", "unknown")
@@ -365,7 +367,7 @@ def parse_jobs_kv(text: str) -> List[Job]:
     return [job_from_kv(d) for d in parse_records(text, JOB_KEYS, parse_job_line)]
 
 
-def job_from_json(j: dict) -> Job:
+def job_from_json(j: Json) -> Job:
     """One job of 22.05's `squeue --json` or of the data_parser JSON (>= 23.02: `scontrol show job
     --json`, `squeue --json`), where states are lists and numbers {"set", "infinite", "number"}."""
     # squeue prints state_description where Slurm set one: state_reason alone says JobHeldUser for
@@ -409,7 +411,7 @@ _JOB_STATE_FLAGS = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUE
                     "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING")
 
 
-def _job_state(value) -> str:
+def _job_state(value: object) -> str:
     if not isinstance(value, list):
         return str(value or "UNKNOWN")
     parts = [str(p).upper() for p in value]
@@ -419,7 +421,7 @@ def _job_state(value) -> str:
     return parts[0] if parts else "UNKNOWN"
 
 
-def _number(value, default: int = 0) -> int:
+def _number(value: Any, default: int = 0) -> int:
     """An int, or the data_parser's {"set": bool, "infinite": bool, "number": N} (unset -> default)."""
     if isinstance(value, dict):
         if not value.get("set", True) or value.get("infinite"):
@@ -447,7 +449,7 @@ def _is_held(priority: int, reason: str, state: str) -> bool:
     return priority == 0 or reason.startswith("JobHeld") or "held" in reason.lower()
 
 
-def _exit_code_json(value) -> str:
+def _exit_code_json(value: Any) -> str:
     """22.05 JSON gives the raw wait status, the data_parser JSON {"return_code", "signal": {"id"}};
     print either as scontrol does: `exit:signal`."""
     if value is None or value == "":
@@ -521,7 +523,7 @@ def parse_config(text: str) -> Dict[str, str]:
     return out
 
 
-def format_epoch(value) -> str:
+def format_epoch(value: Any) -> str:
     """Epoch seconds -> local `YYYY-MM-DDTHH:MM:SS`, as scontrol prints; 0/None -> ""."""
     if value in (None, "", 0):
         return ""
@@ -534,7 +536,7 @@ def format_epoch(value) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(int(value)))
 
 
-def _load_json(text: str, key: str) -> dict:
+def _load_json(text: str, key: str) -> Json:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -10,15 +10,16 @@ other call is inherited from the commands backend, so the behaviour users see st
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.slurm.types import Node
 from slurm_ft.slurm import parse
-from slurm_ft.slurm.client import NodeSpec, SlurmClient, SlurmError, _node_list, check_reason
+from slurm_ft.slurm.api import NodeSpec
+from slurm_ft.slurm.client import SlurmClient, SlurmError, _node_list, check_reason
 
 
-def _import():
+def _import() -> Any:
     import pyslurm  # noqa: F401  (optional dependency)
     return pyslurm
 
@@ -68,7 +69,7 @@ class PySlurmClient(SlurmClient):
             ))
         return out
 
-    def _modify(self, names: List[str], **changes) -> None:
+    def _modify(self, names: List[str], **changes: Any) -> None:
         pyslurm = _import()
         for name in names:                   # one RPC per node: Nodes("a,b") splits a hostlist's commas
             try:

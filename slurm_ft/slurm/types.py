@@ -3,14 +3,14 @@ client's parsers (slurm/parse.py) or the pyslurm backend."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Tuple
+from typing import FrozenSet, Tuple
 
 
 @dataclass(frozen=True)
 class Node:
     name: str
     state: str                      # base state as Slurm prints it: IDLE, ALLOCATED, MIXED, DOWN, ...
-    flags: frozenset = frozenset()  # DRAIN, NOT_RESPONDING, COMPLETING, MAINTENANCE, RESERVED, ...
+    flags: FrozenSet[str] = frozenset()  # DRAIN, NOT_RESPONDING, COMPLETING, MAINTENANCE, RESERVED, ...
     reason: str = ""
     reason_user: str = ""
     reason_time: str = ""
@@ -76,7 +76,7 @@ class Partition:
 class Reservation:
     name: str
     nodes: Tuple[str, ...] = ()
-    flags: frozenset = frozenset()
+    flags: FrozenSet[str] = frozenset()
     start_time: str = ""
     end_time: str = ""
     state: str = ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def lab_cgroup_conf(f: Features) -> Optional[str]:
             "CgroupPlugin=disabled\n")
 
 
-def installed_version(env=None) -> Version:
+def installed_version(env: Optional[Mapping[str, str]] = None) -> Version:
     """The Slurm installed here (`slurmctld -V`), for writing a lab's configuration before it runs."""
     from slurm_ft.runner import run
     from slurm_ft.slurm.parse import parse_version
