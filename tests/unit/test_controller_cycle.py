@@ -1,9 +1,7 @@
 """The controller's cycle over a small in-memory Slurm model (no daemons): steps, journal, crash + restart.
 
-The model is not a parser fake: it stands behind the SlurmClient interface and moves jobs the way the
-lab showed Slurm 22.05 does (requeue -> briefly COMPLETING -> PENDING/BeginTime; StartTime=now or
-release -> scheduled on idle, healthy nodes of the partition, minus the job's excluded nodes). The real
-daemons are exercised by tests/lab/test_controller_lab.py and test_crash_consistency.py.
+The model is the unit tests' one stateful Slurm (fakeslurm.py). The real daemons are exercised by
+tests/lab/test_controller_lab.py and test_crash_consistency.py.
 """
 from __future__ import annotations
 
@@ -12,9 +10,10 @@ from dataclasses import replace
 import pytest
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
-from slurm_ft.slurm.types import Job, Node, Partition
+from slurm_ft.slurm.types import Job, Node
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery.controller import Controller
+from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 from slurm_ft.recovery.tag import FtSpec, encode
 
 
@@ -22,113 +21,12 @@ class Crash(BaseException):
     pass
 
 
-class ModelSlurm:
-    def __init__(self, n_train=4, n_spares=2, min_nodes=None, max_restarts=5):
-        names = [f"gpu{i:03d}" for i in range(1, n_train + n_spares + 1)]
-        self.n = {n: Node(n, "IDLE") for n in names}
-        self.p = {"train": names[:n_train], "spares": names[n_train:]}
-        self.j = {}
-        self.calls = []
-        self.pending_transition = set()
-        self.submit(n_train, FtSpec(ckpt_dir="", min_nodes=min_nodes, max_restarts=max_restarts))
-
-    # the client interface ----------------------------------------------------------------------
-    def fleet_nodes(self):          # the breaker's read: the same nodes
-        return self.nodes()
-
-    def nodes(self, names=None):
-        self._tick()
-        return [self.n[x] for x in (names or sorted(self.n))]
-
-    def node(self, name):
-        return self.n[name]
-
-    def jobs(self, job_ids=None):
-        self._tick()
-        return list(self.j.values())
-
-    def job(self, job_id):
-        self._tick()
-        return self.j[job_id]
-
-    def job_submit_plugins(self):
-        return list(getattr(self, "job_submit", []))     # slurmctld's JobSubmitPlugins: none, unless a test sets it
-
-    def partitions(self):
-        return [Partition(k, tuple(v)) for k, v in self.p.items()]
-
-    def partition(self, name):
-        return Partition(name, tuple(self.p[name]))
-
-    def set_partition_nodes(self, name, nodes):
-        self.calls.append(("partition", name, tuple(nodes)))
-        self.p[name] = list(nodes)
-
-    def drain(self, nodes, reason):
-        for x in nodes:
-            self.n[x] = replace(self.n[x], flags=self.n[x].flags | {"DRAIN"}, reason=reason)
-
-    def resume(self, nodes):
-        self.calls.append(("resume", tuple(nodes)))
-        for x in nodes:
-            self.n[x] = replace(self.n[x], flags=self.n[x].flags - {"DRAIN"}, reason="")
-
-    def requeue(self, job_id, hold=False):
-        self.calls.append(("requeue", job_id, hold))
-        j = self.j[job_id]
-        for x in j.nodes:
-            if self.n[x].state != "DOWN":
-                self.n[x] = replace(self.n[x], state="IDLE")
-        self.j[job_id] = replace(j, state="COMPLETING", nodes=(), restart_count=j.restart_count + 1,
-                                 held=hold, reason="JobHeldAdmin" if hold else "BeginTime")
-        self.pending_transition.add(job_id)
-
-    def release(self, job_id):
-        self.calls.append(("release", job_id))
-        self.j[job_id] = replace(self.j[job_id], held=False, reason="BeginTime")
-
-    def update_job(self, job_id, **fields):
-        self.calls.append(("update", job_id, tuple(sorted(fields.items()))))
-        j = self.j[job_id]
-        if "ExcNodeList" in fields:
-            j = replace(j, excluded_nodes=_expand(fields["ExcNodeList"]))
-        if "NumNodes" in fields:
-            j = replace(j, num_nodes=int(fields["NumNodes"]))
-        if "AdminComment" in fields:
-            j = replace(j, admin_comment=fields["AdminComment"])
-        if fields.get("StartTime") == "now" and j.state == "PENDING":
-            j = replace(j, reason="None")
-        self.j[job_id] = j
-
-    # the model -----------------------------------------------------------------------------------
-    def submit(self, n, spec):
-        jid = 100 + len(self.j)
-        nodes = tuple(self.p["train"][:n])
-        for x in nodes:
-            self.n[x] = replace(self.n[x], state="ALLOCATED")
-        self.j[jid] = Job(jid, "train", "RUNNING", partition="train", nodes=nodes, num_nodes=n,
-                          comment=encode(spec), requeue=True)
-        return jid
-
-    def fail(self, name, reason="slurm-ft: XID79 gpu3 fell off the bus"):
-        self.n[name] = replace(self.n[name], flags=self.n[name].flags | {"DRAIN"}, reason=reason)
-
-    def _tick(self):
-        for jid in list(self.pending_transition):   # the requeue finishes asynchronously
-            self.pending_transition.discard(jid)
-            self.j[jid] = replace(self.j[jid], state="PENDING")
-            return
-        for jid, j in self.j.items():
-            if j.state == "PENDING" and not j.held and j.reason != "BeginTime":
-                free = [x for x in self.p["train"] if self.n[x].available and self.n[x].state == "IDLE"
-                        and x not in j.excluded_nodes]
-                if len(free) >= j.num_nodes:
-                    got = tuple(free[:j.num_nodes])
-                    for x in got:
-                        self.n[x] = replace(self.n[x], state="ALLOCATED")
-                    self.j[jid] = replace(j, state="RUNNING", nodes=got, reason="None")
-                else:
-                    self.j[jid] = replace(j, reason="Resources")
+def model_slurm(n_train=4, n_spares=2, min_nodes=None, max_restarts=5) -> FakeSlurm:
+    """The shared fake with one fault-tolerant job (100) on the whole train partition."""
+    names = [f"gpu{i:03d}" for i in range(1, n_train + n_spares + 1)]
+    s = FakeSlurm(train=names[:n_train], spares=names[n_train:])
+    s.add_job(n_train, FtSpec(ckpt_dir="", min_nodes=min_nodes, max_restarts=max_restarts))
+    return s
 
 
 def _expand(expr):
@@ -137,7 +35,7 @@ def _expand(expr):
 
 
 def make(tmp_path, slurm, crash=None):
-    # breaker off: ModelSlurm.fail drains nodes past any limit (the breaker's own tests are test_fleet_breaker)
+    # breaker off: FakeSlurm.fail drains nodes past any limit (the breaker's own tests are test_fleet_breaker)
     cfg = Config(state_dir=str(tmp_path / "state"), controller=ControllerConfig(poll_s=0.0, read_progress=False,
                                                                                 cycle_budget_s=5.0),
                  lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0))
@@ -150,12 +48,12 @@ def make(tmp_path, slurm, crash=None):
 def end_state(slurm, conn):
     job = slurm.j[100]
     incs = jn.incidents(conn)
-    return dict(job=(job.state, job.restart_count, job.nodes), parts={k: sorted(v) for k, v in slurm.p.items()},
+    return dict(job=(job.state, job.restart_count, job.nodes), parts={k: sorted(v) for k, v in slurm.parts.items()},
                 incidents=[(i.status, i.nodes, i.spares) for i in incs])
 
 
 def test_one_fault_recovers_on_a_spare(tmp_path):
-    s = ModelSlurm()
+    s = model_slurm()
     s.fail("gpu002")
     c = make(tmp_path, s)
     c.cycle()
@@ -176,10 +74,10 @@ STEPS = ["open", "quarantine", "swap", "requeue", "exclude", "start", "confirm"]
 @pytest.mark.parametrize("kind", STEPS)
 @pytest.mark.parametrize("when", ["intent", "result"])
 def test_crash_at_any_step_then_restart_ends_the_same(tmp_path, kind, when):
-    ref = ModelSlurm()
+    ref = model_slurm()
     ref.fail("gpu002")
     make(tmp_path / "ref", ref).cycle()
-    s = ModelSlurm()
+    s = model_slurm()
     s.fail("gpu002")
     with pytest.raises(Crash):
         make(tmp_path, s, crash=(kind, when)).cycle()
@@ -190,7 +88,7 @@ def test_crash_at_any_step_then_restart_ends_the_same(tmp_path, kind, when):
 
 
 def test_two_failed_nodes_one_incident_two_spares(tmp_path):
-    s = ModelSlurm()
+    s = model_slurm()
     s.fail("gpu001")
     s.fail("gpu003")
     c = make(tmp_path, s)
@@ -201,7 +99,7 @@ def test_two_failed_nodes_one_incident_two_spares(tmp_path):
 
 
 def test_empty_pool_waits_then_resumes_when_a_spare_returns(tmp_path):
-    s = ModelSlurm(n_spares=0)
+    s = model_slurm(n_spares=0)
     s.fail("gpu002")
     c = make(tmp_path, s)
     c.cycle()
@@ -212,13 +110,13 @@ def test_empty_pool_waits_then_resumes_when_a_spare_returns(tmp_path):
     c.cycle()
     assert [x for x in s.calls if x[0] == "requeue"] == [("requeue", 100, True)]
     s.n["gpu009"] = Node("gpu009", "IDLE")      # an admin returns a node to the pool
-    s.p["spares"] = ["gpu009"]
+    s.parts["spares"] = ["gpu009"]
     c.cycle()
     assert jn.incidents(c.conn)[0].status == "recovered" and "gpu009" in s.j[100].nodes
 
 
 def test_elastic_job_shrinks_when_pool_is_empty(tmp_path):
-    s = ModelSlurm(n_spares=0, min_nodes=3)
+    s = model_slurm(n_spares=0, min_nodes=3)
     s.fail("gpu002")
     c = make(tmp_path, s)
     c.cycle()
@@ -228,7 +126,7 @@ def test_elastic_job_shrinks_when_pool_is_empty(tmp_path):
 
 
 def test_stops_after_max_restarts_without_progress(tmp_path):
-    s = ModelSlurm(n_spares=4, max_restarts=2)
+    s = model_slurm(n_spares=4, max_restarts=2)
     c = make(tmp_path, s)
     for _ in range(3):
         bad = s.j[100].nodes[0]
@@ -242,7 +140,7 @@ def test_stops_after_max_restarts_without_progress(tmp_path):
 
 
 def test_admin_drain_is_not_a_fault(tmp_path):
-    s = ModelSlurm()
+    s = model_slurm()
     s.fail("gpu002", reason="admin: new BIOS on friday")
     c = make(tmp_path, s)
     c.cycle()
@@ -252,7 +150,7 @@ def test_admin_drain_is_not_a_fault(tmp_path):
 def test_open_drain_rate_breaker_holds_new_recoveries(tmp_path, monkeypatch):
     from slurm_ft.lifecycle import guard
     monkeypatch.setattr(guard, "is_open", lambda config, nodes=None, now=None: "40 nodes drained within 1 h (limit 6)")
-    s = ModelSlurm()
+    s = model_slurm()
     s.fail("gpu002")
     c = make(tmp_path, s)
     c.cycle()
@@ -263,7 +161,7 @@ def test_open_drain_rate_breaker_holds_new_recoveries(tmp_path, monkeypatch):
 
 
 def test_a_down_node_is_drained_on_quarantine_through_the_breaker(tmp_path):
-    s = ModelSlurm()
+    s = model_slurm()
     s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", reason="Not responding")
     c = make(tmp_path, s)
     c.cycle()
@@ -281,7 +179,7 @@ def _with_the_policy(s, job_id=100, spec=FtSpec(ckpt_dir="", max_restarts=5)):
 
 
 def test_with_the_job_submit_policy_a_tag_in_comment_is_ignored(tmp_path):
-    s = ModelSlurm()
+    s = model_slurm()
     s.job_submit = ["lua"]                      # the tag stays where the owner wrote it: Comment
     s.fail("gpu002")
     c = make(tmp_path, s)
@@ -291,7 +189,7 @@ def test_with_the_job_submit_policy_a_tag_in_comment_is_ignored(tmp_path):
 
 
 def test_with_the_job_submit_policy_the_admin_comment_tag_is_followed(tmp_path):
-    s = ModelSlurm()
+    s = model_slurm()
     _with_the_policy(s)
     s.fail("gpu002")
     c = make(tmp_path, s)
@@ -300,7 +198,7 @@ def test_with_the_job_submit_policy_the_admin_comment_tag_is_followed(tmp_path):
 
 
 def test_the_controllers_note_keeps_the_admin_comment_tag(tmp_path):
-    s = ModelSlurm(n_spares=0)
+    s = model_slurm(n_spares=0)
     _with_the_policy(s)
     tag = s.j[100].admin_comment
     s.fail("gpu002")
@@ -309,7 +207,7 @@ def test_the_controllers_note_keeps_the_admin_comment_tag(tmp_path):
     inc = jn.incidents(c.conn)[0]
     assert s.j[100].admin_comment == f"{tag} | slurm-ft: {inc.note}"
     s.n["gpu009"] = Node("gpu009", "IDLE")      # the job is still followed: it recovers once a spare is back
-    s.p["spares"] = ["gpu009"]
+    s.parts["spares"] = ["gpu009"]
     c.cycle()
     c.cycle()
     assert jn.incidents(c.conn)[0].status == "recovered" and "gpu009" in s.j[100].nodes
@@ -318,7 +216,7 @@ def test_the_controllers_note_keeps_the_admin_comment_tag(tmp_path):
 def test_unreadable_slurmctld_config_trusts_only_admin_comment(tmp_path):
     from slurm_ft.errors import CommandError
 
-    s = ModelSlurm()
+    s = model_slurm()
 
     def unreadable():
         raise CommandError(["scontrol", "show", "config"], 1, "slurm_load_ctl_conf error")
@@ -335,7 +233,7 @@ def test_unreadable_slurmctld_config_trusts_only_admin_comment(tmp_path):
 @pytest.mark.parametrize("point", [("quarantine", "intent"), ("requeue", "intent"), ("requeue", "result"),
                                    ("wait", "intent"), ("wait", "result")])
 def test_crash_while_the_pool_is_empty_still_waits_once_then_recovers(tmp_path, point):
-    s = ModelSlurm(n_spares=0)
+    s = model_slurm(n_spares=0)
     s.fail("gpu002")
     with pytest.raises(Crash):
         make(tmp_path, s, crash=point).cycle()
@@ -345,7 +243,7 @@ def test_crash_while_the_pool_is_empty_still_waits_once_then_recovers(tmp_path, 
     assert inc.status == "waiting" and s.j[100].held
     assert [x for x in s.calls if x[0] == "requeue"] == [("requeue", 100, True)]
     s.n["gpu009"] = Node("gpu009", "IDLE")
-    s.p["spares"] = ["gpu009"]
+    s.parts["spares"] = ["gpu009"]
     c.cycle()
     assert jn.incidents(c.conn)[0].status == "recovered" and "gpu009" in s.j[100].nodes
     assert len([x for x in s.calls if x[0] == "requeue"]) == 1
@@ -353,7 +251,7 @@ def test_crash_while_the_pool_is_empty_still_waits_once_then_recovers(tmp_path, 
 
 def test_a_job_that_vanishes_mid_recovery_is_abandoned_not_a_crash(tmp_path):
     from slurm_ft.slurm.client import JobNotFound
-    s = ModelSlurm()
+    s = model_slurm()
     s.fail("gpu002")
     real_requeue = s.requeue
 
@@ -366,7 +264,7 @@ def test_a_job_that_vanishes_mid_recovery_is_abandoned_not_a_crash(tmp_path):
     c.cycle()
     inc = jn.incidents(c.conn)[0]
     assert inc.status == "abandoned" and inc.step("requeue").outcome == "failed"
-    assert "gpu005" in s.p["spares"] or "gpu005" in s.p["train"]       # the spare is in one partition
+    assert "gpu005" in s.parts["spares"] or "gpu005" in s.parts["train"]       # the spare is in one partition
     s.requeue = real_requeue
 
 
@@ -406,47 +304,47 @@ def test_waiting_on_a_job_rereads_only_the_queue_until_it_changes(tmp_path):
 
 
 def test_a_node_quarantined_for_not_answering_is_restored_when_it_answers_again(tmp_path):
-    s = ModelSlurm()
+    s = model_slurm()
     s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", flags=frozenset({"NOT_RESPONDING"}), reason="Not responding")
     now = [1_000_000.0]
     c = make(tmp_path, s)
     c.clock = lambda: now[0]
     c.cycle()
     inc = jn.incidents(c.conn)[0]
-    assert inc.status == "recovered" and inc.spares == ("gpu005",) and "gpu003" not in s.p["train"]
+    assert inc.status == "recovered" and inc.spares == ("gpu005",) and "gpu003" not in s.parts["train"]
     s.n["gpu003"] = replace(s.n["gpu003"], state="IDLE", flags=frozenset({"DRAIN"}))     # it answers again
     c.cycle()
-    assert "gpu003" not in s.p["spares"] and s.n["gpu003"].drained         # not before restore_after_s
+    assert "gpu003" not in s.parts["spares"] and s.n["gpu003"].drained         # not before restore_after_s
     now[0] += 31
     c.cycle()
-    assert "gpu003" in s.p["spares"] and not s.n["gpu003"].drained          # back in the pool its spare left
+    assert "gpu003" in s.parts["spares"] and not s.n["gpu003"].drained          # back in the pool its spare left
     assert [i.status for i in jn.incidents(c.conn)] == ["recovered"]
 
 
 def test_a_wave_of_unresponsive_nodes_alerts_and_takes_nothing_out(tmp_path, caplog):
-    s = ModelSlurm(n_train=12, n_spares=2)
-    for x in s.p["train"][:9]:
+    s = model_slurm(n_train=12, n_spares=2)
+    for x in s.parts["train"][:9]:
         s.n[x] = replace(s.n[x], state="DOWN", flags=frozenset({"NOT_RESPONDING"}), reason="Not responding")
     c = make(tmp_path, s)
     with caplog.at_level("ERROR"):
         c.cycle()
-    assert jn.incidents(c.conn) == [] and not s.calls and len(s.p["train"]) == 12
+    assert jn.incidents(c.conn) == [] and not s.calls and len(s.parts["train"]) == 12
     assert "ALERT: wave of unresponsive nodes: 9 stopped answering" in caplog.text
     assert "gpu[001-009]" in caplog.text
 
 
 def test_a_quarantine_asks_the_breaker_under_the_fleet_lock_before_the_partition_write(tmp_path, monkeypatch):
-    s = ModelSlurm()
+    s = model_slurm()
     s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", reason="Not responding")
     c = make(tmp_path, s)
     asked = []
 
     def refuse(node, reason):
-        asked.append((node, tuple(s.p["train"]), c.membership._depth))
+        asked.append((node, tuple(s.parts["train"]), c.membership._depth))
         return False, "drain-rate breaker open"
     monkeypatch.setattr(c, "_may_drain", refuse)
     c.cycle(budget_s=1.0)
     assert asked and asked[0][0] == "gpu003"
     assert "gpu003" in asked[0][1] and asked[0][2] >= 1      # before the write, inside membership.locked()
-    assert "gpu003" in s.p["train"] and not s.n["gpu003"].drained      # refused: it stays put
+    assert "gpu003" in s.parts["train"] and not s.n["gpu003"].drained      # refused: it stays put
     assert jn.incidents(c.conn)[0].step("quarantine").outcome == "failed"

@@ -24,6 +24,7 @@ from slurm_ft.lifecycle import guard
 from slurm_ft.finding import Severity
 from slurm_ft.gpu.sample import NodeSample
 from slurm_ft.slurm.types import Node
+from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
 HOOKS = {"prolog": REPO / "prolog.d" / "50-slurm-ft", "epilog": REPO / "epilog.d" / "50-slurm-ft"}
@@ -167,27 +168,9 @@ def test_unreadable_config_and_unwritable_state_dir_drain_nothing(fake_node, tmp
 
 # --- NVML that hangs, N checks in a row ---------------------------------------------------------------
 
-class Slurm:
-    def __init__(self):
-        self.n = Node("gpu001", "IDLE")
-        self.calls = []
-
-    def node(self, name):
-        return self.n
-
-    def fleet_nodes(self):          # the breaker's read: the same nodes
-        return self.nodes()
-
-    def nodes(self, names=None):
-        return [self.n] + [Node(f"gpu{i:03d}", "IDLE") for i in range(2, 21)]
-
-    def drain(self, nodes, reason):
-        self.calls.append(("drain", reason))
-        self.n = replace(self.n, flags=frozenset({"DRAIN"}), reason=reason)
-
-    def resume(self, nodes):
-        self.calls.append(("resume",))
-        self.n = replace(self.n, flags=frozenset(), reason="")
+def fleet() -> FakeSlurm:
+    """The shared fake: gpu001 (the node under test) among 20."""
+    return FakeSlurm(train=[f"gpu{i:03d}" for i in range(1, 21)], spares=())
 
 
 def hang_config(tmp_path, after=3, breaker_nodes=2) -> Config:
@@ -210,7 +193,7 @@ def test_nvml_hung_n_checks_in_a_row_drains_through_the_breaker(tmp_path, releas
         release.wait(30)
         return NodeSample(node=node)
     ok = lambda node, parts: NodeSample(node=node)   # noqa: E731
-    cfg, slurm = hang_config(tmp_path), Slurm()
+    cfg, slurm = hang_config(tmp_path), fleet()
     check = lambda reader: run.check_node("quick", "gpu001", cfg, drain=True, client=slurm, reader=reader)  # noqa
     for _ in range(2):
         r = check(hung)
@@ -220,16 +203,17 @@ def test_nvml_hung_n_checks_in_a_row_drains_through_the_breaker(tmp_path, releas
         assert check(hung).healthy
     r = check(hung)
     assert not r.healthy and [f.code for f in r.findings if f.severity is Severity.FAIL] == ["NVML_HUNG"]
-    assert slurm.calls == [("drain", slurm.n.reason)] and slurm.n.reason.startswith("slurm-ft: NVML_HUNG")
+    reason = slurm.node("gpu001").reason
+    assert slurm.calls == [("drain", ("gpu001",), reason)] and reason.startswith("slurm-ft: NVML_HUNG")
 
 
 def test_nvml_hung_drain_is_refused_by_a_full_breaker_and_off_at_zero(tmp_path, release):
     def hung(node, parts):
         release.wait(30)
         return NodeSample(node=node)
-    slurm = Slurm()
+    slurm = fleet()
     full = [Node(f"x{i}", "IDLE", frozenset({"DRAIN"}), "Prolog error", reason_time="Unknown") for i in range(2)]
-    slurm.nodes = lambda names=None: [slurm.n] + full
+    slurm.n.update({x.name: x for x in full})
     cfg = hang_config(tmp_path, after=1)
     r = run.check_node("quick", "gpu001", cfg, drain=True, client=slurm, reader=hung)
     assert not r.healthy and r.drain["action"] == "refused" and slurm.calls == []
@@ -240,7 +224,7 @@ def test_nvml_hung_drain_is_refused_by_a_full_breaker_and_off_at_zero(tmp_path, 
 
 def test_a_disk_a_job_filled_is_reported_never_drained(tmp_path, monkeypatch):
     full = {"disk": [{"path": "/tmp", "total_bytes": 100, "free_bytes": 1}]}    # 1 % free
-    cfg, slurm = hang_config(tmp_path), Slurm()
+    cfg, slurm = hang_config(tmp_path), fleet()
     reader = lambda node, parts: NodeSample(node=node)   # noqa: E731
     hc = replace(cfg.health, levels={"epilog": ("disk",)})
     cfg = replace(cfg, health=hc)

@@ -17,6 +17,7 @@ from slurm_ft.health.probes import ProbeContext
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.sample import EccCounts, GpuSample, NodeSample, Pcie, RowRemap, XidEvent
 from slurm_ft.slurm.types import Node
+from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 
 
 def gpus(changes=None, n=8):
@@ -191,28 +192,11 @@ def test_node_type_by_hostlist_and_glob():
 
 # --- drain decisions, against a stub client (the Slurm side is covered by the lab tests) -----------
 
-class StubClient:
-    def __init__(self, node: Node, others=()):
-        self.n = node
-        self.others = list(others)
-        self.calls = []
-
-    def node(self, name):
-        return self.n
-
-    def fleet_nodes(self):          # the breaker's read: the same nodes
-        return self.nodes()
-
-    def nodes(self, names=None):
-        return [self.n] + self.others
-
-    def drain(self, nodes, reason):
-        self.calls.append(("drain", tuple(nodes), reason))
-        self.n = replace(self.n, flags=frozenset({"DRAIN"}), reason=reason)
-
-    def resume(self, nodes):
-        self.calls.append(("resume", tuple(nodes)))
-        self.n = replace(self.n, flags=frozenset(), reason="")
+def one_node(node: Node, others=()) -> FakeSlurm:
+    """The shared fake holding `node` (and `others`), in no partition."""
+    s = FakeSlurm(train=(), spares=(), others=[x.name for x in (node, *others)])
+    s.n.update({x.name: x for x in (node, *others)})
+    return s
 
 
 XID79 = Finding("xid", Severity.FAIL, "GPU has fallen off the bus", "XID79", 3, Action.REBOOT)
@@ -234,7 +218,7 @@ def test_reason_names_code_gpu_and_cause_and_fits():
 
 
 def test_fail_drains_a_healthy_node_once():
-    c = StubClient(Node("gpu001", "IDLE"))
+    c = one_node(Node("gpu001", "IDLE"))
     out = dr.apply(c, "gpu001", [XID79], checks=("xid",))
     assert out.action == "drained" and c.calls == [("drain", ("gpu001",), "slurm-ft: XID79 gpu3 GPU has fallen off the bus")]
     out = dr.apply(c, "gpu001", [XID79], checks=("xid",))
@@ -242,27 +226,27 @@ def test_fail_drains_a_healthy_node_once():
 
 
 def test_admin_drain_is_never_touched():
-    c = StubClient(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="bad DIMM, ticket 42"))
+    c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="bad DIMM, ticket 42"))
     assert dr.apply(c, "gpu001", [XID79], checks=("xid",)).action == "left"
     assert dr.apply(c, "gpu001", [], checks=levels.checks_for("full")).action == "none"
     assert c.calls == []
 
 
 def test_prolog_error_drain_gets_the_exact_reason():
-    c = StubClient(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="Prolog error"))
+    c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="Prolog error"))
     out = dr.apply(c, "gpu001", [], checks=("inventory",), active=[ECC])
-    assert out.action == "reason_updated" and c.n.reason.startswith("slurm-ft: ECC_DBE gpu5")
+    assert out.action == "reason_updated" and c.node("gpu001").reason.startswith("slurm-ft: ECC_DBE gpu5")
 
 
 def test_resume_only_own_drain_and_only_when_the_level_saw_it_clear():
-    c = StubClient(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: NVLINK_DOWN gpu1 17 of 18"))
+    c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: NVLINK_DOWN gpu1 17 of 18"))
     assert dr.apply(c, "gpu001", [], checks=levels.checks_for("quick")).action == "kept"   # quick has no nvlink
     assert dr.apply(c, "gpu001", [], checks=levels.checks_for("full")).action == "resumed"
     assert c.calls == [("resume", ("gpu001",))]
 
 
 def test_active_finding_from_another_level_blocks_resume():
-    c = StubClient(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: GPU_PROC_LEFT gpu0 left"))
+    c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: GPU_PROC_LEFT gpu0 left"))
     left = Finding("processes", Severity.FAIL, "left", "GPU_PROC_LEFT", 0, Action.DRAIN)
     out = dr.apply(c, "gpu001", [], checks=levels.checks_for("quick"), active=[left])
     assert out.action == "kept" and c.calls == []
@@ -270,7 +254,7 @@ def test_active_finding_from_another_level_blocks_resume():
 
 def test_gate_refusal_leaves_node_in_service():
     dr.set_gate(lambda node, reason, **kw: dr.Gate(False, "breaker open"))
-    c = StubClient(Node("gpu001", "IDLE"))
+    c = one_node(Node("gpu001", "IDLE"))
     out = dr.apply(c, "gpu001", [XID79], checks=("xid",))
     assert out.action == "refused" and "breaker open" in out.message and c.calls == []
 
@@ -280,7 +264,7 @@ def test_builtin_gate_counts_slurm_ft_drains_in_slurm():
     from slurm_ft.config import LifecycleConfig
     cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.0, breaker_max_nodes=2))
     drained = [Node(f"gpu00{i}", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu0 x") for i in (2, 3)]
-    c = StubClient(Node("gpu001", "IDLE"), drained)
+    c = one_node(Node("gpu001", "IDLE"), drained)
     g = dr.may_drain("gpu001", "r", client=c, config=cfg, now=0.0)
     assert not g.allowed and "limit 2" in g.why
 
@@ -290,11 +274,11 @@ def test_builtin_gate_refuses_when_slurm_cannot_be_read():
     from slurm_ft.errors import CommandError
     dr.set_gate(None)
 
-    class Down(StubClient):
+    class Down(FakeSlurm):
         def nodes(self, names=None):
             raise CommandError(["scontrol", "show", "node"], 1, "Unable to contact slurm controller")
     cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.5, breaker_max_nodes=0))
-    c = Down(Node("gpu001", "IDLE"))
+    c = Down(train=(), spares=(), others=["gpu001"])
     out = dr.apply(c, "gpu001", [XID79], checks=("xid",), config=cfg, now=0.0)
     assert out.action == "refused" and "unknown" in out.message and c.calls == []
 
@@ -313,7 +297,7 @@ def test_unchanged_result_does_not_rewrite_the_state_file(tmp_path):
 
 def test_healthy_drain_run_asks_slurm_only_while_a_drain_of_ours_may_be_on(tmp_path):
     cfg = config(tmp_path)
-    c = StubClient(Node("gpu001", "IDLE"))
+    c = one_node(Node("gpu001", "IDLE"))
     asked = []
     real_node = c.node
     c.node = lambda name: asked.append(name) or real_node(name)
@@ -322,9 +306,9 @@ def test_healthy_drain_run_asks_slurm_only_while_a_drain_of_ours_may_be_on(tmp_p
     assert len(asked) == 1                       # first run learns there is no drain of ours
     bad = reader_for(gpus({2: {"ecc": EccCounts(0, 1, 0, 1)}}))
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=bad)
-    assert rep.drain["action"] == "drained" and c.n.reason.startswith("slurm-ft: ECC_DBE gpu2")
+    assert rep.drain["action"] == "drained" and c.node("gpu001").reason.startswith("slurm-ft: ECC_DBE gpu2")
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
-    assert rep.drain["action"] == "resumed" and not c.n.drained
+    assert rep.drain["action"] == "resumed" and not c.node("gpu001").drained
     n = len(asked)
     run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
     assert len(asked) == n
@@ -486,10 +470,10 @@ def test_watch_checks_at_once_when_nvml_stops_delivering_events(tmp_path):
 
 
 def test_lifecycle_reasons_are_neither_rewritten_nor_resumed():
-    c = StubClient(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: QUARANTINED after XID79 (job 12)"))
+    c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: QUARANTINED after XID79 (job 12)"))
     assert dr.apply(c, "gpu001", [ECC], checks=("ecc",)).action == "kept"
     assert dr.apply(c, "gpu001", [], checks=levels.checks_for("burnin")).action == "kept"
-    assert c.calls == [] and c.n.reason.startswith("slurm-ft: QUARANTINED")
+    assert c.calls == [] and c.node("gpu001").reason.startswith("slurm-ft: QUARANTINED")
 
 
 def test_xids_before_an_admin_resume_are_acknowledged_new_ones_drain_again(tmp_path):
@@ -497,18 +481,18 @@ def test_xids_before_an_admin_resume_are_acknowledged_new_ones_drain_again(tmp_p
     now = time.time()
     kmsg = tmp_path / "gpu001.kmsg"
     kmsg.write_text(_kmsg_line(now - 60, 79))
-    c = StubClient(Node("gpu001", "IDLE"))
+    c = one_node(Node("gpu001", "IDLE"))
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 50)
     assert rep.drain["action"] == "drained"
-    c.n = replace(c.n, flags=frozenset(), reason="")          # an admin reset the GPU and resumed the node
+    c.n["gpu001"] = replace(c.n["gpu001"], flags=frozenset(), reason="")          # an admin reset the GPU and resumed the node
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 40)
-    assert rep.healthy and not c.n.drained, rep.findings
+    assert rep.healthy and not c.node("gpu001").drained, rep.findings
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 30)
-    assert rep.healthy and not c.n.drained
+    assert rep.healthy and not c.node("gpu001").drained
     with open(kmsg, "a") as fh:                                 # the fault comes back
         fh.write(_kmsg_line(now - 20, 79))
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 10)
-    assert rep.drain["action"] == "drained" and c.n.reason.startswith("slurm-ft: XID79")
+    assert rep.drain["action"] == "drained" and c.node("gpu001").reason.startswith("slurm-ft: XID79")
 
 
 def test_epilog_counts_only_gpu_processes_that_outlive_the_grace_period(tmp_path):
@@ -575,28 +559,28 @@ def test_a_new_xid_right_after_a_resume_drains_at_once(tmp_path):
     now = time.time()
     kmsg = tmp_path / "gpu001.kmsg"
     kmsg.write_text(_kmsg_line(now - 60, 79))
-    c = StubClient(Node("gpu001", "IDLE"))
+    c = one_node(Node("gpu001", "IDLE"))
     run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 50)
-    c.n = replace(c.n, flags=frozenset(), reason="")           # resumed
+    c.n["gpu001"] = replace(c.n["gpu001"], flags=frozenset(), reason="")           # resumed
     with open(kmsg, "a") as fh:
         fh.write(_kmsg_line(now - 20, 79, "0000:1c:00"))
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 10)
-    assert rep.drain["action"] == "drained" and c.n.reason.startswith("slurm-ft: XID79 gpu4"), rep.findings
+    assert rep.drain["action"] == "drained" and c.node("gpu001").reason.startswith("slurm-ft: XID79 gpu4"), rep.findings
 
 
 def test_a_resume_by_somebody_else_drops_findings_only_another_level_could_clear(tmp_path):
     cfg = config(tmp_path)
-    c = StubClient(Node("gpu001", "IDLE"))
+    c = one_node(Node("gpu001", "IDLE"))
     left = gpus({1: {"processes": (4242,)}})
     run.check_node("epilog", "gpu001", replace(cfg, health=replace(cfg.health, process_grace_s=0.0)),
                    reader=reader_for(left), job_id="5")
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
-    assert rep.drain["action"] == "drained" and "GPU_PROC_LEFT" in c.n.reason   # quick cannot clear it
+    assert rep.drain["action"] == "drained" and "GPU_PROC_LEFT" in c.node("gpu001").reason   # quick cannot clear it
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
     assert rep.drain["action"] == "kept"
-    c.n = replace(c.n, flags=frozenset(), reason="")           # an admin killed it and resumed the node
+    c.n["gpu001"] = replace(c.n["gpu001"], flags=frozenset(), reason="")           # an admin killed it and resumed the node
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
-    assert not c.n.drained and st.active(st.load(tmp_path / "state" / "gpu001.json")) == []
+    assert not c.node("gpu001").drained and st.active(st.load(tmp_path / "state" / "gpu001.json")) == []
 
 
 def test_overlapping_checks_neither_undo_a_drain_nor_hide_its_xid(tmp_path):
@@ -610,19 +594,19 @@ def test_overlapping_checks_neither_undo_a_drain_nor_hide_its_xid(tmp_path):
     kmsg.write_text("")
     asking, drained, old_done = threading.Event(), threading.Event(), threading.Event()
 
-    class RacingSlurm(StubClient):
+    class RacingSlurm(FakeSlurm):
         def node(self, name):
             if threading.current_thread().name == "old-check":
                 asking.set()
                 drained.wait(1.0)        # the old run reads the node just after the new run drained it
-            return self.n
+            return super().node(name)
 
         def drain(self, nodes, reason):
             super().drain(nodes, reason)
             drained.set()
             old_done.wait(1.0)           # ... and acts before the new run notes its drain in the state
 
-    c = RacingSlurm(Node("gpu001", "IDLE"))
+    c = RacingSlurm(train=(), spares=(), others=["gpu001"])
     old = {}
 
     def old_check():
@@ -639,7 +623,7 @@ def test_overlapping_checks_neither_undo_a_drain_nor_hide_its_xid(tmp_path):
     new = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now + 1)
     t.join(10)
     assert old["report"].healthy and not new.healthy
-    assert c.n.drained and c.n.reason.startswith("slurm-ft: XID79 gpu3"), c.calls
+    assert c.node("gpu001").drained and c.node("gpu001").reason.startswith("slurm-ft: XID79 gpu3"), c.calls
     assert ("resume", ("gpu001",)) not in c.calls
     nxt = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now + 2)
     assert not nxt.healthy and nxt.drain["action"] == "kept", (nxt.findings, nxt.drain)
@@ -649,14 +633,14 @@ def test_a_healthy_run_older_than_our_drain_does_not_resume_it(tmp_path):
     """Serialised, the older run may still decide last: its sample predates the drain another check saw."""
     cfg = config(tmp_path)
     now = time.time()
-    c = StubClient(Node("gpu001", "IDLE"))
+    c = one_node(Node("gpu001", "IDLE"))
     (tmp_path / "gpu001.kmsg").write_text(_kmsg_line(now + 0.5, 79))
     assert run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()),
                           now=now + 1).drain["action"] == "drained"
     (tmp_path / "gpu001.kmsg").write_text("")                # what the older run saw: no Xid yet
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now)
     assert rep.healthy and rep.drain["action"] == "kept" and "started 1.0 s after this one" in rep.drain["message"]
-    assert c.n.drained and ("resume", ("gpu001",)) not in c.calls
+    assert c.node("gpu001").drained and ("resume", ("gpu001",)) not in c.calls
     assert st.load(tmp_path / "state" / "gpu001.json")["drained_seen"] == now + 1   # not moved back
 
 
@@ -668,7 +652,7 @@ def test_without_a_known_drain_time_a_resume_acknowledges_no_xid(tmp_path):
     p = tmp_path / "state" / "gpu001.json"
     st.save(p, {**st.empty("gpu001"), "slurm_ft_drained": True})
     (tmp_path / "gpu001.kmsg").write_text(_kmsg_line(now - 1, 79))
-    c = StubClient(Node("gpu001", "IDLE"))                      # resumed (or never drained in this life)
+    c = one_node(Node("gpu001", "IDLE"))                      # resumed (or never drained in this life)
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now)
-    assert not rep.healthy and rep.drain["action"] == "drained" and c.n.reason.startswith("slurm-ft: XID79")
+    assert not rep.healthy and rep.drain["action"] == "drained" and c.node("gpu001").reason.startswith("slurm-ft: XID79")
     assert (st.load(p).get("xid_ack") or 0) < now - 1

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
+from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 from slurm_ft.recovery import hotplan as hp
 from slurm_ft.recovery.supervisor import srun_argv
 
@@ -122,21 +123,13 @@ def test_the_refusal_slurm_repeats_until_a_requeue_is_recognised():
 def test_a_node_seen_failed_stays_failed_for_the_supervisor_after_slurm_resumes_it():
     # Seen in CI: a health check resumed its own drain of a node Slurm would not take back from the job,
     # and the next relaunch put the step on that node again.
-    from slurm_ft.slurm.types import Node
     from slurm_ft.recovery.supervisor import Supervisor
 
-    class Slurm:                 # the one read the supervisor's fault memory depends on
-        def __init__(self):
-            self.states = {x: Node(x, "ALLOCATED") for x in ALLOC}
-
-        def nodes(self, names):
-            return [self.states[x] for x in names]
-
-    slurm = Slurm()
+    slurm = FakeSlurm(train=ALLOC, spares=())
     sup = Supervisor(slurm, 7, 3, "", ["train"], env={}, say=lambda m: None)
-    slurm.states["n3"] = Node("n3", "ALLOCATED", frozenset({"DRAIN"}), reason=BAD)
+    slurm.fail("n3", BAD)
     assert sup.faults(ALLOC) == {"n3": BAD}
-    slurm.states["n3"] = Node("n3", "ALLOCATED")                    # resumed by a later healthy check
+    slurm.resume(["n3"])                                            # by a later healthy check
     assert sup.faults(ALLOC) == {"n3": BAD}
     assert sup.faults(("n1", "n2")) == {}                            # only the nodes asked about
 
@@ -145,12 +138,7 @@ def test_a_step_failed_with_no_fault_in_slurm_has_its_nodes_checked_at_once(tmp_
     # Seen in CI: the node's watcher started after the Xid and missed it; the rank on the GPU died, the
     # step failed, nothing drained the node for minutes, and the job would have ended after the grace.
     import json
-    from slurm_ft.slurm.types import Node
     from slurm_ft.recovery.supervisor import Supervisor
-
-    class Slurm:
-        def nodes(self, names):
-            return [Node(x, "ALLOCATED") for x in names]
 
     class Checked(Supervisor):   # the checks' srun, as its parsed answer
         culprits: dict = {}
@@ -159,7 +147,7 @@ def test_a_step_failed_with_no_fault_in_slurm_has_its_nodes_checked_at_once(tmp_
             self.asked = tuple(nodes)
             return dict(self.culprits)
 
-    sup = Checked(Slurm(), 7, 3, str(tmp_path), ["train"], env={}, say=lambda m: None)
+    sup = Checked(FakeSlurm(train=ALLOC, spares=()), 7, 3, str(tmp_path), ["train"], env={}, say=lambda m: None)
     sup.step_nodes = ("n1", "n2", "n3")
     sup.culprits = {"n3": "slurm-ft: hang check: GPU_LOST gpu0 GPU lost"}
     act = sup.failed_step_action(view(step_rc=1, since_exit_s=0.1), 1)
@@ -168,6 +156,6 @@ def test_a_step_failed_with_no_fault_in_slurm_has_its_nodes_checked_at_once(tmp_
     [logged] = [json.loads(x) for x in (tmp_path / "slurm-ft-starts.jsonl").read_text().splitlines()]
     assert logged["event"] == "exit_check" and logged["culprits"] == "n3" and logged["rc"] == 1
 
-    sup = Checked(Slurm(), 7, 3, str(tmp_path), ["train"], env={}, say=lambda m: None)
+    sup = Checked(FakeSlurm(train=ALLOC, spares=()), 7, 3, str(tmp_path), ["train"], env={}, say=lambda m: None)
     sup.step_nodes, sup.culprits = ("n1", "n2", "n3"), {}
     assert sup.failed_step_action(view(step_rc=1, since_exit_s=0.1), 1).kind == "wait"   # the grace, as before

@@ -16,8 +16,8 @@ from slurm_ft.health import run
 from slurm_ft.health.probes import ProbeContext
 from slurm_ft.health.probes import xid as xid_probe
 from slurm_ft.finding import Severity
+from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 from slurm_ft.gpu.sample import NodeSample, XidEvent
-from slurm_ft.slurm.types import Node
 
 from test_health_run import gpus, reader_for   # noqa: E402 - the healthy 8-GPU sample
 
@@ -80,29 +80,6 @@ def test_untimed_xid_counts_until_a_resume_then_never():
     assert xid_probe.probe(sample, ProbeContext(xid_since=100.0, xid_untimed=False)) == []
 
 
-class StubClient:
-    def __init__(self, node: Node):
-        self.n = node
-        self.calls = []
-
-    def node(self, name):
-        return self.n
-
-    def fleet_nodes(self):          # the breaker's read: the same nodes
-        return self.nodes()
-
-    def nodes(self, names=None):
-        return [self.n]
-
-    def drain(self, nodes, reason):
-        self.calls.append(("drain", tuple(nodes), reason))
-        self.n = replace(self.n, flags=frozenset({"DRAIN"}), reason=reason)
-
-    def resume(self, nodes):
-        self.calls.append(("resume", tuple(nodes)))
-        self.n = replace(self.n, flags=frozenset(), reason="")
-
-
 def test_timestampless_xid_does_not_drain_again_after_an_admin_resume(tmp_path):
     dr.set_gate(lambda node, reason, **kw: dr.Gate(True, "test"))
     try:
@@ -110,15 +87,15 @@ def test_timestampless_xid_does_not_drain_again_after_an_admin_resume(tmp_path):
                           disk_paths=(str(tmp_path),), node_types={"default": NodeType(nvlinks_per_gpu=0)})
         cfg = Config(health=hc)
         (tmp_path / "gpu001.kmsg").write_text("NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus.\n")
-        c = StubClient(Node("gpu001", "IDLE"))
+        c = FakeSlurm(train=("gpu001",), spares=())
         reader = reader_for(gpus())
         now = time.time()
         assert run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader,
                               now=now - 50).drain["action"] == "drained"
-        c.n = replace(c.n, flags=frozenset(), reason="")      # an admin reset the GPU and resumed the node
+        c.n["gpu001"] = replace(c.n["gpu001"], flags=frozenset(), reason="")      # an admin reset the GPU and resumed the node
         for t in (now - 40, now - 30):
             rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader, now=t)
-            assert rep.healthy and not c.n.drained, rep.findings
+            assert rep.healthy and not c.node("gpu001").drained, rep.findings
     finally:
         dr.set_gate(None)
 

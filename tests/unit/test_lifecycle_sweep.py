@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,73 +18,26 @@ from slurm_ft.lifecycle.lock import FileLock
 from slurm_ft.lifecycle.states import Event, State
 from slurm_ft.lifecycle.store import Store
 from slurm_ft.lifecycle.sweep import Sweeper, read_verdict, sweep_locked, validation_script
-from slurm_ft.slurm.types import Job, Node, Partition, Reservation
-from slurm_ft.slurm.client import JobNotFound
+from slurm_ft.slurm.types import Job, Node
+from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 
 
-class ModelSlurm:
+class ModelSlurm(FakeSlurm):
+    """The shared fake, whose batch scripts are the sweep's validation jobs: a node in `sick` fails its
+    check, the others pass; with `slow`, they stay RUNNING until finish_jobs()."""
+
     def __init__(self, train=("gpu001", "gpu002", "gpu003", "gpu004"), spares=("gpu005", "gpu006")):
-        self.n = {x: Node(x, "IDLE") for x in train + spares}
-        self.parts = {"train": list(train), "spares": list(spares)}
-        self.resv = {}
-        self.jobs_ = {}
+        super().__init__(train=train, spares=spares)
         self.sick = set()
-        self.calls = []
-        self.slow = False          # validation jobs stay RUNNING until finish_jobs()
-
-    def _node(self, x):
-        parts = tuple(p for p, ns in self.parts.items() if x in ns)
-        flags = set(self.n[x].flags) | ({"MAINTENANCE", "RESERVED"} if any(x in r for r in self.resv.values()) else set())
-        return replace(self.n[x], partitions=parts, flags=frozenset(flags))
-
-    def fleet_nodes(self):          # the breaker's read: the same nodes
-        return self.nodes()
-
-    def nodes(self, names=None):
-        return [self._node(x) for x in sorted(self.n) if names is None or x in names]
-
-    def node(self, name):
-        return self._node(name)
-
-    def job_submit_plugins(self):
-        return list(getattr(self, "job_submit", []))     # slurmctld's JobSubmitPlugins: none, unless a test sets it
-
-    def partitions(self):
-        return [Partition(p, tuple(ns)) for p, ns in self.parts.items()]
-
-    def partition(self, name):
-        return Partition(name, tuple(self.parts[name]))
-
-    def set_partition_nodes(self, name, nodes):
-        self.calls.append(("set_partition_nodes", name, tuple(nodes)))
-        self.parts[name] = list(nodes)
-
-    def drain(self, nodes, reason):
-        for x in nodes:
-            self.n[x] = replace(self.n[x], flags=self.n[x].flags | {"DRAIN"}, reason=reason,
-                                reason_time=time.strftime("%Y-%m-%dT%H:%M:%S"))
-
-    def resume(self, nodes):
-        for x in nodes:
-            self.n[x] = replace(self.n[x], flags=self.n[x].flags - {"DRAIN"}, reason="")
-
-    def reservations(self):
-        return [Reservation(k, tuple(v)) for k, v in self.resv.items()]
-
-    def create_reservation(self, nodes, *, name, duration, flags, users):
-        assert name not in self.resv
-        self.resv[name] = list(nodes)
-        return name
-
-    def delete_reservation(self, name):
-        del self.resv[name]
+        self.slow = False
+        self.pending_out = {}          # job -> (output file, text, end state) while slow
 
     def submit(self, script):
         opts = dict(re.findall(r"^#SBATCH --([a-z]+)=(\S+)$", script, re.M))
         node = opts["nodelist"]
         assert node in self.resv.get(opts["reservation"], []), "validation must run inside its reservation"
         assert node in self.parts[opts["partition"]] and "DRAIN" not in self.n[node].flags
-        jid = 100 + len(self.jobs_)
+        jid = 100 + len(self.j)
         level = re.findall(r"--level '?(\w+)'?", script)[0]
         if node in self.sick:
             doc = {"node": node, "level": level, "healthy": False, "findings": [
@@ -98,30 +50,21 @@ class ModelSlurm:
                              for lv in re.findall(r"--level '?(\w+)'?", script)) + "\nslurm-ft-validate: PASS\n"
             state = "COMPLETED"
         if self.slow:
-            self.pending_out = getattr(self, "pending_out", {})
             self.pending_out[jid] = (opts["output"], text, state)
-            self.jobs_[jid] = Job(jid, "v", "RUNNING")
+            self.j[jid] = Job(jid, "v", "RUNNING")
             return jid
         Path(opts["output"]).write_text(text)
-        self.jobs_[jid] = Job(jid, "v", state)
+        self.j[jid] = Job(jid, "v", state)
         return jid
 
     def finish_jobs(self, forget=False):
-        for jid, (out, text, state) in getattr(self, "pending_out", {}).items():
+        for jid, (out, text, state) in self.pending_out.items():
             Path(out).write_text(text)
             if forget:                       # gone from squeue (MinJobAge): the output file decides
-                del self.jobs_[jid]
+                del self.j[jid]
             else:
-                self.jobs_[jid] = Job(jid, "v", state)
+                self.j[jid] = Job(jid, "v", state)
         self.pending_out = {}
-
-    def jobs(self, job_ids=None):       # the queue (validation jobs: none fault-tolerant)
-        return [j for jid, j in self.jobs_.items() if job_ids is None or jid in set(job_ids)]
-
-    def job(self, jid):
-        if jid not in self.jobs_:
-            raise JobNotFound(f"job {jid} not found")
-        return self.jobs_[jid]
 
     # what the controller would do after a fault on `bad` running a job: swap `spare` in
     def recover(self, bad, spare, reason="slurm-ft: XID79 gpu3 fell off the bus"):

@@ -22,3 +22,16 @@ def test_mypy_strict_on_the_seams(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--cache-dir",
                         str(tmp_path), *STRICT], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_the_unit_tests_fake_slurm_is_a_slurm_api():
+    # tests/unit/fakeslurm.py stands in for SlurmApi wherever a unit test needs Slurm: same methods, same parameters
+    import inspect
+    from fakeslurm import FakeSlurm
+    from slurm_ft.slurm.api import SlurmApi
+    members = [m for m in vars(SlurmApi) if not m.startswith("_") and callable(getattr(SlurmApi, m))]
+    assert len(members) > 20
+    for m in members:
+        want = [(p.name, p.kind, p.default) for p in inspect.signature(getattr(SlurmApi, m)).parameters.values()]
+        got = [(p.name, p.kind, p.default) for p in inspect.signature(getattr(FakeSlurm, m)).parameters.values()]
+        assert got == want, m

@@ -162,8 +162,7 @@ def test_a_held_lock_fails_after_its_wait_with_the_holder_named(tmp_path):
             b.add("spares", ["gpu001"])
     assert b.add("spares", ["gpu001"]) and "gpu001" in slurm.parts["spares"]
     assert not b.add("spares", ["gpu001"])   # already there: no write
-    assert [c for c in slurm.calls if c[0] == "set_partition_nodes"] == [
-        ("set_partition_nodes", "spares", ("gpu005", "gpu006", "gpu001"))]
+    assert [c for c in slurm.calls if c[0] == "partition"] == [("partition", "spares", ("gpu005", "gpu006", "gpu001"))]
 
 
 def test_change_with_a_read_from_outside_the_lock_is_refused(tmp_path):

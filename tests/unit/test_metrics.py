@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 
+from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 from slurm_ft.lifecycle import metrics
 
 LINE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+$')
@@ -83,16 +84,11 @@ def test_recovery_phases_come_from_the_controllers_journal(tmp_path):
     from slurm_ft.config import Config
     from slurm_ft.lifecycle.collect import snapshot, view
     from slurm_ft.lifecycle.store import Store
-    from slurm_ft.slurm.types import Node, Partition
+    from slurm_ft.slurm.types import Node
     from slurm_ft.recovery import journal as jn
 
-    class Slurm:
-        def nodes(self):
-            return [Node("gpu001", "ALLOCATED", partitions=("train",)), Node("gpu002", "IDLE", partitions=("spares",))]
-
-        def partitions(self):
-            return [Partition("train", ("gpu001",)), Partition("spares", ("gpu002",))]
-
+    slurm = FakeSlurm(train=("gpu001",), spares=("gpu002",))
+    slurm.n["gpu001"] = Node("gpu001", "ALLOCATED")
     cfg = Config(state_dir=str(tmp_path))
     with Store(cfg.state_dir) as store:
         inc = jn.open_incident(store.db, job_id=7, nodes=["gpu003"], faults=["slurm-ft: XID79"], partition="train",
@@ -101,7 +97,7 @@ def test_recovery_phases_come_from_the_controllers_journal(tmp_path):
             sid = jn.record_intent(store.db, inc, name, done - 0.2)
             jn.record_result(store.db, sid, "ok", done)
         jn.close_incident(store.db, inc, "recovered", 104.0)
-        v = view(cfg, Slurm(), store, with_target=False)
+        v = view(cfg, slurm, store, with_target=False)
     assert v.phase_seconds == {"requeue": [1.0], "swap": [1.5], "start": [3.0], "total": [4.0]}
     text = metrics.render(snapshot(v))
     assert 'slurm_ft_recovery_phase_seconds_bucket{phase="start",le="2"} 0' in text
