@@ -5,7 +5,7 @@ import getpass
 import json
 import os
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
 
@@ -14,6 +14,9 @@ from slurm_ft.errors import UsageError
 from slurm_ft.lifecycle.states import Event, State
 from slurm_ft.slurm.client import client_from_config
 from slurm_ft.vocab import OWNER, fit
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 
 def admin() -> str:
@@ -30,7 +33,7 @@ def stamp(t: Optional[float]) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def _known(client, name: str):
+def _known(client: SlurmApi, name: str):
     found = {n.name: n for n in client.nodes()}
     if name not in found:
         raise UsageError(f"unknown node {name!r} (not in this cluster's slurm.conf)")

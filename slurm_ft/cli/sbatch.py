@@ -1,6 +1,8 @@
 """`slurm-ft sbatch`: submit a fault-tolerant job (requeueable, tagged, {ckpt} resolved at every start)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 import tempfile
 
@@ -8,6 +10,9 @@ import click
 
 from slurm_ft.errors import UsageError
 from slurm_ft.recovery import submit as sub
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 
 def _directives(script: str) -> list:
@@ -30,7 +35,7 @@ def _client(ctx: click.Context):
     return SlurmClient.from_config(_config(ctx))
 
 
-def _tag_field(ctx: click.Context, client) -> str:
+def _tag_field(ctx: click.Context, client: SlurmApi) -> str:
     """Where the tag goes: the field the controller trusts (controller.trust; auto: AdminComment where
     slurmctld runs the job_submit policy, i.e. JobSubmitPlugins=lua)."""
     from slurm_ft.recovery import trust

@@ -1,9 +1,14 @@
 """`slurm-ft status`: one screen for people: the pool, open incidents, quarantined nodes, the breaker."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 
 import click
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 
 @click.command("status")
@@ -64,7 +69,7 @@ def status(ctx: click.Context, job_id, as_json: bool, write_metrics: bool) -> No
                if last else "last sweep: never")
 
 
-def _job_goodput(config, client, job_id: int, as_json: bool) -> None:
+def _job_goodput(config, client: SlurmApi, job_id: int, as_json: bool) -> None:
     """`status --job J`: the job's goodput (lifecycle/goodput.py), from Slurm, the journal and its checkpoint dir."""
     import time
 

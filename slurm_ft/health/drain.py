@@ -14,11 +14,14 @@ import contextlib
 import logging
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Sequence
 
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.health.probes import check_of
 from slurm_ft.vocab import OWNER, REASON_MAX, SLURM_FAULT_REASONS, owned
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ def set_gate(fn: Optional[GateFn]) -> None:
     _gate_override = fn
 
 
-def may_drain(node: str, reason: str, *, client, config, now: float) -> Gate:
+def may_drain(node: str, reason: str, *, client: SlurmApi, config, now: float) -> Gate:
     """May slurm-ft drain `node` now? The single decision point every new drain passes.
 
     The fleet drain-rate breaker (`slurm_ft.lifecycle.guard`) answers from Slurm's own node states, the
@@ -101,7 +104,7 @@ def _serialized(config):
     return guard.serialized(config)
 
 
-def _settle(node: str, reason: str, client, config) -> str:
+def _settle(node: str, reason: str, client: SlurmApi, config) -> str:
     """Undo our drain when drains racing on other hosts passed the breaker (see guard.settle)."""
     if _gate_override is not None or config is None:
         return ""
@@ -121,7 +124,7 @@ class Outcome:
         return {"action": self.action, "message": self.message, "reason": self.reason}
 
 
-def apply(client, node_name: str, findings: Sequence[Finding], *, checks: Iterable[str],
+def apply(client: SlurmApi, node_name: str, findings: Sequence[Finding], *, checks: Iterable[str],
           active: Sequence[Finding] = (), config=None, now: float = 0.0, auto_resume: bool = True,
           hold: str = "") -> Outcome:
     """Bring the node's Slurm state in line with this run's findings (plus still-active ones).

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 from slurm_ft.config import Config, HealthConfig, NodeType
 from slurm_ft.errors import ConfigError
@@ -23,6 +23,9 @@ from slurm_ft.health.probes import ProbeContext, get as get_probe, query_check
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.sample import NodeSample, XidEvent
 from slurm_ft import vocab
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +165,7 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
     return Report(node, level, findings, time.monotonic() - t0, checks, node_type=type_name, sample=sample)
 
 
-def check_node(level: str, node: str, config: Config, *, drain: bool = False, client=None,
+def check_node(level: str, node: str, config: Config, *, drain: bool = False, client: Optional[SlurmApi] = None,
                job_id: Optional[str] = None, record: bool = True, reader=None,
                extra_xids: Sequence[XidEvent] = (), progress=None, now: Optional[float] = None) -> Report:
     """A whole node check as the entry points use it: state file in, run, state file out, drain/resume.
@@ -236,7 +239,7 @@ def _count_hang(report: Report, config: Config, path, node: str, record: bool) -
                                        f"(a GPU degrading under load)", "NVML_HUNG", None, Action.REBOOT))
 
 
-def _save_fleet_view(config: Config, node: str, client, now: float) -> None:
+def _save_fleet_view(config: Config, node: str, client: SlurmApi, now: float) -> None:
     """Keep Slurm's fleet view for this node's prolog/epilog, which may not call Slurm (see guard)."""
     from slurm_ft.errors import SlurmFTError
     from slurm_ft.lifecycle import guard
@@ -251,7 +254,7 @@ def _save_fleet_view(config: Config, node: str, client, now: float) -> None:
         log.warning("fleet view not refreshed (the prolog/epilog will not drain once it is stale): %s", exc)
 
 
-def _drain_step(report: Report, node: str, config: Config, client, path, before: dict, record: bool,
+def _drain_step(report: Report, node: str, config: Config, client: SlurmApi, path, before: dict, record: bool,
                 active: List[Finding], now: float) -> Report:
     """Drain or resume the node for this run's findings (called under the node's drain lock)."""
     from slurm_ft.health import drain as dr

@@ -14,10 +14,13 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 from slurm_ft.config import Config
 from slurm_ft.gpu.sample import XidEvent
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +56,8 @@ class Handled:
 
 
 class Watcher:
-    def __init__(self, node: str, config: Config, *, client=None, use_nvml: bool = True, use_kmsg: bool = True,
-                 poll_s: float = 0.05, check: Optional[Callable] = None):
+    def __init__(self, node: str, config: Config, *, client: Optional[SlurmApi] = None, use_nvml: bool = True,
+                 use_kmsg: bool = True, poll_s: float = 0.05, check: Optional[Callable] = None):
         self.node = node
         self.config = config
         self.client = client

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
@@ -19,6 +19,9 @@ from slurm_ft.lifecycle.states import State
 from slurm_ft.lifecycle.store import NodeRecord, Store
 from slurm_ft.recovery.records import Incident
 from slurm_ft.slurm.types import Node
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +84,8 @@ class FleetView:
         return out
 
 
-def view(config: Config, client, store: Store, *, now: Optional[float] = None, with_target: bool = True) -> FleetView:
+def view(config: Config, client: SlurmApi, store: Store, *, now: Optional[float] = None,
+         with_target: bool = True) -> FleetView:
     now = time.time() if now is None else now
     spare = config.controller.spare_partition
     nodes = client.nodes()
@@ -155,7 +159,7 @@ def drain_rows(summary: dict) -> list:
     return metric_rows(summary)
 
 
-def write_metrics(config: Config, client, store: Store, *, report=None) -> Optional[str]:
+def write_metrics(config: Config, client: SlurmApi, store: Store, *, report=None) -> Optional[str]:
     """Write the textfile if a path is configured; return the path written."""
     path = config.lifecycle.metrics_path
     if not path:
@@ -164,7 +168,7 @@ def write_metrics(config: Config, client, store: Store, *, report=None) -> Optio
     return path
 
 
-def goodput_rows(config: Config, client, store: Store) -> list:
+def goodput_rows(config: Config, client: SlurmApi, store: Store) -> list:
     """(job id, its goodput dict) of each fault-tolerant job in the queue; a job whose checkpoint dir
     cannot be read in time is left out (and logged), never guessed; so is everything when Slurm cannot
     say which jobs are fault-tolerant."""

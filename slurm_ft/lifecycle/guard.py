@@ -21,11 +21,14 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
 from slurm_ft.lifecycle import breaker as brk
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ def decide(config: Config, fleet: brk.FleetView, nodes: Iterable[str], now: floa
                             window_s=lc.breaker_window_s)
 
 
-def fleet_view(config: Config, *, client=None, snapshot: Optional[Sequence] = None,
+def fleet_view(config: Config, *, client: Optional[SlurmApi] = None, snapshot: Optional[Sequence] = None,
                now: Optional[float] = None) -> brk.FleetView:
     """The breaker's view of the fleet from `snapshot` (slurm.types.Node list), else a fresh read of every node
     (`client.fleet_nodes()`: the light one, as every node's health check makes it)."""
@@ -54,8 +57,8 @@ def fleet_view(config: Config, *, client=None, snapshot: Optional[Sequence] = No
     return brk.view(snapshot, now)
 
 
-def may_take_out(config: Config, nodes: Iterable[str], *, client=None, snapshot: Optional[Sequence] = None,
-                 actor: str = "", now: Optional[float] = None) -> brk.Decision:
+def may_take_out(config: Config, nodes: Iterable[str], *, client: Optional[SlurmApi] = None,
+                 snapshot: Optional[Sequence] = None, actor: str = "", now: Optional[float] = None) -> brk.Decision:
     """May `actor` take `nodes` out of service now (drain, quarantine, anything that removes them)?
 
     `snapshot`: the caller's fresh `client.nodes()`, to save a Slurm call. An unknown count says no."""
@@ -75,8 +78,8 @@ def may_take_out(config: Config, nodes: Iterable[str], *, client=None, snapshot:
     return d
 
 
-def may_drain(config: Config, node: str, reason: str = "", *, client=None, total_nodes: Optional[int] = None,
-              actor: str = "check", now: Optional[float] = None) -> brk.Decision:
+def may_drain(config: Config, node: str, reason: str = "", *, client: Optional[SlurmApi] = None,
+              total_nodes: Optional[int] = None, actor: str = "check", now: Optional[float] = None) -> brk.Decision:
     """`may_take_out` for one node (`reason` and `total_nodes` are accepted for older callers)."""
     return may_take_out(config, [node], client=client, actor=actor, now=now)
 
@@ -99,7 +102,7 @@ def serialized(config: Config):
             os.close(fd)
 
 
-def settle(config: Config, node: str, reason: str, *, client, actor: str = "check") -> str:
+def settle(config: Config, node: str, reason: str, *, client: SlurmApi, actor: str = "check") -> str:
     """Right after draining `node` with `reason`: re-read Slurm; undo the drain when racing drains on
     other hosts put the fleet past the limit (`breaker.keeps`) or the count cannot be read. Returns why
     it was undone, or "" when the drain stands."""

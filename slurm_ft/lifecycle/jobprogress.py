@@ -17,9 +17,12 @@ import re
 import sqlite3
 import threading
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from slurm_ft.lifecycle.goodput import Point, Start
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 MAX_STARTS_BYTES = 1 << 20
 MAX_RANKS_READ = 4096
@@ -191,14 +194,14 @@ def faults_of(conn: sqlite3.Connection, job_id: int) -> List[Tuple[int, float]]:
 
 # --- jobs from Slurm ----------------------------------------------------------------------------------
 
-def trusted_field(config, client) -> str:
+def trusted_field(config, client: SlurmApi) -> str:
     """The job field holding fault-tolerance tags (config controller.trust; auto asks slurmctld)."""
     from slurm_ft.recovery import trust
     setting = config.controller.trust
     return trust.resolve(setting, client.job_submit_plugins() if setting == "auto" else ())
 
 
-def ft_jobs(config, client, job_ids=None) -> list:
+def ft_jobs(config, client: SlurmApi, job_ids=None) -> list:
     """(job, its tag) of the running or recovering fault-tolerant jobs with a checkpoint dir."""
     from slurm_ft.recovery import trust
     field_ = trusted_field(config, client)
@@ -210,7 +213,7 @@ def ft_jobs(config, client, job_ids=None) -> list:
     return out
 
 
-def goodput_of(conn: sqlite3.Connection, client, job, spec, now: float):
+def goodput_of(conn: sqlite3.Connection, client: SlurmApi, job, spec, now: float):
     """The job's goodput, its GPUs counted from Slurm's record (TresPerNode, else its nodes' Gres)."""
     gres = [n.gres for n in client.nodes(list(job.nodes))] if job.nodes and not job.tres_per_node else []
     return observe(conn, job, spec.ckpt_dir, job_gpus(job, gres), now)

@@ -19,10 +19,13 @@ import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.lifecycle.lock import FileLock
 from slurm_ft.slurm.types import Partition
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +67,14 @@ def apply_deltas(parts: Mapping[str, Sequence[str]], deltas: Mapping[str, Delta]
 class Membership:
     """One writer's handle on partition and reservation membership (one per process or thread)."""
 
-    def __init__(self, client, path, *, wait_s: float = WAIT_S, who: str = "membership change"):
+    def __init__(self, client: SlurmApi, path, *, wait_s: float = WAIT_S, who: str = "membership change"):
         self.client = client
         self._lock = FileLock(path, who)
         self.wait_s = wait_s
         self._depth = 0
 
     @classmethod
-    def from_config(cls, client, config, who: str = "membership change") -> "Membership":
+    def from_config(cls, client: SlurmApi, config, who: str = "membership change") -> "Membership":
         return cls(client, lock_path(config), who=who)
 
     @contextmanager

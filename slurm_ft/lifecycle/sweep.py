@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, UsageError
@@ -33,6 +33,9 @@ from slurm_ft.lifecycle.store import Store
 from slurm_ft.slurm.types import Job, Node
 from slurm_ft import vocab
 from slurm_ft.vocab import OWNER, fit, owned
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ class SweepReport:
 
 
 class Sweeper:
-    def __init__(self, config: Config, client, store: Store, *, clock: Callable[[], float] = time.time,
+    def __init__(self, config: Config, client: SlurmApi, store: Store, *, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, actor: str = "sweep"):
         self.cfg = config
         self.lc = config.lifecycle
@@ -441,7 +444,7 @@ def _short(text: str, n: int = 100) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def sweep_locked(config: Config, client, *, wait_s: Optional[float] = None, clock=time.time) -> SweepReport:
+def sweep_locked(config: Config, client: SlurmApi, *, wait_s: Optional[float] = None, clock=time.time) -> SweepReport:
     """The whole sweep under the state directory's lock (Busy, exit 5, when another holds it)."""
     with FileLock(Path(config.state_dir) / "sweep.lock", "sweep"):
         with Store(config.state_dir) as store:

@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
 from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, SlurmFTError
@@ -31,6 +31,9 @@ from slurm_ft.recovery.tag import with_note
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
 from slurm_ft import vocab
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ def _job_fingerprint(job) -> tuple:
 class Controller:
     """One controller over one journal. `cycle()` runs until nothing is left to do now (or its budget ends)."""
 
-    def __init__(self, client, conn, config: Config, *, clock: Callable[[], float] = time.time,
+    def __init__(self, client: SlurmApi, conn, config: Config, *, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, on_step: Optional[Callable] = None,
                  on_journal: Optional[Callable[[str, str], None]] = None):
         self.client = client

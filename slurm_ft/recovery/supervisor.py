@@ -35,13 +35,16 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence
 
 from slurm_ft import heartbeat
 from slurm_ft.recovery import ckptfallback, hang, jobstart, rendezvous, startlog
 from slurm_ft.recovery import hotplan as hp
 from slurm_ft.recovery.nodefault import node_fault
 from slurm_ft.slurm.hostlist import compress
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
 
 POLL_S = 0.5                 # Slurm reads per second the supervisor costs: 2
 STOP_GRACE_S = 10.0          # SIGTERM to srun, then SIGKILL
@@ -83,7 +86,7 @@ def port_free_here(here: str) -> Callable[[str, int], bool]:
 
 
 class Supervisor:
-    def __init__(self, client, job_id: int, train_nodes: Optional[int], ckpt_dir: str, argv: Sequence[str],
+    def __init__(self, client: SlurmApi, job_id: int, train_nodes: Optional[int], ckpt_dir: str, argv: Sequence[str],
                  env: Optional[Mapping[str, str]] = None, poll_s: float = POLL_S, hang_timeout: float = 0,
                  max_restarts: int = 0, ckpt_fails: int = ckptfallback.DEFAULT_M,
                  say: Callable[[str], None] = lambda m: print(f"slurm-ft supervisor: {m}", file=sys.stderr,
