@@ -14,7 +14,7 @@ import contextlib
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
 
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.health.probes import check_of
@@ -72,24 +72,12 @@ class Gate:
     why: str
 
 
-GateFn = Callable[..., Gate]
-_gate_override: Optional[GateFn] = None
-
-
-def set_gate(fn: Optional[GateFn]) -> None:
-    """Replace the drain gate (the lifecycle breaker, a test); None restores the built-in one."""
-    global _gate_override
-    _gate_override = fn
-
-
 def may_drain(node: str, reason: str, *, client: SlurmApi, config, now: float) -> Gate:
     """May slurm-ft drain `node` now? The single decision point every new drain passes.
 
     The fleet drain-rate breaker (`slurm_ft.lifecycle.guard`) answers from Slurm's own node states, the
     count every node and the controller share; an unknown count refuses (our trouble drains nothing).
     """
-    if _gate_override is not None:
-        return _gate_override(node, reason, client=client, config=config, now=now)
     if config is None:
         return Gate(True, "no config: no drain limit")
     from slurm_ft.lifecycle import guard
@@ -98,7 +86,7 @@ def may_drain(node: str, reason: str, *, client: SlurmApi, config, now: float) -
 
 
 def _serialized(config):
-    if _gate_override is not None or config is None:
+    if config is None:
         return contextlib.nullcontext()
     from slurm_ft.lifecycle import guard
     return guard.serialized(config)
@@ -106,7 +94,7 @@ def _serialized(config):
 
 def _settle(node: str, reason: str, client: SlurmApi, config) -> str:
     """Undo our drain when drains racing on other hosts passed the breaker (see guard.settle)."""
-    if _gate_override is not None or config is None:
+    if config is None:
         return ""
     from slurm_ft.lifecycle import guard
     return guard.settle(config, node, reason, client=client)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ft.config import Config, HealthConfig, NodeType
+from slurm_ft.config import Config, HealthConfig, LifecycleConfig, NodeType
 from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.health import drain as dr
 from slurm_ft.health import levels, run, state as st
@@ -31,10 +31,12 @@ def gpus(changes=None, n=8):
 
 
 def config(tmp_path, **health) -> Config:
+    """A node's config in tmp_path; the drain-rate breaker off (its tests give it a fleet to count)."""
     health.setdefault("node_types", {"default": NodeType(nvlinks_per_gpu=0)})   # samples carry no NVLinks
     hc = HealthConfig(kmsg_path=str(tmp_path / "{node}.kmsg"), state_file=str(tmp_path / "state" / "{node}.json"),
                       disk_paths=(str(tmp_path),), **health)
-    return Config(health=hc)
+    return Config(health=hc, state_dir=str(tmp_path / "fleet"),
+                  lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0))
 
 
 def reader_for(sample_gpus):
@@ -203,13 +205,6 @@ XID79 = Finding("xid", Severity.FAIL, "GPU has fallen off the bus", "XID79", 3, 
 ECC = Finding("ecc", Severity.FAIL, "uncorrectable ECC errors (volatile 2)", "ECC_DBE", 5, Action.RESET_GPU)
 
 
-@pytest.fixture(autouse=True)
-def open_gate():
-    dr.set_gate(lambda node, reason, **kw: dr.Gate(True, "test"))
-    yield
-    dr.set_gate(None)
-
-
 def test_reason_names_code_gpu_and_cause_and_fits():
     assert dr.reason_text([ECC, XID79]) == "slurm-ft: XID79 gpu3 GPU has fallen off the bus (+1 more)"
     long = Finding("disk", Severity.FAIL, "x" * 300 + "=|\u00e9", "DISK_FULL", None, Action.DRAIN)
@@ -252,16 +247,14 @@ def test_active_finding_from_another_level_blocks_resume():
     assert out.action == "kept" and c.calls == []
 
 
-def test_gate_refusal_leaves_node_in_service():
-    dr.set_gate(lambda node, reason, **kw: dr.Gate(False, "breaker open"))
-    c = one_node(Node("gpu001", "IDLE"))
-    out = dr.apply(c, "gpu001", [XID79], checks=("xid",))
-    assert out.action == "refused" and "breaker open" in out.message and c.calls == []
+def test_gate_refusal_leaves_node_in_service(tmp_path):
+    cfg = replace(config(tmp_path), lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=1))
+    c = one_node(Node("gpu001", "IDLE"), [Node("gpu002", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu0 x")])
+    out = dr.apply(c, "gpu001", [XID79], checks=("xid",), config=cfg, now=time.time())
+    assert out.action == "refused" and "limit 1" in out.message and c.calls == []
 
 
 def test_builtin_gate_counts_slurm_ft_drains_in_slurm():
-    dr.set_gate(None)
-    from slurm_ft.config import LifecycleConfig
     cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.0, breaker_max_nodes=2))
     drained = [Node(f"gpu00{i}", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu0 x") for i in (2, 3)]
     c = one_node(Node("gpu001", "IDLE"), drained)
@@ -270,9 +263,7 @@ def test_builtin_gate_counts_slurm_ft_drains_in_slurm():
 
 
 def test_builtin_gate_refuses_when_slurm_cannot_be_read():
-    from slurm_ft.config import LifecycleConfig
     from slurm_ft.errors import CommandError
-    dr.set_gate(None)
 
     class Down(FakeSlurm):
         def nodes(self, names=None):

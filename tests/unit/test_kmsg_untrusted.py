@@ -11,7 +11,6 @@ import pytest
 from slurm_ft.config import Config, HealthConfig, NodeType
 from slurm_ft.gpu import kmsg
 from slurm_ft.gpu import xid as catalog
-from slurm_ft.health import drain as dr
 from slurm_ft.health import run
 from slurm_ft.health.probes import ProbeContext
 from slurm_ft.health.probes import xid as xid_probe
@@ -19,7 +18,7 @@ from slurm_ft.finding import Severity
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 from slurm_ft.gpu.sample import NodeSample, XidEvent
 
-from test_health_run import gpus, reader_for   # noqa: E402 - the healthy 8-GPU sample
+from test_health_run import config, gpus, reader_for   # noqa: E402 - the healthy 8-GPU sample, a node config
 
 BT = 1_764_400_000.0     # a boot time
 
@@ -81,23 +80,17 @@ def test_untimed_xid_counts_until_a_resume_then_never():
 
 
 def test_timestampless_xid_does_not_drain_again_after_an_admin_resume(tmp_path):
-    dr.set_gate(lambda node, reason, **kw: dr.Gate(True, "test"))
-    try:
-        hc = HealthConfig(kmsg_path=str(tmp_path / "{node}.kmsg"), state_file=str(tmp_path / "st" / "{node}.json"),
-                          disk_paths=(str(tmp_path),), node_types={"default": NodeType(nvlinks_per_gpu=0)})
-        cfg = Config(health=hc)
-        (tmp_path / "gpu001.kmsg").write_text("NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus.\n")
-        c = FakeSlurm(train=("gpu001",), spares=())
-        reader = reader_for(gpus())
-        now = time.time()
-        assert run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader,
-                              now=now - 50).drain["action"] == "drained"
-        c.n["gpu001"] = replace(c.n["gpu001"], flags=frozenset(), reason="")      # an admin reset the GPU and resumed the node
-        for t in (now - 40, now - 30):
-            rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader, now=t)
-            assert rep.healthy and not c.node("gpu001").drained, rep.findings
-    finally:
-        dr.set_gate(None)
+    cfg = config(tmp_path)
+    (tmp_path / "gpu001.kmsg").write_text("NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    c = FakeSlurm(train=("gpu001",), spares=())
+    reader = reader_for(gpus())
+    now = time.time()
+    assert run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader,
+                          now=now - 50).drain["action"] == "drained"
+    c.n["gpu001"] = replace(c.n["gpu001"], flags=frozenset(), reason="")      # an admin reset the GPU and resumed it
+    for t in (now - 40, now - 30):
+        rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader, now=t)
+        assert rep.healthy and not c.node("gpu001").drained, rep.findings
 
 
 def _mono(sec: float, code: int, pci: str = "0000:3b:00") -> str:
