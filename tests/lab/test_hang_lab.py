@@ -74,18 +74,23 @@ def test_a_hang_without_a_culprit_restarts_in_place_without_hot_spares(lab, work
         raise
 
 
+def gpu_lost_silently(lab, work: Path, on_fault: str) -> tuple:
+    """A 2 + 1 hot-spare job past its first checkpoint, then GPU 0 of a node of its step falls off the bus
+    with no kernel-log line (no Xid for a watcher; slurmd's periodic check kept off the node, as it once
+    found it first in CI): (job id, checkpoint dir, the node, the first step after the relaunch)."""
+    job_id, ck = submit(lab, work, 2, 1, "--gpu-check", "on", "--on-fault", on_fault)
+    job = wait_job(lab, job_id, "RUNNING", timeout=180)
+    lab.client.wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a checkpoint")
+    victim = next(x for x in expand(events(ck, "launch")[0]["nodes"]) if x != job.batch_host)
+    with periodic_check_skips(lab, victim):
+        slurm_ft(lab, None, "lab", "inject", victim, "--gpu", "0", "--gpu-lost", "--no-log", "--dir", str(lab.dir))
+        resumed = lab.client.wait_for(lambda: first_step(ck, 1), 120, "the first step after the relaunch")
+    return job_id, ck, victim, resumed
+
+
 def test_a_hang_with_a_culprit_relaunches_on_the_hot_spare(lab, work):
-    job_id, ck = submit(lab, work, 2, 1, "--gpu-check", "on", "--on-fault", "hang")
     try:
-        job = wait_job(lab, job_id, "RUNNING", timeout=180)
-        lab.client.wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a checkpoint")
-        step_nodes = expand(events(ck, "launch")[0]["nodes"])
-        victim = next(x for x in step_nodes if x != job.batch_host)
-        # the GPU falls off the bus with no kernel-log line: no Xid for the watcher, the rank hangs on it;
-        # only the hang check may find it (slurmd's periodic check did first, once in CI)
-        with periodic_check_skips(lab, victim):
-            slurm_ft(lab, None, "lab", "inject", victim, "--gpu", "0", "--gpu-lost", "--no-log", "--dir", str(lab.dir))
-            resumed = lab.client.wait_for(lambda: first_step(ck, 1), 120, "the first step after the relaunch")
+        job_id, ck, victim, resumed = gpu_lost_silently(lab, work, "hang")     # the rank hangs on it
         check = events(ck, "hang_check")[0]
         assert check["culprits"] == victim
         relaunch = events(ck, "launch")[1]
@@ -100,16 +105,9 @@ def test_a_hang_with_a_culprit_relaunches_on_the_hot_spare(lab, work):
 
 
 def test_a_step_that_dies_on_a_gpu_nothing_drained_relaunches_on_the_hot_spare_at_once(lab, work):
-    # the GPU falls off the bus with no kernel-log line and no watcher: the rank on it dies, the step
-    # fails, and Slurm shows no fault; the supervisor checks the step's nodes instead of waiting
-    job_id, ck = submit(lab, work, 2, 1, "--gpu-check", "on", "--on-fault", "die")
     try:
-        job = wait_job(lab, job_id, "RUNNING", timeout=180)
-        lab.client.wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a checkpoint")
-        victim = next(x for x in expand(events(ck, "launch")[0]["nodes"]) if x != job.batch_host)
-        with periodic_check_skips(lab, victim):
-            slurm_ft(lab, None, "lab", "inject", victim, "--gpu", "0", "--gpu-lost", "--no-log", "--dir", str(lab.dir))
-            resumed = lab.client.wait_for(lambda: first_step(ck, 1), 120, "the first step after the relaunch")
+        # the rank on it dies, the step fails, Slurm shows no fault: the supervisor checks the step's nodes
+        job_id, ck, victim, resumed = gpu_lost_silently(lab, work, "die")
         [check] = events(ck, "exit_check")
         assert check["culprits"] == victim and check["rc"] != 0
         relaunch = events(ck, "launch")[1]
