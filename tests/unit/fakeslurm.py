@@ -175,10 +175,12 @@ class FakeSlurm:
         del self.resv[name]
 
     # --- what the tests do to it ------------------------------------------------------------------
-    def add_job(self, n: int, spec: Optional[FtSpec] = None, partition: str = "train", **fields: object) -> int:
-        """A RUNNING job on the first n nodes of `partition` (tagged with `spec` in Comment)."""
+    def add_job(self, n: int, spec: Optional[FtSpec] = None, partition: str = "train",
+                nodes: Optional[Sequence[str]] = None, **fields: object) -> int:
+        """A RUNNING job (100, 101, ...) on `nodes`, else the first n nodes of `partition`, tagged with
+        `spec` in Comment."""
         jid = 100 + len(self.j)
-        got = tuple(self.parts[partition][:n])
+        got = tuple(nodes or self.parts[partition][:n])
         for x in got:
             self.n[x] = replace(self.n[x], state="ALLOCATED")
         self.j[jid] = Job(jid, partition, "RUNNING", partition=partition, nodes=got, num_nodes=n,

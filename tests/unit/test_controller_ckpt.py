@@ -1,30 +1,24 @@
 """The controller and users' checkpoint directories (issue 10 items 0, 3): a job whose checkpoints cannot
 be read as complete is held with the reason, never restarted from scratch; a scan that hangs holds only
-its own job and delays no other job's recovery. Over the in-memory Slurm model of test_controller_cycle."""
+its own job and delays no other job's recovery. Over the unit tests' in-memory Slurm (fakeslurm.py)."""
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 
-from test_controller_cycle import ModelSlurm
+from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
-from slurm_ft.slurm.types import Job
 from slurm_ft.recovery import ckpt, ckptscan, journal as jn
 from slurm_ft.recovery.controller import Controller
-from slurm_ft.recovery.tag import FtSpec, encode
+from slurm_ft.recovery.tag import FtSpec
 
 
-def two_jobs(dir_a: str, dir_b: str) -> ModelSlurm:
+def two_jobs(dir_a: str, dir_b: str) -> FakeSlurm:
     """Jobs 100 (gpu001-002, checkpoints in dir_a) and 101 (gpu003-004, dir_b); spares gpu005-006."""
-    s = ModelSlurm(n_train=4, n_spares=2)
-    s.j.clear()
-    for jid, nodes, d in ((100, ("gpu001", "gpu002"), dir_a), (101, ("gpu003", "gpu004"), dir_b)):
-        s.j[jid] = Job(jid, "train", "RUNNING", partition="train", nodes=nodes, num_nodes=2,
-                       comment=encode(FtSpec(ckpt_dir=d, max_restarts=5)), requeue=True)
-        for x in nodes:
-            s.n[x] = replace(s.n[x], state="ALLOCATED")
+    s = FakeSlurm(train=("gpu001", "gpu002", "gpu003", "gpu004"), spares=("gpu005", "gpu006"))
+    s.add_job(2, FtSpec(ckpt_dir=dir_a, max_restarts=5), nodes=("gpu001", "gpu002"))
+    s.add_job(2, FtSpec(ckpt_dir=dir_b, max_restarts=5), nodes=("gpu003", "gpu004"))
     return s
 
 
@@ -54,7 +48,7 @@ def test_unfinished_checkpoints_hold_the_job_with_the_reason_and_take_no_spare(t
     assert any(c_[0] == "update" and c_[1] == 100 and "AdminComment" in dict(c_[2]) for c_ in s.calls)
     assert [st.name for st in held.steps] == ["open", "quarantine", "hold"]
     assert incs[101].status == "recovered" and incs[101].ckpt_step == 3    # the other job: as usual
-    assert len(s.p["spares"]) == 1                                          # only job 101 took one
+    assert len(s.parts["spares"]) == 1                                          # only job 101 took one
     c.cycle()
     assert s.j[100].held and jn.incidents(c.conn, job_id=100)[0].status == "waiting"   # stays held
 
