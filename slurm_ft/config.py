@@ -226,12 +226,11 @@ def _check_domains(pc: "PlanningConfig", file: str) -> None:
 
 def _check_levels(cfg: "Config", file: str) -> None:
     """Level names come from a closed set: they reach a validation job's script."""
-    from slurm_ft.health.levels import LEVELS
     for key in ("validate_levels", "spare_recheck_levels"):
         for i, level in enumerate(getattr(cfg.lifecycle, key)):
-            if level not in LEVELS:
+            if level not in vocab.LEVELS:
                 raise ConfigError(f"{file}: lifecycle.{key}[{i}]: unknown level {level!r} "
-                                  f"(valid: {', '.join(LEVELS)})")
+                                  f"(valid: {', '.join(vocab.LEVELS)})")
 
 
 def _check_remediation(rc: "RemediationConfig", file: str) -> None:

@@ -14,6 +14,10 @@ from datetime import datetime
 from typing import Optional
 
 OWNER = "slurm-ft:"
+
+# The health levels, cheapest first; each runs the checks of those before it (health/probes). A level
+# name reaches a validation job's script: the set is closed (config.py refuses any other).
+LEVELS = ("quick", "prolog", "epilog", "full", "burnin")
 REASON_MAX = 100
 UNRESPONSIVE_QUARANTINE = f"{OWNER} quarantined, "
 # Slurm's own reasons for a node it drained after a failed prolog or epilog (its wording differs between

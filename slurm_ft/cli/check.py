@@ -18,7 +18,8 @@ import json
 import os
 import sys
 
-LEVEL_NAMES = ("quick", "prolog", "epilog", "full", "burnin")
+from slurm_ft.vocab import LEVELS
+
 VERDICT = "slurm-ft-verdict: FAIL"
 HOOK_LEVELS = ("prolog", "epilog")
 
@@ -43,7 +44,7 @@ def parser():
         prog="slurm-ft check", description="Check this node's GPUs and host at LEVEL and print the findings.",
         epilog="Exit: 0 healthy, 1 a fail finding, 2 usage/config/install error, 3 drain command failed. "
                '"slurm-ft-verdict: FAIL <reason>" on stdout: the node may be taken out (the prolog/epilog\'s signal).')
-    ap.add_argument("--level", "-l", choices=LEVEL_NAMES, default="quick",
+    ap.add_argument("--level", "-l", choices=LEVELS, default="quick",
                     help="Which checks: quick (HealthCheckProgram), prolog, epilog, full, burnin (default: quick).")
     ap.add_argument("--json", dest="as_json", action="store_true", help="Print one JSON object instead of text.")
     ap.add_argument("--drain", action="store_true",

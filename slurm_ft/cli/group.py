@@ -11,7 +11,7 @@ import sys
 import click
 
 from slurm_ft import __version__
-from slurm_ft.cli import guarded, setup_logging
+from slurm_ft.cli.guard import guarded, setup_logging
 from slurm_ft.errors import EXIT_USAGE
 
 # name -> "module:attribute"; each attribute is a click command or group.

@@ -14,6 +14,7 @@ from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
 from slurm_ft.lifecycle import breaker as brk
 from slurm_ft.lifecycle import metrics
+from slurm_ft.lifecycle.pool import pool_target
 from slurm_ft.lifecycle.reconcile import count_states, state_of
 from slurm_ft.lifecycle.states import State
 from slurm_ft.lifecycle.store import NodeRecord, Store
@@ -97,7 +98,6 @@ def view(config: Config, client: SlurmApi, store: Store, *, now: Optional[float]
     v = FleetView(now=now, nodes=nodes, records=records, states=states, spare_partition=spare)
     v.pool = sorted(n.name for n in nodes if spare in n.partitions and n.available and states[n.name] is State.SPARE)
     if with_target:
-        from slurm_ft.lifecycle.sweep import pool_target
         job_parts = tuple(config.controller.job_partitions) or tuple(
             sorted({p for n in nodes for p in n.partitions} - {spare}))
         v.pool_target, v.pool_target_source = pool_target(config, nodes, job_parts)

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 
 from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, UsageError
-from slurm_ft.lifecycle import guard
+from slurm_ft.lifecycle import collect, guard
 from slurm_ft.lifecycle.lock import FileLock
 from slurm_ft.lifecycle.membership import Delta, Membership
+from slurm_ft.lifecycle.pool import pool_target
 from slurm_ft.lifecycle.reconcile import classify
 from slurm_ft.lifecycle.states import Event, State, default_state
 from slurm_ft.lifecycle.store import Store
@@ -353,24 +354,6 @@ class Sweeper:
         self.store.kv_set("pool_short_alerted", str(short))
 
 
-def pool_target(cfg: Config, nodes: Sequence[Node], job_partitions: Sequence[str]) -> Tuple[int, str]:
-    """The configured target, or `spares plan` for the job partitions' size (the planning section's rates)."""
-    if cfg.lifecycle.pool_target:
-        return cfg.lifecycle.pool_target, "lifecycle.pool_target"
-    workers = [n for n in nodes if set(job_partitions) & set(n.partitions)]
-    gpn = next(iter(cfg.health.node_types.values())).gpus if cfg.health.node_types else 8
-    try:   # the same inputs as `slurm-ft spares plan` without flags: the config's planning section
-        from slurm_ft.planning.spares import plan_from_settings, plan_spares
-        pc = getattr(cfg, "planning", None)
-        gpus = max(1, len(workers)) * gpn
-        plan = plan_from_settings(gpus, gpn, pc) if pc is not None else plan_spares(gpus, gpn)
-    except Exception as exc:   # a bad planning section must not stop the sweep: say why the target is 0
-        log.warning("no spare plan: %s", exc)
-        return 0, f"no plan ({exc})"
-    return plan.spare_nodes, (f"spares plan for {len(workers)} nodes: {plan.rate_source}, "
-                              f"repair {plan.repair_hours:g} h, target {plan.target:g}")
-
-
 def validation_script(node: str, levels: Sequence[str], check_argv: Sequence[str],
                       sbatch_options: Sequence[str] = (), *, reset_gpus: Sequence[int] = (),
                       reset_argv: Sequence[str] = ()) -> str:
@@ -449,8 +432,7 @@ def sweep_locked(config: Config, client: SlurmApi, *, wait_s: Optional[float] = 
     with FileLock(Path(config.state_dir) / "sweep.lock", "sweep"):
         with Store(config.state_dir) as store:
             report = Sweeper(config, client, store, clock=clock).run(wait_s)
-            from slurm_ft.lifecycle import collect   # metrics after the pass, from the same store
-            try:
+            try:                                      # metrics after the pass, from the same store
                 collect.write_metrics(config, client, store, report=report)
             except OSError as exc:
                 report.errors.append(f"metrics: cannot write {config.lifecycle.metrics_path}: {exc.strerror}")

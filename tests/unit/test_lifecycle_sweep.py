@@ -223,7 +223,7 @@ def test_a_long_validation_is_picked_up_by_the_next_sweep(tmp_path, forget):
 
 def test_pool_target_follows_spares_plan_and_the_planning_section(tmp_path):
     from slurm_ft.config import PlanningConfig
-    from slurm_ft.lifecycle.sweep import pool_target
+    from slurm_ft.lifecycle.pool import pool_target
     from slurm_ft.planning.spares import plan_spares
     nodes = [Node(f"gpu{i:03d}", "IDLE", partitions=("train",)) for i in range(1, 65)]
     cfg = Config(lifecycle=LifecycleConfig(pool_target=0))

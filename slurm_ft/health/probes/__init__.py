@@ -17,10 +17,11 @@ from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 from slurm_ft.config import NodeType, Thresholds
 from slurm_ft.finding import Finding
 from slurm_ft.gpu.sample import NodeSample
+from slurm_ft.vocab import LEVELS
 
 Probe = Callable[[NodeSample, "ProbeContext"], List[Finding]]
 
-LEVEL_ORDER = ("quick", "prolog", "epilog", "full", "burnin")   # each level runs the checks of those before it
+LEVEL_ORDER = LEVELS            # each level runs the checks of those before it
 
 
 @dataclass(frozen=True)

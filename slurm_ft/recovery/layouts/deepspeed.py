@@ -5,6 +5,7 @@ import os
 from typing import Dict, Optional, Tuple
 
 from slurm_ft.recovery.layouts.megatron import Tracked
+from slurm_ft.recovery.layouts.names import step_of
 
 NAME = "deepspeed"
 TRACKER = "latest"
@@ -27,7 +28,6 @@ def tracker(fs, d: str, kids: Dict) -> Optional[Tracked]:
         return None
     path = os.path.join(d, TRACKER)
     tag, why = parse_tracker(fs.read(path, limit=4096) or b"")
-    from slurm_ft.recovery.layouts import step_of
     return Tracked(NAME, path, tag, step_of(tag) if tag else None, why)
 
 

@@ -1,0 +1,32 @@
+"""One line per error and its documented exit code, for every face of the `slurm-ft` command."""
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from slurm_ft.errors import SlurmFTError
+
+EXIT_INTERNAL = 70          # a bug of ours (EX_SOFTWARE)
+EXIT_INTERRUPTED = 130
+
+
+def setup_logging(verbose: int) -> None:
+    import logging
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def guarded(body: Callable[[], int]) -> int:
+    """body's exit status; our errors as one line on stderr and their documented exit code."""
+    try:
+        return body()
+    except SlurmFTError as exc:
+        print(f"slurm-ft: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug of ours: one line, the traceback only with -vv
+        import logging
+        logging.getLogger("slurm_ft").debug("internal error", exc_info=True)
+        print(f"slurm-ft: internal error: {type(exc).__name__}: {exc} (run with -vv for details)", file=sys.stderr)
+        return EXIT_INTERNAL
