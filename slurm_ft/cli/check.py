@@ -73,7 +73,7 @@ def run(argv, config_path: "str | None" = None) -> int:
         return 0
     client = None
     if drain:
-        from slurm_ft.slurm.client import client_from_config
+        from slurm_ft.slurm.backend import client_from_config
         client = client_from_config(config)
     progress = _progress_bar() if level == "burnin" and sys.stderr.isatty() and not as_json else None
     report = check_node(level, name, config, drain=drain, client=client, job_id=job_id,

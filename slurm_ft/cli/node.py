@@ -12,7 +12,7 @@ import click
 from slurm_ft.config import load_config
 from slurm_ft.errors import UsageError
 from slurm_ft.lifecycle.states import Event, State
-from slurm_ft.slurm.client import client_from_config
+from slurm_ft.slurm.backend import client_from_config
 from slurm_ft.vocab import OWNER, fit
 
 if TYPE_CHECKING:

@@ -31,8 +31,8 @@ def _config(ctx: click.Context):
 
 def _client(ctx: click.Context):
     """The client the config asks for (the lab's slurm.conf when it names one)."""
-    from slurm_ft.slurm.client import SlurmClient
-    return SlurmClient.from_config(_config(ctx))
+    from slurm_ft.slurm.backend import client_from_config
+    return client_from_config(_config(ctx))
 
 
 def _tag_field(ctx: click.Context, client: SlurmApi) -> str:

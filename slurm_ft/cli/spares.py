@@ -102,7 +102,7 @@ def read_journal(ctx: click.Context, fleet_nodes: Optional[int]):
     from slurm_ft.recovery import journal
     config = _load_planning(ctx)
     if fleet_nodes is None:
-        from slurm_ft.slurm.client import client_from_config
+        from slurm_ft.slurm.backend import client_from_config
         fleet_nodes = len(client_from_config(config).nodes())
     now = time.time()
     with Store(config.state_dir, create=False) as store:
@@ -194,11 +194,11 @@ def status_cmd(ctx: click.Context, partition: Optional[str], check: bool, as_jso
                gpus_per_node: Optional[int], **kw) -> None:
     """The live spare pool (healthy vs not) against the plan for this cluster's own size."""
     from slurm_ft.planning.pool import pool_status
-    from slurm_ft.slurm.client import SlurmClient
+    from slurm_ft.slurm.backend import client_from_config
 
     cfg = _load_planning(ctx)
     part = partition or cfg.controller.spare_partition
-    client = SlurmClient.from_config(cfg)
+    client = client_from_config(cfg)
     st = pool_status(client.nodes(), client.partitions(), part, cfg.controller.job_partitions, gpus_per_node)
     if st.cluster_nodes == 0:
         raise UsageError(f"no nodes outside partition {part!r} to protect")

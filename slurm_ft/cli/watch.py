@@ -28,7 +28,7 @@ def watch(ctx: click.Context, node, once: bool, timeout, no_nvml: bool, no_drain
     name = node_name(node)
     client = None
     if not no_drain:
-        from slurm_ft.slurm.client import client_from_config
+        from slurm_ft.slurm.backend import client_from_config
         client = client_from_config(config)
     def check(level, node_, config_, **kw):
         from slurm_ft.health.run import check_node

@@ -171,8 +171,8 @@ class Scenario:
                     self.on_phase(Phase(name, t, detail), self._fault_t)
 
         def loop():
-            from slurm_ft.slurm.client import SlurmClient
-            ctl = Controller(SlurmClient.from_config(config), jn.connect(jn.path_in(config.state_dir)), config,
+            from slurm_ft.slurm.backend import client_from_config
+            ctl = Controller(client_from_config(config), jn.connect(jn.path_in(config.state_dir)), config,
                              on_step=on_step)
             while not self._stop.is_set():
                 try:

@@ -51,7 +51,7 @@ def fleet_view(config: Config, *, client: Optional[SlurmApi] = None, snapshot: O
     now = time.time() if now is None else now
     if snapshot is None:
         if client is None:
-            from slurm_ft.slurm.client import client_from_config
+            from slurm_ft.slurm.backend import client_from_config
             client = client_from_config(config)
         snapshot = client.fleet_nodes()
     return brk.view(snapshot, now)

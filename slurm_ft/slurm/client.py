@@ -19,7 +19,7 @@ import os
 from dataclasses import replace
 import re
 import time
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from slurm_ft.errors import CommandError, CommandTimeout, UsageError
 from slurm_ft.slurm.api import NodeSpec
@@ -31,9 +31,6 @@ from slurm_ft.slurm.hostlist import compress, expand
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-if TYPE_CHECKING:
-    from slurm_ft.config import Config
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_REASON_LEN = 1024   # ours, not Slurm's (22.05 has none): keeps `sinfo -R` and logs readable
@@ -516,42 +513,3 @@ def _begin_time_cleared(client: "SlurmClient", jid: int) -> Callable[[], bool]:
         job = client.job(jid)
         return not (job.state == "PENDING" and job.reason == "BeginTime")
     return check
-
-
-# --- choosing a backend -------------------------------------------------------------------------------
-
-BACKENDS = ("auto", "commands", "pyslurm")
-
-
-def get_client(backend: str = "auto", env: Optional[Mapping[str, str]] = None,
-               timeout: float = DEFAULT_TIMEOUT_S, conf: Optional[str] = None) -> SlurmClient:
-    """A client over the Slurm commands, or over pyslurm when it imports and matches this Slurm.
-
-    "auto" picks pyslurm only when `import pyslurm` works and its major.minor equals Slurm's;
-    "pyslurm" insists (EnvironmentProblem when unusable); "commands" never tries it.
-    """
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown Slurm backend {backend!r} (choose from {', '.join(BACKENDS)})")
-    commands = SlurmClient(env=env, timeout=timeout, conf=conf)
-    if backend == "commands":
-        return commands
-    from slurm_ft.slurm import pyslurm_backend
-    problem = pyslurm_backend.unusable_reason(commands)
-    if problem is None:
-        return pyslurm_backend.PySlurmClient(env=env, timeout=timeout, conf=conf)
-    if backend == "pyslurm":
-        from slurm_ft.errors import EnvironmentProblem
-        raise EnvironmentProblem(f"the pyslurm backend cannot be used: {problem}")
-    log.debug("Slurm backend: commands (%s)", problem)
-    return commands
-
-
-def client_from_config(config: "Config") -> SlurmClient:
-    """The client a slurm-ft Config asks for (section `slurm`: conf, timeout_s, backend)."""
-    section = getattr(config, "slurm", None)
-    if section is None:
-        return SlurmClient()
-    return get_client(section.backend, timeout=section.timeout_s, conf=section.conf or None)
-
-
-SlurmClient.from_config = staticmethod(client_from_config)  # type: ignore[attr-defined]

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from slurm_ft.errors import UsageError
-from slurm_ft.slurm.client import JobNotFound, SlurmClient, SlurmError, get_client
+from slurm_ft.slurm.backend import get_client
+from slurm_ft.slurm.client import JobNotFound, SlurmClient, SlurmError
 
 pytestmark = pytest.mark.lab
 

@@ -35,3 +35,43 @@ def test_the_unit_tests_fake_slurm_is_a_slurm_api():
         want = [(p.name, p.kind, p.default) for p in inspect.signature(getattr(SlurmApi, m)).parameters.values()]
         got = [(p.name, p.kind, p.default) for p in inspect.signature(getattr(FakeSlurm, m)).parameters.values()]
         assert got == want, m
+
+
+def _imports(path: Path, package: dict) -> set:
+    """The package modules a file imports anywhere (function-level too), type-checking-only imports aside."""
+    import ast
+    tree = ast.parse(path.read_text())
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
+            for n in ast.walk(node)}
+    out = set()
+    for n in ast.walk(tree):
+        if id(n) in skip:
+            continue
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("slurm_ft"):
+            out |= {n.module} | {f"{n.module}.{a.name}" for a in n.names}
+        elif isinstance(n, ast.Import):
+            out |= {a.name for a in n.names}
+    return out & set(package)
+
+
+def test_no_import_cycles_but_the_starters_dispatch():
+    package = {}
+    for p in (ROOT / "slurm_ft").rglob("*.py"):
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        package[name.removesuffix(".__init__")] = p
+    graph = {m: _imports(p, package) - {m} for m, p in package.items()}
+
+    def reaches(a: str, b: str) -> bool:
+        seen, todo = set(), [a]
+        while todo:
+            x = todo.pop()
+            if x == b:
+                return True
+            if x not in seen:
+                seen.add(x)
+                todo += graph[x]
+        return False
+
+    cycles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
+    # the generated starter's entry hands a hot-spare job to the supervisor, which reuses the starter's steps
+    assert cycles == [("slurm_ft.recovery.jobstart", "slurm_ft.recovery.supervisor")], cycles

@@ -5,7 +5,8 @@ import pytest
 
 from slurm_ft.errors import EnvironmentProblem, UsageError
 from slurm_ft.slurm import client as client_mod
-from slurm_ft.slurm.client import SlurmClient, check_reason, get_client
+from slurm_ft.slurm.backend import client_from_config, get_client
+from slurm_ft.slurm.client import SlurmClient, check_reason
 
 
 class NoSlurm(SlurmClient):
@@ -85,7 +86,7 @@ def test_from_config_uses_the_slurm_section(tmp_path):
     from slurm_ft.config import load_config
     cfg = tmp_path / "c.yaml"
     cfg.write_text("slurm:\n  conf: /etc/lab/slurm.conf\n  timeout_s: 7\n  backend: commands\n")
-    c = SlurmClient.from_config(load_config(str(cfg)))
+    c = client_from_config(load_config(str(cfg)))
     assert c.env == {"SLURM_CONF": "/etc/lab/slurm.conf"} and c.timeout == 7.0
 
 

@@ -12,7 +12,7 @@ import sys
 from slurm_ft.config import load_config
 from slurm_ft.recovery import journal as jn
 from slurm_ft.recovery.controller import Controller, controller_lock
-from slurm_ft.slurm.client import client_from_config
+from slurm_ft.slurm.backend import client_from_config
 
 
 def main(point: str, budget: str = "120") -> None:

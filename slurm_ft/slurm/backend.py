@@ -1,0 +1,46 @@
+"""Which client answers for Slurm: the commands, or pyslurm where it imports and matches this Slurm
+(`slurm.backend` in the config). The one place a client is made from a configuration."""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Mapping, Optional
+
+from slurm_ft.errors import EnvironmentProblem, UsageError
+from slurm_ft.slurm import pyslurm_backend
+from slurm_ft.slurm.client import DEFAULT_TIMEOUT_S, SlurmClient
+
+if TYPE_CHECKING:
+    from slurm_ft.config import Config
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "commands", "pyslurm")
+
+
+def get_client(backend: str = "auto", env: Optional[Mapping[str, str]] = None,
+               timeout: float = DEFAULT_TIMEOUT_S, conf: Optional[str] = None) -> SlurmClient:
+    """A client over the Slurm commands, or over pyslurm when it imports and matches this Slurm.
+
+    "auto" picks pyslurm only when `import pyslurm` works and its major.minor equals Slurm's;
+    "pyslurm" insists (EnvironmentProblem when unusable); "commands" never tries it.
+    """
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown Slurm backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    commands = SlurmClient(env=env, timeout=timeout, conf=conf)
+    if backend == "commands":
+        return commands
+    problem = pyslurm_backend.unusable_reason(commands)
+    if problem is None:
+        return pyslurm_backend.PySlurmClient(env=env, timeout=timeout, conf=conf)
+    if backend == "pyslurm":
+        raise EnvironmentProblem(f"the pyslurm backend cannot be used: {problem}")
+    log.debug("Slurm backend: commands (%s)", problem)
+    return commands
+
+
+def client_from_config(config: "Config") -> SlurmClient:
+    """The client a slurm-ft Config asks for (section `slurm`: conf, timeout_s, backend)."""
+    section = getattr(config, "slurm", None)
+    if section is None:
+        return SlurmClient()
+    return get_client(section.backend, timeout=section.timeout_s, conf=section.conf or None)
