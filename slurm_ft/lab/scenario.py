@@ -196,7 +196,8 @@ class Scenario:
         path = [str(Path(__file__).resolve().parents[2])]
         if nvml is not None and nvml.origin:
             path.append(os.path.dirname(nvml.origin))
-        env = dict(self.env, PYTHONPATH=os.pathsep.join(path + [p for p in [self.env.get("PYTHONPATH")] if p]))
+        env = dict(self.env, PYTHONPATH=os.pathsep.join(path + [p for p in [self.env.get("PYTHONPATH")] if p]),
+                   LD_LIBRARY_PATH=str(self.lab.dir / "lib"))   # the nodes' "driver", as a real node's system path has it
         sbatch = ["-J", "slurm-ft-demo", "--ntasks-per-node=1", "--gres=gpu:8", "--open-mode=append",
                   "-o", str(self.work / "job.out")]
         trainer = [PY, "-S", "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",

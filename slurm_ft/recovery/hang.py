@@ -109,6 +109,18 @@ def _reports(output: str) -> Iterator[dict]:
             at = text.find(_REPORT_START, end)
 
 
+def systemic(culprits: Mapping[str, str], checked: int) -> Optional[str]:
+    """Why the checks' culprits are not to be believed, or None. Most of a step (more than half of 3 or
+    more nodes), or every node of a smaller one with the same finding, failing at once is not that many
+    faults: it is the checks' own trouble or the job's environment (seen: a job without the driver library
+    on its path failed every node's NVML check), or an outage, which no relaunch inside the job gets around."""
+    codes = {why.split("hang check: ", 1)[-1].split(" ", 1)[0] for why in culprits.values()}
+    if (checked >= 3 and 2 * len(culprits) > checked) or (checked >= 2 and len(culprits) == checked and len(codes) == 1):
+        first = next(iter(culprits.values()), "")
+        return f"the checks failed {len(culprits)} of {checked} nodes at once (first: {first[:200]})"
+    return None
+
+
 def restarts_left(max_restarts: int, slurm_restarts: int, in_place: int) -> bool:
     """May the job restart once more: Slurm's requeues plus the supervisor's restarts in place."""
     return slurm_restarts + in_place < max_restarts

@@ -61,12 +61,13 @@ def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str])
             f"--nodelist={compress(nodes)}", "--kill-on-bad-exit=1", *program]
 
 
-def check_argv(nodes: Sequence[str], python: str = sys.executable) -> List[str]:
-    """One srun of the prolog-level checks on every node of the (hung) step, beside it (--overlap)."""
+def check_argv(nodes: Sequence[str], python: str = sys.executable, drain: bool = False) -> List[str]:
+    """One srun of the prolog-level checks on each of `nodes`, beside the step (--overlap); with `drain`,
+    each check drains its node on a fail finding (where the breaker and Slurm let it)."""
     n = len(nodes)
     return ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", f"--nodelist={compress(nodes)}",
-            "--kill-on-bad-exit=0", "--label", python, "-m", "slurm_ft", "check", "--level", "prolog", "--drain", "--json",
-            "--no-state"]
+            "--kill-on-bad-exit=0", "--label", python, "-m", "slurm_ft", "check", "--level", "prolog",
+            *(["--drain"] if drain else []), "--json", "--no-state"]
 
 
 def port_free_here(here: str) -> Callable[[str, int], bool]:
@@ -280,13 +281,22 @@ class Supervisor:
         return self.hang_action(view, why)
 
     def checked(self, view: hp.View, event: str, **fields) -> hp.View:
-        """`view` after the prolog-level checks ran on the step's nodes: their culprits are faults too."""
+        """`view` after the prolog-level checks looked at the step's nodes: their culprits are faults too.
+        The checks look first and drain nothing; only believable culprits (hang.systemic: not most of the
+        step failing alike, which is the checks' own trouble or the job's environment) are checked again
+        with --drain, so that Slurm and the controller see them."""
         t0 = time.time()
         found = self.check_nodes(self.step_nodes)
+        doubt = hang.systemic(found, len(self.step_nodes))
+        if doubt:
+            self.say(f"not believed, no culprit: {doubt}")
+            found = {}
+        elif found:
+            self.check_nodes(sorted(found), drain=True)
         self.failed.update(found)
         faults = self.faults(view.allocation)
         self.log(event, nodes=compress(self.step_nodes), culprits=compress(sorted(found)),
-                 check_s=round(time.time() - t0, 3), **fields)
+                 check_s=round(time.time() - t0, 3), **fields, **({"not_believed": doubt} if doubt else {}))
         return dataclasses.replace(view, faults=dict(found if faults is None else faults))
 
     def failed_step_action(self, view: hp.View, rc: int) -> hp.Action:
@@ -309,10 +319,10 @@ class Supervisor:
         self.log("hang_restart", launch=self.launches - 1, restarts=self.restart + used + 1)
         return hp.Action("restart", nodes=self.step_nodes, reason=f"restart in place after a hang, no culprit: {why}")
 
-    def check_nodes(self, nodes: Sequence[str]) -> Dict[str, str]:
-        """node -> why, for the nodes the prolog-level checks fail (each drains itself when it may)."""
+    def check_nodes(self, nodes: Sequence[str], drain: bool = False) -> Dict[str, str]:
+        """node -> why, for the nodes the prolog-level checks fail (with `drain`, each drains itself when it may)."""
         try:
-            proc = subprocess.Popen(check_argv(nodes), env=self.env, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(check_argv(nodes, drain=drain), env=self.env, stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, text=True, errors="replace")
         except OSError as exc:
             self.say(f"cannot run the hang checks: {exc}; no culprit")

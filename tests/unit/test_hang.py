@@ -137,4 +137,17 @@ def test_the_checks_run_beside_the_hung_step_on_each_of_its_nodes_once():
     argv = check_argv(["gpu001", "gpu002", "gpu007"], python="/py")
     assert argv[:8] == ["srun", "--overlap", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
                         "--nodelist=gpu[001-002,007]", "--kill-on-bad-exit=0", "--label"]
-    assert argv[8:] == ["/py", "-m", "slurm_ft", "check", "--level", "prolog", "--drain", "--json", "--no-state"]
+    assert argv[8:] == ["/py", "-m", "slurm_ft", "check", "--level", "prolog", "--json", "--no-state"]   # looks only
+    assert "--drain" in check_argv(["gpu002"], python="/py", drain=True)                                # then acts
+
+
+def test_most_of_a_step_failing_alike_is_not_believed():
+    why = "slurm-ft: hang check: NVML_INIT NVML unusable: NVML library libnvidia-ml.so.1 not found"
+    assert hang.systemic({f"gpu{i:03d}": why for i in range(1, 64)}, 63).startswith("the checks failed 63 of 63")
+    assert hang.systemic({"gpu001": why, "gpu002": why}, 3) is not None
+    assert hang.systemic({"gpu002": why}, 3) is None                 # one of three: a culprit
+    assert hang.systemic({"gpu002": why}, 2) is None and hang.systemic({"gpu001": why}, 1) is None  # small steps
+    assert hang.systemic({"gpu001": why, "gpu002": why}, 2) is not None                  # ... but all alike
+    lost = "slurm-ft: hang check: GPU_LOST gpu0 GPU lost"
+    assert hang.systemic({"gpu001": why, "gpu002": lost}, 2) is None
+    assert hang.systemic({}, 63) is None
