@@ -14,8 +14,8 @@ action is one JSON line in DIR/slurm-ft-starts.jsonl (the controller and `lab de
 With `--hang-timeout S` (also without hot spares: K = 0) it watches the ranks' progress reports
 (slurm_ft.progress, heartbeat.py): no report from the running launch for S seconds (2 S before its
 first) is a hang. It then runs the prolog-level checks on every node of the step at once (one `srun
---overlap` of `slurm-ft check --level prolog --drain --json`, bounded by CHECK_TIMEOUT_S): a node they
-fail is a culprit and takes the fault path above (relaunch without it, or the requeue fallback); with
+--overlap --label` of `slurm-ft check --level prolog --json`, bounded by CHECK_TIMEOUT_S; they look and
+drain nothing): a node they fail is a culprit, checked again with --drain, and takes the fault path above (relaunch without it, or the requeue fallback); with
 none, the step restarts in place from the latest complete checkpoint, counted with Slurm's requeues
 against the job's max_restarts (then the job ends, hotplan.EXIT_RESTART_LIMIT). hang.py decides, pure.
 A step that fails while Slurm shows no fault on its nodes for EXIT_CHECK_AFTER_S gets the same checks once:
@@ -24,7 +24,8 @@ hotplan.EXIT_GRACE_S.
 
 Fail-safe: a failed read of Slurm is logged and the step runs on (no action on a guess); a failed
 shrink is logged (the controller quarantines the node either way) and training goes on; a check
-that cannot run names no culprit (nothing is drained on a guess).
+that cannot run names no culprit, and most of the step failing alike names none either (hang.systemic):
+nothing is drained on a guess.
 """
 from __future__ import annotations
 
