@@ -421,6 +421,7 @@ class Watch(threading.Thread):
         killer = threading.Timer(self.timeout, proc.kill)    # --timeout ends it; this is the backstop
         killer.start()
         tail: List[str] = []
+        rc: Optional[int] = None
         try:
             for line in proc.stderr:
                 if line.startswith("slurm-ft watch on "):
@@ -430,7 +431,7 @@ class Watch(threading.Thread):
         finally:
             killer.cancel()
             self.ready.set()
-        if rc != 0:
+        if rc:
             log.warning("slurm-ft watch on %s exited %s: %s", self.node, rc, " | ".join(tail)[-300:])
 
 
