@@ -64,9 +64,12 @@ def test_a_hang_without_a_culprit_restarts_in_place_without_hot_spares(lab, work
         assert events(ck, "hang_check")[0]["culprits"] == ""
         assert events(ck, "hang_restart")[0]["restarts"] == 1
         assert start_of(ck, 1)["resumed_from"] and start_of(ck, 1)["step"] == 5   # the latest complete checkpoint
-        hang_to_resume = resumed["t"] - stall["t"]
-        print(f"hang to first resumed step: {hang_to_resume:.1f} s (hang timeout {HANG_S} s)")
-        assert hang_to_resume <= HANG_S + 10
+        [hang] = events(ck, "hang")
+        print(f"stall to hang declared: {hang['t'] - stall['t']:.1f} s, to first resumed step: "
+              f"{resumed['t'] - stall['t']:.1f} s (hang timeout {HANG_S} s)")
+        # the hang timeout, not a slower timer, decides; progress is reported at most once a second
+        assert HANG_S - 2 <= hang["t"] - stall["t"] <= HANG_S + 10
+        assert resumed["t"] - stall["t"] < 60                   # not the 60 s grace, nor a health check's cycle
         assert lab.client.job(job_id).state == "RUNNING" and lab.client.job(job_id).restart_count == 0
         assert "hang: no progress for" in (work / "job.out").read_text()
     except BaseException:
