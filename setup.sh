@@ -2,7 +2,7 @@
 # Install what slurm-ft needs on a fresh Debian/Ubuntu machine, as root:
 #   apt: slurm-wlm, munge, a C compiler and make (the lab's fake NVML, the SPANK plugin), libslurm-dev
 #        (spank.h, for the plugin), python3 with venv
-#   pip: slurm-ft with its test and torch (CPU, for the DDP lab job) extras, into ./.venv (Debian's system Python refuses pip installs)
+#   pip: slurm-ft with its test and torch (CPU, for the DDP lab job) extras, and the lab (lab/), into ./.venv (Debian's system Python refuses pip installs)
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -33,7 +33,8 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# the lab (lab/: Slurm on this machine, fake GPUs, the demo) is its own project, for development only
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' -e ./lab
 # torch (CPU) runs the real DDP job of the checkpoint tests. Not every index has a build for every
 # Python: without one, those tests report as skipped (with this reason), the rest of the suite runs.
 if ! .venv/bin/python -c 'import torch' 2>/dev/null &&

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_ft.lab.cluster import Lab, LabSpec                       # noqa: E402
-from slurm_ft.lab.trainer import read_log                          # noqa: E402
+from slurm_ft_lab.cluster import Lab, LabSpec                       # noqa: E402
+from slurm_ft_lab.trainer import read_log                          # noqa: E402
 
 PHASES = ("hang detected", "checks done", "relaunched", "first step after")
 
@@ -41,7 +41,7 @@ def one_hang(lab: Lab, work: Path, args) -> dict:
     env = dict(lab.env(), LD_LIBRARY_PATH=str(lab.dir / "lib"))
     p = subprocess.run([sys.executable, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), *spares,
                         "--hang-timeout", str(args.hang_timeout), "-N", str(args.nodes), "--ntasks-per-node=1",
-                        "-o", str(work / "job.out"), sys.executable, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck),
+                        "-o", str(work / "job.out"), sys.executable, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck),
                         "--resume", "{ckpt}", "--step-time", str(args.step_time), "--ckpt-every", "5",
                         "--stall-at", "8", "--stall-rank", "1", "--gpu-check", "off"],
                        capture_output=True, text=True, timeout=60, env=env)

@@ -46,7 +46,7 @@ def med(xs) -> float:
 
 
 def bench_quick(runs: int) -> dict:
-    from slurm_ft.lab.fake_nvml import build
+    from slurm_ft_lab.fake_nvml import build
     tmp = Path(tempfile.mkdtemp(prefix="slurm-ft-bench-"))
     lib = build(tmp / "lib")
     cfg = tmp / "slurm-ft.yaml"
@@ -73,7 +73,7 @@ def bench_quick(runs: int) -> dict:
 
 
 def _lab(args):
-    from slurm_ft.lab.cluster import Lab, LabSpec
+    from slurm_ft_lab.cluster import Lab, LabSpec
     lab = Lab(args.lab) if Path(args.lab, "etc", "slurm.conf").exists() else None
     if lab is not None and lab.running():
         return lab, False
@@ -102,7 +102,7 @@ def bench_prolog(lab, node: str, runs: int) -> dict:
 
 
 def bench_watch(lab, node: str, injections: int) -> dict:
-    from slurm_ft.lab import inject as inj
+    from slurm_ft_lab import inject as inj
     from slurm_ft.slurm.client import SlurmClient
     tmp = Path(tempfile.mkdtemp(prefix="slurm-ft-bench-watch-"))
     data = yaml.safe_load(Path(lab.config_path).read_text()) or {}

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_ft.lab.cluster import Lab, LabSpec
+from slurm_ft_lab.cluster import Lab, LabSpec
 
 
 def main() -> int:

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import yaml
 
-from slurm_ft.lab import inject as inj
-from slurm_ft.lab.cluster import Lab, LabSpec
+from slurm_ft_lab import inject as inj
+from slurm_ft_lab.cluster import Lab, LabSpec
 from slurm_ft.slurm.client import SlurmClient
 
 PY = sys.executable

@@ -44,8 +44,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_ft.lab.cluster import Lab, LabSpec                       # noqa: E402
-from slurm_ft.lab.scenario import Scenario    # noqa: E402
+from slurm_ft_lab.cluster import Lab, LabSpec                       # noqa: E402
+from slurm_ft_lab.scenario import Scenario    # noqa: E402
 from slurm_ft.runner import run                                    # noqa: E402
 from slurm_ft.slurm import versions                                # noqa: E402
 
@@ -114,7 +114,7 @@ def measure_requeue_delay(sc: Scenario) -> float:
 
 def repair(sc: Scenario, node: str) -> None:
     """What the lifecycle does between faults (repair, validate, back to the pool), minus the waiting."""
-    from slurm_ft.lab.inject import heal
+    from slurm_ft_lab.inject import heal
     heal(sc.lab.dir, node)                # also forgets the health state, as the repair's reboot would
     sc.client.resume([node])
     pool = sc.client.partition("spares").nodes

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from slurm_ft.config import load_config                            # noqa: E402
 from slurm_ft.errors import CommandError                           # noqa: E402
 from slurm_ft.lifecycle import guard                               # noqa: E402
-from slurm_ft.lab.cluster import Lab, LabSpec, ephemeral_port_range  # noqa: E402
+from slurm_ft_lab.cluster import Lab, LabSpec, ephemeral_port_range  # noqa: E402
 from slurm_ft.recovery import journal as jn                        # noqa: E402
 from slurm_ft.recovery.controller import Controller                # noqa: E402
 from slurm_ft.recovery.plan import plan                            # noqa: E402

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_ft.lab.trainer import read_log, runs  # noqa: E402
+from slurm_ft_lab.trainer import read_log, runs  # noqa: E402
 
 PY = sys.executable
 
@@ -40,7 +40,7 @@ def pct(values, q):
 
 
 def local(ranks: int, steps: int, step_time: float) -> dict:
-    from slurm_ft.lab.fake_nvml import build
+    from slurm_ft_lab.fake_nvml import build
     work = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
     try:
         build(work / "lab" / "lib")
@@ -51,7 +51,7 @@ def local(ranks: int, steps: int, step_time: float) -> dict:
         for r in range(ranks):
             env = {**os.environ, "SLURM_PROCID": str(r), "SLURM_NTASKS": str(ranks), "SLURM_JOB_ID": "7",
                    "SLURMD_NODENAME": f"gpu{r + 1:03d}", "SLURM_FT_LAB_DIR": str(work / "lab")}
-            procs.append(subprocess.Popen([PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck), "--steps",
+            procs.append(subprocess.Popen([PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck), "--steps",
                                            str(steps), "--step-time", str(step_time), "--ckpt-every", "5",
                                            "--collective-timeout", "120", "--gpu-check", "on"],
                                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
@@ -75,7 +75,7 @@ def local(ranks: int, steps: int, step_time: float) -> dict:
 
 
 def in_lab(lab_dir: str, nodes: int, requeues: int, step_time: float) -> dict:
-    from slurm_ft.lab.cluster import Lab
+    from slurm_ft_lab.cluster import Lab
     from slurm_ft.slurm.client import SlurmClient
     lab = Lab(lab_dir)
     if not lab.running():
@@ -87,7 +87,7 @@ def in_lab(lab_dir: str, nodes: int, requeues: int, step_time: float) -> dict:
     ck = work / "ck"
     p = subprocess.run([PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), "-N", str(nodes),
                         "--ntasks-per-node=1", "--open-mode=append", "-o", str(work / "job.out"),
-                        "srun", PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
+                        "srun", PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
                         "--steps", "100000", "--step-time", str(step_time), "--ckpt-every", "5"],
                        capture_output=True, text=True, timeout=120, env=env)
     if p.returncode:

@@ -1,12 +1,15 @@
 """The `slurm-ft` command group (click), for every command but the hooks' `slurm-ft check ...`.
 
 Command groups live in their own modules and are imported only when used, so that one command does
-not pay for the others' imports.
+not pay for the others' imports. Other distributions add commands through the entry-point group
+`slurm_ft.commands`: the lab (`slurm-ft lab ...`, the `slurm-ft-lab` project in lab/, a development tool
+that `pip install slurm-ft` does not install) is one.
 """
 from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import entry_points
 
 import click
 
@@ -18,7 +21,6 @@ from slurm_ft.errors import EXIT_USAGE
 COMMANDS = {
     "spares": "slurm_ft.cli.spares:spares",
     "sim": "slurm_ft.cli.sim:sim",
-    "lab": "slurm_ft.cli.lab:lab",
     "node": "slurm_ft.cli.node:node",
     "sweep": "slurm_ft.cli.sweep:sweep",
     "remediate": "slurm_ft.cli.sweep:remediate",
@@ -34,16 +36,25 @@ COMMANDS = {
     "ckpt": "slurm_ft.cli.ckpt:ckpt",
     "sbatch": "slurm_ft.cli.sbatch:sbatch",
 }
+ENTRY_POINTS = "slurm_ft.commands"
+
+
+def _added() -> dict:
+    """name -> entry point, for the commands other installed distributions add."""
+    eps = entry_points()
+    found = eps.select(group=ENTRY_POINTS) if hasattr(eps, "select") else eps.get(ENTRY_POINTS, [])
+    return {ep.name: ep for ep in found if ep.name not in COMMANDS}
 
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
-        return sorted(COMMANDS)
+        return sorted([*COMMANDS, *_added()])
 
     def get_command(self, ctx, name):
         target = COMMANDS.get(name)
         if target is None:
-            return None
+            ep = _added().get(name)
+            return ep.load() if ep is not None else None
         module, attr = target.split(":")
         return getattr(importlib.import_module(module), attr)
 

@@ -5,9 +5,9 @@ Backends, tried in this order with `burnin.backend: auto`:
           first product (a mismatch is silent data corruption, the gpu-burn idea)
   cupy    the same in fp16
   dcgmi   `dcgmi diag -r 2` (memory + PCIe tests): pass/fail per GPU, no TFLOPS
-  lab     ONLY with the slurm-ft fake NVML library loaded: a CPU numpy matmul rate scaled by each
-          fake GPU's SM clock ratio (current/max, what `lab inject --slow F` sets). It exercises the
-          whole verdict path in the lab; it measures nothing about real GPUs and says so in its label.
+  ...     then any backend another installed distribution adds (entry-point group `slurm_ft.burnin`,
+          a function (sample, cfg, say) -> result or None when not available): the lab's `lab`
+          backend (lab/slurm_ft_lab/burnin.py) is one, used only with the lab's fake NVML library
   none    a clear "skipped: no backend" result, which the probe reports as a warn, never a pass.
 Result: {backend, label, skipped, absolute, gpus: {nvml index: tflops}, errors: {index: text}}.
 """
@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import time
+from importlib.metadata import entry_points
 from typing import Callable, Dict, Optional
 
 from slurm_ft.config import BurninConfig, NodeType
@@ -26,19 +27,21 @@ from slurm_ft.gpu.sample import NodeSample
 log = logging.getLogger(__name__)
 Progress = Optional[Callable[[int, int, str], None]]   # (done, total, message)
 
-_FAKE_MARK = b"SLURM_FT_FAKE_NVML_STATE"   # a string only the lab's fake libnvidia-ml.so.1 contains
+ENTRY_POINTS = "slurm_ft.burnin"
 
 
 def run(sample: NodeSample, cfg: BurninConfig, node_type: NodeType, progress: Progress = None) -> dict:
     say = progress or (lambda done, total, msg: None)
-    order = ("torch", "cupy", "dcgmi", "lab") if cfg.backend == "auto" else (cfg.backend,)
+    added = added_backends()
+    order = (*_BACKENDS, *sorted(added)) if cfg.backend == "auto" else (cfg.backend,)
     why_not = []
     for name in order:
         if name == "none":
             break
-        fn = _BACKENDS.get(name)
+        fn = _BACKENDS.get(name) or (added[name].load() if name in added else None)
         if fn is None:
-            return {"skipped": f"unknown burn-in backend {name!r} (auto, torch, cupy, dcgmi, lab, none)"}
+            known = ", ".join(["auto", *_BACKENDS, *sorted(added), "none"])
+            return {"skipped": f"unknown burn-in backend {name!r} ({known})"}
         try:
             result = fn(sample, cfg, say)
         except Exception as exc:  # noqa: BLE001 - a backend that breaks is reported, the next one tried
@@ -171,50 +174,11 @@ def _dcgm_failures(node, test: str = ""):
             yield from _dcgm_failures(v, test)
 
 
-# --- the lab ---------------------------------------------------------------------------------------
-
-def fake_nvml_loaded() -> bool:
-    """True when this process mapped the slurm-ft lab's fake libnvidia-ml.so.1 (never on a real node)."""
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = {line.split()[-1] for line in fh if "libnvidia-ml.so" in line}
-    except OSError:
-        return False
-    for p in paths:
-        try:
-            with open(p, "rb") as lib:
-                if _FAKE_MARK in lib.read():
-                    return True
-        except OSError:
-            continue
-    return False
+_BACKENDS = {"torch": _torch, "cupy": _cupy, "dcgmi": _dcgmi}
 
 
-def _lab(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
-    if not fake_nvml_loaded():
-        return None
-    import numpy as np
-    n = 256
-    a = np.random.default_rng(1234).standard_normal((n, n), dtype=np.float32)
-    best = 0.0
-    for _ in range(3):             # best of three: other processes share these CPUs
-        t0, iters = time.perf_counter(), 0
-        while time.perf_counter() - t0 < 0.05:
-            a @ a
-            iters += 1
-        best = max(best, 2.0 * n ** 3 * iters / (time.perf_counter() - t0) / 1e12)
-    gpus: Dict[int, float] = {}
-    errors: Dict[int, str] = {}
-    for g in sample.gpus:
-        say(g.index, len(sample.gpus), f"gpu {g.index + 1}/{len(sample.gpus)}: lab backend (CPU matmul x fake SM clock)")
-        if g.lost:
-            errors[g.index] = "GPU lost"
-            continue
-        cur, top = getattr(g, "sm_clock_mhz", None), getattr(g, "sm_clock_max_mhz", None)
-        ratio = (cur / top) if cur and top else 1.0
-        gpus[g.index] = best * ratio
-    return {"backend": "lab", "label": "LAB backend: CPU matmul x fake SM clock, not a GPU measurement",
-            "absolute": False, "gpus": gpus, "errors": errors}
-
-
-_BACKENDS = {"torch": _torch, "cupy": _cupy, "dcgmi": _dcgmi, "lab": _lab}
+def added_backends() -> dict:
+    """name -> entry point: the backends other installed distributions add (group `slurm_ft.burnin`)."""
+    eps = entry_points()
+    found = eps.select(group=ENTRY_POINTS) if hasattr(eps, "select") else eps.get(ENTRY_POINTS, [])
+    return {ep.name: ep for ep in found if ep.name not in _BACKENDS}

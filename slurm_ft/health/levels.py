@@ -47,7 +47,7 @@ def nvml_parts(checks, level: str = "quick") -> FrozenSet[str]:
     return frozenset(parts)
 
 
-BURNIN_BACKENDS = ("auto", "torch", "cupy", "dcgmi", "lab", "none")
+BURNIN_BACKENDS = ("auto", "torch", "cupy", "dcgmi", "none")   # and those installed distributions add
 
 
 def validate(hc, file: str = "config") -> None:
@@ -64,5 +64,9 @@ def validate(hc, file: str = "config") -> None:
         except UsageError as exc:
             raise ConfigError(f"{file}: {exc}") from None
     if hc.burnin.backend not in BURNIN_BACKENDS:
-        raise ConfigError(f"{file}: health.burnin.backend: {hc.burnin.backend!r} is not one of "
-                          f"{', '.join(BURNIN_BACKENDS)}")
+        # only a name not built in pays for reading the installed entry points (every hook loads config)
+        from slurm_ft.health.burnin import added_backends
+        added = added_backends()
+        if hc.burnin.backend not in added:
+            raise ConfigError(f"{file}: health.burnin.backend: {hc.burnin.backend!r} is not one of "
+                              f"{', '.join([*BURNIN_BACKENDS, *sorted(added)])}")

@@ -16,7 +16,7 @@ from typing import Dict, List
 import pytest
 
 from slurm_ft.errors import EnvironmentProblem
-from slurm_ft.lab.cluster import INSTALL_HINT, Lab, LabSpec, check_environment
+from slurm_ft_lab.cluster import INSTALL_HINT, Lab, LabSpec, check_environment
 from slurm_ft.runner import run
 from slurm_ft.slurm.client import SlurmClient
 
@@ -81,7 +81,7 @@ class LabHandle:
 
 def _heal(labdir: Path) -> None:
     try:
-        from slurm_ft.lab.inject import heal_all
+        from slurm_ft_lab.inject import heal_all
     except ImportError:
         for d in (labdir / "nodes").iterdir():
             (d / "kmsg").write_text("")

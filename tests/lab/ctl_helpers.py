@@ -65,7 +65,7 @@ def wait_job(lab, job_id: int, state: str = "RUNNING", timeout: float = 120.0, *
 
 def wait_event(ck: Path, pred, timeout: float, what: str, lab=None, job_id=None) -> dict:
     """The first event of the trainer's log in `ck` that `pred` accepts (the job's state in the error)."""
-    from slurm_ft.lab.trainer import read_log
+    from slurm_ft_lab.trainer import read_log
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for ev in read_log(str(ck)):
@@ -91,7 +91,7 @@ def fail_node(lab, node: str, reason: str = LAB_FAULT) -> None:
 def xid_drain(lab, node: str, value: int = 79, gpu: int = 3) -> subprocess.CompletedProcess:
     """A fatal Xid on one GPU of `node` (at the fake driver), then the node's real health check, which
     drains it: what the watcher or HealthCheckProgram does on a real node."""
-    from slurm_ft.lab.inject import inject
+    from slurm_ft_lab.inject import inject
     inject(lab.dir, node, "xid", gpu=gpu, value=value)
     env = dict(lab.env, SLURMD_NODENAME=node, SLURM_FT_CONFIG=str(lab.config_path),
                LD_LIBRARY_PATH=str(lab.dir / "lib"))

@@ -172,7 +172,7 @@ def test_prolog_failure_launch_failed_held_job_is_released_onto_a_spare(lab, cfg
 
 def test_slurmctld_restarted_mid_recovery(lab, cfg, tmp_path):
     """slurmctld goes away right after the requeue and comes back without -R (partitions from slurm.conf)."""
-    from slurm_ft.lab.cluster import Lab
+    from slurm_ft_lab.cluster import Lab
     jid = submit_ft(lab, tmp_path, 3)
     job = wait_job(lab, jid)
     bad = job.nodes[0]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ctl_helpers import with_lines
-from slurm_ft.lab import inject as inj
+from slurm_ft_lab import inject as inj
 
 pytestmark = pytest.mark.lab
 

@@ -20,7 +20,7 @@ import yaml
 from conftest import TEST_LAB_DIR, TEST_PORT_BASE
 from ctl_helpers import PY
 from slurm_ft.errors import EnvironmentProblem
-from slurm_ft.lab.cluster import INSTALL_HINT, Lab, LabSpec, check_environment, ephemeral_port_range
+from slurm_ft_lab.cluster import INSTALL_HINT, Lab, LabSpec, check_environment, ephemeral_port_range
 from slurm_ft.slurm.client import SlurmClient
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

@@ -13,8 +13,8 @@ import yaml
 
 from ctl_helpers import controller_config, fail_node, once, slurm_ft, wait_event, wait_job
 from slurm_ft.heartbeat import MIN_INTERVAL_S
-from slurm_ft.lab.inject import inject
-from slurm_ft.lab.trainer import read_log, runs
+from slurm_ft_lab.inject import inject
+from slurm_ft_lab.trainer import read_log, runs
 
 pytestmark = pytest.mark.lab
 
@@ -38,7 +38,7 @@ def test_goodput_of_a_job_recovered_from_one_fault_matches_the_trainers_log(lab,
     ck = tmp_path / "ck"
     p = slurm_ft(lab, None, "sbatch", "--parsable", "--ckpt-dir", str(ck), "-N", "4", "--gres=gpu:8",
                  "--open-mode=append", "-o", str(tmp_path / "job.out"),
-                 "srun", "--ntasks-per-node=1", PY, "-m", "slurm_ft.lab.trainer",     # it reports progress
+                 "srun", "--ntasks-per-node=1", PY, "-m", "slurm_ft_lab.trainer",     # it reports progress
                  "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--steps", "100000", "--step-time", str(STEP_S),
                  "--ckpt-every", "10", "--collective-timeout", "120")
     jid = int(p.stdout.split()[-1])

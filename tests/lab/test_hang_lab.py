@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ft.lab.trainer import read_log
+from slurm_ft_lab.trainer import read_log
 from slurm_ft.slurm.hostlist import expand
 from tests.lab.ctl_helpers import PY, periodic_check_skips, slurm_ft, wait_job
 
@@ -23,7 +23,7 @@ def submit(lab, work: Path, n: int, k: int, *trainer: str, ft=()) -> tuple:
     spares = ("--hot-spares", str(k)) if k else ()
     p = slurm_ft(lab, None, "sbatch", "--ckpt-dir", str(ck), *spares, "--hang-timeout", str(HANG_S), *ft,
                  "-N", str(n), "--ntasks-per-node=1", "-o", str(work / "job.out"), "--open-mode=append",
-                 PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
+                 PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
                  "--step-time", "0.3", "--ckpt-every", "5", *trainer,
                  env={"LD_LIBRARY_PATH": str(lab.dir / "lib")})   # the nodes' "driver": the lab's fake NVML
     return int(p.stdout.split()[-1]), ck

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_ft.lab import inject as inj
+from slurm_ft_lab import inject as inj
 
 pytestmark = pytest.mark.lab
 

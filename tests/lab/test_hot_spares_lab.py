@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ft.lab.trainer import read_log
+from slurm_ft_lab.trainer import read_log
 from tests.lab.ctl_helpers import PY, controller_config, fail_node, incidents, slurm_ft, wait_job
 
 pytestmark = pytest.mark.lab
@@ -40,7 +40,7 @@ def submit(lab, work: Path, n: int, k: int) -> tuple:
     ck = work / "ck"
     p = slurm_ft(lab, None, "sbatch", "--ckpt-dir", str(ck), "--hot-spares", str(k), "-N", str(n),
                  "--ntasks-per-node=1", "-o", str(work / "job.out"), "--open-mode=append",
-                 PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
+                 PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
                  "--step-time", "0.3", "--ckpt-every", "5", "--gpu-check", "off")
     return int(p.stdout.split()[-1]), ck
 

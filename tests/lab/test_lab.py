@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ft.errors import EnvironmentProblem, UsageError
-from slurm_ft.lab.cluster import Lab, LabSpec
+from slurm_ft_lab.cluster import Lab, LabSpec
 
 pytestmark = pytest.mark.lab
 
@@ -177,7 +177,7 @@ def test_not_root_and_missing_slurm_are_one_line_errors(tmp_path):
 
 
 def test_not_root_is_refused(monkeypatch, tmp_path):
-    from slurm_ft.lab import cluster
+    from slurm_ft_lab import cluster
     monkeypatch.setattr(cluster.os, "geteuid", lambda: 1000)
     with pytest.raises(EnvironmentProblem, match="must run as root"):
         Lab(tmp_path / "z").up()

@@ -2,7 +2,7 @@
 spare pool with no person involved; the same fault again within the window sends it to the RMA list.
 
 The reboot is Slurm's own (`scontrol reboot ASAP nextstate=DOWN`): slurmd runs the lab's RebootProgram,
-which stops that slurmd, heals the fake node and starts it again as freshly booted (slurm_ft/lab/reboot.py).
+which stops that slurmd, heals the fake node and starts it again as freshly booted (lab/slurm_ft_lab/reboot.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slurm_ft.lab import inject as inj
+from slurm_ft_lab import inject as inj
 
 from test_lifecycle_lab import HOLD, clean, detect, ft, history, make_config, partitions, wait_running  # noqa: F401
 

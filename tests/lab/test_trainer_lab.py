@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ft.lab.inject import inject
-from slurm_ft.lab.trainer import read_log
+from slurm_ft_lab.inject import inject
+from slurm_ft_lab.trainer import read_log
 from slurm_ft.recovery import ckpt
 from tests.lab.ctl_helpers import wait_event
 
@@ -27,7 +27,7 @@ def submit_trainer(lab, work: Path, *trainer_args: str, ft_args=(), nodes: int =
     # the task count is srun's (one per node), not fixed in sbatch: an elastic shrink can change it
     argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), *ft_args, "-N", str(nodes),
             "--gres=gpu:8", "--open-mode=append", "-o", str(work / "job.out"),
-            "srun", "--ntasks-per-node=1", PY, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck),
+            "srun", "--ntasks-per-node=1", PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck),
             "--resume", "{ckpt}", *trainer_args]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=lab.env, cwd=work)
     assert p.returncode == 0, p.stderr

@@ -13,7 +13,7 @@ settings.load_profile("shared-machine")
 def fake_nvml_env(tmp_path):
     """`slurm-ft check` of node n1 over the real pynvml and the lab's fake libnvidia-ml.so.1: the process
     environment, and the fake driver's state file (write faults into it)."""
-    from slurm_ft.lab.fake_nvml import build
+    from slurm_ft_lab.fake_nvml import build
     lib = build(tmp_path / "lib")
     cfg = tmp_path / "slurm-ft.yaml"
     cfg.write_text(f"health:\n  kmsg_path: {tmp_path}/k\n  state_file: {tmp_path}/s.json\n")

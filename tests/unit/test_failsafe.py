@@ -70,7 +70,7 @@ def test_hooks_without_slurm_ft_pass(tmp_path):
 @pytest.fixture
 def fake_node(tmp_path):
     """The real slurm-ft over the fake NVML with 8 healthy GPUs; `env` for the hooks, `fault` to inject."""
-    from slurm_ft.lab.fake_nvml import build
+    from slurm_ft_lab.fake_nvml import build
     lib = build(tmp_path / "lib")
     nvml_state = tmp_path / "nvml.state"
     nvml_state.write_text("")

@@ -6,8 +6,8 @@ import subprocess
 import pytest
 
 from slurm_ft.errors import UsageError
-from slurm_ft.lab import cluster
-from slurm_ft.lab.cluster import Lab, LabSpec
+from slurm_ft_lab import cluster
+from slurm_ft_lab.cluster import Lab, LabSpec
 
 
 @pytest.fixture

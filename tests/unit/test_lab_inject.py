@@ -10,7 +10,7 @@ import pytest
 
 from slurm_ft.errors import UsageError
 from slurm_ft.gpu import kmsg
-from slurm_ft.lab import inject
+from slurm_ft_lab import inject
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from slurm_ft.lab import fake_nvml, inject
+from slurm_ft_lab import fake_nvml, inject
 
 NODE = "gpu007"
 

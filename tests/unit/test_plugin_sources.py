@@ -13,7 +13,7 @@ import pytest
 
 from slurm_ft.config import load_config
 from slurm_ft.errors import ConfigError
-from slurm_ft.lab import plugin
+from slurm_ft_lab import plugin
 from slurm_ft.slurm.types import Job
 from slurm_ft.recovery import ckpt, trust
 from slurm_ft.recovery.submit import parse, plugin_options

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from slurm_ft.lab.scenario import Scenario
-from slurm_ft.lab.trainer import LOG_NAME, read_log
+from slurm_ft_lab.scenario import Scenario
+from slurm_ft_lab.trainer import LOG_NAME, read_log
 
 
 def _scenario(ckpt_dir):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from slurm_ft.lab import trainer
+from slurm_ft_lab import trainer
 from slurm_ft.recovery import ckpt
 
 
@@ -18,7 +18,7 @@ def start_ranks(ck, world, *args, job="41", restart=0, env=None):
     for rank in range(world):
         e = {**os.environ, "SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world), "SLURM_JOB_ID": job,
              "SLURM_RESTART_COUNT": str(restart), "SLURMD_NODENAME": f"gpu{rank + 1:03d}", **(env or {})}
-        procs.append(subprocess.Popen([sys.executable, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck), *args],
+        procs.append(subprocess.Popen([sys.executable, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck), *args],
                                       env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs
 
@@ -86,7 +86,7 @@ def test_on_peer_loss_exit_fails_at_once(tmp_path):
 @pytest.fixture
 def fake_lab(tmp_path):
     """A lab directory with only the fake NVML library and node state: no daemons."""
-    from slurm_ft.lab.fake_nvml import build
+    from slurm_ft_lab.fake_nvml import build
     build(tmp_path / "lab" / "lib")
     for node in ("gpu001", "gpu002"):
         (tmp_path / "lab" / "nodes" / node).mkdir(parents=True)
@@ -94,7 +94,7 @@ def fake_lab(tmp_path):
 
 
 def test_fatal_xid_kills_the_rank_like_a_cuda_error_app_xid_does_not(tmp_path, fake_lab):
-    from slurm_ft.lab.inject import inject
+    from slurm_ft_lab.inject import inject
     ck = tmp_path / "ck"
     procs = start_ranks(ck, 2, "--steps", "1000", "--step-time", "0.05", "--collective-timeout", "3",
                         "--gpu-check", "on", env={"SLURM_FT_LAB_DIR": str(fake_lab), "LD_LIBRARY_PATH": ""})
@@ -135,7 +135,7 @@ def test_resume_remaps_shards_when_the_job_shrank(tmp_path):
 
 
 def test_bad_options_exit_2():
-    p = subprocess.run([sys.executable, "-m", "slurm_ft.lab.trainer", "--ckpt-dir", "/tmp/x", "--keep", "0"],
+    p = subprocess.run([sys.executable, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", "/tmp/x", "--keep", "0"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--keep" in p.stderr
 
@@ -146,16 +146,16 @@ def test_a_rank_starts_on_the_standard_library_and_pynvml_only():
     import subprocess
     import sys
 
-    from slurm_ft.lab import trainer
+    from slurm_ft_lab import trainer
     from slurm_ft.recovery import ckpt
     assert trainer.CKPT_MARKER == ckpt.MARKER
     from pathlib import Path
-    repo = str(Path(trainer.__file__).resolve().parents[2])
-    code = (f"import sys; sys.path.insert(0, {repo!r}); import slurm_ft.lab.trainer; "
+    lab, repo = (str(Path(trainer.__file__).resolve().parents[i]) for i in (1, 2))
+    code = (f"import sys; sys.path[:0] = [{lab!r}, {repo!r}]; import slurm_ft_lab.trainer; "
             "print(sorted(m for m in sys.modules if m.startswith('slurm_ft') or m in ('typing', 'dataclasses')))")
     # -S: what site.py imports on this machine (its .pth files) is not the trainer's doing
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['slurm_ft', 'slurm_ft.lab', 'slurm_ft.lab.trainer']"
+    assert out.strip() == "['slurm_ft', 'slurm_ft_lab', 'slurm_ft_lab.trainer']"
 
 
 def test_the_trainer_imports_no_slurm_ft_module_but_the_progress_call():
@@ -163,16 +163,16 @@ def test_the_trainer_imports_no_slurm_ft_module_but_the_progress_call():
     report, slurm_ft.heartbeat, nothing else of slurm_ft."""
     import subprocess
     import sys
-    code = ("import sys, os; os.environ['SLURM_FT_CKPT_DIR'] = sys.argv[1]; import slurm_ft.lab.trainer; "
+    code = ("import sys, os; os.environ['SLURM_FT_CKPT_DIR'] = sys.argv[1]; import slurm_ft, slurm_ft_lab.trainer; "
             "slurm_ft.progress(1); print(sorted(m for m in sys.modules if m.startswith('slurm_ft')))")
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         out = subprocess.run([sys.executable, "-c", code, d], capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.strip() == str(["slurm_ft", "slurm_ft.heartbeat", "slurm_ft.lab", "slurm_ft.lab.trainer"])
+    assert out.stdout.strip() == str(["slurm_ft", "slurm_ft.heartbeat", "slurm_ft_lab", "slurm_ft_lab.trainer"])
 
 
 def test_stall_and_bad_checkpoint_options():
-    from slurm_ft.lab.trainer import parse_args
+    from slurm_ft_lab.trainer import parse_args
     a = parse_args(["--ckpt-dir", "/x"])
     assert (a.stall_at, a.stall_rank, a.bad_ckpt) == (0, 0, -1)        # off by default
     a = parse_args(["--ckpt-dir", "/x", "--stall-at", "8", "--stall-rank", "1", "--bad-ckpt", "10"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ft.config import load_config
-from slurm_ft.lab import fake_nvml, inject
+from slurm_ft_lab import fake_nvml, inject
 from slurm_ft.lifecycle import breaker, guard
 from slurm_ft.slurm.types import Node
 
@@ -42,7 +42,7 @@ def venv(tmp_path_factory) -> Path:
     purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True, timeout=30).stdout.strip()
     import click, psutil, pynvml, yaml        # noqa: E401  where this test's own interpreter finds them
-    dirs = {str(REPO)} | {str(Path(m.__file__).resolve().parent.parent) for m in (click, yaml, psutil)}
+    dirs = {str(REPO), str(REPO / "lab")} | {str(Path(m.__file__).resolve().parent.parent) for m in (click, yaml, psutil)}
     dirs.add(str(Path(pynvml.__file__).resolve().parent))
     Path(purelib, "slurm_ft_test.pth").write_text("\n".join(sorted(dirs)) + "\n")
     exe = v / "bin" / "slurm-ft"                # what pip's console-script entry point would write
@@ -87,7 +87,7 @@ def test_prolog_hook_from_a_venv_reads_the_gpus_through_pynvml(venv, lab):
 def test_lab_trainer_from_a_venv_watches_the_gpus_and_checkpoints(venv, lab):
     ck = lab / "ck"
     env = node_env(venv, lab, SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_RESTART_COUNT="0")
-    r = subprocess.run([str(venv / "bin" / "python"), "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(ck),
+    r = subprocess.run([str(venv / "bin" / "python"), "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck),
                         "--steps", "3", "--step-time", "0.01", "--ckpt-every", "2", "--gpu-check", "on"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr          # --gpu-check on: exit 4 if pynvml cannot be imported

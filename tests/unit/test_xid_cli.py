@@ -56,7 +56,7 @@ def test_stdin_user_xids_only_exit_0_json():
 
 
 def test_nvml_index_shown_when_nvml_is_available(tmp_path):
-    from slurm_ft.lab import fake_nvml
+    from slurm_ft_lab import fake_nvml
     fake_nvml.build(tmp_path)
     r = run(str(DATA / "dev-kmsg.txt"), "--json",
             env={"LD_LIBRARY_PATH": str(tmp_path), "SLURM_FT_FAKE_NODE": "gpu001"})

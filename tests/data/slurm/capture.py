@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_ft.lab.cluster import Lab, LabSpec
+from slurm_ft_lab.cluster import Lab, LabSpec
 from slurm_ft.slurm.client import SlurmClient
 
 HERE = Path(__file__).resolve().parent
@@ -124,7 +124,7 @@ def capture_hang_check(lab: Lab, c: SlurmClient, work: Path, out_dir: Path) -> N
     the 1 KiB pieces slurmstepd forwards, so their lines interleave."""
     import subprocess
     import sys
-    from slurm_ft.lab.inject import heal_all, inject
+    from slurm_ft_lab.inject import heal_all, inject
     from slurm_ft.recovery.supervisor import check_argv
     nodes = ["gpu001", "gpu002", "gpu003", "gpu004"]
     job = c.submit(["-w", ",".join(nodes), "-N4", "--wrap", "sleep 600"], cwd=str(work))

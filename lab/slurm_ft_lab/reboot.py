@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from slurm_ft.lab.cluster import Lab, _proc_cmdline, _terminate
+from slurm_ft_lab.cluster import Lab, _proc_cmdline, _terminate
 
 LOG_NAME = "reboot.log"
 
@@ -48,7 +48,7 @@ def node_of_ancestor(pid: int) -> Optional[str]:
 
 def reboot(labdir: Path, node: str, delay: float) -> None:
     """The detached helper's work: stop the node's slurmd, heal the node, start it as freshly booted."""
-    from slurm_ft.lab import inject
+    from slurm_ft_lab import inject
     time.sleep(delay)
     lab = Lab(labdir)
     pid = lab.slurmd_pid(node)
@@ -65,7 +65,7 @@ def _log(labdir: Path, line: str) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m slurm_ft.lab.reboot")
+    ap = argparse.ArgumentParser(prog="python -m slurm_ft_lab.reboot")
     ap.add_argument("--dir", required=True)
     ap.add_argument("--delay", type=float, default=3.0)
     ap.add_argument("--node", help="default: the node of the slurmd that runs this program")
@@ -84,7 +84,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 1
         return 0
     # slurmd waits for its RebootProgram, and stopping slurmd must not stop the helper: a new session
-    subprocess.Popen([sys.executable, "-m", "slurm_ft.lab.reboot", "--dir", str(labdir), "--delay",
+    subprocess.Popen([sys.executable, "-m", "slurm_ft_lab.reboot", "--dir", str(labdir), "--delay",
                       str(args.delay), "--node", node, "--detached"], start_new_session=True,
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_")})

@@ -13,7 +13,7 @@ from slurm_ft.errors import UsageError
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m slurm_ft.lab.fake_reset")
+    ap = argparse.ArgumentParser(prog="python -m slurm_ft_lab.fake_reset")
     ap.add_argument("--dir", required=True)
     ap.add_argument("gpu", type=int)
     args = ap.parse_args(argv)
@@ -21,7 +21,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not node:
         print("fake reset: no $SLURMD_NODENAME (run it inside a job on the node)", file=sys.stderr)
         return 2
-    from slurm_ft.lab.inject import reset_gpu
+    from slurm_ft_lab.inject import reset_gpu
     try:
         reset_gpu(Path(args.dir), node, args.gpu)
     except UsageError as exc:

@@ -122,7 +122,7 @@ class Scenario:
     # --- set-up ------------------------------------------------------------------------------------
     def prepare(self) -> None:
         """A clean lab (no jobs, healthy GPUs, partitions as configured) and a fresh journal."""
-        from slurm_ft.lab import inject
+        from slurm_ft_lab import inject
         jobs = [j.job_id for j in self.client.jobs() if j.state not in ("COMPLETED", "CANCELLED", "FAILED")]
         if jobs:
             run(["scancel", *map(str, jobs)], timeout=30, env=self.env, check=False)
@@ -188,19 +188,21 @@ class Scenario:
     def submit(self, nodes: int, via: str = "wrapper") -> int:
         """The trainer on `nodes` nodes, with `slurm-ft sbatch` (via="wrapper") or with plain sbatch and the
         SPANK plugin's --ft-* options (via="plugin", a batch script whose $1 is {ckpt})."""
-        # Each rank runs `python -S` with the two directories it needs on PYTHONPATH (this checkout, and
-        # pynvml's): site.py's .pth processing (the editable-install finder and whatever else is
+        # Each rank runs `python -S` with the directories it needs on PYTHONPATH (the lab's, slurm-ft's
+        # and pynvml's): site.py's .pth processing (the editable-install finders and whatever else is
         # installed) costs every one of the 64 ranks CPU that the restart's prologs need.
         import importlib.util
-        nvml = importlib.util.find_spec("pynvml")
-        path = [str(Path(__file__).resolve().parents[2])]
-        if nvml is not None and nvml.origin:
-            path.append(os.path.dirname(nvml.origin))
+        path = [str(Path(__file__).resolve().parents[1])]
+        for name in ("slurm_ft", "pynvml"):
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.origin:
+                where = os.path.dirname(spec.origin)
+                path.append(os.path.dirname(where) if spec.submodule_search_locations else where)
         env = dict(self.env, PYTHONPATH=os.pathsep.join(path + [p for p in [self.env.get("PYTHONPATH")] if p]),
                    LD_LIBRARY_PATH=str(self.lab.dir / "lib"))   # the nodes' "driver", as a real node's system path has it
         sbatch = ["-J", "slurm-ft-demo", "--ntasks-per-node=1", "--gres=gpu:8", "--open-mode=append",
                   "-o", str(self.work / "job.out")]
-        trainer = [PY, "-S", "-m", "slurm_ft.lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
+        trainer = [PY, "-S", "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
                    "--steps", "1000000", "--step-time", str(self.step_time), "--ckpt-every", str(self.ckpt_every),
                    "--collective-timeout", str(self.collective_timeout)]
         if via == "plugin":
@@ -236,7 +238,7 @@ class Scenario:
         """The trainer's events so far. Read on from where the last call stopped: the fault loop polls
         every 50 ms while the restart's hooks and ranks need the CPUs, and the log only grows."""
         import json
-        from slurm_ft.lab.trainer import LOG_NAME
+        from slurm_ft_lab.trainer import LOG_NAME
         try:
             with open(self.ckpt_dir / LOG_NAME, "rb") as fh:
                 if os.fstat(fh.fileno()).st_size < self._log_pos:     # a new log (prepare() again)
@@ -307,7 +309,7 @@ class Scenario:
             raise EnvironmentProblem(f"lab scenario: slurm-ft watch on {victim} did not start within {timeout:g} s")
         with self._lock:
             self._steps.clear()
-        from slurm_ft.lab.inject import inject
+        from slurm_ft_lab.inject import inject
         t_fault = time.time()
         self._fault_t = t_fault
         inject(self.lab.dir, victim, "xid", gpu=gpu, value=xid)

@@ -1,7 +1,7 @@
 """Build the fake `libnvidia-ml.so.1` (fake_nvml.c) for the lab and the tests.
 
 The library presents a lab node's GPUs from `<labdir>/nodes/<node>/nvml.state`; see the header of
-fake_nvml.c for the environment it reads and the state format (written by slurm_ft.lab.inject).
+fake_nvml.c for the environment it reads and the state format (written by slurm_ft_lab.inject).
 """
 from __future__ import annotations
 

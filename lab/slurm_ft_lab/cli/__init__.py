@@ -12,13 +12,13 @@ import click
 
 # name -> "module:attribute"
 SUBCOMMANDS = {
-    "up": "slurm_ft.cli.lab:up",
-    "down": "slurm_ft.cli.lab:down",
-    "status": "slurm_ft.cli.lab:status",
-    "env": "slurm_ft.cli.lab:env",
-    "inject": "slurm_ft.cli.lab_inject:inject",
-    "heal": "slurm_ft.cli.lab_inject:heal",
-    "demo": "slurm_ft.cli.lab_demo:demo",
+    "up": "slurm_ft_lab.cli:up",
+    "down": "slurm_ft_lab.cli:down",
+    "status": "slurm_ft_lab.cli:status",
+    "env": "slurm_ft_lab.cli:env",
+    "inject": "slurm_ft_lab.cli.inject:inject",
+    "heal": "slurm_ft_lab.cli.inject:heal",
+    "demo": "slurm_ft_lab.cli.demo:demo",
 }
 
 
@@ -76,7 +76,7 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
     Options not given keep the values this lab directory was last brought up with.
     """
     from dataclasses import replace
-    from slurm_ft.lab.cluster import Lab
+    from slurm_ft_lab.cluster import Lab
     given = {"nodes": nodes, "spares": spares, "gpus_per_node": gpus_per_node, "port_base": port_base,
              "health_interval_s": health_interval, "slurmd_timeout_s": slurmd_timeout, "fast_hooks": fast_hooks,
              "plugin": plugin}
@@ -96,7 +96,7 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
 @dir_option
 def down(directory) -> None:
     """Stop every daemon this lab started (by pid) and any job steps they left."""
-    from slurm_ft.lab.cluster import Lab
+    from slurm_ft_lab.cluster import Lab
     the_lab = Lab(directory)
     stopped = the_lab.down()
     click.echo(f"lab in {the_lab.dir}: stopped {len(stopped)} process(es)" if stopped
@@ -109,7 +109,7 @@ def down(directory) -> None:
 @click.pass_context
 def status(ctx, directory, as_json) -> None:
     """Daemons of the lab and what sinfo says. Exit 1 when the lab is not running."""
-    from slurm_ft.lab.cluster import Lab
+    from slurm_ft_lab.cluster import Lab
     st = Lab(directory).status()
     if as_json:
         click.echo(json.dumps(st, indent=2))
@@ -132,7 +132,7 @@ def status(ctx, directory, as_json) -> None:
 @dir_option
 def env(directory) -> None:
     """Print `export` lines so that sinfo, sbatch and slurm-ft talk to the lab."""
-    from slurm_ft.lab.cluster import Lab
+    from slurm_ft_lab.cluster import Lab
     the_lab = Lab(directory)
     click.echo(f"export SLURM_CONF={the_lab.conf}")
     click.echo(f"export SLURM_FT_CONFIG={the_lab.config_path}")

@@ -9,7 +9,7 @@
  *
  * No node or no state file: 8 healthy "NVIDIA H100 80GB HBM3". The state file is re-read whenever its
  * inode, size or mtime changes, so `slurm-ft lab inject` shows up without restarting anything.
- * State file format (written by slurm_ft/lab/inject.py), one setting per line, '#' comments:
+ * State file format (written by lab/slurm_ft_lab/inject.py), one setting per line, '#' comments:
  *
  *   gpus 8                      nvlinks 18                 name NVIDIA H100 80GB HBM3   driver 550.54.15
  *   gpu <i> uuid GPU-...        gpu <i> pci 00000000:18:00.0

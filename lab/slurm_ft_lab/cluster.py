@@ -13,7 +13,7 @@ Layout of <dir>:
   run/ log/ spool/ state/   pid files, daemon logs, slurmd spool dirs, slurmctld state
   dev/nvidia0..N            character devices (1,3 = /dev/null) that gres.conf lists as GPUs
   hooks/                    prolog, epilog, healthcheck: wrappers that run this repo's scripts
-  lib/                      the fake libnvidia-ml.so.1, when slurm_ft.lab.fake_nvml exists
+  lib/                      the fake libnvidia-ml.so.1, when slurm_ft_lab.fake_nvml exists
   nodes/<node>/             nvml.state (fake GPUs), kmsg (kernel log), state.json (health findings):
                             reset to healthy on every fresh `up`; `lab inject` writes faults here
   slurm-ft.yaml             slurm-ft's config for the lab (SLURM_FT_CONFIG in the hooks)
@@ -336,9 +336,9 @@ class Lab:
         for hook, repo_dir in HOOK_DIRS.items():
             atomic_write(self.dir / "hooks" / hook, self._hook_wrapper(repo_dir), mode=0o755)
         atomic_write(self.dir / "hooks" / "reboot",
-                     f"#!/bin/sh\n# Written by `slurm-ft lab up`: the lab's RebootProgram (slurm_ft/lab/reboot.py)\n"
+                     f"#!/bin/sh\n# Written by `slurm-ft lab up`: the lab's RebootProgram (lab/slurm_ft_lab/reboot.py)\n"
                      f"{_PATH_LINE}\n"      # slurmd 26.05 runs it with no PATH; the helper starts slurmd by name
-                     f"exec {sys.executable} -m slurm_ft.lab.reboot --dir {self.dir} --delay {spec.reboot_delay_s:g}\n",
+                     f"exec {sys.executable} -m slurm_ft_lab.reboot --dir {self.dir} --delay {spec.reboot_delay_s:g}\n",
                      mode=0o755)
         atomic_write(self.config_path, self._slurm_ft_yaml(), mode=0o644)
         self._build_fake_nvml()
@@ -346,7 +346,7 @@ class Lab:
     def _write_plugin_files(self, expedite: bool) -> str:
         """plugstack.conf and job_submit.lua (site rules: FT jobs in `train`, checkpoints under the temp
         dir or the lab's own); the slurm.conf lines that load them."""
-        from slurm_ft.lab import plugin
+        from slurm_ft_lab import plugin
         so = plugin.build(self.dir / "lib")
         etc = self.dir / "etc"
         atomic_write(etc / "plugstack.conf", plugin.plugstack_conf(so, sys.executable), mode=0o644)
@@ -416,7 +416,7 @@ SchedulerType=sched/backfill
 # Not SchedulerParameters=batch_sched_delay=0 (tried): it schedules a requeued job in the second of its
 # kill, whose credential 22.05 has just revoked ("Killing non-startable batch job: Job credential
 # revoked", the job FAILS). The default 3 s keeps a StartTime=now clear of that second.
-{hooks}# `scontrol reboot`: a fake reboot of one node (slurm_ft/lab/reboot.py); a reboot not done within
+{hooks}# `scontrol reboot`: a fake reboot of one node (lab/slurm_ft_lab/reboot.py); a reboot not done within
 # ResumeTimeout is DOWN "reboot timed out"
 RebootProgram={d}/hooks/reboot
 ResumeTimeout=60
@@ -473,16 +473,16 @@ lifecycle:
   # validation jobs run `check --level full|burnin` on the node: against the lab's fake NVML
   validate_command: [env, LD_LIBRARY_PATH={d}/lib, SLURM_FT_LAB_DIR={d}, {sys.executable}, -m, slurm_ft]
   remediation:
-    # the remediation's GPU reset: the fake GPU's (slurm_ft/lab/fake_reset.py) instead of nvidia-smi -r -i
-    reset_command: [{sys.executable}, -m, slurm_ft.lab.fake_reset, --dir, {d}]
+    # the remediation's GPU reset: the fake GPU's (lab/slurm_ft_lab/fake_reset.py) instead of nvidia-smi -r -i
+    reset_command: [{sys.executable}, -m, slurm_ft_lab.fake_reset, --dir, {d}]
 """
 
     def _build_fake_nvml(self) -> None:
         try:
-            mod = importlib.import_module("slurm_ft.lab.fake_nvml")
+            mod = importlib.import_module("slurm_ft_lab.fake_nvml")
         except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("slurm_ft.lab.fake_nvml"):
-                log.info("no slurm_ft.lab.fake_nvml yet: the lab runs without a fake NVML library")
+            if exc.name and exc.name.startswith("slurm_ft_lab.fake_nvml"):
+                log.info("no slurm_ft_lab.fake_nvml yet: the lab runs without a fake NVML library")
                 return
             raise
         build = getattr(mod, "build", None)
@@ -715,9 +715,9 @@ def nodes_not_ready(want: Iterable[str], states: Dict[str, str], busy_ok: bool =
 
 
 def _fake_gpu_init():
-    """slurm_ft.lab.inject.init_node (healthy fake GPUs, empty kernel log), if that module exists."""
+    """slurm_ft_lab.inject.init_node (healthy fake GPUs, empty kernel log), if that module exists."""
     try:
-        from slurm_ft.lab.inject import init_node
+        from slurm_ft_lab.inject import init_node
     except ImportError:
         return None
     return init_node

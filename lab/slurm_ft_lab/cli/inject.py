@@ -7,7 +7,7 @@ from typing import Optional
 import click
 
 from slurm_ft.errors import UsageError
-from slurm_ft.lab import inject as lab_inject
+from slurm_ft_lab import inject as lab_inject
 
 _DIR_HELP = "Lab directory (default $SLURM_FT_LAB, else /tmp/slurm-ft-lab)."
 
@@ -53,7 +53,7 @@ def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, remap_pending
       slurm-ft lab inject gpu013 --unresponsive 25
     """
     if unresponsive is not None:
-        from slurm_ft.lab.cluster import Lab
+        from slurm_ft_lab.cluster import Lab
         the_lab = Lab(str(lab_inject.lab_dir(labdir)))
         lab_inject.node_dir(the_lab.dir, node)          # an unknown node: the usual one-line error
         pid = the_lab.stop_slurmd(node, unresponsive)

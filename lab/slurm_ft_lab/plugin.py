@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
+import slurm_ft
 from slurm_ft.errors import EnvironmentProblem
 from slurm_ft.runner import run
 
@@ -16,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SPANK_DIR = REPO_ROOT / "spank"
 SPANK_SO = "slurm_ft.so"
 SPANK_H = Path("/usr/include/slurm/spank.h")
-LUA_TEMPLATE = Path(__file__).resolve().parents[1] / "data" / "job_submit.lua"
+LUA_TEMPLATE = Path(slurm_ft.__file__).resolve().parent / "data" / "job_submit.lua"
 INSTALL_HINT = "apt-get install -y gcc make libslurm-dev"
 
 

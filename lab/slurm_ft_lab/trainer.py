@@ -1,6 +1,6 @@
 """A toy gang-synchronous trainer: the workload slurm-ft keeps alive in the lab.
 
-    srun python -m slurm_ft.lab.trainer --ckpt-dir DIR --resume {ckpt} [--steps N] [--step-time S]
+    srun python -m slurm_ft_lab.trainer --ckpt-dir DIR --resume {ckpt} [--steps N] [--step-time S]
                                         [--ckpt-every K] [--collective-timeout 600] [--on-fault die|hang]
                                         [--stall-at STEP [--stall-rank R]] [--bad-ckpt STEP]
 
@@ -23,7 +23,7 @@ One rank per task (SLURM_PROCID of SLURM_NTASKS). Like data-parallel training wi
 
 Kept cheap: 64 ranks start at once on two CPU cores in the lab, so a rank imports the standard library
 and pynvml only (no typing, no slurm_ft module: ckpt.py is imported where a checkpoint is written);
-`python -X importtime -m slurm_ft.lab.trainer --help` shows what it costs.
+`python -X importtime -m slurm_ft_lab.trainer --help` shows what it costs.
 """
 from __future__ import annotations
 
@@ -420,7 +420,7 @@ def _clean_stale(ckpt_dir: str, keep_run: str) -> None:
 # --- main ---------------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | tuple[str, ...]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m slurm_ft.lab.trainer", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m slurm_ft_lab.trainer", description=__doc__.split("\n\n")[0])
     p.add_argument("--ckpt-dir", required=True, help="checkpoints, the event log and the rendezvous file")
     p.add_argument("--resume", default="", help="checkpoint to resume from ('' = from scratch); pass {ckpt}")
     p.add_argument("--steps", type=int, default=1000)

@@ -36,8 +36,8 @@ from slurm_ft.errors import UsageError
 def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_every, gpu, xid, keep, timeout,
          hot_spares, as_json, via) -> None:
     """Run a 64-node trainer, break one GPU mid-run, and watch slurm-ft bring the job back on a spare."""
-    from slurm_ft.lab.cluster import Lab, LabSpec
-    from slurm_ft.lab.scenario import Scenario
+    from slurm_ft_lab.cluster import Lab, LabSpec
+    from slurm_ft_lab.scenario import Scenario
 
     if spares < 1:
         raise UsageError("the demo needs at least one spare (--spares 1 or more)")
