@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from slurm_ft.gpu import kmsg
-from slurm_ft.health import host
+from slurm_ft.node import host
 
 
 def write_log(path: Path, mb: int) -> None:

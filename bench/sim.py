@@ -21,9 +21,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from slurm_ft.planning import profiles as pr          # noqa: E402
-from slurm_ft.planning import sim_report               # noqa: E402
-from slurm_ft.planning.sim import simulate             # noqa: E402
+from slurm_ft.plan import profiles as pr          # noqa: E402
+from slurm_ft.plan import sim_report               # noqa: E402
+from slurm_ft.plan.sim import simulate             # noqa: E402
 
 
 def median_time(fn, repeat: int, clock=time.process_time) -> float:

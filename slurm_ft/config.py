@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
 from slurm_ft import vocab
-from slurm_ft.errors import ConfigError
+from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.fsutil import refuse_unsafe
 
 DEFAULT_PATH = "/etc/slurm-ft/slurm-ft.yaml"
 ENV_VAR = "SLURM_FT_CONFIG"
-TRUST_MODES = ("auto", "admin_comment", "comment")   # recovery/trust.py: which job field holds the FT tag
+TRUST_MODES = ("auto", "admin_comment", "comment")   # job/trust.py: which job field holds the FT tag
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ REMEDIATION_ACTIONS = ("reset_gpu", "reboot", "retest", "rma", "manual")
 
 @dataclass(frozen=True)
 class RemediationConfig:
-    """What the sweep does to a quarantined node by itself (lifecycle/remediation.py, docs/remediation.md)."""
+    """What the sweep does to a quarantined node by itself (fleet/remediation.py, docs/remediation.md)."""
     mode: str = "off"                   # off | dry_run (say what it would do) | on
     actions: Dict[str, str] = field(default_factory=dict)   # code -> reset_gpu|reboot|retest|rma|manual;
                                         # an Xid's default is the catalog's action column, other codes: manual
@@ -216,12 +217,37 @@ def _check_domains(pc: "PlanningConfig", file: str) -> None:
     if pc.domain_outage_window_s == 0:
         raise ConfigError(f"{file}: planning.domain_outage_window_s must be more than 0 seconds")
     if not pc.domains:
-        return      # every health check loads the config: the planning modules only when there is work
-    from slurm_ft.planning.domains import expand_domains
+        return
     try:
         expand_domains(pc.domains)
     except ValueError as exc:
         raise ConfigError(f"{file}: planning.domains: {exc}") from None
+
+
+DOMAIN_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")
+
+
+def expand_domains(domains: Mapping[str, str]) -> Dict[str, List[str]]:
+    """name -> its nodes, from the config's hostlists; ValueError with the reason (the caller names the
+    file and key): a bad name, a bad or empty hostlist, a node in two domains."""
+    from slurm_ft.slurm.hostlist import expand   # every health check loads the config: only when domains are set
+    out: Dict[str, List[str]] = {}
+    seen: Dict[str, str] = {}
+    for name, expr in domains.items():
+        if not DOMAIN_NAME_RE.match(str(name)):
+            raise ValueError(f"{name!r} is not a domain name (letters, digits, '_', '.', '-', at most 64)")
+        try:
+            nodes = expand(expr)
+        except UsageError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+        if not nodes:
+            raise ValueError(f"{name}: the hostlist names no node")
+        for n in nodes:
+            if n in seen and seen[n] != name:
+                raise ValueError(f"{name}: node {n} is already in domain {seen[n]} (a node has one failure domain)")
+            seen[n] = name
+        out[str(name)] = list(dict.fromkeys(nodes))
+    return out
 
 
 def _check_levels(cfg: "Config", file: str) -> None:

@@ -2,7 +2,7 @@
 
 Drain reasons. Every reason slurm-ft writes starts with OWNER, and slurm-ft resumes, rewrites or counts
 as its own only a reason that does (an admin's drain is never touched). The forms:
-    slurm-ft: CODE[ gpuN] <finding>[ (+K more)]       a node's check (health/drain.py)
+    slurm-ft: CODE[ gpuN] <finding>[ (+K more)]       a node's check (node/drain.py)
     slurm-ft: quarantined, <how seen> during job J    the controller, a node that stopped answering
     slurm-ft: QUARANTINED by <admin>: <cause>         `slurm-ft node quarantine`
     slurm-ft: RMA ... | REBOOT ... | validation failed: ...   the sweep's rewrites
@@ -15,7 +15,7 @@ from typing import Optional
 
 OWNER = "slurm-ft:"
 
-# The health levels, cheapest first; each runs the checks of those before it (health/probes). A level
+# The health levels, cheapest first; each runs the checks of those before it (node/probes). A level
 # name reaches a validation job's script: the set is closed (config.py refuses any other).
 LEVELS = ("quick", "prolog", "epilog", "full", "burnin")
 REASON_MAX = 100
@@ -26,7 +26,7 @@ HOOK_FAULT_REASONS = ("Prolog error", "Epilog error", "Prolog failed", "Epilog f
 SLURM_FAULT_REASONS = HOOK_FAULT_REASONS + ("Kill task failed",)
 
 # A job in one of these states will not run again unless someone requeues it. NODE_FAIL is not among
-# them for the controller (a fault it may recover: recovery/plan.py), but ends a validation job.
+# them for the controller (a fault it may recover: fleet/plan.py), but ends a validation job.
 ENDED_JOB_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE",
                               "BOOT_FAIL", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
 

@@ -7,7 +7,7 @@
  * (etc/job_submit.lua) turns them into the fault-tolerance tag in AdminComment and the prolog and
  * epilog see them as SPANK_SLURM_FT_*.
  * Node side (slurmstepd, the remote context): exports SLURM_FT_* to every task; in the batch step,
- * before the script starts, runs slurm-ft's own start code (python -m slurm_ft.recovery.jobstart
+ * before the script starts, runs slurm-ft's own start code (python -m slurm_ft.job.jobstart
  * --resolve) to find the newest complete checkpoint, exports SLURM_FT_CKPT / SLURM_FT_CKPT_STEP and
  * replaces {ckpt} in the script's arguments, exactly as `slurm-ft sbatch` does.
  *
@@ -320,7 +320,7 @@ static char *replace_all(const char *s, const char *value)
 static int resolve_ckpt(spank_t sp)
 {
 	char out[MAX_RESOLVE_OUTPUT];
-	char *argv[] = {python, "-m", "slurm_ft.recovery.jobstart", "--resolve", "--ckpt-dir",
+	char *argv[] = {python, "-m", "slurm_ft.job.jobstart", "--resolve", "--ckpt-dir",
 			ft_opts[OPT_CKPT_DIR].value, NULL};
 	char **env = NULL, **job_argv = NULL, *nl, *step = "";
 	int rc, job_argc = 0, i;
@@ -334,7 +334,7 @@ static int resolve_ckpt(spank_t sp)
 		return -1;
 	}
 	if (rc != 0) {
-		slurm_error("slurm-ft: cannot find the newest checkpoint in %s (%s -m slurm_ft.recovery.jobstart "
+		slurm_error("slurm-ft: cannot find the newest checkpoint in %s (%s -m slurm_ft.job.jobstart "
 			    "--resolve: status %d): not starting the job", ft_opts[OPT_CKPT_DIR].value, python, rc);
 		return -1;
 	}

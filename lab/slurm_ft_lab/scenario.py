@@ -156,8 +156,8 @@ class Scenario:
 
     def start_controller(self) -> None:
         from slurm_ft.config import load_config
-        from slurm_ft.recovery import journal as jn
-        from slurm_ft.recovery.controller import Controller, controller_lock
+        from slurm_ft.fleet import journal as jn
+        from slurm_ft.fleet.controller import Controller, controller_lock
         config = load_config(str(self.config_path))
         lock = controller_lock(config.state_dir)
         lock.__enter__()
@@ -275,7 +275,7 @@ class Scenario:
     def supervisor_events(self) -> List[dict]:
         """The hot-spare supervisor's lines in the starts log (launch, fault, stopped, release, fallback)."""
         import json
-        from slurm_ft.recovery.jobstart import STARTS_LOG
+        from slurm_ft.job.jobstart import STARTS_LOG
         try:
             lines = (self.ckpt_dir / STARTS_LOG).read_text().splitlines()
         except FileNotFoundError:

@@ -13,7 +13,7 @@ One rank per task (SLURM_PROCID of SLURM_NTASKS). Like data-parallel training wi
   or hangs (--on-fault hang); the other ranks block at the next barrier until --collective-timeout
   (600 s, NCCL's default) and then exit non-zero -- unless something (slurm-ft) requeues the job first;
 * every K steps each rank writes its shard, a second barrier makes sure all did, and rank 0 seals the
-  checkpoint (COMPLETE marker last, see slurm_ft.recovery.ckpt);
+  checkpoint (COMPLETE marker last, see slurm_ft.job.ckpt);
 * rank 0 prints ``step=S t=... restart=R nodes=N`` per step and appends JSON lines to
   DIR/trainer-log.jsonl (events start, step, ckpt, fault, timeout, done) for benchmarks;
 * every rank reports each step through ``slurm_ft.progress(step)`` (what a real job adds to its loop);
@@ -48,12 +48,12 @@ PORT_BASE, PORT_SPAN = 30000, 20000
 FATAL_XIDS = frozenset({46, 48, 62, 64, 74, 79, 94, 95, 119, 120, 140})
 EXIT_CUDA = 1          # a CUDA error surfaces as a Python exception: exit status 1
 EXIT_TIMEOUT = 3       # a collective timed out (NCCL watchdog abort)
-CKPT_MARKER = "COMPLETE"   # = slurm_ft.recovery.ckpt.MARKER (a test holds them equal): read at every resume
+CKPT_MARKER = "COMPLETE"   # = slurm_ft.job.ckpt.MARKER (a test holds them equal): read at every resume
 
 
 def _ckpt():
-    """slurm_ft.recovery.ckpt, imported when first needed (writing a checkpoint), not at every rank's start."""
-    from slurm_ft.recovery import ckpt
+    """slurm_ft.job.ckpt, imported when first needed (writing a checkpoint), not at every rank's start."""
+    from slurm_ft.job import ckpt
     return ckpt
 
 

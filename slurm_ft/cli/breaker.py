@@ -25,7 +25,7 @@ def describe(b: dict) -> str:
 
 def _state(ctx):
     from slurm_ft.cli.node import setup
-    from slurm_ft.lifecycle import breaker as brk
+    from slurm_ft.node import breaker as brk
     config, client = setup(ctx)
     lc = config.lifecycle
     now = time.time()

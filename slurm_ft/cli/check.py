@@ -9,7 +9,7 @@ never change the exit code.
 The prolog/epilog hooks fail a job's node only on the positive signal VERDICT ("slurm-ft-verdict: FAIL
 <reason>" on stdout): printed only when the check ran to a verdict with a node fault AND the breaker
 lets the node go (`--drain`: this run drained it or keeps our drain; prolog/epilog: the fleet view the
-last health check saved has room, see slurm_ft.lifecycle.guard). Any other end (an import error, a
+last health check saved has room, see slurm_ft.node.guard). Any other end (an import error, a
 config error, a kill, a refused drain) has no such line and the hooks exit 0.
 """
 from __future__ import annotations
@@ -61,7 +61,7 @@ def run(argv, config_path: "str | None" = None) -> int:
     """`slurm-ft check ARGV`: its exit status (argparse exits 2 itself on a usage error)."""
     args = parser().parse_args(argv)
     from slurm_ft.config import load_config
-    from slurm_ft.health.run import check_node
+    from slurm_ft.node.run import check_node
 
     level, as_json, drain, job_id = args.level, args.as_json, args.drain, args.job_id
     config = load_config(config_path)
@@ -90,7 +90,7 @@ def run(argv, config_path: "str | None" = None) -> int:
         _err(f"slurm-ft: error: {report.install_error} (slurm-ft's install, not the node: nothing drained)")
         code = 2
     elif not report.healthy and not as_json and _may_fail(report, config, name, drain):
-        from slurm_ft.health.drain import reason_text
+        from slurm_ft.node.drain import reason_text
         print(f"{VERDICT} {reason_text(report.findings)}")
     sys.stdout.flush()
     sys.stderr.flush()
@@ -109,7 +109,7 @@ def _may_fail(report, config, node: str, drain: bool) -> bool:
         return bool(report.drain) and report.drain.get("action") in ("drained", "reason_updated", "kept")
     if report.level not in HOOK_LEVELS:
         return True            # a manual check: nothing acts on the verdict but a person
-    from slurm_ft.lifecycle import guard
+    from slurm_ft.node import guard
     decision = guard.hook_decision(config, node)
     if not decision.allowed:
         _err(f"slurm-ft: error: fail finding reported, node not failed: {decision.reason}")

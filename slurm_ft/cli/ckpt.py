@@ -6,7 +6,7 @@ import json
 import click
 
 from slurm_ft.errors import EXIT_ENVIRONMENT, EXIT_NEGATIVE
-from slurm_ft.recovery import ckpt as ckptlib
+from slurm_ft.job import ckpt as ckptlib
 
 
 @click.group("ckpt")

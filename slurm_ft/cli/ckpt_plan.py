@@ -5,7 +5,7 @@ import json
 
 import click
 
-from slurm_ft.planning import ckpt_io
+from slurm_ft.plan import ckpt_io
 
 
 @click.command("plan")

@@ -14,8 +14,8 @@ log = logging.getLogger("slurm_ft.controller")
 
 
 def _setup(ctx):
-    from slurm_ft.recovery import journal as jn
-    from slurm_ft.recovery.controller import Controller, controller_lock
+    from slurm_ft.fleet import journal as jn
+    from slurm_ft.fleet.controller import Controller, controller_lock
     from slurm_ft.slurm.backend import client_from_config
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     lock = controller_lock(config.state_dir)

@@ -23,7 +23,7 @@ def gpu_reset(ctx: click.Context, gpu: int, node: "str | None", as_json: bool) -
     import time
 
     from slurm_ft.cli.check import node_name
-    from slurm_ft.gpu.reset import acknowledge_xids, reset_gpu
+    from slurm_ft.node.gpu_reset import acknowledge_xids, reset_gpu
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     rc = config.lifecycle.remediation
     started = time.time()

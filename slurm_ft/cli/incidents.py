@@ -8,8 +8,8 @@ from typing import Optional
 import click
 
 from slurm_ft.config import load_config
-from slurm_ft.recovery.records import Incident
-from slurm_ft.recovery import journal as jn
+from slurm_ft.fleet.records import Incident
+from slurm_ft.fleet import journal as jn
 
 
 def incident_dict(inc: Incident, aftermath=()) -> dict:
@@ -70,7 +70,7 @@ def incidents(ctx: click.Context, as_json: bool, open_only: bool, job_id: Option
     """List the controller's incidents: job, failed node(s), fault, spare used, each step's time, total."""
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     path = jn.path_in(config.state_dir)
-    from slurm_ft.lifecycle.store import repair_history
+    from slurm_ft.fleet.store import repair_history
     found, after = [], {}
     if path.exists():
         conn = jn.connect(path)

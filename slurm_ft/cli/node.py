@@ -11,7 +11,7 @@ import click
 
 from slurm_ft.config import load_config
 from slurm_ft.errors import UsageError
-from slurm_ft.lifecycle.states import Event, State
+from slurm_ft.fleet.states import Event, State
 from slurm_ft.slurm.backend import client_from_config
 from slurm_ft.vocab import OWNER, fit
 
@@ -52,8 +52,8 @@ def node() -> None:
 @click.pass_context
 def list_(ctx: click.Context, state: Optional[str], show_all: bool, as_json: bool) -> None:
     """Nodes with their lifecycle state (by default those not simply in service)."""
-    from slurm_ft.lifecycle.collect import view
-    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.fleet.collect import view
+    from slurm_ft.fleet.store import Store
     config, client = setup(ctx)
     with Store(config.state_dir) as store:
         rows = view(config, client, store, with_target=False).rows()
@@ -79,7 +79,7 @@ def list_(ctx: click.Context, state: Optional[str], show_all: bool, as_json: boo
 @click.pass_context
 def history(ctx: click.Context, name: str, as_json: bool) -> None:
     """Every recorded transition of NODE, with time, cause and who."""
-    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.fleet.store import Store
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     with Store(config.state_dir) as store:
         entries = store.history(name)
@@ -103,8 +103,8 @@ def history(ctx: click.Context, name: str, as_json: bool) -> None:
 
 
 def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
-    from slurm_ft.lifecycle.states import TransitionError, default_state, next_state
-    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.fleet.states import TransitionError, default_state, next_state
+    from slurm_ft.fleet.store import Store
     config, client = setup(ctx)
     n = _known(client, name)
     lc = config.lifecycle
@@ -120,7 +120,7 @@ def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
                 raise TransitionError(f"{exc} (`scancel {rec.validation_job}`)") from None
             raise
         if event is Event.QUARANTINE:
-            from slurm_ft.lifecycle.sweep import Sweeper
+            from slurm_ft.fleet.sweep import Sweeper
             if not n.drained:
                 client.drain([name], fit(f"{OWNER} QUARANTINED by {admin()[6:]}: {cause}"))
             Sweeper(config, client, store, actor=admin()).take_out(name)

@@ -1,7 +1,7 @@
 """`slurm-ft report [--json]`: how slurm-ft's drains turned out, per check and per Xid.
 
 Drains, confirmed faults, probable false positives (the node passed validation after no repair or only
-a GPU reset), node-hours out of service and node-hours of spares consumed (lifecycle/drain_stats.py).
+a GPU reset), node-hours out of service and node-hours of spares consumed (fleet/drain_stats.py).
 Exit 0; 2 when there is no journal yet."""
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def _row(name: str, r: dict) -> str:
 @click.pass_context
 def report(ctx: click.Context, as_json: bool) -> None:
     """Per check and per Xid: drains, confirmed, probable false positives, hours out, spare-hours."""
-    from slurm_ft.lifecycle.collect import drain_report
-    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.fleet.collect import drain_report
+    from slurm_ft.fleet.store import Store
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     now = time.time()
     with Store(config.state_dir, create=False) as store:

@@ -9,7 +9,7 @@ import tempfile
 import click
 
 from slurm_ft.errors import UsageError
-from slurm_ft.recovery import submit as sub
+from slurm_ft.job import submit as sub
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
@@ -38,7 +38,7 @@ def _client(ctx: click.Context):
 def _tag_field(ctx: click.Context, client: SlurmApi) -> str:
     """Where the tag goes: the field the controller trusts (controller.trust; auto: AdminComment where
     slurmctld runs the job_submit policy, i.e. JobSubmitPlugins=lua)."""
-    from slurm_ft.recovery import trust
+    from slurm_ft.job import trust
     setting = _config(ctx).controller.trust
     return trust.resolve(setting, client.job_submit_plugins() if setting == "auto" else ())
 

@@ -8,9 +8,9 @@ from typing import Optional
 import click
 
 from slurm_ft.errors import EnvironmentProblem, UsageError
-from slurm_ft.planning import profiles as pr
-from slurm_ft.planning import sim as simlib
-from slurm_ft.planning import sim_report
+from slurm_ft.plan import profiles as pr
+from slurm_ft.plan import sim as simlib
+from slurm_ft.plan import sim_report
 
 
 def _read(path: str) -> str:
@@ -176,11 +176,11 @@ def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery
 
 
 def _write_journal(s: sim_report.SimSetup, seed: int, state_dir: str) -> dict:
-    """Run `seed` again with its faults recorded and write them as a cluster journal (planning/synthetic.py)."""
+    """Run `seed` again with its faults recorded and write them as a cluster journal (fleet/synthetic.py)."""
     import time
 
-    from slurm_ft.lifecycle.store import Store
-    from slurm_ft.planning.synthetic import write_sim_journal
+    from slurm_ft.fleet.store import Store
+    from slurm_ft.fleet.synthetic import write_sim_journal
     p = s.params
     faults: list = []
     simlib.simulate(s.profile, s.policy, p, seed, faults=faults)

@@ -7,7 +7,7 @@ from typing import Optional
 import click
 
 from slurm_ft.errors import EXIT_NEGATIVE, UsageError
-from slurm_ft.planning import spares as sp
+from slurm_ft.plan import spares as sp
 
 
 def _load_planning(ctx: click.Context):
@@ -45,7 +45,7 @@ def _plan_options(f):
 def read_profile_file(path: str):
     import yaml
 
-    from slurm_ft.planning.profiles import profile_from_dict
+    from slurm_ft.plan.profiles import profile_from_dict
     try:
         with open(path) as fh:
             data = yaml.safe_load(fh)
@@ -86,8 +86,8 @@ def spares() -> None:
 
 
 def observed_from_journal(ctx: click.Context, fleet_nodes: Optional[int], confidence: float):
-    """The fleet's own failure rate, repair times and recovery times (planning/history.py)."""
-    from slurm_ft.planning import history
+    """The fleet's own failure rate, repair times and recovery times (plan/history.py)."""
+    from slurm_ft.plan import history
     _, eps, incidents, fleet_nodes, since, now = read_journal(ctx, fleet_nodes)
     return history.observe(eps, incidents, nodes=fleet_nodes, since=since, now=now, confidence=confidence)
 
@@ -96,10 +96,10 @@ def read_journal(ctx: click.Context, fleet_nodes: Optional[int]):
     """(config, drain episodes, incidents, fleet nodes, since, now) from the journal in state_dir."""
     import time
 
-    from slurm_ft.lifecycle.collect import drain_report
-    from slurm_ft.lifecycle.store import Store
-    from slurm_ft.planning.synthetic import OBSERVED_SINCE
-    from slurm_ft.recovery import journal
+    from slurm_ft.fleet.collect import drain_report
+    from slurm_ft.fleet.store import Store
+    from slurm_ft.fleet.synthetic import OBSERVED_SINCE
+    from slurm_ft.fleet import journal
     config = _load_planning(ctx)
     if fleet_nodes is None:
         from slurm_ft.slurm.backend import client_from_config
@@ -115,11 +115,12 @@ def read_journal(ctx: click.Context, fleet_nodes: Optional[int]):
 
 def domain_plan(config, eps, since: float, now: float, repair_hours: float, target: float, confidence: float):
     """The per-domain answer when the config names failure domains (planning.domains), else None."""
-    from slurm_ft.planning import domains
+    from slurm_ft.config import expand_domains
+    from slurm_ft.plan import domains
     pc = config.planning
     if not pc.domains:
         return None
-    return domains.plan_domains(domains.expand_domains(pc.domains), eps, since=since, now=now,
+    return domains.plan_domains(expand_domains(pc.domains), eps, since=since, now=now,
                                 repair_hours=repair_hours, target=target, confidence=confidence,
                                 window_s=pc.domain_outage_window_s)
 
@@ -147,7 +148,7 @@ def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Opt
         if any(kw.get(k) is not None for k in ("profile", "profile_file", "node_mtbf_hours", "interruptions_per_day")):
             raise UsageError("--from-journal gives the failure rate: no --profile, --node-mtbf-hours or "
                              "--interruptions-per-day with it")
-        from slurm_ft.planning import history
+        from slurm_ft.plan import history
         config, eps, incidents, fleet_nodes, since, now = read_journal(ctx, fleet_nodes)
         observed = history.observe(eps, incidents, nodes=fleet_nodes, since=since, now=now, confidence=confidence)
         kw["node_mtbf_hours"] = observed.node_mtbf_hours
@@ -176,7 +177,7 @@ def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Opt
                      f"  recovery via {p}: {d['count']} incidents, p50 {d['p50']:.1f} s, p90 {d['p90']:.1f} s"
                      for p, d in observed.recovery_s.items()] + [""] + lines
             if per_domain is not None:
-                from slurm_ft.planning.domains import render as render_domains
+                from slurm_ft.plan.domains import render as render_domains
                 lines += [""] + render_domains(per_domain)
         click.echo("\n".join(lines))
 
@@ -193,7 +194,7 @@ def _h(v) -> str:
 def status_cmd(ctx: click.Context, partition: Optional[str], check: bool, as_json: bool,
                gpus_per_node: Optional[int], **kw) -> None:
     """The live spare pool (healthy vs not) against the plan for this cluster's own size."""
-    from slurm_ft.planning.pool import pool_status
+    from slurm_ft.fleet.pool_status import pool_status
     from slurm_ft.slurm.backend import client_from_config
 
     cfg = _load_planning(ctx)

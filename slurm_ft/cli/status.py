@@ -21,8 +21,8 @@ def status(ctx: click.Context, job_id, as_json: bool, write_metrics: bool) -> No
     """The fleet at a glance (the same figures as the metrics file), or one job's goodput (--job)."""
     from slurm_ft.cli.breaker import describe
     from slurm_ft.cli.node import setup, stamp
-    from slurm_ft.lifecycle.collect import view
-    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.fleet.collect import view
+    from slurm_ft.fleet.store import Store
     config, client = setup(ctx)
     if job_id is not None:
         if write_metrics:
@@ -34,7 +34,7 @@ def status(ctx: click.Context, job_id, as_json: bool, write_metrics: bool) -> No
         v = view(config, client, store)
         if write_metrics and config.lifecycle.metrics_path:
             from slurm_ft.errors import EnvironmentProblem
-            from slurm_ft.lifecycle import collect, metrics
+            from slurm_ft.fleet import collect, metrics
             try:
                 metrics.write(config.lifecycle.metrics_path, collect.snapshot(v, collect.goodput_rows(config, client, store)))
             except OSError as exc:
@@ -70,12 +70,12 @@ def status(ctx: click.Context, job_id, as_json: bool, write_metrics: bool) -> No
 
 
 def _job_goodput(config, client: SlurmApi, job_id: int, as_json: bool) -> None:
-    """`status --job J`: the job's goodput (lifecycle/goodput.py), from Slurm, the journal and its checkpoint dir."""
+    """`status --job J`: the job's goodput (fleet/goodput.py), from Slurm, the journal and its checkpoint dir."""
     import time
 
     from slurm_ft.errors import EXIT_NEGATIVE, UsageError
-    from slurm_ft.lifecycle import goodput, jobprogress
-    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.fleet import goodput, jobprogress
+    from slurm_ft.fleet.store import Store
     jobs = jobprogress.ft_jobs(config, client, [job_id])
     if not jobs:
         client.job(job_id)              # unknown: JobNotFound says so

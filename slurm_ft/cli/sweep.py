@@ -21,7 +21,7 @@ def sweep(ctx: click.Context, wait_s: Optional[float], as_json: bool) -> None:
     Exit 0 done (alerts included), 3 a Slurm command failed for some node, 5 another sweep is running.
     """
     from slurm_ft.cli.node import setup
-    from slurm_ft.lifecycle.sweep import sweep_locked
+    from slurm_ft.fleet.sweep import sweep_locked
     config, client = setup(ctx)
     report = sweep_locked(config, client, wait_s=wait_s)
     _echo_report(ctx, report, report.to_dict() if as_json else None)
@@ -42,10 +42,10 @@ def remediate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 
     from slurm_ft.cli.node import setup
     from slurm_ft.errors import UsageError
-    from slurm_ft.lifecycle import remediation, remediator
-    from slurm_ft.lifecycle.lock import FileLock
-    from slurm_ft.lifecycle.store import Store
-    from slurm_ft.lifecycle.sweep import Sweeper, SweepReport
+    from slurm_ft.fleet import remediation, remediator
+    from slurm_ft.fleet.lock import FileLock
+    from slurm_ft.fleet.store import Store
+    from slurm_ft.fleet.sweep import Sweeper, SweepReport
     config, client = setup(ctx)
     if dry_run:
         with Store(config.state_dir) as store:

@@ -22,7 +22,7 @@ def watch(ctx: click.Context, node, once: bool, timeout, no_nvml: bool, no_drain
     """
     from slurm_ft.cli.check import node_name
     from slurm_ft.config import load_config
-    from slurm_ft.health.watch import Watcher
+    from slurm_ft.node.watch import Watcher
 
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     name = node_name(node)
@@ -31,7 +31,7 @@ def watch(ctx: click.Context, node, once: bool, timeout, no_nvml: bool, no_drain
         from slurm_ft.slurm.backend import client_from_config
         client = client_from_config(config)
     def check(level, node_, config_, **kw):
-        from slurm_ft.health.run import check_node
+        from slurm_ft.node.run import check_node
         kw["drain"] = kw.get("drain") and not no_drain
         return check_node(level, node_, config_, **kw)
 

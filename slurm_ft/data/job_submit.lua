@@ -7,7 +7,7 @@ environment (SLURM_FT_*). This policy checks them again (the job control environ
 data), applies the site rules below, writes the fault-tolerance tag into AdminComment (which only
 admins can change; the controller trusts only that field where this policy is installed) and makes
 the job requeueable. Jobs without those options pass through untouched.
-The tag grammar is slurm_ft/recovery/tag.py's: keep TAG_HEAD, KEYS and encode() in step with it.
+The tag grammar is slurm_ft/job/tag.py's: keep TAG_HEAD, KEYS and encode() in step with it.
 --]]
 
 -- site rules (@site: `slurm-ft lab` rewrites these lines; an admin edits them here)

@@ -15,7 +15,7 @@ import pytest
 
 from ctl_helpers import (controller_config, fail_node, incidents, once, submit_ft, submit_plain, wait_job,
                          xid_drain)
-from slurm_ft.recovery import ckpt
+from slurm_ft.job import ckpt
 
 pytestmark = pytest.mark.lab
 

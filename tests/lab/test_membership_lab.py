@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from slurm_ft.config import Config, ControllerConfig, SlurmConfig
-from slurm_ft.lifecycle.store import Store
-from slurm_ft.lifecycle.sweep import Sweeper
-from slurm_ft.recovery.records import Step
-from slurm_ft.recovery import journal as jn
-from slurm_ft.recovery.controller import Controller
+from slurm_ft.fleet.store import Store
+from slurm_ft.fleet.sweep import Sweeper
+from slurm_ft.fleet.records import Step
+from slurm_ft.fleet import journal as jn
+from slurm_ft.fleet.controller import Controller
 
 pytestmark = pytest.mark.lab
 

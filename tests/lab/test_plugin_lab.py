@@ -21,7 +21,7 @@ from conftest import TEST_LAB_DIR, TEST_PORT_BASE, lab_session
 from ctl_helpers import PY, controller_config, fail_node, incidents, once, wait_job
 from slurm_ft_lab.cluster import LabSpec
 from slurm_ft_lab.scenario import Scenario
-from slurm_ft.recovery.tag import FtSpec, decode, encode
+from slurm_ft.job.tag import FtSpec, decode, encode
 
 OPTIONS = ("--ft-ckpt-dir", "--ft-hot-spares", "--ft-max-restarts", "--ft-hang-timeout", "--ft-min-nodes")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ft.recovery import ckpt
-from slurm_ft.recovery.tag import FtSpec, decode
+from slurm_ft.job import ckpt
+from slurm_ft.job.tag import FtSpec, decode
 
 pytestmark = pytest.mark.lab
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctl_helpers import PY, slurm_ft, wait_job, xid_drain
-from slurm_ft.recovery.rendezvous import candidate_ports
+from slurm_ft.job.rendezvous import candidate_ports
 from slurm_ft.slurm.hostlist import expand
 from tests.lab.test_ckpt_lab import START_S, out_lines, wait_line
 from tests.lab.test_hot_spares_lab import controller, supervisor_events  # noqa: F401 - the fixture

@@ -13,7 +13,7 @@ import pytest
 
 from slurm_ft_lab.inject import inject
 from slurm_ft_lab.trainer import read_log
-from slurm_ft.recovery import ckpt
+from slurm_ft.job import ckpt
 from tests.lab.ctl_helpers import wait_event
 
 pytestmark = pytest.mark.lab

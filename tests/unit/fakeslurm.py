@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from slurm_ft.recovery.tag import FtSpec, encode
+from slurm_ft.job.tag import FtSpec, encode
 from slurm_ft.slurm.api import NodeSpec
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import expand

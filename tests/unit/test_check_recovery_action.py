@@ -1,5 +1,5 @@
 """The driver's recovery action (NVML field 230): the check added through the check contract
-(slurm_ft/health/probes: one registry line, one probe module), judged on hand-built samples and, end to
+(slurm_ft/node/probes: one registry line, one probe module), judged on hand-built samples and, end to
 end, read by the real pynvml from the lab's fake libnvidia-ml.so.1."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from slurm_ft.finding import Action, Severity
 from slurm_ft.gpu.sample import GpuSample, NodeSample
-from slurm_ft.health import levels
-from slurm_ft.health.probes import BY_NAME, CHECKS, LEVEL_ORDER, check_of, get, query_check
-from slurm_ft.health.probes.recovery_action import probe
+from slurm_ft.node import levels
+from slurm_ft.node.probes import BY_NAME, CHECKS, LEVEL_ORDER, check_of, get, query_check
+from slurm_ft.node.probes.recovery_action import probe
 
 
 def sample(*actions, lost=()):

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_ft.cli.group import cli
-from slurm_ft.recovery import ckpt
-from slurm_ft.recovery.ckpt import FS, Entry
+from slurm_ft.job import ckpt
+from slurm_ft.job.ckpt import FS, Entry
 
 
 class MemFS(FS):
@@ -303,7 +303,7 @@ def test_unreadable_candidate_is_skipped():
 
 
 def test_unreadable_directory_exit_4_in_cli_and_the_starter_refuses_to_start(tmp_path, monkeypatch):
-    from slurm_ft.recovery import jobstart
+    from slurm_ft.job import jobstart
     d = str(tmp_path)
     ckpt.write_checkpoint(d, 1, {"a": b"x"})
     real = ckpt.LocalFS.list
@@ -347,7 +347,7 @@ def test_hf_trainer_empty_weights_or_wrong_step():
 
 CRASHER = r"""
 import os, sys
-from slurm_ft.recovery import ckpt
+from slurm_ft.job import ckpt
 d, crash_at = sys.argv[1], int(sys.argv[2])
 count = [0]
 def point(real):

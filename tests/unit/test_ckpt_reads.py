@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
 from slurm_ft.cli.group import cli
-from slurm_ft.recovery import ckpt
-from slurm_ft.recovery.layouts import deepspeed, marker, megatron
+from slurm_ft.job import ckpt
+from slurm_ft.job.layouts import deepspeed, marker, megatron
 
 
 def scan(d, timeout=10.0, **kw):
@@ -100,7 +100,7 @@ def test_odd_content_is_a_bad_candidate_not_an_exception(tmp_path, layout, files
 
 
 def test_refuse_is_exit_4_and_the_starter_does_not_start(tmp_path, monkeypatch):
-    from slurm_ft.recovery import jobstart
+    from slurm_ft.job import jobstart
     (tmp_path / "step_7").mkdir()
     (tmp_path / "step_7" / "__0_0.distcp").write_bytes(b"shard")     # a save that never finished
     res = CliRunner().invoke(cli, ["ckpt", "latest", str(tmp_path)])

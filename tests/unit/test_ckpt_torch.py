@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from slurm_ft.recovery import ckpt
+from slurm_ft.job import ckpt
 
 torch = pytest.importorskip("torch", reason="no torch in this venv: setup.sh found no build of the torch extra for this Python")
 dcp = pytest.importorskip("torch.distributed.checkpoint")

@@ -1,4 +1,4 @@
-"""The checkpoint fallback (recovery/ckptfallback.py), its starts-log reader (startlog.py), and the
+"""The checkpoint fallback (job/ckptfallback.py), its starts-log reader (startlog.py), and the
 starter passing over a checkpoint the job keeps failing on (jobstart, the requeue path)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from slurm_ft.recovery import ckpt, ckptfallback as cf, jobstart, startlog
+from slurm_ft.job import ckpt, ckptfallback as cf, jobstart, startlog
 
 
 def start(step, reached=None, newest=None, event="launch", job="7", restart=0, launch=0):

@@ -9,9 +9,10 @@ import time
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
-from slurm_ft.recovery import ckpt, ckptscan, journal as jn
-from slurm_ft.recovery.controller import Controller
-from slurm_ft.recovery.tag import FtSpec
+from slurm_ft.job import ckpt, ckptscan
+from slurm_ft.fleet import journal as jn
+from slurm_ft.fleet.controller import Controller
+from slurm_ft.job.tag import FtSpec
 
 
 def two_jobs(dir_a: str, dir_b: str) -> FakeSlurm:

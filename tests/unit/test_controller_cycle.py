@@ -11,10 +11,10 @@ import pytest
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
 from slurm_ft.slurm.types import Job, Node
-from slurm_ft.recovery import journal as jn
-from slurm_ft.recovery.controller import Controller
+from slurm_ft.fleet import journal as jn
+from slurm_ft.fleet.controller import Controller
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
-from slurm_ft.recovery.tag import FtSpec, encode
+from slurm_ft.job.tag import FtSpec, encode
 
 
 class Crash(BaseException):
@@ -148,7 +148,7 @@ def test_admin_drain_is_not_a_fault(tmp_path):
 
 
 def test_open_drain_rate_breaker_holds_new_recoveries(tmp_path, monkeypatch):
-    from slurm_ft.lifecycle import guard
+    from slurm_ft.node import guard
     monkeypatch.setattr(guard, "is_open", lambda config, nodes=None, now=None: "40 nodes drained within 1 h (limit 6)")
     s = model_slurm()
     s.fail("gpu002")
@@ -271,9 +271,9 @@ def test_a_job_that_vanishes_mid_recovery_is_abandoned_not_a_crash(tmp_path):
 def test_waiting_on_a_job_rereads_only_the_queue_until_it_changes(tmp_path):
     """While Slurm runs the epilogs (seconds), the controller polls one squeue, not the full snapshot:
     the restart's hooks and ranks share the CPUs with it. A change of the job ends the wait at once."""
-    from slurm_ft.recovery.records import Step
-    from slurm_ft.recovery import controller as ctl_mod
-    from slurm_ft.recovery.snapshot import Snapshot
+    from slurm_ft.fleet.records import Step
+    from slurm_ft.fleet import controller as ctl_mod
+    from slurm_ft.fleet.snapshot import Snapshot
 
     class Queue:
         def __init__(self, job, change_after):

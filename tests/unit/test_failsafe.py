@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from slurm_ft.config import Config, HealthConfig, LifecycleConfig, NodeType
-from slurm_ft.health import run
-from slurm_ft.lifecycle import breaker as brk
-from slurm_ft.lifecycle import guard
+from slurm_ft.node import run
+from slurm_ft.node import breaker as brk
+from slurm_ft.node import guard
 from slurm_ft.finding import Severity
 from slurm_ft.gpu.sample import NodeSample
 from slurm_ft.slurm.types import Node
@@ -228,7 +228,7 @@ def test_a_disk_a_job_filled_is_reported_never_drained(tmp_path, monkeypatch):
     reader = lambda node, parts: NodeSample(node=node)   # noqa: E731
     hc = replace(cfg.health, levels={"epilog": ("disk",)})
     cfg = replace(cfg, health=hc)
-    monkeypatch.setattr("slurm_ft.health.host.disk", lambda paths: full["disk"])
+    monkeypatch.setattr("slurm_ft.node.host.disk", lambda paths: full["disk"])
     r = run.check_node("epilog", "gpu001", cfg, drain=True, client=slurm, reader=reader)
     assert r.healthy and [(f.code, f.severity) for f in r.findings] == [("DISK_FULL", Severity.WARN)]
     assert slurm.calls == []

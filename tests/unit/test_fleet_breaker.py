@@ -12,8 +12,8 @@ import pytest
 
 from slurm_ft.config import Config, HealthConfig, LifecycleConfig
 from slurm_ft.errors import CommandError
-from slurm_ft.lifecycle import breaker as brk
-from slurm_ft.lifecycle import guard
+from slurm_ft.node import breaker as brk
+from slurm_ft.node import guard
 from slurm_ft.slurm.types import Node
 
 HOUR = 3600.0

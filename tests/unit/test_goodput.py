@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_ft.lifecycle import goodput, jobprogress, metrics
-from slurm_ft.lifecycle.goodput import Point, Start
-from slurm_ft.recovery import jobstart
+from slurm_ft.fleet import goodput, jobprogress, metrics
+from slurm_ft.fleet.goodput import Point, Start
+from slurm_ft.job import jobstart
 
 
 def _one_restart(now=2000.0, **kw):

@@ -1,4 +1,4 @@
-"""Hang detection, stragglers and culprits (recovery/hang.py), pure over progress reports and check output."""
+"""Hang detection, stragglers and culprits (job/hang.py), pure over progress reports and check output."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_ft.recovery import hang
+from slurm_ft.job import hang
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 AT = hang.Launch(job="7", restart=1, launch=2, started_t=1000.0)
@@ -133,7 +133,7 @@ def test_restarts_in_place_count_with_slurms_requeues():
 
 
 def test_the_checks_run_beside_the_hung_step_on_each_of_its_nodes_once():
-    from slurm_ft.recovery.supervisor import check_argv
+    from slurm_ft.job.supervisor import check_argv
     argv = check_argv(["gpu001", "gpu002", "gpu007"], python="/py")
     assert argv[:8] == ["srun", "--overlap", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
                         "--nodelist=gpu[001-002,007]", "--kill-on-bad-exit=0", "--label"]

@@ -11,9 +11,9 @@ import pytest
 
 from slurm_ft.config import Config, HealthConfig, LifecycleConfig, NodeType
 from slurm_ft.errors import ConfigError, UsageError
-from slurm_ft.health import drain as dr
-from slurm_ft.health import levels, run, state as st
-from slurm_ft.health.probes import ProbeContext
+from slurm_ft.node import drain as dr
+from slurm_ft.node import levels, run, state as st
+from slurm_ft.node.probes import ProbeContext
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.sample import EccCounts, GpuSample, NodeSample, Pcie, RowRemap, XidEvent
 from slurm_ft.slurm.types import Node
@@ -95,7 +95,7 @@ def test_reader_crash_is_an_error_finding(tmp_path):
 
 
 def test_crashing_probe_is_error_not_fail(monkeypatch):
-    import slurm_ft.health.run as r
+    import slurm_ft.node.run as r
 
     def bad(sample, ctx):
         raise ZeroDivisionError("x")
@@ -113,7 +113,7 @@ def test_unreadable_kernel_log_is_an_error_for_xid_only(tmp_path):
 
 
 def _kmsg_line(t: float, code: int, pci: str = "0000:1b:00") -> str:
-    from slurm_ft.health import host
+    from slurm_ft.node import host
     usec = int((t - host.boot_time()) * 1e6)
     return f"4,1,{usec},-;NVRM: Xid (PCI:{pci}): {code}, pid=1, name=python, something\n"
 
@@ -350,7 +350,7 @@ def test_nvml_query_error_is_an_error_finding_for_its_check(tmp_path):
 
 
 def test_watch_runs_the_quick_check_only_for_a_fatal_xid(tmp_path):
-    from slurm_ft.health.watch import Watcher
+    from slurm_ft.node.watch import Watcher
     calls = []
 
     def fake_check(level, node, cfg, **kw):
@@ -367,7 +367,7 @@ def test_watch_runs_the_quick_check_only_for_a_fatal_xid(tmp_path):
 
 
 def test_watch_follows_a_growing_kernel_log(tmp_path):
-    from slurm_ft.health.watch import Watcher
+    from slurm_ft.node.watch import Watcher
     cfg = config(tmp_path)
     log = tmp_path / "gpu001.kmsg"
     log.write_text(_kmsg_line(time.time() - 3600, 79))          # old: before the watcher started
@@ -408,7 +408,7 @@ def test_cli_exits_on_a_hung_nvml_call_without_waiting_for_it(tmp_path):
     cfg.write_text(f"health:\n  deadline_s: {{quick: 0.5}}\n  kmsg_path: {tmp_path}/k\n"
                    f"  state_file: {tmp_path}/s.json\n")
     os.chmod(cfg, 0o644)
-    code = ("import time, slurm_ft.health.gather as g\n"
+    code = ("import time, slurm_ft.node.gather as g\n"
             "g.nvml_reader = lambda node, parts: time.sleep(3600)\n"
             "from slurm_ft.cli import main\n"
             f"main(['--config', {str(cfg)!r}, 'check', '--level', 'quick', '--json', '--node', 'n1'])\n")
@@ -452,7 +452,7 @@ def test_without_nvml_gpu_checks_say_not_checked_but_kernel_log_xids_still_count
 
 
 def test_watch_checks_at_once_when_nvml_stops_delivering_events(tmp_path):
-    from slurm_ft.health.watch import CHECK_NOW, Watcher
+    from slurm_ft.node.watch import CHECK_NOW, Watcher
     calls = []
     w = Watcher("gpu001", config(tmp_path), use_nvml=False, use_kmsg=False,
                 check=lambda level, node, c, **kw: calls.append(kw["extra_xids"]) or run.Report(node, level, [], 0))

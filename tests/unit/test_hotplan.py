@@ -4,8 +4,8 @@ from __future__ import annotations
 from hypothesis import given, strategies as st
 
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
-from slurm_ft.recovery import hotplan as hp
-from slurm_ft.recovery.supervisor import srun_argv
+from slurm_ft.job import hotplan as hp
+from slurm_ft.job.supervisor import srun_argv
 
 ALLOC = ("n1", "n2", "n3", "n4")          # -N 3 --hot-spares 1
 BAD = "slurm-ft: XID79 gpu3 GPU has fallen off the bus"
@@ -123,7 +123,7 @@ def test_the_refusal_slurm_repeats_until_a_requeue_is_recognised():
 def test_a_node_seen_failed_stays_failed_for_the_supervisor_after_slurm_resumes_it():
     # Seen in CI: a health check resumed its own drain of a node Slurm would not take back from the job,
     # and the next relaunch put the step on that node again.
-    from slurm_ft.recovery.supervisor import Supervisor
+    from slurm_ft.job.supervisor import Supervisor
 
     slurm = FakeSlurm(train=ALLOC, spares=())
     sup = Supervisor(slurm, 7, 3, "", ["train"], env={}, say=lambda m: None)
@@ -138,7 +138,7 @@ def test_a_step_failed_with_no_fault_in_slurm_has_its_nodes_checked_at_once(tmp_
     # Seen in CI: the node's watcher started after the Xid and missed it; the rank on the GPU died, the
     # step failed, nothing drained the node for minutes, and the job would have ended after the grace.
     import json
-    from slurm_ft.recovery.supervisor import Supervisor
+    from slurm_ft.job.supervisor import Supervisor
 
     class Checked(Supervisor):   # the checks' srun, as its parsed answer
         culprits: dict = {}
@@ -166,7 +166,7 @@ def test_checks_failing_most_of_the_step_name_no_culprit_and_drain_nothing(tmp_p
     # failed all 63 nodes on NVML_INIT, drained 6 before the breaker stopped them, the batch host among
     # the "culprits" sent the job to the requeue path, and the requeued job waited on the drained nodes.
     import json
-    from slurm_ft.recovery.supervisor import Supervisor
+    from slurm_ft.job.supervisor import Supervisor
 
     class Checked(Supervisor):
         def check_nodes(self, nodes, drain=False):

@@ -6,7 +6,7 @@ import json
 from click.testing import CliRunner
 
 from slurm_ft.cli.group import cli
-from slurm_ft.recovery import journal as jn
+from slurm_ft.fleet import journal as jn
 
 
 def _config(tmp_path):

@@ -7,7 +7,7 @@ import stat
 import pytest
 
 from slurm_ft.errors import ConfigError
-from slurm_ft.recovery import journal as jn
+from slurm_ft.fleet import journal as jn
 
 
 def _open(conn, job_id=7, now=100.0):

@@ -159,4 +159,4 @@ def test_real_dev_kmsg_reads_and_follows_without_error():
     deadline = time.time() + 0.3
     start = time.time()
     assert list(kmsg.follow(kmsg.DEV_KMSG, poll_s=0.05, stop=lambda: time.time() > deadline)) == []
-    assert time.time() - start < 2                           # starts at the end, stops when asked
+    assert time.time() - start < 30                          # starts at the end, stops when asked (not a hang)

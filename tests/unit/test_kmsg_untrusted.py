@@ -11,9 +11,9 @@ import pytest
 from slurm_ft.config import Config, HealthConfig, NodeType
 from slurm_ft.gpu import kmsg
 from slurm_ft.gpu import xid as catalog
-from slurm_ft.health import run
-from slurm_ft.health.probes import ProbeContext
-from slurm_ft.health.probes import xid as xid_probe
+from slurm_ft.node import run
+from slurm_ft.node.probes import ProbeContext
+from slurm_ft.node.probes import xid as xid_probe
 from slurm_ft.finding import Severity
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 from slurm_ft.gpu.sample import NodeSample, XidEvent
@@ -130,7 +130,7 @@ def test_tail_read_of_a_small_file_keeps_every_line(tmp_path):
 # --- state that must not wedge a node (item 10) -----------------------------------------------------
 
 def _watch(cfg, seen):
-    from slurm_ft.health.watch import Watcher
+    from slurm_ft.node.watch import Watcher
     return Watcher("gpu001", cfg, use_nvml=False, poll_s=0.02,
                    check=lambda level, node, c, **kw: seen.append([e.xid for e in kw["extra_xids"]])
                    or run.Report(node, level, [], 0))
@@ -167,7 +167,7 @@ def test_restarted_watcher_handles_an_xid_logged_while_it_was_down(tmp_path):
 
 
 def test_truncated_state_file_is_moved_aside_and_the_check_goes_on(tmp_path):
-    from slurm_ft.health import state as st
+    from slurm_ft.node import state as st
     hc = HealthConfig(kmsg_path=str(tmp_path / "{node}.kmsg"), state_file=str(tmp_path / "st" / "{node}.json"),
                       disk_paths=(str(tmp_path),), node_types={"default": NodeType(nvlinks_per_gpu=0)})
     path = tmp_path / "st" / "gpu001.json"
@@ -184,7 +184,7 @@ def test_truncated_state_file_is_moved_aside_and_the_check_goes_on(tmp_path):
 @pytest.mark.parametrize("text", ['[]', '{"version": 1, "active": "x"}', '{"version": 1, "active": [{"check": 1}]}',
                                   '{"version": 1, "last": {"quick": 3}}', '{"version": 2}', '{"version": 1, "xid_ack": "x"}'])
 def test_state_files_of_the_wrong_shape_are_rebuilt(tmp_path, text):
-    from slurm_ft.health import state as st
+    from slurm_ft.node import state as st
     path = tmp_path / "s.json"
     path.write_text(text)
     os.chmod(path, 0o600)

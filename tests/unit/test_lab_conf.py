@@ -36,7 +36,7 @@ def test_slurm_conf(lab):
 def test_two_labs_side_by_side_never_number_a_job_alike(tmp_path):
     """CI's rooms share the host's network and ran one test with one job id at once: the hot-spare job's
     MASTER_PORT (from the job id) was taken by the other room's."""
-    from slurm_ft.recovery.rendezvous import master_port
+    from slurm_ft.job.rendezvous import master_port
     a, b = (Lab(tmp_path / str(p), LabSpec(nodes=4, spares=2, port_base=p)) for p in (25000, 27000))
     [first_a], [first_b] = ([int(x.split("=")[1]) for x in lab._slurm_conf().splitlines()
                              if x.startswith("FirstJobId=")] for lab in (a, b))

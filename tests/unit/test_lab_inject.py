@@ -77,7 +77,7 @@ def test_heal_all_restores_every_node(lab):
 def test_heal_forgets_the_health_state_as_the_reboot_of_a_repair_does(lab):
     """Stale active findings would fail the next prolog; a stale belief in a drain of ours would
     decide the next check. Already healthy GPUs do not keep it either; --all forgets every node's."""
-    from slurm_ft.health import state as hst
+    from slurm_ft.node import state as hst
     for n in ("gpu001", "gpu002"):
         hst.save(lab / "nodes" / n / "state.json", {**hst.empty(n), "slurm_ft_drained": True})
     inject.inject(lab, "gpu001", "xid", gpu=0, value=79)

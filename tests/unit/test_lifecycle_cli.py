@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from slurm_ft.cli import main
-from slurm_ft.lifecycle.states import Event, State
-from slurm_ft.lifecycle.store import Store
+from slurm_ft.fleet.states import Event, State
+from slurm_ft.fleet.store import Store
 
 from test_lifecycle_sweep import ModelSlurm   # same directory: pytest puts it on sys.path
 
@@ -91,7 +91,7 @@ def test_sweep_is_silent_without_news_and_busy_exits_5(env, capsys):
     tmp, slurm = env
     rc, out, err = cli(capsys, "sweep")
     assert (rc, out, err) == (0, "", "")
-    from slurm_ft.lifecycle.lock import FileLock
+    from slurm_ft.fleet.lock import FileLock
     with FileLock(tmp / "state" / "sweep.lock"):
         rc, out, err = cli(capsys, "sweep")
     assert rc == 5 and "slurm-ft: error: another sweep is running (pid" in err

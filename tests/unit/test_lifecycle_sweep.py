@@ -14,10 +14,10 @@ import pytest
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
 from slurm_ft.errors import Busy
-from slurm_ft.lifecycle.lock import FileLock
-from slurm_ft.lifecycle.states import Event, State
-from slurm_ft.lifecycle.store import Store
-from slurm_ft.lifecycle.sweep import Sweeper, read_verdict, sweep_locked, validation_script
+from slurm_ft.fleet.lock import FileLock
+from slurm_ft.fleet.states import Event, State
+from slurm_ft.fleet.store import Store
+from slurm_ft.fleet.sweep import Sweeper, read_verdict, sweep_locked, validation_script
 from slurm_ft.slurm.types import Job, Node
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 
@@ -223,8 +223,8 @@ def test_a_long_validation_is_picked_up_by_the_next_sweep(tmp_path, forget):
 
 def test_pool_target_follows_spares_plan_and_the_planning_section(tmp_path):
     from slurm_ft.config import PlanningConfig
-    from slurm_ft.lifecycle.pool import pool_target
-    from slurm_ft.planning.spares import plan_spares
+    from slurm_ft.fleet.pool import pool_target
+    from slurm_ft.plan.spares import plan_spares
     nodes = [Node(f"gpu{i:03d}", "IDLE", partitions=("train",)) for i in range(1, 65)]
     cfg = Config(lifecycle=LifecycleConfig(pool_target=0))
     target, source = pool_target(cfg, nodes, ("train",))

@@ -74,4 +74,32 @@ def test_no_import_cycles_but_the_starters_dispatch():
 
     cycles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
     # the generated starter's entry hands a hot-spare job to the supervisor, which reuses the starter's steps
-    assert cycles == [("slurm_ft.recovery.jobstart", "slurm_ft.recovery.supervisor")], cycles
+    assert cycles == [("slurm_ft.job.jobstart", "slurm_ft.job.supervisor")], cycles
+
+
+# Rooms by where the code runs (README, Layout). A room imports only the rooms below it: the controller host's
+# fleet/ reads node/'s drain vocabulary (breaker, guard, the check registry), job/'s tag and checkpoints and
+# plan/'s arithmetic; node/ (every GPU node), job/ (inside the user's job) and plan/ (offline) import no other
+# room, so the node never reaches the controller's journal. The seams and the data modules import no room.
+ROOMS = {"node": set(), "job": set(), "plan": set(), "fleet": {"node", "job", "plan"},
+         "recovery": {"job"}}    # recovery/jobstart.py: the start code's old name, for already queued jobs
+LOWER = ("slurm", "gpu", "config", "vocab", "finding", "errors", "fsutil", "runner", "heartbeat")
+
+
+def test_rooms_import_only_the_rooms_below_them():
+    package = {}
+    for p in (ROOT / "slurm_ft").rglob("*.py"):
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        package[name.removesuffix(".__init__")] = p
+    assert {m.split(".")[1] for m in package if m.count(".")} >= set(ROOMS) | {"cli", "slurm", "gpu"}
+    wrong = []
+    for m, p in package.items():
+        room = m.split(".")[1] if m.count(".") else ""
+        allowed = ROOMS.get(room, set() if room in LOWER else None)
+        if allowed is None:
+            continue                                     # the faces (cli/, __main__) may use every room
+        for target in _imports(p, package) - {m}:
+            other = target.split(".")[1] if target.count(".") else ""
+            if other in ROOMS and other != room and other not in allowed:
+                wrong.append(f"{m} -> {target}")
+    assert not wrong, wrong

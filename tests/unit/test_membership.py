@@ -14,14 +14,14 @@ import pytest
 
 from slurm_ft.config import Config, ControllerConfig
 from slurm_ft.errors import Busy
-from slurm_ft.lifecycle.membership import Delta, Membership, apply_deltas, lock_path
-from slurm_ft.lifecycle.states import State
-from slurm_ft.lifecycle.store import Store
-from slurm_ft.lifecycle.sweep import Sweeper
-from slurm_ft.recovery.records import Step
+from slurm_ft.fleet.membership import Delta, Membership, apply_deltas, lock_path
+from slurm_ft.fleet.states import State
+from slurm_ft.fleet.store import Store
+from slurm_ft.fleet.sweep import Sweeper
+from slurm_ft.fleet.records import Step
 from slurm_ft.slurm.types import Node
-from slurm_ft.recovery import journal as jn
-from slurm_ft.recovery.controller import Controller
+from slurm_ft.fleet import journal as jn
+from slurm_ft.fleet.controller import Controller
 
 from test_lifecycle_sweep import ModelSlurm   # same directory: pytest puts it on sys.path
 
@@ -139,7 +139,7 @@ def test_recheck_skips_a_spare_the_controller_took_meanwhile(tmp_path):
 
 
 def sw_report():
-    from slurm_ft.lifecycle.sweep import SweepReport
+    from slurm_ft.fleet.sweep import SweepReport
     return SweepReport(started=time.time())
 
 

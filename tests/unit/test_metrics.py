@@ -5,7 +5,7 @@ import os
 import re
 
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
-from slurm_ft.lifecycle import metrics
+from slurm_ft.fleet import metrics
 
 LINE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+$')
 
@@ -82,10 +82,10 @@ def test_no_sweep_yet_leaves_the_timestamp_out():
 def test_recovery_phases_come_from_the_controllers_journal(tmp_path):
     """Seconds from the fault to the end of each step, as the controller journaled them."""
     from slurm_ft.config import Config
-    from slurm_ft.lifecycle.collect import snapshot, view
-    from slurm_ft.lifecycle.store import Store
+    from slurm_ft.fleet.collect import snapshot, view
+    from slurm_ft.fleet.store import Store
     from slurm_ft.slurm.types import Node
-    from slurm_ft.recovery import journal as jn
+    from slurm_ft.fleet import journal as jn
 
     slurm = FakeSlurm(train=("gpu001",), spares=("gpu002",))
     slurm.n["gpu001"] = Node("gpu001", "ALLOCATED")

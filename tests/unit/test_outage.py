@@ -2,13 +2,13 @@
 budget, and the restore of nodes quarantined for not answering (pure: outage.py and the plan)."""
 from __future__ import annotations
 
-from slurm_ft.recovery.records import Incident, StepRecord
+from slurm_ft.fleet.records import Incident, StepRecord
 
 from slurm_ft.slurm.types import Job, Node, Partition
-from slurm_ft.recovery import outage as out
-from slurm_ft.recovery.plan import Policy, plan
-from slurm_ft.recovery.snapshot import Snapshot
-from slurm_ft.recovery.tag import FtSpec
+from slurm_ft.fleet import outage as out
+from slurm_ft.fleet.plan import Policy, plan
+from slurm_ft.fleet.snapshot import Snapshot
+from slurm_ft.job.tag import FtSpec
 
 NOW = 1_000_000.0
 P = Policy(unresponsive_grace_s=60, wave_nodes=8, wave_window_s=120, wave_settle_s=60, restore_after_s=30)

@@ -13,7 +13,7 @@ from slurm_ft.config import Config, load_config
 from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.gpu import kmsg
 from slurm_ft.gpu import xid as catalog
-from slurm_ft.recovery import tag
+from slurm_ft.job import tag
 from slurm_ft.slurm import parse
 from slurm_ft.slurm.hostlist import compress, expand
 

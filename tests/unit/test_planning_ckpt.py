@@ -6,7 +6,7 @@ import json
 import pytest
 
 from planning_helpers import check_printed_steps, run_cli
-from slurm_ft.planning.ckpt_io import plan_checkpoint
+from slurm_ft.plan.ckpt_io import plan_checkpoint
 
 
 def test_70b_is_1_12_tb_and_1_02_tib_with_the_1_13_note():

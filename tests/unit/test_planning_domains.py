@@ -14,8 +14,9 @@ import pytest
 from planning_helpers import exact_poisson_tail
 from slurm_ft.config import load_config
 from slurm_ft.errors import ConfigError
-from slurm_ft.planning.domains import expand_domains, outages_of, plan_domains
-from slurm_ft.planning.history import garwood
+from slurm_ft.config import expand_domains
+from slurm_ft.plan.domains import outages_of, plan_domains
+from slurm_ft.plan.history import garwood
 
 DAY = 86400.0
 

@@ -10,9 +10,9 @@ import pytest
 
 from planning_helpers import check_printed_steps, run_cli
 from slurm_ft.errors import UsageError
-from slurm_ft.planning import profiles as pr
-from slurm_ft.planning.sim import CAUSES, SimParams, run_seeds, simulate, summarise
-from slurm_ft.planning.spares import daly_interval
+from slurm_ft.plan import profiles as pr
+from slurm_ft.plan.sim import CAUSES, SimParams, run_seeds, simulate, summarise
+from slurm_ft.plan.spares import daly_interval
 
 SEEDS = range(20)
 M = 1 / (pr.LLAMA3.rate_per_gpu_s() * 16384)

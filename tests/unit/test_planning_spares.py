@@ -7,7 +7,7 @@ import pytest
 
 from planning_helpers import check_printed_steps, exact_poisson_tail, run_cli
 from slurm_ft.errors import UsageError
-from slurm_ft.planning import spares as sp
+from slurm_ft.plan import spares as sp
 
 
 @pytest.mark.parametrize("gpus,mtbf,repair,lam", [

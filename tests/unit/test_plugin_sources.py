@@ -15,9 +15,9 @@ from slurm_ft.config import load_config
 from slurm_ft.errors import ConfigError
 from slurm_ft_lab import plugin
 from slurm_ft.slurm.types import Job
-from slurm_ft.recovery import ckpt, trust
-from slurm_ft.recovery.submit import parse, plugin_options
-from slurm_ft.recovery.tag import LIMITS, PREFIX, VERSION, FtSpec, encode, _KEYS
+from slurm_ft.job import ckpt, trust
+from slurm_ft.job.submit import parse, plugin_options
+from slurm_ft.job.tag import LIMITS, PREFIX, VERSION, FtSpec, encode, _KEYS
 
 C_SOURCE = plugin.SPANK_DIR / "slurm_ft.c"
 
@@ -96,7 +96,7 @@ def test_an_unknown_trust_setting_is_a_config_error(tmp_path):
 
 
 def _resolve(d, env=None):
-    return subprocess.run([sys.executable, "-m", "slurm_ft.recovery.jobstart", "--resolve", "--ckpt-dir", str(d)],
+    return subprocess.run([sys.executable, "-m", "slurm_ft.job.jobstart", "--resolve", "--ckpt-dir", str(d)],
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1", **(env or {})})
 

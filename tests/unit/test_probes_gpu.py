@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from slurm_ft.config import NodeType, Thresholds
-from slurm_ft.health.probes import ProbeContext, get
+from slurm_ft.node.probes import ProbeContext, get
 from slurm_ft.finding import Action, Severity
 from slurm_ft.gpu.sample import EccCounts, GpuSample, NodeSample, NvLink, Pcie, RetiredPages, RowRemap
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slurm_ft.config import NodeType
-from slurm_ft.health.probes import ProbeContext, get
+from slurm_ft.node.probes import ProbeContext, get
 from slurm_ft.finding import Action, Severity
 from slurm_ft.gpu.sample import GpuSample, NodeSample
 

@@ -11,11 +11,11 @@ import pytest
 from slurm_ft.cli.check import own_validation_job
 from slurm_ft.config import RemediationConfig, load_config
 from slurm_ft.errors import CommandTimeout, ConfigError
-from slurm_ft.gpu.reset import reset_gpu
-from slurm_ft.lifecycle import breaker as brk
-from slurm_ft.lifecycle.remediation import action_for, attempts, describe, finding_in, plan
-from slurm_ft.lifecycle.states import Event, HistoryEntry, State, next_state
-from slurm_ft.lifecycle.sweep import validation_script
+from slurm_ft.node.gpu_reset import reset_gpu
+from slurm_ft.node import breaker as brk
+from slurm_ft.fleet.remediation import action_for, attempts, describe, finding_in, plan
+from slurm_ft.fleet.states import Event, HistoryEntry, State, next_state
+from slurm_ft.fleet.sweep import validation_script
 from slurm_ft.slurm.types import Node
 from slurm_ft.runner import Result
 

@@ -1,12 +1,12 @@
-"""MASTER_ADDR / MASTER_PORT per launch of a hot-spare job (slurm_ft/recovery/rendezvous.py)."""
+"""MASTER_ADDR / MASTER_PORT per launch of a hot-spare job (slurm_ft/job/rendezvous.py)."""
 from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
 import socket
 
-from slurm_ft.recovery.rendezvous import PORT_LO, PORT_SPAN, candidate_ports, launch_env, master_port
-from slurm_ft.recovery.supervisor import port_free_here
+from slurm_ft.job.rendezvous import PORT_LO, PORT_SPAN, candidate_ports, launch_env, master_port
+from slurm_ft.job.supervisor import port_free_here
 
 ADDRS = {"n1": "10.0.0.1", "n2": "10.0.0.2", "n3": "10.0.0.3"}
 

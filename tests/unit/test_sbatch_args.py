@@ -9,10 +9,10 @@ import pytest
 from pathlib import Path
 
 from slurm_ft.errors import UsageError
-from slurm_ft.recovery import ckpt, jobstart
-from slurm_ft.recovery.submit import parse, sbatch_argv, script_directives, starter_script
+from slurm_ft.job import ckpt, jobstart
+from slurm_ft.job.submit import parse, sbatch_argv, script_directives, starter_script
 from slurm_ft.slurm.versions import requeue_option
-from slurm_ft.recovery.tag import FtSpec, decode
+from slurm_ft.job.tag import FtSpec, decode
 
 NOFILE = lambda p: False  # noqa: E731  (no script files exist: SCRIPT is a command name)
 
@@ -147,7 +147,7 @@ def test_starter_execs_with_resolved_argv(tmp_path):
     ckpt.write_checkpoint(str(d), 3, {"a": b"x"})
     out = tmp_path / "argv.json"
     code = "import json,sys,os; json.dump([sys.argv[1:], os.environ['SLURM_FT_CKPT_STEP']], open(sys.argv[1], 'w'))"
-    p = subprocess.run([sys.executable, "-m", "slurm_ft.recovery.jobstart", "--ckpt-dir", str(d), "--",
+    p = subprocess.run([sys.executable, "-m", "slurm_ft.job.jobstart", "--ckpt-dir", str(d), "--",
                         sys.executable, "-c", code, str(out), "{ckpt}", "$(id);`x`\n"],
                        capture_output=True, text=True, timeout=60, env={**os.environ, "SLURM_RESTART_COUNT": "2"})
     assert p.returncode == 0, p.stderr
@@ -271,7 +271,7 @@ def test_hot_spares_bad_input(words, msg):
 
 
 def test_hot_spare_starter_hands_over_to_the_supervisor(monkeypatch):
-    from slurm_ft.recovery import supervisor
+    from slurm_ft.job import supervisor
     calls = []
     monkeypatch.setattr(supervisor, "main", lambda *a, **kw: calls.append((a, kw)) or 0)
     assert jobstart.main(["--ckpt-dir", "/ck", "--hot-spares", "2", "--train-nodes", "4", "--", "t", "{ckpt}"]) == 0
@@ -295,3 +295,17 @@ def test_hang_timeout_and_ckpt_fails_reach_the_starter():
     assert "hang_timeout=15" in next(a for a in argv if a.startswith("--comment="))
     with pytest.raises(UsageError, match="--ckpt-fails"):
         parse(["--ckpt-fails", "-1", "train.sh"], file_exists=lambda p: True)
+
+
+def test_a_starter_written_before_the_move_still_finds_its_start_code():
+    # jobs pending or requeued across an upgrade run the starter they were submitted with
+    import subprocess
+    import sys
+    import tempfile
+    old = "import sys\nfrom slurm_ft.recovery.jobstart import main\nprint(main.__module__)\n"
+    p = subprocess.run([sys.executable, "-c", old], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "slurm_ft.job.jobstart", p.stderr
+    with tempfile.TemporaryDirectory() as d:        # an old SPANK plugin's call
+        p = subprocess.run([sys.executable, "-m", "slurm_ft.recovery.jobstart", "--resolve", "--ckpt-dir", d],
+                           capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "no complete checkpoint" in p.stderr, p.stderr

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_ft.recovery.tag import DEFAULT_MAX_RESTARTS, FtSpec, decode, encode, is_tagged, with_note
+from slurm_ft.job.tag import DEFAULT_MAX_RESTARTS, FtSpec, decode, encode, is_tagged, with_note
 
 
 @pytest.mark.parametrize("spec", [

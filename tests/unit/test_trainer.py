@@ -10,7 +10,7 @@ import time
 import pytest
 
 from slurm_ft_lab import trainer
-from slurm_ft.recovery import ckpt
+from slurm_ft.job import ckpt
 
 
 def start_ranks(ck, world, *args, job="41", restart=0, env=None):
@@ -147,7 +147,7 @@ def test_a_rank_starts_on_the_standard_library_and_pynvml_only():
     import sys
 
     from slurm_ft_lab import trainer
-    from slurm_ft.recovery import ckpt
+    from slurm_ft.job import ckpt
     assert trainer.CKPT_MARKER == ckpt.MARKER
     from pathlib import Path
     lab, repo = (str(Path(trainer.__file__).resolve().parents[i]) for i in (1, 2))

@@ -18,7 +18,7 @@ import pytest
 
 from slurm_ft.config import load_config
 from slurm_ft_lab import fake_nvml, inject
-from slurm_ft.lifecycle import breaker, guard
+from slurm_ft.node import breaker, guard
 from slurm_ft.slurm.types import Node
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_lab_trainer_from_a_venv_watches_the_gpus_and_checkpoints(venv, lab):
 
 def test_job_starter_written_from_a_venv_runs_in_it(venv, tmp_path):
     py = venv / "bin" / "python"
-    text = subprocess.run([str(py), "-c", "from slurm_ft.recovery.submit import starter_script as s; "
+    text = subprocess.run([str(py), "-c", "from slurm_ft.job.submit import starter_script as s; "
                                           "print(s(), end='')"],
                           env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True,
                           timeout=60).stdout

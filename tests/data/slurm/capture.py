@@ -125,7 +125,7 @@ def capture_hang_check(lab: Lab, c: SlurmClient, work: Path, out_dir: Path) -> N
     import subprocess
     import sys
     from slurm_ft_lab.inject import heal_all, inject
-    from slurm_ft.recovery.supervisor import check_argv
+    from slurm_ft.job.supervisor import check_argv
     nodes = ["gpu001", "gpu002", "gpu003", "gpu004"]
     job = c.submit(["-w", ",".join(nodes), "-N4", "--wrap", "sleep 600"], cwd=str(work))
     c.wait_job_state(job, "RUNNING", 60)

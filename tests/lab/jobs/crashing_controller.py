@@ -10,8 +10,8 @@ import signal
 import sys
 
 from slurm_ft.config import load_config
-from slurm_ft.recovery import journal as jn
-from slurm_ft.recovery.controller import Controller, controller_lock
+from slurm_ft.fleet import journal as jn
+from slurm_ft.fleet.controller import Controller, controller_lock
 from slurm_ft.slurm.backend import client_from_config
 
 

@@ -1,0 +1,522 @@
+"""The controller's cycle: observe one snapshot, plan, act; every act journaled before and after.
+
+Stateless between cycles except for the journal: a controller killed at any moment (SIGKILL included)
+and started again reads the open incidents back and the plan carries them on. Each act re-reads what
+it changes from Slurm just before writing (partition node lists under the fleet lock the sweep and the
+node CLI take too, fleet/membership.py), and does nothing when the work is already done, so an
+intent whose result never reached the journal is safe to redo (tests/lab/test_crash_consistency.py
+kills it right after each journal write, through `on_journal`, and starts another).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
+
+from slurm_ft.config import Config
+from slurm_ft.errors import CommandError, SlurmFTError
+from slurm_ft.fleet.lock import FileLock
+from slurm_ft.fleet.membership import Delta, Membership
+from slurm_ft.fleet.records import Incident, Step
+from slurm_ft.fleet import journal as jn
+from slurm_ft.fleet import outage as out
+from slurm_ft.job.ckptscan import Scanner, hold_reason
+from slurm_ft.fleet.plan import (HOT_NOTE, PENDING_STATES, Policy, failed_in_run, fault_time, in_supervisor_hands,
+                                    plan)
+from slurm_ft.fleet.snapshot import Snapshot
+from slurm_ft.job import trust
+from slurm_ft.job.tag import with_note
+from slurm_ft.slurm.client import JobNotFound
+from slurm_ft.slurm.hostlist import compress
+from slurm_ft import vocab
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
+
+log = logging.getLogger(__name__)
+
+WAITING = ("poll",)
+
+
+@dataclass
+class CycleResult:
+    steps: List[Step] = field(default_factory=list)   # steps acted on (polls not counted)
+    open_incidents: int = 0
+    elapsed_s: float = 0.0
+
+
+FULL_READ_S = 1.0      # while only waiting on jobs: a full observe at least this often
+
+
+def _job_fingerprint(job) -> tuple:
+    """What the plan's waits look at: a change in any of these is worth a full read."""
+    if job is None:
+        return ()
+    return (job.state, job.reason, job.held, job.nodes, job.restart_count, job.eligible_time,
+            job.excluded_nodes, job.num_nodes)
+
+
+class Controller:
+    """One controller over one journal. `cycle()` runs until nothing is left to do now (or its budget ends)."""
+
+    def __init__(self, client: SlurmApi, conn, config: Config, *, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep, on_step: Optional[Callable] = None,
+                 on_journal: Optional[Callable[[str, str], None]] = None):
+        self.client = client
+        self.conn = conn
+        self.config = config
+        self.cc = config.controller
+        self.policy = Policy.from_config(self.cc)
+        self.clock = clock
+        self.sleep = sleep
+        self.on_step = on_step          # called (step, outcome, detail, now) after each act: the demo's timeline
+        self.on_journal = on_journal    # called (step kind, "intent" | "result") right after each journal write
+        self._seen_at: Optional[float] = None   # when the snapshot the current steps come from was read
+        self._breaker_said = False
+        self.membership = Membership.from_config(client, config, "controller's partition change")
+        self._scans = Scanner(self.cc.ckpt_scan_s)
+        self._seen: Dict[str, out.Seen] = {}     # outage.track: who stopped/started answering, when
+        self._watching_since = clock()
+        self._alerted: Dict[str, str] = {}       # alert key -> last text logged (loud once per change)
+        self._trust: Optional[str] = None        # the job field holding FT tags (trust.resolve), read once
+
+    # --- observe -----------------------------------------------------------------------------------
+
+    def observe(self) -> Snapshot:
+        nodes = self.client.nodes()
+        jobs = self.client.jobs()
+        parts = self.client.partitions()
+        specs = {}
+        field = self.trusted_field()
+        for j in jobs:
+            spec = trust.spec_of(j, field)
+            if spec is not None:
+                specs[j.job_id] = spec
+        now = self.clock()
+        placements = jn.placements(self.conn)       # as of the previous read: the plan compares with them
+        jn.record_placements(self.conn, [j for j in jobs if j.job_id in specs], placements, now)
+        p = self.policy
+        self._seen = out.track(self._seen, nodes, now, horizon_s=p.wave_window_s + p.wave_settle_s + 3600)
+        counted, limit = self._out_of_service(nodes, now)
+        return Snapshot.of(nodes, jobs, parts, specs=specs, breaker_open=self._breaker_open(nodes),
+                           taken_at=now, seen=dict(self._seen), watching_since=self._watching_since,
+                           out_counted=counted, out_limit=limit, placements=placements)
+
+    def trusted_field(self) -> str:
+        """admin_comment or comment (config controller.trust; auto asks slurmctld once). When slurmctld's
+        config cannot be read, AdminComment: a user cannot write it, so nothing is trusted that a user
+        could forge (asked again next cycle)."""
+        if self._trust is None:
+            try:
+                plugins = self.client.job_submit_plugins() if self.cc.trust == "auto" else ()
+            except CommandError as exc:
+                log.error("cannot read slurmctld's JobSubmitPlugins (%s): trusting only AdminComment tags "
+                          "this cycle", exc)
+                return "admin_comment"
+            self._trust = trust.resolve(self.cc.trust, plugins)
+            log.info("fault-tolerance tags are read from %s", "AdminComment" if self._trust == "admin_comment"
+                     else "Comment")
+        return self._trust
+
+    def _out_of_service(self, nodes, now: float):
+        """The drain-rate breaker's count and limit, from the same snapshot of Slurm's nodes the breaker
+        reads everywhere (breaker.view: slurm-ft drains, QUARANTINED/RMA included, by reason time within
+        the window): the plan charges each quarantine against it (outage.breaker_room). Limit 0: none."""
+        try:
+            from slurm_ft.node import breaker as brk, guard
+        except ImportError:
+            return frozenset(), 0
+        if not guard.enabled(self.config):
+            return frozenset(), 0
+        lc = self.config.lifecycle
+        fleet = brk.view(nodes, now)
+        counted = frozenset(n for n, t in fleet.out if now - t <= lc.breaker_window_s)
+        return counted, brk.limit(fleet.total, lc.breaker_max_share, lc.breaker_max_nodes)
+
+    def _breaker_open(self, nodes=None) -> bool:
+        """The lifecycle drain-rate breaker (issue 6): while it is open no new recovery starts.
+
+        A bad probe or driver that drains nodes en masse must not also empty the spare pool."""
+        try:
+            from slurm_ft.node import guard
+        except ImportError:
+            return False
+        why = guard.is_open(self.config, nodes, now=self.clock())   # counted from the snapshot's node reasons
+        if why and not self._breaker_said:
+            log.error("drain-rate breaker open (%s): no new recoveries until it closes", why)
+        self._breaker_said = bool(why)
+        return bool(why)
+
+    def _may_drain(self, node: str, reason: str) -> Tuple[bool, str]:
+        try:
+            from slurm_ft.node import guard
+        except ImportError:
+            return True, ""
+        d = guard.may_drain(self.config, node, reason, client=self.client, actor="controller", now=self.clock())
+        return d.allowed, d.reason
+
+    # --- the cycle ------------------------------------------------------------------------------------
+
+    def cycle(self, budget_s: Optional[float] = None) -> CycleResult:
+        """Observe, plan, act until the plan has nothing but waits; poll quickly while Slurm catches up."""
+        budget = self.cc.cycle_budget_s if budget_s is None else budget_s
+        start = self.clock()
+        result = CycleResult()
+        while True:
+            snap = self.observe()
+            self._seen_at = snap.taken_at     # read after the jobs: what it shows happened before
+            incidents = jn.state(self.conn, snap.taken_at)
+            steps = plan(snap, incidents, self.policy, snap.taken_at)
+            self._alert([s for s in steps if s.kind == "alert"])
+            steps = [s for s in steps if s.kind != "alert"]
+            acts = [s for s in steps if s.kind not in WAITING]
+            failed = False
+            for step in self._scans_first(acts, snap):
+                failed |= self.act(step) == "failed"
+                result.steps.append(step)
+            result.open_incidents = len(jn.incidents(self.conn, open_only=True))
+            if not steps:
+                break
+            spent = self.clock() - start
+            if acts and not failed and spent < 2 * budget:
+                continue            # read again at once: the next step depends on what this one did
+            if spent >= budget:
+                break               # only waits left (or a step keeps failing): the next cycle goes on
+            if failed or acts:
+                self.sleep(self.cc.poll_s)
+            else:
+                self._await_job_change(snap, steps)
+        result.elapsed_s = self.clock() - start
+        return result
+
+    def _scans_first(self, acts: List[Step], snap: Snapshot) -> Iterable[Step]:
+        """Start the checkpoint scans of every incident to open at once (each in its own thread), and
+        act first on what does not wait for one, then on each job as its scan finishes: a job whose
+        directory hangs delays no other job's recovery."""
+        dirs = {}
+        for s in acts:
+            spec = snap.specs.get(s.job_id)
+            if s.kind == "open" and spec is not None and spec.ckpt_dir and self.cc.read_progress:
+                dirs[id(s)] = spec.ckpt_dir
+                self._scans.start(spec.ckpt_dir)
+        return _as_ready(acts, dirs, self._scans.finished, self.sleep) if dirs else acts
+
+    def _alert(self, alerts: List[Step]) -> None:
+        """Loud, once per change: a wave of unresponsive nodes, a quarantine the breaker refused."""
+        keys = {}
+        for a in alerts:
+            key = "wave" if a.job_id == 0 else f"job{a.job_id}"
+            keys[key] = a.reason
+            if self._alerted.get(key) != a.reason:
+                log.error("ALERT: %s", a.reason)
+        for key in set(self._alerted) - set(keys):
+            log.warning("alert over: %s", self._alerted[key])
+        self._alerted = keys
+
+    def _await_job_change(self, snap: Snapshot, steps: List[Step]) -> None:
+        """Only waits left, and every wait is on a job (its requeue, its epilogs, its scheduling): re-read
+        just the queue (one `squeue`, a quarter of a full observe's CPU) every poll_s until a waited job
+        changes, then let the cycle observe everything again. At most FULL_READ_S between full reads, so
+        a fault elsewhere is still seen. In the lab the hooks and ranks of a restart share two cores with
+        this loop: a cheaper poll is a faster restart."""
+        ids = sorted({s.job_id for s in steps if s.kind in WAITING})
+        before = {i: _job_fingerprint(snap.jobs.get(i)) for i in ids}
+        polls = max(1, int(FULL_READ_S / max(self.cc.poll_s, 0.01)))
+        for _ in range(polls):
+            self.sleep(self.cc.poll_s)
+            if not ids:
+                return
+            try:
+                now = {j.job_id: j for j in self.client.jobs(ids)}
+            except (CommandError, SlurmFTError):
+                return                  # the full read reports it
+            if any(_job_fingerprint(now.get(i)) != before[i] for i in ids):
+                return
+
+    # --- act ------------------------------------------------------------------------------------------
+
+    def act(self, step: Step) -> str:
+        """Run one step with its intent and result journaled; return the outcome."""
+        now = self.clock()
+        if step.kind == "open":
+            try:
+                self._open(step, now)
+            except SlurmFTError as exc:     # the job ended between the read and now: nothing to open
+                log.warning("job %s: not opening an incident: %s", step.job_id, exc)
+                return "failed"
+            return "ok"
+        if step.kind == "restore":
+            return self._restore_node(step, now)
+        inc = _one(jn.incidents(self.conn, job_id=step.job_id, open_only=True))
+        if inc is None or inc.id != step.incident_id:
+            return "skipped"        # closed meanwhile (another cycle got there first)
+        if step.kind == "swap":     # the chosen spares are part of the intent: a restart reuses them
+            jn.update_incident(self.conn, inc.id, spares=step.spares, shrink_to=step.num_nodes)
+        sid = jn.record_intent(self.conn, inc.id, step.kind, now, step.reason)
+        self._journaled(step.kind, "intent")
+        try:
+            outcome, detail = getattr(self, "_" + step.kind)(step, inc)
+        except SlurmFTError as exc:         # Slurm refused or timed out, or the job is gone: retried next read
+            outcome, detail = "failed", str(exc)
+            log.warning("incident %s job %s: %s failed: %s", inc.id, inc.job_id, step.kind, exc)
+        done = self.clock()
+        jn.record_result(self.conn, sid, outcome, done, detail)
+        self._journaled(step.kind, "result")
+        log.info("incident %s job %s: %s %s %s", inc.id, inc.job_id, step.kind, outcome, detail)
+        if self.on_step:
+            self.on_step(step, outcome, detail, done)
+        return outcome
+
+    def _open(self, step: Step, now: float) -> None:
+        job = self.client.job(step.job_id)
+        spec = trust.spec_of(job, self.trusted_field())
+        found = self._scans.verdict(spec.ckpt_dir) if spec and spec.ckpt_dir and self.cc.read_progress else None
+        ckpt_step = found.step if found is not None else None
+        snap_nodes = {n.name: n for n in self.client.nodes(sorted({*step.nodes, *job.nodes}))}
+        fault_at = fault_time(Snapshot(nodes=snap_nodes, jobs={}, partitions={}), step.nodes)
+        try:
+            iid = jn.open_incident(
+                self.conn, job_id=step.job_id, nodes=step.nodes, faults=step.reason.split("; "),
+                partition=step.partition,
+                restart_count=job.restart_count if step.restart_count is None else step.restart_count,
+                job_nodes=job.num_nodes or len(job.nodes), ckpt_step=ckpt_step, fault_at=fault_at, now=now,
+                detail=f"job {job.job_id} {job.state} on {len(job.nodes)} nodes; {step.reason}")
+        except jn.AlreadyOpen:
+            return
+        hold = hold_reason(found) if found is not None else None
+        failed = {*step.nodes, *failed_in_run(job, snap_nodes, jn.incidents(self.conn, job_id=job.job_id), self.policy)}
+        if spec is not None and job.state == "RUNNING" and in_supervisor_hands(job, spec, sorted(failed)):
+            hold = None     # the job does not restart: its supervisor relaunches the step in the allocation
+            jn.update_incident(self.conn, iid, note=HOT_NOTE + f"{spec.hot_spares} hot spare(s), "
+                                                            f"{spec.train_nodes} training nodes")
+        if hold:    # the plan keeps this job held: a restart would start from scratch over its checkpoints
+            jn.update_incident(self.conn, iid, note=hold)
+            log.error("incident %s: job %s stays held: %s", iid, step.job_id, hold)
+        log.warning("incident %s: job %s, failed %s (%s)", iid, step.job_id, ",".join(step.nodes), step.reason)
+        self._journaled("open", "intent")
+        self._journaled("open", "result")
+        if self.on_step:
+            self.on_step(step, "ok", step.reason, now)
+
+    def _restore_node(self, step: Step, now: float) -> str:
+        """Put back a node quarantined for not answering (outage.restorable, checked again on a fresh read)."""
+        name = step.nodes[0]
+        try:
+            node = self.client.node(name)
+            if not out.restorable(node, self._seen.get(name), self._watching_since, self.clock(),
+                                  self.policy.restore_after_s):
+                return "skipped"
+            with self.membership.locked():   # a fresh read under the fleet lock, just before the write
+                parts = self.membership.partitions()
+                if step.partition in parts and name not in parts[step.partition].nodes:
+                    # first in, then resumed: never in neither
+                    self.membership.change({step.partition: Delta(add=(name,))}, parts)
+            self.client.resume([name])
+        except SlurmFTError as exc:
+            log.warning("restore %s failed: %s", name, exc)
+            return "failed"
+        log.warning("restored %s into %s: %s (incident %s)", name, step.partition, step.reason, step.incident_id)
+        if self.on_step:
+            self.on_step(step, "ok", step.reason, self.clock())
+        return "ok"
+
+    def _requeue(self, step: Step, inc: Incident):
+        job = self.client.job(inc.job_id)
+        if job.state != "RUNNING" or job.restart_count > inc.restart_count:
+            return "skipped", f"already requeued ({job.state}, restart {job.restart_count})"
+        self.client.requeue(inc.job_id, hold=step.hold)
+        return "ok", ("held: " if step.hold else "") + step.reason
+
+    def _quarantine(self, step: Step, inc: Incident):
+        failed = set(inc.nodes)
+        moved: List[str] = []
+        drained, refused, refused_nodes = [], [], set()
+        with self.membership.locked():   # the breaker's answer and the partition write under the fleet lock
+            # Ask the fleet-wide breaker before the node leaves the partition: a refused one stays put.
+            for node in self.client.nodes(list(inc.nodes)):
+                if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
+                    seen = next((f.split(": ", 1)[1] for f in inc.faults if f.startswith(node.name + ": ")),
+                                node.state)
+                    reason = f"{vocab.UNRESPONSIVE_QUARANTINE}{seen} during job {inc.job_id}"
+                    ok, why = self._may_drain(node.name, reason)
+                    if ok:
+                        self.client.drain([node.name], reason)
+                        drained.append(node.name)
+                    else:
+                        refused.append(f"{node.name} not drained: {why}")
+                        refused_nodes.add(node.name)
+            failed -= refused_nodes
+            parts = self.membership.partitions()     # a fresh read, a delta on it: the sweep's edits stay
+            moved = [p for p in parts if self.policy.is_job_partition(p) and failed & set(parts[p].nodes)]
+            if moved:
+                self.membership.change({p: Delta(remove=tuple(sorted(failed))) for p in moved}, parts)
+        if not moved and not drained and not refused:
+            return "skipped", "already out of the job partitions"
+        # a node the breaker refused stays in its partition: the step is not done (retried, not looped on)
+        return ("failed" if refused_nodes else "ok"), "; ".join(
+            [f"{compress(sorted(failed)) if failed else '-'} out of {','.join(moved) or '-'}"]
+            + ([f"drained {compress(drained)}"] if drained else []) + refused)
+
+    def _swap(self, step: Step, inc: Incident):
+        pool_name = self.policy.spare_partition
+        with self.membership.locked():   # the checks and the move on one read, no writer in between
+            fresh = self.membership.partitions()
+            target, pool = fresh.get(inc.partition), fresh.get(pool_name)
+            if target is None or pool is None:
+                return "failed", f"partition {inc.partition if target is None else pool_name} not found"
+            # a spare the sweep took out of the pool meanwhile (failed re-check, reserved, quarantined)
+            gone = [s for s in step.spares if s not in target.nodes and s not in pool.nodes]
+            bad = list(gone)
+            for node in self.client.nodes(list(step.spares)) if step.spares else []:
+                if node.name not in target.nodes and not node.available and node.name not in bad:
+                    bad.append(node.name)
+            if bad:
+                keep = [s for s in step.spares if s not in bad]
+                jn.update_incident(self.conn, inc.id, spares=keep)
+                return "failed", f"spare(s) {compress(sorted(bad))} no longer healthy in {pool_name}; choosing again"
+            # Into the job partition first, out of the pool second (Delta order): a crash in between
+            # leaves the spare in both (never in neither), and the redo finishes the move.
+            if step.spares:
+                self.membership.change({inc.partition: Delta(add=tuple(step.spares)),
+                                        pool_name: Delta(remove=tuple(step.spares))}, fresh)
+        if step.num_nodes:
+            jn.update_incident(self.conn, inc.id, status="open", note=f"shrunk to {step.num_nodes} nodes: pool short")
+        what = f"{compress(step.spares)} {pool_name} -> {inc.partition}" if step.spares else "no spare"
+        if inc.status == "waiting":
+            jn.update_incident(self.conn, inc.id, status="open")
+        return "ok", what + (f"; job shrinks to {step.num_nodes} nodes" if step.num_nodes else "")
+
+    def _exclude(self, step: Step, inc: Incident):
+        job = self.client.job(inc.job_id)
+        # a spare taken now may be a node an earlier incident excluded, since repaired and validated
+        excl = sorted((set(job.excluded_nodes) | set(inc.nodes)) - set(inc.spares))
+        fields: Dict[str, str] = {}
+        if set(excl) != set(job.excluded_nodes):
+            fields["ExcNodeList"] = compress(excl) if excl else ""
+        if step.num_nodes and job.num_nodes != step.num_nodes:
+            fields["NumNodes"] = str(step.num_nodes)
+        if not fields:
+            return "skipped", "already excluded"
+        self.client.update_job(inc.job_id, **fields)
+        return "ok", " ".join(f"{k}={v}" for k, v in fields.items())
+
+    def _start(self, step: Step, inc: Incident):
+        job = self.client.job(inc.job_id)
+        if job.state not in PENDING_STATES:
+            return "skipped", f"job is {job.state}"
+        self._next_second_after_kill(inc)
+        if job.held or step.hold:
+            self.client.release(inc.job_id)
+            # a released requeued job still has the requeue's begin time (+121 s): clear it too
+            self.client.update_job(inc.job_id, StartTime="now")
+            return "ok", "released, StartTime=now"
+        self.client.update_job(inc.job_id, StartTime="now")
+        return "ok", "StartTime=now"
+
+    def _next_second_after_kill(self, inc: Incident) -> None:
+        """Slurm 22.05 revokes a killed job's credentials to the second: a relaunch on the same nodes
+        whose credential is from the second of the kill is refused ("already killed, do not launch
+        batch job") and the job FAILS. The job is PENDING now, so the kill is done: start it in the
+        next second at the earliest (costs half a second on average, only right after our requeue)."""
+        requeue = inc.step("requeue")
+        now = self.clock()
+        if requeue is None or requeue.outcome != "ok" or now - (requeue.done_at or now) > 3.0:
+            return
+        killed_by = self._seen_at or now      # the snapshot that showed the job PENDING: the kill came before
+        wait = int(killed_by) + 1.02 - now
+        if wait > 0:
+            self.sleep(wait)
+
+    def _confirm(self, step: Step, inc: Incident):
+        job = self.client.job(inc.job_id)
+        if job.state != "RUNNING":
+            return "failed", f"job is {job.state} ({job.reason})"
+        now = self.clock()
+        jn.close_incident(self.conn, inc.id, "recovered", now,
+                          inc.note if inc.note.startswith("shrunk") else "")
+        return "ok", f"running on {compress(job.nodes)}"
+
+    def _released(self, step: Step, inc: Incident):
+        """Close a hot-spare incident: the job runs on and no longer holds the failed nodes."""
+        job = self.client.job(inc.job_id)
+        if job.state != "RUNNING":
+            return "failed", f"job is {job.state} ({job.reason})"
+        jn.close_incident(self.conn, inc.id, "recovered", self.clock(), inc.note)
+        kept = [n for n in inc.nodes if n in job.nodes]
+        return "ok", (f"running on {compress(job.nodes)}; "
+                      + (f"{compress(kept)} still in the job, unused" if kept else f"released {compress(inc.nodes)}"))
+
+    def _hold(self, step: Step, inc: Incident):
+        """Keep the job from starting: requeue it held if it still runs, hold it if Slurm requeued it."""
+        job = self.client.job(inc.job_id)
+        if job.state == "RUNNING" and job.restart_count <= inc.restart_count:
+            self.client.requeue(inc.job_id, hold=True)
+        elif job.state == "PENDING" and not job.held:
+            self.client.update_job(inc.job_id, Priority=0)      # = scontrol hold
+        jn.update_incident(self.conn, inc.id, status="waiting")
+        self._admin_comment(inc.job_id, f"{vocab.OWNER} held: {step.reason}")
+        return "ok", step.reason
+
+    def _wait(self, step: Step, inc: Incident):
+        jn.update_incident(self.conn, inc.id, status="waiting", note=step.reason)
+        self._admin_comment(inc.job_id, f"{vocab.OWNER} {step.reason}")
+        log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
+        return "ok", step.reason
+
+    def _give_up(self, step: Step, inc: Incident):
+        self._admin_comment(inc.job_id, f"{vocab.OWNER} held, not restarted again: {step.reason}")
+        jn.close_incident(self.conn, inc.id, "gave_up", self.clock(), step.reason)
+        log.error("incident %s job %s: gave up: %s", inc.id, inc.job_id, step.reason)
+        return "ok", step.reason
+
+    def _abandon(self, step: Step, inc: Incident):
+        jn.close_incident(self.conn, inc.id, "abandoned", self.clock(), step.reason)
+        return "ok", step.reason
+
+    def _note(self, step: Step, inc: Incident):
+        jn.update_incident(self.conn, inc.id, note=step.reason)
+        log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
+        return "ok", step.reason
+
+    def _admin_comment(self, job_id: int, text: str) -> None:
+        """Tell the job's owner why it waits (scontrol show job: AdminComment); best effort. Where the
+        tag lives in AdminComment the note goes after it: the tag is what keeps the job followed."""
+        try:
+            text = text[:200]
+            if self.trusted_field() == "admin_comment":
+                text = with_note(self.client.job(job_id).admin_comment, text)
+            self.client.update_job(job_id, AdminComment=text)
+        except (CommandError, JobNotFound) as exc:
+            log.warning("job %s: cannot set AdminComment: %s", job_id, exc)
+
+    def _journaled(self, kind: str, when: str) -> None:
+        if self.on_journal:
+            self.on_journal(kind, when)
+
+
+def _as_ready(acts: List[Step], dirs: Dict[int, str], finished, sleep, tick: float = 0.02):
+    """acts in their order, except that an `open` whose scan is still running goes after the others."""
+    waiting = []
+    for s in acts:
+        if id(s) in dirs and not finished(dirs[id(s)]):
+            waiting.append(s)
+        else:
+            yield s
+    while waiting:
+        ready = [s for s in waiting if finished(dirs[id(s)])]
+        for s in ready:
+            waiting.remove(s)
+            yield s
+        if waiting and not ready:
+            sleep(tick)
+
+
+def _one(items):
+    return items[0] if items else None
+
+
+def controller_lock(state_dir: str) -> FileLock:
+    """One controller per state dir: an flock the kernel drops when the process dies (SIGKILL included)."""
+    return FileLock(Path(state_dir) / "controller.lock", "controller")

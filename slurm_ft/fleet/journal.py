@@ -1,0 +1,269 @@
+"""The controller's journal: SQLite (stdlib), one file under the state dir, root-only.
+
+Every recovery step is written twice: its intent before the controller acts, its result after. A
+controller killed at any point reads the journal back on restart and the pure plan carries each open
+incident on from where it stopped; every act checks Slurm before it writes, so redoing an intent whose
+result is missing is harmless.
+
+Other parts of slurm-ft keep their own tables in the same file: call
+`ensure_schema(conn, "lifecycle", [sql_v1, sql_v2, ...])` after `connect(path)`; each component's
+migrations are applied once, in order, and its version is kept in the `schema` table.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from slurm_ft.errors import ConfigError
+from slurm_ft.fsutil import refuse_unsafe
+from slurm_ft.fleet.records import Incident, Placement, StepRecord
+from slurm_ft.slurm.types import Job
+
+FILE_NAME = "journal.db"
+COMPONENT = "recovery"
+
+# Append only: each entry is one schema version of the recovery tables.
+MIGRATIONS: List[str] = [
+    """
+    CREATE TABLE incidents (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id        INTEGER NOT NULL,
+        status        TEXT    NOT NULL,           -- open, waiting, recovered, gave_up, abandoned
+        nodes         TEXT    NOT NULL,           -- JSON list of failed nodes
+        faults        TEXT    NOT NULL DEFAULT '[]',
+        partition     TEXT    NOT NULL DEFAULT '',
+        spares        TEXT    NOT NULL DEFAULT '[]',
+        restart_count INTEGER NOT NULL DEFAULT 0,
+        job_nodes     INTEGER NOT NULL DEFAULT 0,
+        shrink_to     INTEGER,
+        ckpt_step     INTEGER,
+        opened_at     REAL    NOT NULL,
+        fault_at      REAL,
+        closed_at     REAL,
+        note          TEXT    NOT NULL DEFAULT ''
+    );
+    -- never two recoveries of one job at once
+    CREATE UNIQUE INDEX incidents_one_open_per_job ON incidents(job_id) WHERE closed_at IS NULL;
+    CREATE INDEX incidents_job ON incidents(job_id);
+    CREATE TABLE steps (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        incident_id INTEGER NOT NULL REFERENCES incidents(id),
+        name        TEXT    NOT NULL,
+        intent_at   REAL    NOT NULL,
+        done_at     REAL,
+        outcome     TEXT    NOT NULL DEFAULT '',  -- '' = intent only, else ok, skipped or failed
+        detail      TEXT    NOT NULL DEFAULT ''
+    );
+    CREATE INDEX steps_incident ON steps(incident_id);
+    """,
+    """
+    -- where each fault-tolerant job ran, per run (restart count), as the controller saw it RUNNING:
+    -- a job that Slurm itself moved (expedited requeue, >= 25.11) still names the node that failed
+    CREATE TABLE placements (
+        job_id        INTEGER NOT NULL,
+        restart_count INTEGER NOT NULL,
+        nodes         TEXT    NOT NULL,           -- JSON list
+        seen_at       REAL    NOT NULL,           -- when the controller first saw this run
+        PRIMARY KEY (job_id, restart_count)
+    );
+    """,
+]
+
+
+def path_in(state_dir: str | os.PathLike) -> Path:
+    return Path(state_dir) / FILE_NAME
+
+
+def connect(path: str | os.PathLike) -> sqlite3.Connection:
+    """Open (creating 0700 dir / 0600 file) the journal, in WAL mode, with the recovery schema applied."""
+    p = Path(path)
+    if not p.parent.exists():
+        p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    refuse_unsafe(p.parent, "state directory")
+    if not p.exists():
+        os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o600))
+    refuse_unsafe(p, "journal")
+    try:
+        conn = sqlite3.connect(str(p), timeout=10.0, isolation_level=None)  # autocommit; explicit BEGIN
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")   # WAL + NORMAL: durable across a process kill
+        conn.execute("PRAGMA foreign_keys=ON")
+        ensure_schema(conn, COMPONENT, MIGRATIONS)
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"{p}: not a usable slurm-ft journal: {exc}") from None
+    return conn
+
+
+def ensure_schema(conn: sqlite3.Connection, component: str, migrations: Sequence[str]) -> int:
+    """Apply the component's migrations it has not seen yet; return its schema version."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+    row = conn.execute("SELECT version FROM schema WHERE component = ?", (component,)).fetchone()
+    have = row[0] if row else 0
+    if have > len(migrations):
+        raise ConfigError(f"journal schema for {component} is version {have}, newer than this slurm-ft "
+                          f"({len(migrations)}): upgrade slurm-ft")
+    for version in range(have + 1, len(migrations) + 1):
+        with transaction(conn):
+            for statement in _statements(migrations[version - 1]):
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema(component, version) VALUES (?, ?) "
+                         "ON CONFLICT(component) DO UPDATE SET version = excluded.version", (component, version))
+    return max(have, len(migrations))
+
+
+def schema_version(conn: sqlite3.Connection, component: str = COMPONENT) -> int:
+    row = conn.execute("SELECT version FROM schema WHERE component = ?", (component,)).fetchone()
+    return row[0] if row else 0
+
+
+class transaction:
+    """`with transaction(conn):` BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error)."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb):
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        return False
+
+
+def _statements(sql: str) -> Iterable[str]:
+    # Our migrations hold no semicolons inside literals, so a plain split is enough.
+    for part in sql.split(";"):
+        lines = [ln for ln in part.splitlines() if ln.strip() and not ln.strip().startswith("--")]
+        if lines:
+            yield "\n".join(lines)
+
+
+# --- incidents --------------------------------------------------------------------------------------
+
+def open_incident(conn: sqlite3.Connection, *, job_id: int, nodes: Sequence[str], faults: Sequence[str],
+                  partition: str, restart_count: int, job_nodes: int, ckpt_step: Optional[int],
+                  fault_at: Optional[float], now: float, detail: str = "") -> int:
+    """Insert the incident and its `open` step in one transaction; a second open one for the job is refused."""
+    try:
+        with transaction(conn):
+            cur = conn.execute(
+                "INSERT INTO incidents(job_id, status, nodes, faults, partition, restart_count, job_nodes,"
+                " ckpt_step, opened_at, fault_at) VALUES (?, 'open', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job_id, json.dumps(list(nodes)), json.dumps(list(faults)), partition, restart_count,
+                 job_nodes, ckpt_step, now, fault_at))
+            incident_id = cur.lastrowid
+            conn.execute("INSERT INTO steps(incident_id, name, intent_at, done_at, outcome, detail)"
+                         " VALUES (?, 'open', ?, ?, 'ok', ?)", (incident_id, now, now, detail))
+    except sqlite3.IntegrityError:
+        raise AlreadyOpen(f"job {job_id} already has an open incident") from None
+    return int(incident_id)
+
+
+class AlreadyOpen(Exception):
+    pass
+
+
+def record_intent(conn: sqlite3.Connection, incident_id: int, name: str, now: float, detail: str = "") -> int:
+    cur = conn.execute("INSERT INTO steps(incident_id, name, intent_at, detail) VALUES (?, ?, ?, ?)",
+                       (incident_id, name, now, detail))
+    return int(cur.lastrowid)
+
+
+def record_result(conn: sqlite3.Connection, step_id: int, outcome: str, now: float, detail: str = "") -> None:
+    if outcome not in ("ok", "skipped", "failed"):
+        raise ValueError(f"bad outcome {outcome!r}")
+    conn.execute("UPDATE steps SET done_at = ?, outcome = ?, detail = CASE WHEN ? = '' THEN detail ELSE ? END"
+                 " WHERE id = ?", (now, outcome, detail, detail, step_id))
+
+
+_FIELDS = {"status", "spares", "shrink_to", "note"}
+
+
+def update_incident(conn: sqlite3.Connection, incident_id: int, **fields) -> None:
+    bad = set(fields) - _FIELDS
+    if bad:
+        raise ValueError(f"cannot update {sorted(bad)}")
+    if "spares" in fields:
+        fields["spares"] = json.dumps(list(fields["spares"]))
+    sets = ", ".join(f"{k} = ?" for k in fields)
+    conn.execute(f"UPDATE incidents SET {sets} WHERE id = ?", (*fields.values(), incident_id))
+
+
+def close_incident(conn: sqlite3.Connection, incident_id: int, status: str, now: float, note: str = "") -> None:
+    conn.execute("UPDATE incidents SET status = ?, closed_at = ?, note = CASE WHEN ? = '' THEN note ELSE ? END"
+                 " WHERE id = ? AND closed_at IS NULL", (status, now, note, note, incident_id))
+
+
+def incidents(conn: sqlite3.Connection, *, open_only: bool = False, job_id: Optional[int] = None,
+              since: Optional[float] = None, limit: Optional[int] = None) -> List[Incident]:
+    """Incidents with their steps, oldest first (the last `limit` when limited)."""
+    where, args = [], []
+    if open_only:
+        where.append("closed_at IS NULL")
+    if job_id is not None:
+        where.append("job_id = ?")
+        args.append(job_id)
+    if since is not None:
+        where.append("(closed_at IS NULL OR opened_at >= ?)")
+        args.append(since)
+    sql = "SELECT * FROM incidents" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC"
+    if limit:
+        sql += f" LIMIT {int(limit)}"
+    rows = list(reversed(conn.execute(sql, args).fetchall()))
+    if not rows:
+        return []
+    ids = [r["id"] for r in rows]
+    steps: dict = {i: [] for i in ids}
+    marks = ",".join("?" * len(ids))
+    for s in conn.execute(f"SELECT * FROM steps WHERE incident_id IN ({marks}) ORDER BY id", ids):
+        steps[s["incident_id"]].append(StepRecord(s["name"], s["intent_at"], s["done_at"], s["outcome"], s["detail"]))
+    return [_incident(r, steps[r["id"]]) for r in rows]
+
+
+def state(conn: sqlite3.Connection, now: float, history_s: float = 30 * 86400.0) -> List[Incident]:
+    """What the plan needs: every open incident and those of the last `history_s` (max-restarts, spare ranking)."""
+    return incidents(conn, since=now - history_s)
+
+
+# --- placements -------------------------------------------------------------------------------------
+
+def placements(conn: sqlite3.Connection) -> Dict[int, Dict[int, Placement]]:
+    """job id -> restart count -> where that run of the job was seen running."""
+    out: Dict[int, Dict[int, Placement]] = {}
+    for r in conn.execute("SELECT * FROM placements"):
+        out.setdefault(r["job_id"], {})[r["restart_count"]] = Placement(
+            r["job_id"], r["restart_count"], tuple(json.loads(r["nodes"])), r["seen_at"])
+    return out
+
+
+def record_placements(conn: sqlite3.Connection, queued: Iterable[Job], known: Dict[int, Dict[int, Placement]],
+                      now: float) -> None:
+    """Remember each run of a job seen RUNNING for the first time; forget runs older than the one before
+    the current, and jobs no longer in the queue. `queued`: the FT jobs in the queue, `known`: the rows."""
+    jobs = {j.job_id: j for j in queued}
+    new = [j for j in jobs.values()
+           if j.state == "RUNNING" and j.nodes and j.restart_count not in known.get(j.job_id, {})]
+    old = [(jid, rc) for jid, runs in known.items() for rc in runs
+           if jid not in jobs or rc < jobs[jid].restart_count - 1]
+    if not new and not old:
+        return
+    with transaction(conn):
+        for j in new:
+            conn.execute("INSERT OR IGNORE INTO placements(job_id, restart_count, nodes, seen_at) VALUES (?, ?, ?, ?)",
+                         (j.job_id, j.restart_count, json.dumps(list(j.nodes)), now))
+        for jid, rc in old:
+            conn.execute("DELETE FROM placements WHERE job_id = ? AND restart_count = ?", (jid, rc))
+
+
+def _incident(r: sqlite3.Row, steps: List[StepRecord]) -> Incident:
+    return Incident(
+        id=r["id"], job_id=r["job_id"], status=r["status"], nodes=tuple(json.loads(r["nodes"])),
+        faults=tuple(json.loads(r["faults"])), partition=r["partition"], spares=tuple(json.loads(r["spares"])),
+        restart_count=r["restart_count"], job_nodes=r["job_nodes"], shrink_to=r["shrink_to"],
+        ckpt_step=r["ckpt_step"], opened_at=r["opened_at"], fault_at=r["fault_at"], closed_at=r["closed_at"],
+        note=r["note"], steps=tuple(steps))

@@ -1,0 +1,484 @@
+"""The controller's decisions, pure: one snapshot + the journal's incidents -> the steps to run now.
+
+No subprocess, no clock: `now` comes in as an argument, so every rule here is a unit test away.
+
+For a fault-tolerant job with a failed node, an incident runs these steps, each idempotent:
+
+  open        the incident is journaled (job, failed nodes, their reasons, restart count)
+  quarantine  the failed nodes leave the job partitions and stay drained with their reason
+  swap        the best healthy spares move from the pool into the job's partition
+  requeue     `scontrol requeue` at once (held when it must wait for a spare, or gives up)
+  exclude     ExcNodeList += failed nodes (NumNodes lowered when an elastic job shrinks)
+  start       StartTime=now once Slurm shows PENDING/BeginTime (or release when held)
+  confirm     the job runs again on healthy nodes: the incident closes as recovered
+
+The plan never looks at what a step *did*: it reads Slurm's state from the snapshot, so a step whose
+result never reached the journal (a killed controller) is simply planned again, and its act finds
+the work done. `poll` means "wait a moment and read again"; `wait` parks an incident until a spare
+turns up; `give_up` stops a job that keeps failing without progress; `abandon` closes an incident
+whose job ended.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+from slurm_ft.fleet.records import Incident, Placement, Step
+
+from slurm_ft.slurm.types import Job, Node
+from slurm_ft.job.ckptscan import HOLD_PREFIX
+from slurm_ft.job.hotplan import FINAL_EXITS
+from slurm_ft.job.nodefault import node_fault
+from slurm_ft.fleet import outage as out
+from slurm_ft.fleet.snapshot import Snapshot
+from slurm_ft import vocab
+from slurm_ft.vocab import ENDED_JOB_STATES, slurm_time
+
+# Reasons as Slurm 22.05 prints them (`launch_failed_requeued_held`); compared without case and `_`.
+HELD_REASONS = ("launch failed requeued held", "JobHeldAdmin", "JobHeldUser", "job requeued in held state")
+# Slurm requeued the job itself: the fault happened while it ran, so it is ours to finish.
+# (Not `job_requeued_in_held_state`: that is our own or an admin's `requeuehold`, which we leave alone.)
+SLURM_REQUEUED_REASONS = ("launch failed requeued held", "BeginTime", "NodeDown")
+# A user's or an admin's hold (`scontrol hold`, `requeuehold`): never Slurm's requeue after a fault.
+PEOPLE_HOLDS = ("JobHeldUser", "JobHeldAdmin", "job requeued in held state")
+# Pending, waiting to start again. From Slurm 25.11 a job requeued HELD stays REQUEUE_HOLD until released
+# (an expedited requeue after a non-zero exit with clean epilogs: the controller releases it like any hold).
+PENDING_STATES = ("PENDING", "REQUEUE_HOLD")
+
+
+def reason_in(reason: str, names: Iterable[str]) -> bool:
+    norm = reason.replace("_", " ").lower()
+    return any(norm.startswith(n.replace("_", " ").lower()) for n in names)
+
+
+@dataclass(frozen=True)
+class Policy:
+    spare_partition: str = "spares"
+    job_partitions: Tuple[str, ...] = ()          # () = every partition but the pool
+    fail_prefix: str = vocab.OWNER
+    slurm_fault_reasons: Tuple[str, ...] = vocab.SLURM_FAULT_REASONS
+    running_timeout_s: float = 120.0
+    # More than this share of all nodes DOWN/NOT_RESPONDING at once is Slurm's outage (slurmctld just
+    # restarted, the network), not failing GPUs: no new recoveries until it passes.
+    outage_share: float = 0.5
+    # An outage is not a fault (outage.py): NOT_RESPONDING is a fault after a grace; a wave (this many
+    # nodes stopping within the window) holds its members back and alerts; wrong quarantines come back.
+    unresponsive_grace_s: float = 60.0
+    wave_nodes: int = 8
+    wave_window_s: float = 120.0
+    wave_settle_s: float = 60.0
+    restore_after_s: float = 30.0
+
+    @classmethod
+    def from_config(cls, cc) -> "Policy":
+        return cls(spare_partition=cc.spare_partition, job_partitions=tuple(cc.job_partitions),
+                   slurm_fault_reasons=tuple(cc.slurm_fault_reasons), running_timeout_s=cc.running_timeout_s,
+                   unresponsive_grace_s=cc.unresponsive_grace_s, wave_nodes=cc.wave_nodes,
+                   wave_window_s=cc.wave_window_s, wave_settle_s=cc.wave_settle_s,
+                   restore_after_s=cc.restore_after_s)
+
+    def is_job_partition(self, name: str) -> bool:
+        if name == self.spare_partition:
+            return False
+        return not self.job_partitions or name in self.job_partitions
+
+
+# --- what counts as a failed node ------------------------------------------------------------------
+
+def failure(node: Optional[Node], policy: Policy) -> Optional[str]:
+    """Why the node counts as failed, or None (nodefault.node_fault under this policy's reasons)."""
+    return node_fault(node, policy.fail_prefix, policy.slurm_fault_reasons)
+
+
+def spare_pool(snap: Snapshot, policy: Policy, taken: Set[str], faults: Dict[str, int]) -> List[str]:
+    """Healthy idle spares, best first: fewest past faults, then name (a lemon is the last to be used)."""
+    part = snap.partitions.get(policy.spare_partition)
+    if part is None:
+        return []
+    good = []
+    for name in part.nodes:
+        node = snap.nodes.get(name)
+        if name in taken or node is None or not node.available or node.state != "IDLE":
+            continue
+        if "RESERVED" in node.flags or "COMPLETING" in node.flags:
+            continue
+        good.append(name)
+    return sorted(good, key=lambda n: (faults.get(n, 0), n))
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
+    """The steps to run now: open incidents carried on first (they own their spares), then new ones."""
+    steps: List[Step] = []
+    open_ = [i for i in incidents if i.open]
+    faults: Dict[str, int] = {}
+    for inc in incidents:
+        for n in inc.nodes:
+            faults[n] = faults.get(n, 0) + 1
+    taken: Set[str] = {s for i in open_ for s in i.spares}
+    pool = spare_pool(snap, policy, taken, faults)
+    for inc in sorted(open_, key=lambda i: i.id):
+        steps.extend(_advance(inc, snap, incidents, policy, now, pool))
+    wave = out.wave(snap.seen, now, nodes=policy.wave_nodes, window_s=policy.wave_window_s,
+                    settle_s=policy.wave_settle_s)
+    if wave:
+        steps.append(Step("alert", 0, nodes=wave.still_out, reason=wave.describe(now)))
+    hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=wave)
+    if not snap.breaker_open and not outage(snap, policy):
+        busy = {i.job_id for i in open_}
+        claimed = {n for i in open_ for n in i.nodes}
+        counted = set(snap.out_counted)
+        for job in sorted(snap.jobs.values(), key=lambda j: j.job_id):
+            if job.job_id in busy or job.job_id not in snap.specs:
+                continue
+            step = _detect(job, snap, incidents, policy, claimed | hold, now)
+            if step:
+                # a node a check drained is out already (that drain counted): only the rest cost
+                why = out.breaker_room(counted, [n for n in step.nodes if not snap.nodes[n].drained],
+                                       snap.out_limit)
+                if why:
+                    steps.append(Step("alert", job.job_id, nodes=step.nodes, reason=f"job {job.job_id}: {why}"))
+                    continue
+                steps.append(step)
+                claimed.update(step.nodes)
+                counted.update(step.nodes)
+    steps.extend(_restores(snap, incidents, policy, now))
+    return steps
+
+
+def _restores(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
+    """Nodes a closed incident quarantined for not answering, answering again: back where they were."""
+    steps = []
+    in_use = {n for p in snap.partitions.values() for n in p.nodes
+              if p.name == policy.spare_partition or policy.is_job_partition(p.name)}
+    for name, inc in sorted(out.latest_incident_of(incidents).items()):
+        if inc.open or name in in_use:
+            continue
+        if out.restorable(snap.nodes.get(name), snap.seen.get(name), snap.watching_since, now,
+                          policy.restore_after_s):
+            steps.append(Step("restore", inc.job_id, incident_id=inc.id, nodes=(name,),
+                              partition=out.restore_target(inc, policy.spare_partition),
+                              reason=f"{name} answers again: quarantined for not answering, not for a fault"))
+    return steps
+
+
+def outage(snap: Snapshot, policy: Policy) -> bool:
+    """Most of the cluster unresponsive at once: a Slurm-side outage; swapping spares would not help."""
+    if not snap.nodes:
+        return False
+    unresponsive = sum(1 for n in snap.nodes.values() if n.down)
+    return unresponsive > policy.outage_share * len(snap.nodes)
+
+
+def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Policy,
+            claimed: Set[str], now: float) -> Optional[Step]:
+    """An `open` step when this FT job has a failed node that no incident has handled yet."""
+    part = _job_partition(job, snap, policy)
+    if part is None:
+        return None
+    prev = _previous_run(job, snap, policy, now)
+    hit_run = None              # the run the fault hit, when Slurm has already started the job again
+    if job.state == "RUNNING":
+        failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
+        # The same fault seen again through a stale read: an incident already requeued this run.
+        handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
+                   for n in i.nodes}
+        failed = [n for n in failed if n not in handled]
+        if not failed and prev is not None:
+            # Slurm moved the job itself (>= 25.11: an expedited requeue on node failure starts it again
+            # at once on idle nodes): the node it left is still a fault to quarantine and replace.
+            failed = _left_behind(prev, job, snap, incidents, policy)
+            hit_run = prev.restart_count if failed else None
+    elif job.state in ("PENDING", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD") and (
+            _slurm_requeued(job) or (prev is not None and not reason_in(job.reason, PEOPLE_HOLDS)
+                                     and _left_behind(prev, job, snap, incidents, policy))):
+        mine = _of_job(incidents, job.job_id, job)
+        if mine and mine[-1].status == "gave_up":
+            return None             # held by us after max-restarts: an admin releases it
+        if job.exit_code.split(":")[0] in {str(x) for x in FINAL_EXITS}:
+            return None             # "do not restart me", or the restart limit used up (its last exit status)
+        # Slurm requeued it (launch failed, node failure): the failed nodes are those still in its
+        # partition, drained or down, that no job is using; a held job will wait for us.
+        cands = job.nodes or snap.partitions[part].nodes
+        failed = [n for n in cands if n not in job.excluded_nodes and failure(snap.nodes.get(n), policy)
+                  and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
+    else:
+        return None
+    failed = [n for n in failed if n not in claimed]
+    if not failed:
+        return None
+    reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed)
+    return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason="; ".join(reasons),
+                restart_count=hit_run)
+
+
+def _previous_run(job: Job, snap: Snapshot, policy: Policy, now: float) -> Optional[Placement]:
+    """Where the job ran before its current run, while that restart is recent: a pending job's last
+    run, or a running job's run before this one when this one is new (not yet recorded, or first seen
+    within running_timeout_s). None when the controller never saw an earlier run."""
+    runs = snap.placements.get(job.job_id, {})
+    older = [rc for rc in runs if rc < job.restart_count]
+    if not older:
+        return None
+    current = runs.get(job.restart_count)
+    if job.state == "RUNNING" and current is not None and now - current.seen_at > policy.running_timeout_s:
+        return None
+    return runs[max(older)]
+
+
+def _left_behind(prev: Placement, job: Job, snap: Snapshot, incidents: Sequence[Incident],
+                 policy: Policy) -> List[str]:
+    """Failed nodes of the job's previous run that it no longer holds and no incident of that run took."""
+    handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count >= prev.restart_count
+               for n in i.nodes}
+    return [n for n in prev.nodes if n not in job.nodes and n not in handled
+            and failure(snap.nodes.get(n), policy)]
+
+
+# The supervisor gives a quarantined node back as it relaunches the step (hotplan); past this, Slurm
+# refused the shrink and the node stays in the job, unused, until the job ends or is requeued.
+HOT_RELEASE_WAIT_S = 30.0
+HOT_NOTE = "hot-spare: "      # an incident the job's supervisor handles in its own allocation
+
+
+def in_supervisor_hands(job: Job, spec, failed: Sequence[str]) -> bool:
+    """A hot-spare job's fault is its supervisor's (it relaunches the step on its own spares) while the
+    batch host is healthy and the job still holds train_nodes healthy nodes. Otherwise (spares used up,
+    the batch host failed) it takes the requeue path like any other job."""
+    if spec is None or not spec.hot_spares or not spec.train_nodes:
+        return False
+    if job.batch_host in failed:
+        return False
+    return len(job.nodes) - len(failed) >= spec.train_nodes
+
+
+def failed_in_run(job: Job, nodes: Mapping[str, Node], incidents: Sequence[Incident], policy: Policy) -> List[str]:
+    """The job's nodes failed in this run of it: failed now, or named by an incident of this run. A health
+    check may resume its drain once the fault no longer shows (an Xid older than its look-back); the
+    node stays failed here, as it does for the job's supervisor (which then falls back to the requeue)."""
+    earlier = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count for n in i.nodes}
+    return [n for n in job.nodes if n in earlier or failure(nodes.get(n), policy)]
+
+
+def refill_size(spec) -> Optional[int]:
+    """The node count a requeued hot-spare job asks for again: N + K (its shrinks lowered NumNodes)."""
+    if spec is None or not spec.hot_spares or not spec.train_nodes:
+        return None
+    return spec.train_nodes + spec.hot_spares
+
+
+def _slurm_requeued(job: Job) -> bool:
+    if job.state in ("NODE_FAIL", "REQUEUED", "REQUEUE_HOLD"):
+        return True
+    if job.restart_count == 0:
+        return False
+    # The client gives Slurm's own words (squeue's state_description, scontrol's Reason): a hold by a
+    # user or admin (JobHeldUser/JobHeldAdmin, "job requeued in held state") is not Slurm's requeue.
+    return reason_in(job.reason, SLURM_REQUEUED_REASONS)
+
+
+def _job_partition(job: Job, snap: Snapshot, policy: Policy) -> Optional[str]:
+    for name in job.partition.split(","):
+        if name in snap.partitions and policy.is_job_partition(name):
+            return name
+    return None
+
+
+def fault_time(snap: Snapshot, nodes: Iterable[str]) -> Optional[float]:
+    """The earliest drain time among the failed nodes, when Slurm gave one."""
+    times = [slurm_time(snap.nodes[n].reason_time) for n in nodes if n in snap.nodes]
+    times = [t for t in times if t is not None]
+    return min(times) if times else None
+
+
+def restarts_without_progress(inc: Incident, incidents: Sequence[Incident], job: Optional[Job] = None) -> int:
+    """Earlier recoveries of this job that found the same latest checkpoint (no step saved since)."""
+    return sum(1 for i in _of_job(incidents, inc.job_id, job)
+               if i.id < inc.id and i.status == "recovered" and i.ckpt_step == inc.ckpt_step)
+
+
+def _of_job(incidents: Sequence[Incident], job_id: int, job: Optional[Job]) -> List[Incident]:
+    """This job's incidents. Not those of an older job with the same id (ids start again with a fresh
+    slurmctld): a restart count never goes down. (SubmitTime cannot tell them apart: a requeue resets it.)"""
+    return [i for i in incidents if i.job_id == job_id and (job is None or i.restart_count <= job.restart_count)]
+
+
+def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float,
+             pool: List[str]) -> List[Step]:
+    """The next step of one open incident, read off Slurm's current state."""
+    job = snap.jobs.get(inc.job_id)
+    base = dict(job_id=inc.job_id, incident_id=inc.id, nodes=inc.nodes, partition=inc.partition)
+    ended = job is None or job.state in ENDED_JOB_STATES
+    spec = snap.specs.get(inc.job_id)
+    max_restarts = spec.max_restarts if spec else 0
+    giving_up = restarts_without_progress(inc, incidents, job) >= max_restarts
+
+    def quarantined() -> bool:
+        return not any(n in p.nodes for n in inc.nodes
+                       for p in snap.partitions.values() if policy.is_job_partition(p.name))
+
+    if ended:
+        if not quarantined():
+            return [Step("quarantine", **base, reason="job ended; the failed nodes still leave the partition")]
+        state = job.state if job else "gone"
+        return [Step("abandon", **base, reason=f"job {inc.job_id} is {state}")]
+
+    # Quarantine and swap first, while the job still runs: once it is requeued, its nodes run their
+    # epilogs and Slurm is busiest, and those partition edits would sit on the critical path.
+    if inc.note.startswith(HOT_NOTE):
+        return _advance_hot(inc, snap, incidents, policy, pool, spec, job, base, quarantined(), now)
+    if not quarantined():
+        return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
+    if inc.note.startswith(HOLD_PREFIX):
+        # its checkpoints could not be read as complete (or not in time): a restart would start from
+        # scratch over them. Held until someone looks; released by hand, it is confirmed like any other.
+        if not inc.done("hold"):
+            return [Step("hold", **base, hold=True, reason=inc.note[len(HOLD_PREFIX):])]
+        if job.state == "RUNNING" and _restarted(inc, job) and not any(n in job.nodes for n in inc.nodes):
+            return [Step("confirm", **base, reason=f"released by hand, running on {len(job.nodes)} nodes")]
+        return []
+    if giving_up:
+        if not inc.done("requeue"):
+            return [Step("requeue", **base, hold=True,
+                         reason="held, gives up: " + _give_up_reason(inc, incidents, max_restarts, job))]
+        return [Step("give_up", **base, reason=_give_up_reason(inc, incidents, max_restarts, job))]
+
+    if not _swapped(inc, snap, policy):
+        need = len(inc.nodes) - len(inc.spares)
+        chosen = list(inc.spares)
+        fresh = [s for s in pool if s not in chosen][:max(need, 0)]
+        for s in fresh:
+            pool.remove(s)
+        chosen += fresh
+        short = len(inc.nodes) - len(chosen)
+        if short <= 0:
+            return [Step("swap", **{**base, "spares": tuple(chosen)},
+                         reason=f"{len(chosen)} spare(s) from {policy.spare_partition} into {inc.partition}")]
+        if _can_shrink(inc, spec, short):
+            size = inc.job_nodes - short
+            return [Step("swap", **{**base, "spares": tuple(chosen)}, num_nodes=size,
+                         reason=f"pool short by {short}: shrink the job to {size} nodes (min_nodes "
+                                f"{spec.min_nodes})")]
+        for s in fresh:  # not enough: take none, so the pool serves whoever can run
+            pool.insert(0, s)
+        pool.sort()
+        if not inc.done("requeue"):   # the gang is dead anyway: stop it, held until a spare is free
+            return [Step("requeue", **base, hold=True, reason="held until a spare is free")]
+        if inc.status != "waiting":
+            return [Step("wait", **base, reason=f"waiting for a spare: {policy.spare_partition} has "
+                                                  f"{len(chosen)} healthy idle node(s), {len(inc.nodes)} needed")]
+        return []
+
+    # requeue: only a job still running on the fault needs it (Slurm may have requeued it already)
+    if not inc.done("requeue"):
+        return [Step("requeue", **base, reason="at once, without waiting for a collective timeout")]
+
+    if job.state == "RUNNING":
+        if _restarted(inc, job):
+            if any(n in job.nodes for n in inc.nodes):
+                return [Step("poll", **base, reason="running again, but on a failed node")]
+            return [Step("confirm", **base, reason=f"running on {len(job.nodes)} nodes")]
+        return [Step("poll", **base, reason="requeue not seen by Slurm yet")]
+    if job.state not in PENDING_STATES:
+        return [Step("poll", **base, reason=f"job is {job.state}")]
+    if not inc.done("exclude"):
+        size = inc.shrink_to or refill_size(spec)
+        return [Step("exclude", **base, num_nodes=size,
+                     reason="exclude the failed nodes" + (f", NumNodes={size}" if size else ""))]
+    if job.held or reason_in(job.reason, HELD_REASONS):
+        return [Step("start", **base, hold=True, reason=f"release ({job.reason or 'held'}) and StartTime=now")]
+    eligible = slurm_time(job.eligible_time)
+    if job.reason == "BeginTime" or (eligible is not None and eligible > now + 1.0):
+        wait = _completing(inc, snap, now, policy)
+        if wait:    # StartTime=now sent while the old run's epilogs run does not stick: say so, send it once after
+            if not inc.note.startswith("waiting for Slurm"):
+                return [Step("note", **base, reason=wait)]
+            return [Step("poll", **base, reason=wait)]
+        # Only once Slurm shows the requeue finished: StartTime=now sent earlier does not stick.
+        return [Step("start", **base, reason="StartTime=now: skip Slurm's requeue delay")]
+    started = inc.step("start")
+    waited = now - (started.done_at or started.intent_at) if started else 0.0
+    if waited > policy.running_timeout_s and "not running after" not in inc.note:
+        return [Step("note", **base, reason=f"not running after {waited:.0f} s: pending ({job.reason})")]
+    return [Step("poll", **base, reason=f"pending ({job.reason})")]
+
+
+def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, pool: List[str],
+                 spec, job: Job, base: dict, quarantined: bool, now: float) -> List[Step]:
+    """The in-allocation path: the job's supervisor relaunches its step on a hot spare and gives the
+    failed node back (shrinks the job); the controller quarantines the node, refills the partition
+    from the pool (a later requeue asks for N + K again) and closes the incident once the node has
+    left the job. The supervisor out of spares, or the job no longer running: the requeue path."""
+    failed_in_job = failed_in_run(job, snap.nodes, incidents, policy)
+    if job.state != "RUNNING" or job.restart_count > inc.restart_count or (
+            failed_in_job and not in_supervisor_hands(job, spec, failed_in_job)):
+        why = "hot spares used up" if job.state == "RUNNING" else f"job is {job.state}"
+        return [Step("note", **base, reason=f"{why}: the requeue path takes over")]
+    if not quarantined:
+        return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason "
+                                                  "(the job runs on)")]
+    if not inc.done("swap") and not _swapped(inc, snap, policy):
+        fresh = [s for s in pool if s not in inc.spares][:len(inc.nodes)]
+        if fresh:
+            for s in fresh:
+                pool.remove(s)
+            return [Step("swap", **{**base, "spares": tuple(fresh)},
+                         reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")]
+    if any(n in job.nodes for n in inc.nodes):
+        if now - inc.opened_at < HOT_RELEASE_WAIT_S:
+            return [Step("poll", **base, reason="waiting for the job's supervisor to give the failed node back")]
+        return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node "
+                                                "stays in the job unused (Slurm refused the shrink)")]
+    return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node left "
+                                            "the job")]
+
+
+def _completing(inc: Incident, snap: Snapshot, now: float, policy: Policy) -> str:
+    """What Slurm is still finishing of the old run: its nodes' epilogs (COMPLETING in the job's
+    partition), or "" when nothing (or when that has lasted past running_timeout_s: start anyway)."""
+    part = snap.partitions.get(inc.partition)
+    if part is None:
+        return ""
+    busy = [n for n in part.nodes if n in snap.nodes and "COMPLETING" in snap.nodes[n].flags]
+    if not busy:
+        return ""
+    requeue = inc.step("requeue")
+    since = (requeue.done_at or requeue.intent_at) if requeue else inc.opened_at
+    if now - since > policy.running_timeout_s:
+        return ""
+    return (f"waiting for Slurm to complete job {inc.job_id}'s old run: epilogs on {len(busy)} node(s), "
+            f"COMPLETING since the requeue {now - since:.0f} s ago")
+
+
+def _swapped(inc: Incident, snap: Snapshot, policy: Policy) -> bool:
+    """The swap is done and still holds: its spares are in the job partition and out of the pool.
+
+    Read off Slurm, not only the journal: a slurmctld restarted without -R rebuilds partitions from
+    slurm.conf, which silently undoes a swap; the plan then does it again.
+    """
+    if not inc.done("swap"):
+        return False
+    target = snap.partitions.get(inc.partition)
+    pool = snap.partitions.get(policy.spare_partition)
+    return all((target is not None and s in target.nodes) and (pool is None or s not in pool.nodes)
+               for s in inc.spares)
+
+
+def _restarted(inc: Incident, job: Job) -> bool:
+    """The job runs again after the incident's requeue: its restart count moved if we requeued it;
+    if Slurm had requeued it before us (the requeue step was skipped), running at all is enough."""
+    requeue = inc.step("requeue")
+    if requeue is not None and requeue.outcome == "ok":
+        return job.restart_count > inc.restart_count
+    return True
+
+
+def _can_shrink(inc: Incident, spec, short: int) -> bool:
+    return bool(spec and spec.min_nodes and inc.job_nodes - short >= spec.min_nodes)
+
+
+def _give_up_reason(inc: Incident, incidents: Sequence[Incident], max_restarts: int, job: Optional[Job]) -> str:
+    n = restarts_without_progress(inc, incidents, job)
+    where = f"checkpoint step {inc.ckpt_step}" if inc.ckpt_step is not None else "no checkpoint"
+    return f"{n} restart(s) without progress ({where}), max_restarts={max_restarts}"

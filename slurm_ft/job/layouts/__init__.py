@@ -1,0 +1,21 @@
+"""Checkpoint layouts, one module each, told apart by the evidence inside a candidate, never by its name.
+
+Each module answers three questions about one candidate (a directory, or a file for ``torchzip``):
+``evidence(fs, path, kids)``: does it carry my layout's own traces (a COMPLETE manifest, a DCP
+``.metadata``, ``mp_rank_*`` shards...)?  ``check(fs, path, kids, step)``: is it complete, and at which
+step (from the evidence where it says, else the name's)?  It returns ``(step, None)`` when complete, or
+``(step, reason)``. Directory-wide trackers (Megatron's, DeepSpeed's) are read by ``tracker(fs, d, kids)``.
+Order matters only where one candidate carries two layouts' evidence (a Megatron torch_dist iteration
+holds a DCP ``.metadata``): the first in ``DIR_LAYOUTS`` that claims it judges it.
+"""
+from __future__ import annotations
+
+from slurm_ft.job.layouts import dcp, deepspeed, hf, marker, megatron, torchzip
+from slurm_ft.job.layouts.names import looks_like_checkpoint, step_of
+
+__all__ = ["DIR_LAYOUTS", "FILE_LAYOUTS", "TRACKERS", "looks_like_checkpoint", "step_of"]
+
+DIR_LAYOUTS = (marker, hf, megatron, deepspeed, dcp)
+FILE_LAYOUTS = (torchzip,)
+TRACKERS = (megatron, deepspeed)
+

@@ -1,0 +1,164 @@
+"""Drain and resume a node for its health findings, through the Slurm client; never touch others' drains.
+
+* The reason is `slurm-ft: <code> gpu<N> <short cause>` (plus "(+K more)"), ASCII, at most
+  REASON_MAX characters, so that `sinfo -R` shows the fault at a glance and scripts can match the code.
+* A node drained by somebody else (an admin, another tool) keeps its reason and its drain. A node that
+  Slurm drained for a failed prolog/epilog ("Prolog error") gets our exact reason: that drain was ours.
+* A healthy run resumes a node only if its reason starts with `slurm-ft:`, the run's level covers the
+  check that found the drained fault, and no active finding from another level remains (state file).
+* `may_drain` is the one gate every new drain passes: the fleet drain-rate breaker lives behind it.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
+
+from slurm_ft.finding import Action, Finding, Severity
+from slurm_ft.node.probes import check_of
+from slurm_ft.vocab import OWNER, REASON_MAX, SLURM_FAULT_REASONS, owned
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
+
+log = logging.getLogger(__name__)
+
+
+# worst first: what the admin must do decides which finding names the drain
+_ACTION_RANK = {Action.RMA: 0, Action.REBOOT: 1, Action.RESET_GPU: 2, Action.DRAIN: 3, Action.NONE: 4}
+
+# fault code -> the check that finds it (to know whether a run could have seen it go away)
+def fails(findings: Iterable[Finding]) -> List[Finding]:
+    return [f for f in findings if f.severity is Severity.FAIL]
+
+
+def primary(findings: Sequence[Finding]) -> Optional[Finding]:
+    bad = fails(findings)
+    return min(bad, key=lambda f: (_ACTION_RANK.get(f.action, 9), f.gpu if f.gpu is not None else -1)) if bad else None
+
+
+def reason_text(findings: Sequence[Finding]) -> str:
+    """`slurm-ft: XID79 gpu3 GPU has fallen off the bus (+1 more)` for the worst fail finding."""
+    first = primary(findings)
+    if first is None:
+        return ""
+    where = f" gpu{first.gpu}" if first.gpu is not None else ""
+    more = len(fails(findings)) - 1
+    tail = f" (+{more} more)" if more else ""
+    text = f"{OWNER} {first.code}{where} {_clean(first.reason)}"
+    if len(text) + len(tail) > REASON_MAX:
+        text = text[:REASON_MAX - len(tail) - 3].rstrip() + "..."
+    return text + tail
+
+
+def _clean(text: str) -> str:
+    # one line of plain ASCII: Slurm prints reasons unquoted and some tools split on '|' or '='
+    text = text.encode("ascii", "replace").decode().replace("\n", " ").replace("|", "/").replace("=", ":")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def code_of(reason: str) -> str:
+    m = re.match(r"^\s*slurm-ft:\s*(\S+)", reason or "")
+    return m.group(1) if m else ""
+
+
+# --- the gate ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Gate:
+    allowed: bool
+    why: str
+
+
+def may_drain(node: str, reason: str, *, client: SlurmApi, config, now: float) -> Gate:
+    """May slurm-ft drain `node` now? The single decision point every new drain passes.
+
+    The fleet drain-rate breaker (`slurm_ft.node.guard`) answers from Slurm's own node states, the
+    count every node and the controller share; an unknown count refuses (our trouble drains nothing).
+    """
+    if config is None:
+        return Gate(True, "no config: no drain limit")
+    from slurm_ft.node import guard
+    d = guard.may_drain(config, node, reason, client=client, actor="check", now=now)
+    return Gate(d.allowed, d.reason)
+
+
+def _serialized(config):
+    if config is None:
+        return contextlib.nullcontext()
+    from slurm_ft.node import guard
+    return guard.serialized(config)
+
+
+def _settle(node: str, reason: str, client: SlurmApi, config) -> str:
+    """Undo our drain when drains racing on other hosts passed the breaker (see guard.settle)."""
+    if config is None:
+        return ""
+    from slurm_ft.node import guard
+    return guard.settle(config, node, reason, client=client)
+
+
+# --- apply -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Outcome:
+    action: str          # drained | reason_updated | kept | resumed | left | refused | none
+    message: str
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {"action": self.action, "message": self.message, "reason": self.reason}
+
+
+def apply(client: SlurmApi, node_name: str, findings: Sequence[Finding], *, checks: Iterable[str],
+          active: Sequence[Finding] = (), config=None, now: float = 0.0, auto_resume: bool = True,
+          hold: str = "") -> Outcome:
+    """Bring the node's Slurm state in line with this run's findings (plus still-active ones).
+
+    `hold`: why this run must not resume a drain of ours even if healthy (its sample is older than
+    the drain); the node stays drained and the message says why."""
+    node = client.node(node_name)
+    bad = fails(list(findings)) + [f for f in active if f.severity is Severity.FAIL
+                                  and (f.check, f.code, f.gpu) not in {(x.check, x.code, x.gpu) for x in findings}]
+    if bad:
+        reason = reason_text(bad)
+        if node.drained:
+            if node.reason == reason:
+                return Outcome("kept", f"{node_name} already drained: {reason}", reason)
+            # rewrite only a health-check reason of ours or Slurm's own fault reason; a lifecycle reason
+            # ("slurm-ft: QUARANTINED ...", "slurm-ft: RMA ...") stays: it decides how the node returns
+            if (owned(node.reason) and check_of(code_of(node.reason))) or node.reason.strip() in SLURM_FAULT_REASONS:
+                client.drain([node_name], reason)   # already drained: this only rewrites the reason
+                return Outcome("reason_updated", f"{node_name} reason {node.reason!r} -> {reason!r}", reason)
+            if owned(node.reason):
+                return Outcome("kept", f"{node_name} already drained by slurm-ft ({node.reason!r}); "
+                                       f"reason kept (found now: {reason})", node.reason)
+            return Outcome("left", f"{node_name} is drained by someone else ({node.reason!r}); left as is "
+                                   f"(would be: {reason})", reason)
+        with _serialized(config):
+            gate = may_drain(node_name, reason, client=client, config=config, now=now)
+            if not gate.allowed:
+                log.warning("%s", gate.why)
+                return Outcome("refused", gate.why, reason)
+            client.drain([node_name], reason)
+            undone = _settle(node_name, reason, client, config)
+        if undone:
+            return Outcome("refused", undone, reason)
+        return Outcome("drained", f"drained {node_name}: {reason} ({gate.why})", reason)
+    if node.drained and owned(node.reason):
+        check = check_of(code_of(node.reason))
+        checks = set(checks)
+        if not auto_resume:
+            return Outcome("kept", f"{node_name} healthy; auto_resume off, still drained: {node.reason}", node.reason)
+        if hold:
+            return Outcome("kept", f"{node_name} healthy in this run, but {hold}; still drained: {node.reason}",
+                           node.reason)
+        if check is None or check not in checks:
+            return Outcome("kept", f"{node_name} healthy at this level, but this level does not run the check "
+                                   f"behind {node.reason!r}; still drained", node.reason)
+        client.resume([node_name])
+        return Outcome("resumed", f"resumed {node_name}: {node.reason!r} no longer found")
+    return Outcome("none", f"{node_name} healthy" + (f"; drained by someone else ({node.reason!r}), left as is"
+                                                      if node.drained else ""))

@@ -1,0 +1,344 @@
+"""One health run: pick the checks of a level, gather under a deadline, judge, and give a verdict.
+
+The gather step runs in a worker thread with the level's deadline (`health.deadline_s`): an NVML call
+that hangs in the driver (a wedged GPU does that) cannot hold up slurmd. On the deadline the run
+reports an `error` finding "NVML call hung" and returns; the caller exits without waiting for the
+thread (the CLI uses os._exit). A probe that raises becomes an `error` finding for its check, never a
+drain. `healthy` means no `fail` finding, which is also the exit code: 0 healthy, 1 not.
+"""
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+
+from slurm_ft.config import Config, HealthConfig, NodeType
+from slurm_ft.errors import ConfigError
+from slurm_ft.node import levels
+from slurm_ft.node.probes import ProbeContext, get as get_probe, query_check
+from slurm_ft.finding import Action, Finding, Severity
+from slurm_ft.gpu.sample import NodeSample, XidEvent
+from slurm_ft import vocab
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.api import SlurmApi
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Report:
+    node: str
+    level: str
+    findings: List[Finding]
+    elapsed_s: float
+    checks: tuple = ()
+    hung: bool = False
+    node_type: str = "default"
+    drain: Optional[dict] = None            # what --drain did (drain.Outcome.to_dict())
+    sample: Optional[NodeSample] = field(default=None, repr=False)
+
+    @property
+    def healthy(self) -> bool:
+        return not any(f.severity is Severity.FAIL for f in self.findings)
+
+    @property
+    def install_error(self) -> str:
+        """slurm-ft's own install is broken (a package missing): exit 2, never a drain or a resume."""
+        return next((f.reason for f in self.findings if f.code == "INSTALL_ERROR"), "")
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.healthy else 1
+
+    def to_dict(self) -> dict:
+        d = {"node": self.node, "level": self.level, "healthy": self.healthy,
+             "elapsed_s": round(self.elapsed_s, 4), "node_type": self.node_type,
+             "findings": [f.to_dict() for f in self.findings]}
+        if self.drain is not None:
+            d["drain"] = self.drain
+        return d
+
+
+def node_type_for(node: str, hc: HealthConfig) -> "tuple[str, NodeType]":
+    """The node type whose `node_type_of` pattern (hostlist expression or glob) names this node."""
+    for pattern, name in hc.node_type_of.items():
+        if _matches(node, pattern):
+            if name not in hc.node_types:
+                raise ConfigError(f"health.node_type_of.{pattern}: unknown node type {name!r} "
+                                  f"(defined: {', '.join(sorted(hc.node_types))})")
+            return name, hc.node_types[name]
+    if "default" in hc.node_types:
+        return "default", hc.node_types["default"]
+    return "default", NodeType()
+
+
+def _matches(node: str, pattern: str) -> bool:
+    if any(c in pattern for c in "*?") or "[" not in pattern:
+        return fnmatch.fnmatchcase(node, pattern) or node == pattern
+    from slurm_ft.slurm.hostlist import expand
+    try:
+        return node in expand(pattern)
+    except Exception:  # noqa: BLE001 - a bad expression names its key
+        raise ConfigError(f"health.node_type_of: bad hostlist {pattern!r}") from None
+
+
+def judge(sample: NodeSample, checks: Sequence[str], ctx: ProbeContext) -> List[Finding]:
+    """Run each check's probe on the sample; a crash is an error finding; silence is an ok line."""
+    errors = sample.extra.get("errors", {}) or {}
+    out: List[Finding] = []
+    # checks that judge NVML readings (the kernel-log Xids stay meaningful without NVML)
+    gpu_checks = {c for c, parts in levels.NVML_PARTS.items() if parts - {"identity"}}
+    for check in checks:
+        if sample.nvml_error and check in gpu_checks and check != "inventory":
+            out.append(Finding(check, Severity.ERROR, "not checked: NVML unusable (see inventory)", "NOT_CHECKED"))
+            continue
+        if check in errors:
+            out.append(Finding(check, Severity.ERROR, errors[check], "CHECK_ERROR"))
+            continue
+        try:
+            found = list(get_probe(check)(sample, ctx))
+        except Exception as exc:  # noqa: BLE001 - a probe bug must never drain a node
+            log.debug("probe %s crashed", check, exc_info=True)
+            found = [Finding(check, Severity.ERROR, f"probe crashed: {type(exc).__name__}: {exc}", "PROBE_ERROR")]
+        found += _query_errors(sample, check)
+        out.extend(found or [Finding(check, Severity.OK, "ok")])
+    return out
+
+
+def _query_errors(sample: NodeSample, check: str) -> List[Finding]:
+    """NVML answers other than not-supported/lost (no permission, ...): the check could not see; say so."""
+    out = []
+    for g in sample.gpus:
+        for err in getattr(g, "errors", ()) or ():
+            query = err.split(":", 1)[0]
+            if query_check(query) == check:
+                out.append(Finding(check, Severity.ERROR, f"NVML query failed: {err}", "NVML_QUERY_ERROR", g.index))
+    return out
+
+
+def run_level(level: str, node: str, config: Config, *, now: Optional[float] = None,
+              reader=None, xid_since: Optional[float] = None, xid_history=None, xid_untimed: bool = True,
+              extra_xids: Sequence[XidEvent] = (), deadline_s: Optional[float] = None,
+              progress: Optional[Callable[[int, int, str], None]] = None) -> Report:
+    from slurm_ft.node.gather import gather
+
+    t0 = time.monotonic()
+    now = time.time() if now is None else now
+    hc = config.health
+    levels.validate(hc, config.path or "config")
+    checks = levels.checks_for(level, hc.levels)
+    type_name, node_type = node_type_for(node, hc)
+    deadline = deadline_s if deadline_s is not None else hc.deadline_s.get(level, 60.0)
+
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["sample"] = gather(node, checks, hc, node_type, level=level, now=now, reader=reader,
+                                   extra_xids=extra_xids, progress=progress)
+        except BaseException as exc:  # noqa: BLE001 - reported below as an error finding
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name=f"gather-{level}", daemon=True)
+    worker.start()
+    worker.join(deadline)
+    if worker.is_alive():
+        f = Finding("gather", Severity.ERROR, f"NVML call hung: no answer within {deadline:g} s "
+                                              f"(a wedged GPU or driver; see `nvidia-smi`, dmesg)", "NVML_HUNG")
+        return Report(node, level, [f], time.monotonic() - t0, checks, hung=True, node_type=type_name)
+    if "error" in box:
+        exc = box["error"]
+        log.debug("gather failed", exc_info=exc)
+        f = Finding("gather", Severity.ERROR, f"could not read the node: {type(exc).__name__}: {exc}", "GATHER_ERROR")
+        return Report(node, level, [f], time.monotonic() - t0, checks, node_type=type_name)
+    sample = box["sample"]
+    ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=level, now=now,
+                       xid_since=xid_since if xid_since is not None else now - hc.xid_lookback_s,
+                       xid_untimed=xid_untimed,
+                       ignore_processes=tuple(hc.ignore_processes), xid_history=xid_history or {})
+    findings = judge(sample, checks, ctx)
+    return Report(node, level, findings, time.monotonic() - t0, checks, node_type=type_name, sample=sample)
+
+
+def check_node(level: str, node: str, config: Config, *, drain: bool = False, client: Optional[SlurmApi] = None,
+               job_id: Optional[str] = None, record: bool = True, reader=None,
+               extra_xids: Sequence[XidEvent] = (), progress=None, now: Optional[float] = None) -> Report:
+    """A whole node check as the entry points use it: state file in, run, state file out, drain/resume.
+
+    The prolog notes the job's start (the epilog then judges only Xids logged during the job) and the
+    epilog keeps the per-GPU history of application Xids. `client` is a SlurmClient (only with drain).
+    """
+    from slurm_ft.node import state as st
+
+    now = time.time() if now is None else now
+    path = st.path_for(config.health, node)
+    before = st.load(path, node) if record else st.empty(node)
+    xid_since = now - config.health.xid_lookback_s
+    if level == "epilog":
+        job = before.get("job") or {}
+        if job_id and str(job.get("id")) == str(job_id) and job.get("start"):
+            xid_since = float(job["start"])
+    # Xids logged before somebody resumed a node slurm-ft had drained were dealt with (GPU reset, ...):
+    # they stay in the kernel log until a reboot, but must not drain the node again
+    xid_since = max(xid_since, float(before.get("xid_ack") or 0.0))
+    report = run_level(level, node, config, now=now, reader=reader, xid_since=xid_since,
+                       xid_untimed=not before.get("xid_ack"),   # an untimed line is older than a resume
+                       xid_history=st.xid_history(before), extra_xids=extra_xids, progress=progress)
+    active: List[Finding] = []
+    if report.hung:
+        _count_hang(report, config, path, node, record)
+    if record and not report.hung:
+        try:
+            with st.locked(path, node) as state:
+                if level == "prolog" and job_id:
+                    state["job"] = {"id": str(job_id), "start": now}
+                st.record(state, level, report.checks, report.findings, now,
+                          job_id=job_id if level == "epilog" else None)
+                if state.get("nvml_hangs"):
+                    state["nvml_hangs"] = 0       # NVML answered: the hangs were not in a row
+                active = st.active(state)
+        except PermissionError as exc:
+            log.warning("state file %s not written: %s", path, exc)
+            active = st.active(before)
+    else:
+        active = st.active(before)
+    if drain and client is not None:
+        _save_fleet_view(config, node, client, now)
+    if report.install_error:
+        return report          # our install is broken: it saw nothing, so it drains and resumes nothing
+    if drain and (not report.hung or not report.healthy):
+        # one drain decision at a time per node (the HealthCheckProgram, `watch` and a manual check may
+        # overlap): what the state says about our drain and what Slurm shows must not change in between
+        with st.drain_lock(path) if record else contextlib.nullcontext():
+            return _drain_step(report, node, config, client, path, before, record, active, now)
+    return report
+
+
+def _count_hang(report: Report, config: Config, path, node: str, record: bool) -> None:
+    """One more hung NVML check in a row; at `health.nvml_hung_drain_after` the hang is a fail finding.
+
+    A GPU degrading under load hangs NVML instead of answering with an error; one hang may be a blip.
+    Without a writable state file the count cannot grow, so a hang only reports (fail safe)."""
+    from slurm_ft.node import state as st
+    after = config.health.nvml_hung_drain_after
+    if not record or after <= 0:
+        return
+    try:
+        with st.locked(path, node) as state:
+            state["nvml_hangs"] = hangs = int(state.get("nvml_hangs") or 0) + 1
+    except (OSError, ConfigError) as exc:
+        log.warning("hung NVML not counted (state file %s: %s)", path, exc)
+        return
+    if hangs >= after:
+        report.findings.append(Finding("inventory", Severity.FAIL, f"NVML hung in {hangs} checks in a row "
+                                       f"(a GPU degrading under load)", "NVML_HUNG", None, Action.REBOOT))
+
+
+def _save_fleet_view(config: Config, node: str, client: SlurmApi, now: float) -> None:
+    """Keep Slurm's fleet view for this node's prolog/epilog, which may not call Slurm (see guard)."""
+    from slurm_ft.errors import SlurmFTError
+    from slurm_ft.node import guard
+    if not guard.enabled(config):
+        return
+    age = guard.view_age(config, node, now)
+    if age is not None and 0 <= age < config.health.fleet_view_max_age_s / 3:
+        return                 # fresh enough: spare slurmctld a fleet-wide read per node per interval
+    try:
+        guard.save_view(config, node, guard.fleet_view(config, client=client, now=now))
+    except SlurmFTError as exc:
+        log.warning("fleet view not refreshed (the prolog/epilog will not drain once it is stale): %s", exc)
+
+
+def _drain_step(report: Report, node: str, config: Config, client: SlurmApi, path, before: dict, record: bool,
+                active: List[Finding], now: float) -> Report:
+    """Drain or resume the node for this run's findings (called under the node's drain lock)."""
+    from slurm_ft.node import drain as dr
+    from slurm_ft.errors import CommandError
+
+    state = _reload(path, node) if record else before
+    believed = state.get("slurm_ft_drained")
+    # the last time a check saw slurm-ft's drain on the node; 0: not known (then no Xid is acknowledged)
+    seen = float(state.get("drained_seen") or 0.0)
+    if believed and report.sample is not None:
+        try:
+            resumed = not client.node(node).drained
+        except CommandError:
+            resumed = False
+        if resumed:
+            since = max(seen, float(state.get("xid_ack") or 0.0))
+            report = _acknowledge(report, config, path, node, since, now, record)
+            active = [f for f in report.findings if f.severity is Severity.FAIL]
+    if report.healthy and not active and believed is False:
+        # nothing wrong and no drain of ours outstanding: spare slurmctld an RPC per node per interval
+        report.drain = {"action": "none", "message": f"{node} healthy (no slurm-ft drain outstanding)",
+                        "reason": ""}
+        return report
+    # a check that started after this one saw our drain on the node: this run's healthy sample may
+    # predate the fault it found, so it must not resume that drain
+    hold = (f"a check started {seen - now:.1f} s after this one saw slurm-ft's drain"
+            if believed and seen > now else "")
+    try:
+        outcome = dr.apply(client, node, report.findings, checks=report.checks, active=active, config=config,
+                           now=now, auto_resume=config.health.auto_resume, hold=hold)
+        report.drain = outcome.to_dict()
+    except CommandError as exc:   # Slurm unreachable: the verdict stands, the drain is reported failed
+        report.drain = {"action": "error", "message": str(exc), "reason": dr.reason_text(report.findings)}
+        return report
+    ours_now = outcome.action in ("drained", "reason_updated", "kept") and vocab.owned(outcome.reason)
+    if record and (ours_now or believed is not ours_now):
+        from slurm_ft.node import state as st
+        try:
+            with st.locked(path, node) as state:
+                state["slurm_ft_drained"] = ours_now
+                if ours_now:      # the last time slurm-ft saw its drain on the node (see _acknowledge)
+                    state["drained_seen"] = max(now, float(state.get("drained_seen") or 0.0))
+        except PermissionError as exc:
+            log.warning("state file %s not written: %s", path, exc)
+    return report
+
+
+def _reload(path, node: str) -> dict:
+    from slurm_ft.node import state as st
+    try:
+        return st.load(path, node)
+    except ConfigError:
+        return {}
+
+
+def _acknowledge(report: Report, config: Config, path, node: str, since: float, now: float,
+                 record: bool) -> Report:
+    """The node was resumed behind our back (an admin, the lifecycle sweep) after slurm-ft drained it:
+    what made us drain it was dealt with. Xids logged before slurm-ft last saw its drain on the node
+    (`since`) no longer count (the sample is judged again without them), and findings left active by
+    other levels are dropped: the level that can see them re-checks at its next run. An Xid logged
+    later is new and counts."""
+    from slurm_ft.node import state as st
+    log.info("%s was resumed since slurm-ft drained it: Xids logged before %s are acknowledged", node, since)
+    hc = config.health
+    _, node_type = node_type_for(node, hc)
+    ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=report.level, now=now, xid_since=since,
+                       xid_untimed=False, ignore_processes=tuple(hc.ignore_processes))
+    xid_findings = judge(report.sample, ("xid",), ctx)
+    merged: List[Finding] = []
+    for f in report.findings:                 # keep the checks' order: xid lines where they were
+        if f.check != "xid":
+            merged.append(f)
+        elif xid_findings:
+            merged += xid_findings
+            xid_findings = []
+    report.findings = merged
+    if record:
+        try:
+            with st.locked(path, node) as state:
+                state["xid_ack"] = since
+                state["active"] = [st.finding_to_dict(f, report.level, now) for f in report.findings
+                                   if f.severity is Severity.FAIL]
+                state["slurm_ft_drained"] = False
+        except PermissionError as exc:
+            log.warning("state file %s not written: %s", path, exc)
+    return report
