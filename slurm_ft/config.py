@@ -11,13 +11,16 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 import yaml
 
 from slurm_ft import vocab
 from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.fsutil import refuse_unsafe
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 DEFAULT_PATH = "/etc/slurm-ft/slurm-ft.yaml"
 ENV_VAR = "SLURM_FT_CONFIG"
@@ -282,7 +285,10 @@ def _check_remediation(rc: "RemediationConfig", file: str) -> None:
             raise ConfigError(f"{file}: {where}.{key} must be more than 0 seconds")
 
 
-def build(cls, data: Any, file: str, where: str):
+_D = TypeVar("_D", bound="DataclassInstance")
+
+
+def build(cls: Type[_D], data: Any, file: str, where: str) -> _D:
     """Convert a mapping into the dataclass `cls`, strictly: unknown keys and wrong types raise."""
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: {where or 'top level'} must be a mapping")
@@ -304,11 +310,11 @@ def _key(where: str, name: str) -> str:
     return f"{where}.{name}" if where else str(name)
 
 
-def _convert(tp, value, file: str, key: str):
+def _convert(tp: Any, value: Any, file: str, key: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if dataclasses.is_dataclass(tp):
-        return build(tp, value, file, key)
+    if dataclasses.is_dataclass(tp):     # a field's type hint: the class, never an instance
+        return build(typing.cast("Type[DataclassInstance]", tp), value, file, key)
     if origin is typing.Union:
         if value is None and type(None) in args:
             return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Optional
+from typing import Any, Dict, Optional
 
 
 class Severity(str, Enum):
@@ -31,7 +31,7 @@ class Finding:
     gpu: Optional[int] = None
     action: Action = Action.NONE
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {
             "check": self.check,
             "severity": self.severity.value,

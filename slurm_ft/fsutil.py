@@ -9,7 +9,7 @@ from pathlib import Path
 from slurm_ft.errors import ConfigError
 
 
-def refuse_unsafe(path: str | os.PathLike, what: str = "file") -> None:
+def refuse_unsafe(path: str | os.PathLike[str], what: str = "file") -> None:
     """Refuse a file (or directory) that others may write: these programs run as root.
 
     A world-writable path (sticky or not), one writable by a group other than root's, or one owned by
@@ -28,7 +28,7 @@ def refuse_unsafe(path: str | os.PathLike, what: str = "file") -> None:
         raise ConfigError(f"{p}: {what} is owned by uid {st.st_uid}, not root or the current user")
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes, mode: int = 0o644) -> None:
+def atomic_write(path: str | os.PathLike[str], data: str | bytes, mode: int = 0o644) -> None:
     """Write through a temporary file in the same directory and rename: readers never see half a file."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -48,7 +48,7 @@ def atomic_write(path: str | os.PathLike, data: str | bytes, mode: int = 0o644) 
         raise
 
 
-def write_unread(path: str | os.PathLike, data: str | bytes) -> None:
+def write_unread(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Write a file no process reads yet, without fsync; a file that already holds `data` is left alone.
     A changed file is unlinked first: ext4 (auto_da_alloc) flushes a file truncated over old data at
     close, and freeing its blocks costs as much: ~1.5 ms a file on a busy disk, 10,000 files at `lab up`."""

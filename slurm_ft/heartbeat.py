@@ -4,7 +4,11 @@ Runs in every rank, so it is the standard library only and costs one small file 
 second per rank. Each rank keeps one file, replaced whole (write + rename, never a torn read):
 
     $SLURM_FT_CKPT_DIR/.slurm-ft-progress/rank-<R>.json
-    {"step": 1200, "t": 1796034508.40, "rank": 3, "host": "gpu017", "job": "4242", "restart": 1, "launch": 0}
+    {"step": 1200, "t": 1796034508.40, "rank": 3, "host": "gpu017", "job": "4242", "restart": 1, "launch": 0,
+     "first_step": 1001, "first_t": 1796034410.12}
+first_step/first_t: this process's first report (the first step after a start or restart), kept in every
+report: a reader that looks only now and then still learns when the run's first step ended (goodput's end of
+a recovery), not only the latest step.
 
 SLURM_FT_CKPT_DIR is exported to the job by slurm-ft's starter; the checkpoint directory is the one place
 every rank and the batch host share. A dot directory: checkpoint detection never reads it as a
@@ -28,6 +32,7 @@ MAX_RANKS = 100_000
 Report = Dict[str, Any]       # one rank's last report: step, t, rank, host, job, restart, launch
 
 _last: Dict[str, Optional[float]] = {"t": 0.0, "step": None}    # this process's last write
+_first: Dict[str, float] = {}                                     # this process's first report: step, t
 
 
 def progress_dir(ckpt_dir: str) -> str:
@@ -49,10 +54,13 @@ def progress(step: int, *, force: bool = False) -> None:
     now = time.time()
     if not ckpt_dir or (not force and now - (_last["t"] or 0.0) < MIN_INTERVAL_S and _last["step"] is not None):
         return
+    if not _first:
+        _first.update(step=int(step), t=now)
     rank = _rank(env)
     record = {"step": int(step), "t": now, "rank": rank, "host": socket.gethostname(),
               "job": env.get("SLURM_JOB_ID", ""), "restart": int(env.get("SLURM_RESTART_COUNT", "0") or 0),
-              "launch": int(env.get("SLURM_FT_LAUNCH", "0") or 0)}
+              "launch": int(env.get("SLURM_FT_LAUNCH", "0") or 0),
+              "first_step": int(_first["step"]), "first_t": _first["t"]}
     d = progress_dir(ckpt_dir)
     path = os.path.join(d, f"rank-{rank}.json")
     tmp = f"{path}.{os.getpid()}.tmp"

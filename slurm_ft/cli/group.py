@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from importlib.metadata import entry_points
 
 import click
 
-from slurm_ft import __version__
+from slurm_ft import __version__, plugins
 from slurm_ft.cli.guard import guarded, setup_logging
 from slurm_ft.errors import EXIT_USAGE
 
@@ -36,14 +35,11 @@ COMMANDS = {
     "ckpt": "slurm_ft.cli.ckpt:ckpt",
     "sbatch": "slurm_ft.cli.sbatch:sbatch",
 }
-ENTRY_POINTS = "slurm_ft.commands"
 
 
 def _added() -> dict:
     """name -> entry point, for the commands other installed distributions add."""
-    eps = entry_points()
-    found = eps.select(group=ENTRY_POINTS) if hasattr(eps, "select") else eps.get(ENTRY_POINTS, [])
-    return {ep.name: ep for ep in found if ep.name not in COMMANDS}
+    return {n: ep for n, ep in plugins.added(plugins.COMMANDS).items() if n not in COMMANDS}
 
 
 class LazyGroup(click.Group):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
@@ -22,6 +22,8 @@ from slurm_ft.fleet.records import Incident
 from slurm_ft.slurm.types import Node
 
 if TYPE_CHECKING:
+    from slurm_ft.fleet.drain_stats import Episode, Stats
+    from slurm_ft.fleet.sweep import SweepReport
     from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
@@ -40,19 +42,19 @@ class FleetView:
     incidents_open: List[Incident] = field(default_factory=list)
     incidents_total: int = 0
     phase_seconds: Dict[str, List[float]] = field(default_factory=dict)
-    drain_summary: dict = field(default_factory=dict)   # fleet/drain_stats.py: per check and per Xid
+    drain_summary: Dict[str, Any] = field(default_factory=dict)   # fleet/drain_stats.py: per check and per Xid
     breaker: brk.BreakerState = field(default_factory=brk.BreakerState)
     breaker_in_window: Tuple[str, ...] = ()
     breaker_limit: int = 0
-    last_sweep: Optional[dict] = None
+    last_sweep: Optional[Dict[str, Any]] = None
 
     def by_state(self, state: State) -> List[str]:
         return sorted(n for n, s in self.states.items() if s is state)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         rows = {r["node"]: r for r in self.rows()}
 
-        def row(name: str) -> dict:
+        def row(name: str) -> Dict[str, Any]:
             return rows[name]
 
         return {
@@ -72,7 +74,7 @@ class FleetView:
             "last_sweep": self.last_sweep,
         }
 
-    def rows(self) -> List[dict]:
+    def rows(self) -> List[Dict[str, Any]]:
         """One row per node, for `node list`."""
         node_by = {n.name: n for n in self.nodes}
         out = []
@@ -115,7 +117,7 @@ def view(config: Config, client: SlurmApi, store: Store, *, now: Optional[float]
     return v
 
 
-def drain_report(store: Store, now: float) -> Tuple[list, dict]:
+def drain_report(store: Store, now: float) -> Tuple[List[Episode], Dict[str, Any]]:
     """(episodes, summary) of every slurm-ft drain in the journal (fleet/drain_stats.py)."""
     from slurm_ft.fleet import drain_stats
     try:
@@ -145,7 +147,7 @@ def _incidents(v: FleetView, store: Store) -> None:
             v.phase_seconds.setdefault("total", []).append(max(0.0, inc.closed_at - start))
 
 
-def snapshot(v: FleetView, jobs: Sequence = ()) -> metrics.Snapshot:
+def snapshot(v: FleetView, jobs: Sequence[Tuple[int, Mapping[str, Any]]] = ()) -> metrics.Snapshot:
     """The metrics of the view, with the per-job goodput rows `jobs` (goodput_rows)."""
     return metrics.Snapshot(jobs=tuple(jobs),
         nodes_by_state=count_states(v.states.values()), pool_size=len(v.pool), pool_target=v.pool_target,
@@ -154,12 +156,13 @@ def snapshot(v: FleetView, jobs: Sequence = ()) -> metrics.Snapshot:
         last_sweep_time=(v.last_sweep or {}).get("time"), last_sweep_duration_s=(v.last_sweep or {}).get("elapsed_s"))
 
 
-def drain_rows(summary: dict) -> list:
+def drain_rows(summary: Mapping[str, Any]) -> List[Tuple[str, str, Stats]]:
     from slurm_ft.fleet.drain_stats import metric_rows
     return metric_rows(summary)
 
 
-def write_metrics(config: Config, client: SlurmApi, store: Store, *, report=None) -> Optional[str]:
+def write_metrics(config: Config, client: SlurmApi, store: Store, *,
+                  report: Optional[SweepReport] = None) -> Optional[str]:
     """Write the textfile if a path is configured; return the path written."""
     path = config.lifecycle.metrics_path
     if not path:
@@ -168,7 +171,7 @@ def write_metrics(config: Config, client: SlurmApi, store: Store, *, report=None
     return path
 
 
-def goodput_rows(config: Config, client: SlurmApi, store: Store) -> list:
+def goodput_rows(config: Config, client: SlurmApi, store: Store) -> List[Tuple[int, Dict[str, Any]]]:
     """(job id, its goodput dict) of each fault-tolerant job in the queue; a job whose checkpoint dir
     cannot be read in time is left out (and logged), never guessed; so is everything when Slurm cannot
     say which jobs are fault-tolerant."""
@@ -191,7 +194,7 @@ def _slurm_state(n: Node) -> str:
     return "+".join([n.state] + sorted(n.flags))
 
 
-def _incident(i: Incident) -> dict:
+def _incident(i: Incident) -> Dict[str, Any]:
     return {"id": i.id, "job_id": i.job_id, "status": i.status, "nodes": list(i.nodes), "faults": list(i.faults),
             "spares": list(i.spares), "opened_at": i.opened_at, "note": i.note,
             "last_step": i.steps[-1].name if i.steps else ""}

@@ -10,10 +10,12 @@ kills it right after each journal write, through `on_journal`, and starts anothe
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import (TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple,
+                    TypeVar)
 
 from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, SlurmFTError
@@ -30,6 +32,7 @@ from slurm_ft.job import trust
 from slurm_ft.job.tag import with_note
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
+from slurm_ft.slurm.types import Job, Node
 from slurm_ft import vocab
 
 if TYPE_CHECKING:
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WAITING = ("poll",)
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -50,7 +54,7 @@ class CycleResult:
 FULL_READ_S = 1.0      # while only waiting on jobs: a full observe at least this often
 
 
-def _job_fingerprint(job) -> tuple:
+def _job_fingerprint(job: Optional[Job]) -> Tuple[object, ...]:
     """What the plan's waits look at: a change in any of these is worth a full read."""
     if job is None:
         return ()
@@ -61,9 +65,10 @@ def _job_fingerprint(job) -> tuple:
 class Controller:
     """One controller over one journal. `cycle()` runs until nothing is left to do now (or its budget ends)."""
 
-    def __init__(self, client: SlurmApi, conn, config: Config, *, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, on_step: Optional[Callable] = None,
-                 on_journal: Optional[Callable[[str, str], None]] = None):
+    def __init__(self, client: SlurmApi, conn: sqlite3.Connection, config: Config, *,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+                 on_step: Optional[Callable[[Step, str, str, float], None]] = None,
+                 on_journal: Optional[Callable[[str, str], None]] = None) -> None:
         self.client = client
         self.conn = conn
         self.config = config
@@ -120,7 +125,7 @@ class Controller:
                      else "Comment")
         return self._trust
 
-    def _out_of_service(self, nodes, now: float):
+    def _out_of_service(self, nodes: Sequence[Node], now: float) -> Tuple[FrozenSet[str], int]:
         """The drain-rate breaker's count and limit, from the same snapshot of Slurm's nodes the breaker
         reads everywhere (breaker.view: slurm-ft drains, QUARANTINED/RMA included, by reason time within
         the window): the plan charges each quarantine against it (outage.breaker_room). Limit 0: none."""
@@ -135,7 +140,7 @@ class Controller:
         counted = frozenset(n for n, t in fleet.out if now - t <= lc.breaker_window_s)
         return counted, brk.limit(fleet.total, lc.breaker_max_share, lc.breaker_max_nodes)
 
-    def _breaker_open(self, nodes=None) -> bool:
+    def _breaker_open(self, nodes: Optional[Sequence[Node]] = None) -> bool:
         """The lifecycle drain-rate breaker (issue 6): while it is open no new recovery starts.
 
         A bad probe or driver that drains nodes en masse must not also empty the spare pool."""
@@ -257,7 +262,8 @@ class Controller:
         sid = jn.record_intent(self.conn, inc.id, step.kind, now, step.reason)
         self._journaled(step.kind, "intent")
         try:
-            outcome, detail = getattr(self, "_" + step.kind)(step, inc)
+            run: Callable[[Step, Incident], Tuple[str, str]] = getattr(self, "_" + step.kind)
+            outcome, detail = run(step, inc)
         except SlurmFTError as exc:         # Slurm refused or timed out, or the job is gone: retried next read
             outcome, detail = "failed", str(exc)
             log.warning("incident %s job %s: %s failed: %s", inc.id, inc.job_id, step.kind, exc)
@@ -322,14 +328,14 @@ class Controller:
             self.on_step(step, "ok", step.reason, self.clock())
         return "ok"
 
-    def _requeue(self, step: Step, inc: Incident):
+    def _requeue(self, step: Step, inc: Incident) -> Tuple[str, str]:
         job = self.client.job(inc.job_id)
         if job.state != "RUNNING" or job.restart_count > inc.restart_count:
             return "skipped", f"already requeued ({job.state}, restart {job.restart_count})"
         self.client.requeue(inc.job_id, hold=step.hold)
         return "ok", ("held: " if step.hold else "") + step.reason
 
-    def _quarantine(self, step: Step, inc: Incident):
+    def _quarantine(self, step: Step, inc: Incident) -> Tuple[str, str]:
         failed = set(inc.nodes)
         moved: List[str] = []
         drained, refused, refused_nodes = [], [], set()
@@ -359,7 +365,7 @@ class Controller:
             [f"{compress(sorted(failed)) if failed else '-'} out of {','.join(moved) or '-'}"]
             + ([f"drained {compress(drained)}"] if drained else []) + refused)
 
-    def _swap(self, step: Step, inc: Incident):
+    def _swap(self, step: Step, inc: Incident) -> Tuple[str, str]:
         pool_name = self.policy.spare_partition
         with self.membership.locked():   # the checks and the move on one read, no writer in between
             fresh = self.membership.partitions()
@@ -388,7 +394,7 @@ class Controller:
             jn.update_incident(self.conn, inc.id, status="open")
         return "ok", what + (f"; job shrinks to {step.num_nodes} nodes" if step.num_nodes else "")
 
-    def _exclude(self, step: Step, inc: Incident):
+    def _exclude(self, step: Step, inc: Incident) -> Tuple[str, str]:
         job = self.client.job(inc.job_id)
         # a spare taken now may be a node an earlier incident excluded, since repaired and validated
         excl = sorted((set(job.excluded_nodes) | set(inc.nodes)) - set(inc.spares))
@@ -402,7 +408,7 @@ class Controller:
         self.client.update_job(inc.job_id, **fields)
         return "ok", " ".join(f"{k}={v}" for k, v in fields.items())
 
-    def _start(self, step: Step, inc: Incident):
+    def _start(self, step: Step, inc: Incident) -> Tuple[str, str]:
         job = self.client.job(inc.job_id)
         if job.state not in PENDING_STATES:
             return "skipped", f"job is {job.state}"
@@ -429,7 +435,7 @@ class Controller:
         if wait > 0:
             self.sleep(wait)
 
-    def _confirm(self, step: Step, inc: Incident):
+    def _confirm(self, step: Step, inc: Incident) -> Tuple[str, str]:
         job = self.client.job(inc.job_id)
         if job.state != "RUNNING":
             return "failed", f"job is {job.state} ({job.reason})"
@@ -438,7 +444,7 @@ class Controller:
                           inc.note if inc.note.startswith("shrunk") else "")
         return "ok", f"running on {compress(job.nodes)}"
 
-    def _released(self, step: Step, inc: Incident):
+    def _released(self, step: Step, inc: Incident) -> Tuple[str, str]:
         """Close a hot-spare incident: the job runs on and no longer holds the failed nodes."""
         job = self.client.job(inc.job_id)
         if job.state != "RUNNING":
@@ -448,7 +454,7 @@ class Controller:
         return "ok", (f"running on {compress(job.nodes)}; "
                       + (f"{compress(kept)} still in the job, unused" if kept else f"released {compress(inc.nodes)}"))
 
-    def _hold(self, step: Step, inc: Incident):
+    def _hold(self, step: Step, inc: Incident) -> Tuple[str, str]:
         """Keep the job from starting: requeue it held if it still runs, hold it if Slurm requeued it."""
         job = self.client.job(inc.job_id)
         if job.state == "RUNNING" and job.restart_count <= inc.restart_count:
@@ -459,23 +465,23 @@ class Controller:
         self._admin_comment(inc.job_id, f"{vocab.OWNER} held: {step.reason}")
         return "ok", step.reason
 
-    def _wait(self, step: Step, inc: Incident):
+    def _wait(self, step: Step, inc: Incident) -> Tuple[str, str]:
         jn.update_incident(self.conn, inc.id, status="waiting", note=step.reason)
         self._admin_comment(inc.job_id, f"{vocab.OWNER} {step.reason}")
         log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason
 
-    def _give_up(self, step: Step, inc: Incident):
+    def _give_up(self, step: Step, inc: Incident) -> Tuple[str, str]:
         self._admin_comment(inc.job_id, f"{vocab.OWNER} held, not restarted again: {step.reason}")
         jn.close_incident(self.conn, inc.id, "gave_up", self.clock(), step.reason)
         log.error("incident %s job %s: gave up: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason
 
-    def _abandon(self, step: Step, inc: Incident):
+    def _abandon(self, step: Step, inc: Incident) -> Tuple[str, str]:
         jn.close_incident(self.conn, inc.id, "abandoned", self.clock(), step.reason)
         return "ok", step.reason
 
-    def _note(self, step: Step, inc: Incident):
+    def _note(self, step: Step, inc: Incident) -> Tuple[str, str]:
         jn.update_incident(self.conn, inc.id, note=step.reason)
         log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason
@@ -496,7 +502,8 @@ class Controller:
             self.on_journal(kind, when)
 
 
-def _as_ready(acts: List[Step], dirs: Dict[int, str], finished, sleep, tick: float = 0.02):
+def _as_ready(acts: List[Step], dirs: Dict[int, str], finished: Callable[[str], bool],
+              sleep: Callable[[float], None], tick: float = 0.02) -> Iterator[Step]:
     """acts in their order, except that an `open` whose scan is still running goes after the others."""
     waiting = []
     for s in acts:
@@ -513,7 +520,7 @@ def _as_ready(acts: List[Step], dirs: Dict[int, str], finished, sleep, tick: flo
             sleep(tick)
 
 
-def _one(items):
+def _one(items: Sequence[_T]) -> Optional[_T]:
     return items[0] if items else None
 
 

@@ -13,13 +13,15 @@ when the controller swapped a spare in for the node (the pool was one short mean
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.fleet.remediation import finding_in
 from slurm_ft.fleet.states import Event, HistoryEntry, State
 from slurm_ft.fleet.records import Incident
 
 OUTCOMES = ("confirmed", "probable_false_positive", "open")
+# one row of the summary (JSON): drains, confirmed, probable_false_positives, open, node-hours, false_positive_rate
+Stats = Dict[str, Any]
 
 
 @dataclass
@@ -44,7 +46,7 @@ class Episode:
     def xid(self) -> Optional[str]:
         return self.code[3:] if self.code.startswith("XID") else None
 
-    def to_dict(self, now: float) -> dict:
+    def to_dict(self, now: float) -> Dict[str, Any]:
         return {"node": self.node, "code": self.code, "check": self.check, "start": self.start, "end": self.end,
                 "outcome": self.outcome, "repairs": self.repairs, "spare_swapped": self.spare_swapped,
                 "hours_out": round(self.hours(now), 4)}
@@ -84,15 +86,15 @@ def episodes(history: Iterable[HistoryEntry], incidents: Sequence[Incident] = ()
     return out
 
 
-def _blank() -> dict:
+def _blank() -> Stats:
     return {"drains": 0, "confirmed": 0, "probable_false_positives": 0, "open": 0, "node_hours_out": 0.0,
             "spare_node_hours": 0.0}
 
 
-def summarize(eps: Sequence[Episode], now: float) -> dict:
+def summarize(eps: Sequence[Episode], now: float) -> Dict[str, Any]:
     """{"by_check": {check: stats}, "by_xid": {xid: stats}, "total": stats}."""
-    by_check: Dict[str, dict] = {}
-    by_xid: Dict[str, dict] = {}
+    by_check: Dict[str, Stats] = {}
+    by_xid: Dict[str, Stats] = {}
     total = _blank()
     for ep in eps:
         rows = [by_check.setdefault(ep.check, _blank()), total]
@@ -113,7 +115,7 @@ def summarize(eps: Sequence[Episode], now: float) -> dict:
             "total": total}
 
 
-def metric_rows(summary: Mapping[str, dict]) -> List[tuple]:
+def metric_rows(summary: Mapping[str, Any]) -> List[Tuple[str, str, Stats]]:
     """(label name, label value, stats) for the Prometheus textfile."""
     rows = [("check", k, v) for k, v in summary.get("by_check", {}).items()]
     return rows + [("xid", k, v) for k, v in summary.get("by_xid", {}).items()]

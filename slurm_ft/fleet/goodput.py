@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True, order=True)
@@ -59,7 +59,7 @@ class Loss:
     redone_steps: Optional[int]
     redone_s: Optional[float]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"restart": self.restart, "launch": self.launch, "fault_at": self.fault_at,
                 "incident": self.from_incident, "first_step_at": self.first_step_at, "recovery_s": self.recovery_s,
                 "resumed_step": self.resumed_step, "last_step_before": self.last_step_before,
@@ -86,7 +86,7 @@ class Goodput:
     def recovery_s(self) -> Optional[float]:
         if any(x.recovery_s is None for x in self.losses):
             return None
-        return sum(x.recovery_s for x in self.losses)
+        return sum(x.recovery_s for x in self.losses if x.recovery_s is not None)
 
     @property
     def redone_s(self) -> Optional[float]:
@@ -104,14 +104,15 @@ class Goodput:
     def ratio(self) -> Optional[float]:
         """Share of the elapsed GPU-hours not lost to recovery or redone steps; None before any time, or
         when a loss could not be measured (no step time yet)."""
-        if self.elapsed_s <= 0 or not self.measured:
+        startup, recovery, redone = self.startup_s, self.recovery_s, self.redone_s
+        if self.elapsed_s <= 0 or startup is None or recovery is None or redone is None:   # not self.measured
             return None
-        return max(0.0, 1.0 - (self.startup_s + self.recovery_s + self.redone_s) / self.elapsed_s)
+        return max(0.0, 1.0 - (startup + recovery + redone) / self.elapsed_s)
 
     def gpu_hours(self, seconds: Optional[float]) -> Optional[float]:
         return None if seconds is None else seconds * self.gpus / 3600.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         redone = self.redone_s
         return {"job_id": self.job_id, "gpus": self.gpus, "first_start": self.first_start, "now": self.now,
                 "elapsed_gpu_hours": self.gpu_hours(self.elapsed_s), "goodput_ratio": self.ratio,

@@ -17,12 +17,17 @@ import re
 import sqlite3
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from slurm_ft.fleet.goodput import Point, Start
+from slurm_ft.fleet.goodput import Goodput, Point, Start
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeGuard
+
+    from slurm_ft.config import Config
+    from slurm_ft.job.tag import FtSpec
     from slurm_ft.slurm.api import SlurmApi
+    from slurm_ft.slurm.types import Job
 
 MAX_STARTS_BYTES = 1 << 20
 MAX_RANKS_READ = 4096
@@ -51,22 +56,24 @@ class Unreadable(Exception):
 @dataclass
 class JobFiles:
     starts: List[Start]
-    progress: List[Point]           # the latest report of the current run (the most advanced rank)
+    progress: List[Point]           # the current run's first step (its earliest rank) and latest report (its most advanced)
 
 
-def _num(v) -> bool:
+def _num(v: object) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e11
 
 
-def _int(v) -> bool:
+def _int(v: object) -> TypeGuard[int]:
     return type(v) is int and 0 <= v < 1 << 40
 
 
-def parse_point(rec, job: str) -> Optional[Point]:
-    """A progress report (heartbeat format) of job `job`, or None."""
+def parse_point(rec: object, job: str, first: bool = False) -> Optional[Point]:
+    """A progress report (heartbeat format) of job `job`, or None; with `first`, the first step the
+    reporting process reported (first_step, first_t: the run's first step after its start), or None."""
     if not isinstance(rec, dict) or str(rec.get("job", "")) != job:
         return None
-    step, t, restart, launch = rec.get("step"), rec.get("t"), rec.get("restart", 0), rec.get("launch", 0)
+    step, t = (rec.get("first_step"), rec.get("first_t")) if first else (rec.get("step"), rec.get("t"))
+    restart, launch = rec.get("restart", 0), rec.get("launch", 0)
     if not (_int(step) and _num(t) and _int(restart) and _int(launch)):
         return None
     return Point(restart, launch, step, float(t))
@@ -103,14 +110,19 @@ def _read(ckpt_dir: str, job: str) -> JobFiles:
     text = (raw or b"").decode("utf-8", "replace")
     if raw is not None and len(raw) >= MAX_STARTS_BYTES:
         text = text.split("\n", 1)[-1]          # the first line read may be cut
-    points = [p for p in (parse_point(r, job) for r in heartbeat.read_all(ckpt_dir, MAX_RANKS_READ).values()) if p]
-    latest = [max(points, key=lambda p: (p.restart, p.launch, p.step))] if points else []
-    return JobFiles(parse_starts(text, job), latest)
+    reports = heartbeat.read_all(ckpt_dir, MAX_RANKS_READ).values()
+    points = [p for p in (parse_point(r, job, first) for r in reports for first in (False, True)) if p]
+    if not points:
+        return JobFiles(parse_starts(text, job), [])
+    # the latest run's first and latest steps: when its first step ended, however late slurm-ft looks
+    last = max(points, key=lambda p: (p.restart, p.launch, p.step))
+    first = min((p for p in points if (p.restart, p.launch) == (last.restart, last.launch)), key=lambda p: (p.step, p.t))
+    return JobFiles(parse_starts(text, job), [first, last] if first != last else [last])
 
 
 def read_job_files(ckpt_dir: str, job_id: int, deadline_s: float = READ_DEADLINE_S) -> JobFiles:
     """The job's starts and current progress, or Unreadable after `deadline_s`."""
-    box: dict = {}
+    box: Dict[str, Any] = {}        # "ok": the JobFiles, or "err": what the read raised
 
     def work() -> None:
         try:
@@ -125,7 +137,8 @@ def read_job_files(ckpt_dir: str, job_id: int, deadline_s: float = READ_DEADLINE
         raise Unreadable(f"{ckpt_dir}: not read within {deadline_s:g} s")
     if "err" in box:
         raise Unreadable(f"{ckpt_dir}: {box['err']}")
-    return box["ok"]
+    files: JobFiles = box["ok"]
+    return files
 
 
 # --- the journal's table ----------------------------------------------------------------------------
@@ -164,7 +177,7 @@ def forget_before(conn: sqlite3.Connection, t: float) -> None:
     conn.execute("DELETE FROM job_progress WHERE last_t < ?", (t,))
 
 
-def job_gpus(job, node_gres: Sequence[str] = ()) -> int:
+def job_gpus(job: Job, node_gres: Sequence[str] = ()) -> int:
     """GPUs the job holds: TresPerNode ('gres/gpu:8', 'gres:gpu:h100:8') x nodes, else its nodes' Gres."""
     from slurm_ft.fleet.pool_status import gpus_in_gres
     tres = ",".join(re.sub(r"^gres[:/]", "", part.strip()) for part in (job.tres_per_node or "").split(","))
@@ -174,8 +187,8 @@ def job_gpus(job, node_gres: Sequence[str] = ()) -> int:
     return sum(gpus_in_gres(g) for g in node_gres)
 
 
-def observe(conn: sqlite3.Connection, job, ckpt_dir: str, gpus: int, now: float,
-            deadline_s: float = READ_DEADLINE_S):
+def observe(conn: sqlite3.Connection, job: Job, ckpt_dir: str, gpus: int, now: float,
+            deadline_s: float = READ_DEADLINE_S) -> Goodput:
     """Read the job's files (bounded), remember its progress, and compute its goodput (fleet/goodput.py)."""
     from slurm_ft.fleet.goodput import compute
     files = read_job_files(ckpt_dir, job.job_id, deadline_s)
@@ -194,14 +207,15 @@ def faults_of(conn: sqlite3.Connection, job_id: int) -> List[Tuple[int, float]]:
 
 # --- jobs from Slurm ----------------------------------------------------------------------------------
 
-def trusted_field(config, client: SlurmApi) -> str:
+def trusted_field(config: Config, client: SlurmApi) -> str:
     """The job field holding fault-tolerance tags (config controller.trust; auto asks slurmctld)."""
     from slurm_ft.job import trust
     setting = config.controller.trust
     return trust.resolve(setting, client.job_submit_plugins() if setting == "auto" else ())
 
 
-def ft_jobs(config, client: SlurmApi, job_ids=None) -> list:
+def ft_jobs(config: Config, client: SlurmApi, job_ids: Optional[Iterable[int]] = None
+            ) -> List[Tuple[Job, FtSpec]]:
     """(job, its tag) of the running or recovering fault-tolerant jobs with a checkpoint dir."""
     from slurm_ft.job import trust
     field_ = trusted_field(config, client)
@@ -213,7 +227,7 @@ def ft_jobs(config, client: SlurmApi, job_ids=None) -> list:
     return out
 
 
-def goodput_of(conn: sqlite3.Connection, client: SlurmApi, job, spec, now: float):
+def goodput_of(conn: sqlite3.Connection, client: SlurmApi, job: Job, spec: FtSpec, now: float) -> Goodput:
     """The job's goodput, its GPUs counted from Slurm's record (TresPerNode, else its nodes' Gres)."""
     gres = [n.gres for n in client.nodes(list(job.nodes))] if job.nodes and not job.tres_per_node else []
     return observe(conn, job, spec.ckpt_dir, job_gpus(job, gres), now)

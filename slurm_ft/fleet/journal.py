@@ -15,12 +15,25 @@ import json
 import os
 import sqlite3
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Dict, Iterable, List, Literal, Optional, Sequence, Type
 
 from slurm_ft.errors import ConfigError
 from slurm_ft.fsutil import refuse_unsafe
 from slurm_ft.fleet.records import Incident, Placement, StepRecord
 from slurm_ft.slurm.types import Job
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from typing_extensions import Unpack
+
+    class _Update(TypedDict, total=False):
+        """The incident fields update_incident may set (_FIELDS)."""
+        status: str
+        spares: Sequence[str]
+        shrink_to: Optional[int]
+        note: str
 
 FILE_NAME = "journal.db"
 COMPONENT = "recovery"
@@ -73,11 +86,11 @@ MIGRATIONS: List[str] = [
 ]
 
 
-def path_in(state_dir: str | os.PathLike) -> Path:
+def path_in(state_dir: str | os.PathLike[str]) -> Path:
     return Path(state_dir) / FILE_NAME
 
 
-def connect(path: str | os.PathLike) -> sqlite3.Connection:
+def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """Open (creating 0700 dir / 0600 file) the journal, in WAL mode, with the recovery schema applied."""
     p = Path(path)
     if not p.parent.exists():
@@ -123,14 +136,15 @@ def schema_version(conn: sqlite3.Connection, component: str = COMPONENT) -> int:
 class transaction:
     """`with transaction(conn):` BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error)."""
 
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
-    def __enter__(self):
+    def __enter__(self) -> sqlite3.Connection:
         self.conn.execute("BEGIN IMMEDIATE")
         return self.conn
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
         return False
 
@@ -156,12 +170,12 @@ def open_incident(conn: sqlite3.Connection, *, job_id: int, nodes: Sequence[str]
                 " ckpt_step, opened_at, fault_at) VALUES (?, 'open', ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job_id, json.dumps(list(nodes)), json.dumps(list(faults)), partition, restart_count,
                  job_nodes, ckpt_step, now, fault_at))
-            incident_id = cur.lastrowid
+            incident_id = _rowid(cur)
             conn.execute("INSERT INTO steps(incident_id, name, intent_at, done_at, outcome, detail)"
                          " VALUES (?, 'open', ?, ?, 'ok', ?)", (incident_id, now, now, detail))
     except sqlite3.IntegrityError:
         raise AlreadyOpen(f"job {job_id} already has an open incident") from None
-    return int(incident_id)
+    return incident_id
 
 
 class AlreadyOpen(Exception):
@@ -171,7 +185,13 @@ class AlreadyOpen(Exception):
 def record_intent(conn: sqlite3.Connection, incident_id: int, name: str, now: float, detail: str = "") -> int:
     cur = conn.execute("INSERT INTO steps(incident_id, name, intent_at, detail) VALUES (?, ?, ?, ?)",
                        (incident_id, name, now, detail))
-    return int(cur.lastrowid)
+    return _rowid(cur)
+
+
+def _rowid(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just added (sqlite3 sets lastrowid on every INSERT)."""
+    assert cur.lastrowid is not None
+    return cur.lastrowid
 
 
 def record_result(conn: sqlite3.Connection, step_id: int, outcome: str, now: float, detail: str = "") -> None:
@@ -184,7 +204,7 @@ def record_result(conn: sqlite3.Connection, step_id: int, outcome: str, now: flo
 _FIELDS = {"status", "spares", "shrink_to", "note"}
 
 
-def update_incident(conn: sqlite3.Connection, incident_id: int, **fields) -> None:
+def update_incident(conn: sqlite3.Connection, incident_id: int, **fields: Unpack[_Update]) -> None:
     bad = set(fields) - _FIELDS
     if bad:
         raise ValueError(f"cannot update {sorted(bad)}")
@@ -202,7 +222,8 @@ def close_incident(conn: sqlite3.Connection, incident_id: int, status: str, now:
 def incidents(conn: sqlite3.Connection, *, open_only: bool = False, job_id: Optional[int] = None,
               since: Optional[float] = None, limit: Optional[int] = None) -> List[Incident]:
     """Incidents with their steps, oldest first (the last `limit` when limited)."""
-    where, args = [], []
+    where: List[str] = []
+    args: List[float] = []
     if open_only:
         where.append("closed_at IS NULL")
     if job_id is not None:
@@ -218,7 +239,7 @@ def incidents(conn: sqlite3.Connection, *, open_only: bool = False, job_id: Opti
     if not rows:
         return []
     ids = [r["id"] for r in rows]
-    steps: dict = {i: [] for i in ids}
+    steps: Dict[int, List[StepRecord]] = {i: [] for i in ids}
     marks = ",".join("?" * len(ids))
     for s in conn.execute(f"SELECT * FROM steps WHERE incident_id IN ({marks}) ORDER BY id", ids):
         steps[s["incident_id"]].append(StepRecord(s["name"], s["intent_at"], s["done_at"], s["outcome"], s["detail"]))

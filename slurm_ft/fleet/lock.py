@@ -16,7 +16,7 @@ from slurm_ft.errors import Busy, EnvironmentProblem
 
 
 class FileLock:
-    def __init__(self, path: str | os.PathLike, what: str = "sweep"):
+    def __init__(self, path: str | os.PathLike[str], what: str = "sweep") -> None:
         self.path = Path(path)
         self.what = what
         self._fd: Optional[int] = None
@@ -58,7 +58,7 @@ class FileLock:
     def __enter__(self) -> "FileLock":
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

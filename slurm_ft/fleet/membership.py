@@ -16,6 +16,7 @@ calls; a writer waits for it at most WAIT_S and then fails (Busy, exit 5), retri
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,14 +26,26 @@ from slurm_ft.fleet.lock import FileLock
 from slurm_ft.slurm.types import Partition
 
 if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from typing_extensions import Unpack
+
+    from slurm_ft.config import Config
     from slurm_ft.slurm.api import SlurmApi
+
+    class _ReservationOptions(TypedDict, total=False):
+        """SlurmApi.create_reservation's keywords past the name."""
+        start: str
+        duration: str
+        users: Sequence[str]
+        flags: Sequence[str]
 
 log = logging.getLogger(__name__)
 
 WAIT_S = 30.0   # longer than any holder needs (a few scontrol calls, each bounded by slurm.timeout_s)
 
 
-def lock_path(config) -> Path:
+def lock_path(config: Config) -> Path:
     """The one fleet lock: config `fleet_lock`, or fleet.lock in the state directory."""
     return Path(getattr(config, "fleet_lock", "") or Path(config.state_dir) / "fleet.lock")
 
@@ -67,14 +80,15 @@ def apply_deltas(parts: Mapping[str, Sequence[str]], deltas: Mapping[str, Delta]
 class Membership:
     """One writer's handle on partition and reservation membership (one per process or thread)."""
 
-    def __init__(self, client: SlurmApi, path, *, wait_s: float = WAIT_S, who: str = "membership change"):
+    def __init__(self, client: SlurmApi, path: str | os.PathLike[str], *, wait_s: float = WAIT_S,
+                 who: str = "membership change") -> None:
         self.client = client
         self._lock = FileLock(path, who)
         self.wait_s = wait_s
         self._depth = 0
 
     @classmethod
-    def from_config(cls, client: SlurmApi, config, who: str = "membership change") -> "Membership":
+    def from_config(cls, client: SlurmApi, config: Config, who: str = "membership change") -> "Membership":
         return cls(client, lock_path(config), who=who)
 
     @contextmanager
@@ -124,7 +138,7 @@ class Membership:
             self.change({p: Delta(remove=(node,)) for p in names}, parts)
             return names
 
-    def reserve(self, nodes: Sequence[str], name: str, **kw) -> str:
+    def reserve(self, nodes: Sequence[str], name: str, **kw: Unpack[_ReservationOptions]) -> str:
         with self.locked():
             return self.client.create_reservation(list(nodes), name=name, **kw)
 

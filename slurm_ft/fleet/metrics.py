@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.fsutil import atomic_write
 from slurm_ft.fleet.states import State
@@ -31,7 +31,7 @@ class Snapshot:
     last_sweep_time: Optional[float] = None
     last_sweep_duration_s: Optional[float] = None
     drains: Sequence[Tuple[str, str, Mapping[str, float]]] = ()   # (check|xid, its value, drain_stats row)
-    jobs: Sequence[Tuple[int, Mapping]] = ()   # (job id, fleet/goodput.py Goodput.to_dict())
+    jobs: Sequence[Tuple[int, Mapping[str, Any]]] = ()   # (job id, fleet/goodput.py Goodput.to_dict())
 
 
 def render(s: Snapshot) -> str:
@@ -91,7 +91,8 @@ def render(s: Snapshot) -> str:
     return "\n".join(out) + "\n"
 
 
-def _goodput(jobs: Sequence[Tuple[int, Mapping]], metric) -> None:
+def _goodput(jobs: Sequence[Tuple[int, Mapping[str, Any]]],
+             metric: Callable[[str, str, str, Iterable[Tuple[str, float]]], None]) -> None:
     """Per fault-tolerant job: goodput and GPU-hours by where they went (a part not measured is left out)."""
     if not jobs:
         return
@@ -114,7 +115,7 @@ def write(path: str, s: Snapshot) -> None:
     atomic_write(path, render(s), 0o644)
 
 
-def _labels(**kv: str) -> str:
+def _labels(**kv: object) -> str:
     body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in kv.items())
     return "{" + body + "}"
 

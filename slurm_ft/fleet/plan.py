@@ -21,7 +21,7 @@ whose job ended.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
 
 from slurm_ft.fleet.records import Incident, Placement, Step
 
@@ -31,8 +31,12 @@ from slurm_ft.job.hotplan import FINAL_EXITS
 from slurm_ft.job.nodefault import node_fault
 from slurm_ft.fleet import outage as out
 from slurm_ft.fleet.snapshot import Snapshot
+from slurm_ft.job.tag import FtSpec
 from slurm_ft import vocab
 from slurm_ft.vocab import ENDED_JOB_STATES, slurm_time
+
+if TYPE_CHECKING:
+    from slurm_ft.config import ControllerConfig
 
 # Reasons as Slurm 22.05 prints them (`launch_failed_requeued_held`); compared without case and `_`.
 HELD_REASONS = ("launch failed requeued held", "JobHeldAdmin", "JobHeldUser", "job requeued in held state")
@@ -70,7 +74,7 @@ class Policy:
     restore_after_s: float = 30.0
 
     @classmethod
-    def from_config(cls, cc) -> "Policy":
+    def from_config(cls, cc: ControllerConfig) -> "Policy":
         return cls(spare_partition=cc.spare_partition, job_partitions=tuple(cc.job_partitions),
                    slurm_fault_reasons=tuple(cc.slurm_fault_reasons), running_timeout_s=cc.running_timeout_s,
                    unresponsive_grace_s=cc.unresponsive_grace_s, wave_nodes=cc.wave_nodes,
@@ -242,7 +246,7 @@ HOT_RELEASE_WAIT_S = 30.0
 HOT_NOTE = "hot-spare: "      # an incident the job's supervisor handles in its own allocation
 
 
-def in_supervisor_hands(job: Job, spec, failed: Sequence[str]) -> bool:
+def in_supervisor_hands(job: Job, spec: Optional[FtSpec], failed: Sequence[str]) -> bool:
     """A hot-spare job's fault is its supervisor's (it relaunches the step on its own spares) while the
     batch host is healthy and the job still holds train_nodes healthy nodes. Otherwise (spares used up,
     the batch host failed) it takes the requeue path like any other job."""
@@ -261,7 +265,7 @@ def failed_in_run(job: Job, nodes: Mapping[str, Node], incidents: Sequence[Incid
     return [n for n in job.nodes if n in earlier or failure(nodes.get(n), policy)]
 
 
-def refill_size(spec) -> Optional[int]:
+def refill_size(spec: Optional[FtSpec]) -> Optional[int]:
     """The node count a requeued hot-spare job asks for again: N + K (its shrinks lowered NumNodes)."""
     if spec is None or not spec.hot_spares or not spec.train_nodes:
         return None
@@ -287,8 +291,7 @@ def _job_partition(job: Job, snap: Snapshot, policy: Policy) -> Optional[str]:
 
 def fault_time(snap: Snapshot, nodes: Iterable[str]) -> Optional[float]:
     """The earliest drain time among the failed nodes, when Slurm gave one."""
-    times = [slurm_time(snap.nodes[n].reason_time) for n in nodes if n in snap.nodes]
-    times = [t for t in times if t is not None]
+    times = [t for t in (slurm_time(snap.nodes[n].reason_time) for n in nodes if n in snap.nodes) if t is not None]
     return min(times) if times else None
 
 
@@ -304,12 +307,19 @@ def _of_job(incidents: Sequence[Incident], job_id: int, job: Optional[Job]) -> L
     return [i for i in incidents if i.job_id == job_id and (job is None or i.restart_count <= job.restart_count)]
 
 
+class _IncidentFields(TypedDict):
+    """The Step fields every step of one incident shares (Step(kind, **base, ...))."""
+    job_id: int
+    incident_id: int
+    nodes: Tuple[str, ...]
+    partition: str
+
+
 def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float,
              pool: List[str]) -> List[Step]:
     """The next step of one open incident, read off Slurm's current state."""
     job = snap.jobs.get(inc.job_id)
-    base = dict(job_id=inc.job_id, incident_id=inc.id, nodes=inc.nodes, partition=inc.partition)
-    ended = job is None or job.state in ENDED_JOB_STATES
+    base = _IncidentFields(job_id=inc.job_id, incident_id=inc.id, nodes=inc.nodes, partition=inc.partition)
     spec = snap.specs.get(inc.job_id)
     max_restarts = spec.max_restarts if spec else 0
     giving_up = restarts_without_progress(inc, incidents, job) >= max_restarts
@@ -318,7 +328,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
         return not any(n in p.nodes for n in inc.nodes
                        for p in snap.partitions.values() if policy.is_job_partition(p.name))
 
-    if ended:
+    if job is None or job.state in ENDED_JOB_STATES:
         if not quarantined():
             return [Step("quarantine", **base, reason="job ended; the failed nodes still leave the partition")]
         state = job.state if job else "gone"
@@ -353,11 +363,11 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
         chosen += fresh
         short = len(inc.nodes) - len(chosen)
         if short <= 0:
-            return [Step("swap", **{**base, "spares": tuple(chosen)},
+            return [Step("swap", **base, spares=tuple(chosen),
                          reason=f"{len(chosen)} spare(s) from {policy.spare_partition} into {inc.partition}")]
-        if _can_shrink(inc, spec, short):
+        if spec is not None and _can_shrink(inc, spec, short):
             size = inc.job_nodes - short
-            return [Step("swap", **{**base, "spares": tuple(chosen)}, num_nodes=size,
+            return [Step("swap", **base, spares=tuple(chosen), num_nodes=size,
                          reason=f"pool short by {short}: shrink the job to {size} nodes (min_nodes "
                                 f"{spec.min_nodes})")]
         for s in fresh:  # not enough: take none, so the pool serves whoever can run
@@ -383,9 +393,9 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if job.state not in PENDING_STATES:
         return [Step("poll", **base, reason=f"job is {job.state}")]
     if not inc.done("exclude"):
-        size = inc.shrink_to or refill_size(spec)
-        return [Step("exclude", **base, num_nodes=size,
-                     reason="exclude the failed nodes" + (f", NumNodes={size}" if size else ""))]
+        num_nodes = inc.shrink_to or refill_size(spec)
+        return [Step("exclude", **base, num_nodes=num_nodes,
+                     reason="exclude the failed nodes" + (f", NumNodes={num_nodes}" if num_nodes else ""))]
     if job.held or reason_in(job.reason, HELD_REASONS):
         return [Step("start", **base, hold=True, reason=f"release ({job.reason or 'held'}) and StartTime=now")]
     eligible = slurm_time(job.eligible_time)
@@ -405,7 +415,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
 
 
 def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, pool: List[str],
-                 spec, job: Job, base: dict, quarantined: bool, now: float) -> List[Step]:
+                 spec: Optional[FtSpec], job: Job, base: _IncidentFields, quarantined: bool, now: float) -> List[Step]:
     """The in-allocation path: the job's supervisor relaunches its step on a hot spare and gives the
     failed node back (shrinks the job); the controller quarantines the node, refills the partition
     from the pool (a later requeue asks for N + K again) and closes the incident once the node has
@@ -423,7 +433,7 @@ def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], p
         if fresh:
             for s in fresh:
                 pool.remove(s)
-            return [Step("swap", **{**base, "spares": tuple(fresh)},
+            return [Step("swap", **base, spares=tuple(fresh),
                          reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")]
     if any(n in job.nodes for n in inc.nodes):
         if now - inc.opened_at < HOT_RELEASE_WAIT_S:
@@ -474,8 +484,8 @@ def _restarted(inc: Incident, job: Job) -> bool:
     return True
 
 
-def _can_shrink(inc: Incident, spec, short: int) -> bool:
-    return bool(spec and spec.min_nodes and inc.job_nodes - short >= spec.min_nodes)
+def _can_shrink(inc: Incident, spec: FtSpec, short: int) -> bool:
+    return bool(spec.min_nodes and inc.job_nodes - short >= spec.min_nodes)
 
 
 def _give_up_reason(inc: Incident, incidents: Sequence[Incident], max_restarts: int, job: Optional[Job]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from slurm_ft.slurm.types import Node, Partition
 
@@ -36,7 +36,7 @@ class PoolStatus:
     def pool_size(self) -> int:
         return len(self.healthy_idle) + len(self.busy) + len(self.unhealthy)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"spare_partition": self.spare_partition, "job_partitions": list(self.job_partitions),
                 "cluster_nodes": self.cluster_nodes, "cluster_gpus": self.cluster_gpus,
                 "gpus_per_node": self.gpus_per_node, "pool_size": self.pool_size,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.config import RemediationConfig
 from slurm_ft.node import breaker as brk
@@ -59,7 +59,7 @@ class Step:
         """Changes the node (as opposed to manual/hold/wait: nothing to do this sweep)."""
         return self.act in ("reset_gpu", "reboot", "retest", "rma", "done", "timeout")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"node": self.node, "action": self.act, "why": self.why,
                 "finding": self.finding.label() if self.finding else None, "attempt": self.attempt or None,
                 "max_attempts": self.max_attempts or None}

@@ -12,7 +12,7 @@ not every sweep). Every act is a lifecycle event in the journal (`node history` 
 from __future__ import annotations
 
 import logging
-from typing import List
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from slurm_ft.node import guard
 
@@ -20,13 +20,18 @@ from slurm_ft.fleet import remediation
 from slurm_ft.fleet.states import Event, State
 from slurm_ft.vocab import OWNER, fit
 
+if TYPE_CHECKING:
+    from slurm_ft.fleet.store import Store
+    from slurm_ft.fleet.sweep import Sweeper, SweepReport
+    from slurm_ft.slurm.types import Node
+
 log = logging.getLogger(__name__)
 
 RESET_KEY = "reset_gpus:"      # lifecycle_kv: GPUs the node's next validation job resets first
 DRY_KEY = "remediation_dry_run:"
 
 
-def snapshot_plan(sweeper, nodes=None) -> List[remediation.Step]:
+def snapshot_plan(sweeper: Sweeper, nodes: Optional[Sequence[Node]] = None) -> List[remediation.Step]:
     """The plan for the fleet as Slurm and the journal show it now."""
     cfg, store = sweeper.cfg, sweeper.store
     nodes = sweeper.client.nodes() if nodes is None else nodes
@@ -40,7 +45,7 @@ def snapshot_plan(sweeper, nodes=None) -> List[remediation.Step]:
                             breaker_window_s=lc.breaker_window_s)
 
 
-def run(sweeper, report, *, dry_run: bool = False) -> List[str]:
+def run(sweeper: Sweeper, report: SweepReport, *, dry_run: bool = False) -> List[str]:
     """Plan and act (or only report with `dry_run`); returns the nodes to validate in this sweep."""
     steps = snapshot_plan(sweeper)
     if dry_run:
@@ -57,11 +62,11 @@ def run(sweeper, report, *, dry_run: bool = False) -> List[str]:
             report.alerts.append(f"{step.node}: {step.why}")
         if not step.acts:
             continue
-        sweeper._guarded(report, step.node, lambda s=step: validate.extend(_act(sweeper, report, s)))
+        sweeper._guarded(report, step.node, lambda: validate.extend(_act(sweeper, report, step)))
     return validate
 
 
-def _act(sweeper, report, step: remediation.Step) -> List[str]:
+def _act(sweeper: Sweeper, report: SweepReport, step: remediation.Step) -> List[str]:
     name, store = step.node, sweeper.store
     if step.act == "rma":
         entry = sweeper._record(name, Event.SEND_RMA, f"remediation: {step.why}")
@@ -101,7 +106,7 @@ def _act(sweeper, report, step: remediation.Step) -> List[str]:
     raise AssertionError(f"unhandled remediation step {step.act}")
 
 
-def take_reset_gpus(store, name: str) -> List[int]:
+def take_reset_gpus(store: Store, name: str) -> List[int]:
     """The GPUs to reset before this validation (read once: a later validation does not reset again)."""
     raw = store.kv_get(RESET_KEY + name)
     if raw:

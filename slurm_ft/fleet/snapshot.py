@@ -2,13 +2,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import FrozenSet, Mapping
+from typing import TYPE_CHECKING, FrozenSet, Iterable, Mapping
 
 from slurm_ft.fleet.records import Placement
 
 from slurm_ft.slurm.types import Job, Node, Partition
 from slurm_ft.fleet.outage import Seen  # noqa: F401 (the annotation)
 from slurm_ft.job.tag import FtSpec
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from typing_extensions import Unpack
+
+    class _Fields(TypedDict, total=False):
+        """Snapshot's fields past the three lists (Snapshot.of's keywords)."""
+        specs: Mapping[int, FtSpec]
+        breaker_open: bool
+        taken_at: float
+        seen: Mapping[str, Seen]
+        watching_since: float
+        out_counted: FrozenSet[str]
+        out_limit: int
+        placements: Mapping[int, Mapping[int, Placement]]
 
 
 @dataclass(frozen=True)
@@ -29,7 +45,8 @@ class Snapshot:
     placements: Mapping[int, Mapping[int, Placement]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, nodes, jobs, partitions, **kw) -> "Snapshot":
+    def of(cls, nodes: Iterable[Node], jobs: Iterable[Job], partitions: Iterable[Partition],
+           **kw: Unpack[_Fields]) -> "Snapshot":
         """Build from lists (tests, the controller)."""
         return cls(nodes={n.name: n for n in nodes}, jobs={j.job_id: j for j in jobs},
                    partitions={p.name: p for p in partitions}, **kw)

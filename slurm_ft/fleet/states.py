@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 from slurm_ft.errors import UsageError
 
@@ -95,7 +95,7 @@ class HistoryEntry:
     cause: str = ""
     actor: str = ""               # sweep | controller | check | admin:<user>
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {
             "node": self.node, "time": self.time, "event": self.event.value,
             "from": self.from_state.value if self.from_state else None, "to": self.to_state.value,

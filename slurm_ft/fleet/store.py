@@ -15,7 +15,7 @@ import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from slurm_ft.errors import ConfigError, EnvironmentProblem
 from slurm_ft.fleet.states import Event, HistoryEntry, State, incidents, next_state
@@ -47,7 +47,7 @@ class NodeRecord:
     validation_started: Optional[float] = None
     last_pass: Optional[float] = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"node": self.node, "state": self.state.value, "since": self.since, "cause": self.cause,
                 "validation_job": self.validation_job, "last_pass": self.last_pass}
 
@@ -59,7 +59,7 @@ def db_path(state_dir: str) -> Path:
 class Store:
     """One connection to the journal file; use as a context manager or call close()."""
 
-    def __init__(self, state_dir: str, *, create: bool = True):
+    def __init__(self, state_dir: str, *, create: bool = True) -> None:
         path = db_path(state_dir)
         if not create and not path.exists():
             raise ConfigError(f"{path}: no journal yet (nothing recorded)")
@@ -79,7 +79,7 @@ class Store:
     def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @contextmanager
@@ -163,10 +163,10 @@ class Store:
     def kv_set(self, key: str, value: str) -> None:
         self._kv_set(key, value)
 
-    def kv_set_json(self, key: str, value) -> None:
+    def kv_set_json(self, key: str, value: Any) -> None:
         self._kv_set(key, json.dumps(value, sort_keys=True))
 
-    def kv_get_json(self, key: str, default=None):
+    def kv_get_json(self, key: str, default: Any = None) -> Any:
         raw = self.kv_get(key)
         return json.loads(raw) if raw else default
 
@@ -178,7 +178,7 @@ REPAIR_EVENTS = (Event.REMEDIATE, Event.REMEDIATED, Event.SEND_RMA, Event.REPAIR
                  Event.FAIL, Event.RELEASE)
 
 
-def repair_history(db: sqlite3.Connection, nodes, since: float) -> List[HistoryEntry]:
+def repair_history(db: sqlite3.Connection, nodes: Iterable[str], since: float) -> List[HistoryEntry]:
     """What happened to `nodes` on their way back (remediation, repair, validation) since `since`, for
     `incidents`; [] when the lifecycle tables do not exist yet."""
     names = list(nodes)
@@ -196,5 +196,5 @@ def repair_history(db: sqlite3.Connection, nodes, since: float) -> List[HistoryE
             for r in rows]
 
 
-def _record(r) -> NodeRecord:
+def _record(r: sqlite3.Row) -> NodeRecord:
     return NodeRecord(r[0], State(r[1]), r[2], r[3], r[4], r[5], r[6])

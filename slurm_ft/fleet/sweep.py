@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, TypedDict
 
 from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, UsageError
@@ -29,8 +29,8 @@ from slurm_ft.node import guard
 from slurm_ft.fleet.lock import FileLock
 from slurm_ft.fleet.membership import Delta, Membership
 from slurm_ft.fleet.pool import pool_target
-from slurm_ft.fleet.reconcile import classify
-from slurm_ft.fleet.states import Event, State, default_state
+from slurm_ft.fleet.reconcile import Change, classify
+from slurm_ft.fleet.states import Event, HistoryEntry, State, default_state
 from slurm_ft.fleet.store import Store
 from slurm_ft.slurm.types import Job, Node
 from slurm_ft import vocab
@@ -58,11 +58,17 @@ class SweepReport:
     pending: List[str] = field(default_factory=list)     # validations still running when the sweep ended
     errors: List[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"started": self.started, "finished": self.finished, "elapsed_s": round(self.finished - self.started, 3),
                 "changes": self.changes, "alerts": self.alerts, "pool": {"size": self.pool_size,
                 "target": self.pool_target, "target_source": self.pool_target_source},
                 "pending_validations": self.pending, "errors": self.errors}
+
+
+class _Lemon(TypedDict):
+    """Store.apply's lemon-rule keywords (Sweeper.lemon)."""
+    lemon_k: int
+    lemon_window_s: float
 
 
 class Sweeper:
@@ -76,7 +82,7 @@ class Sweeper:
         self.sleep = sleep
         self.actor = actor
         self.spare = config.controller.spare_partition
-        self.lemon = dict(lemon_k=self.lc.lemon_incidents, lemon_window_s=self.lc.lemon_window_days * 86400.0)
+        self.lemon = _Lemon(lemon_k=self.lc.lemon_incidents, lemon_window_s=self.lc.lemon_window_days * 86400.0)
         # every partition/reservation edit as a delta under the fleet lock the controller takes too
         self.membership = Membership.from_config(client, config, f"{actor}'s partition change")
 
@@ -95,7 +101,7 @@ class Sweeper:
         for name in work.enrol:   # silent: a spare we had not recorded yet
             self.store.enrol(name, State.SPARE, self.clock(), cause=f"in {self.spare}", actor=self.actor)
         for change in work.changes:
-            self._guarded(report, change.node, lambda c=change: self._apply_change(report, c, by_name[c.node]))
+            self._guarded(report, change.node, lambda: self._apply_change(report, change, by_name[change.node]))
         remedied: List[str] = []
         if self.lc.remediation.mode != "off":   # reset, reboot or RMA what the policy can decide alone
             from slurm_ft.fleet import remediator
@@ -108,11 +114,11 @@ class Sweeper:
             if rec and rec.validation_job:
                 running[name] = rec.validation_job
             else:   # a sweep died between recording and submitting: start over
-                self._guarded(report, name, lambda n=name: running.update(self._start(report, by_name[n], recheck=False)))
+                self._guarded(report, name, lambda: running.update(self._start(report, by_name[name], recheck=False)))
         for name in [*work.validate, *remedied]:
-            self._guarded(report, name, lambda n=name: running.update(self._start(report, by_name[n], recheck=False)))
+            self._guarded(report, name, lambda: running.update(self._start(report, by_name[name], recheck=False)))
         for name in work.recheck:
-            self._guarded(report, name, lambda n=name: running.update(self._start(report, by_name[n], recheck=True)))
+            self._guarded(report, name, lambda: running.update(self._start(report, by_name[name], recheck=True)))
         self._wait(report, running, self.lc.validate_wait_s if wait_s is None else wait_s)
         self._pool(report)
         report.finished = self.clock()
@@ -134,7 +140,7 @@ class Sweeper:
             return configured
         return tuple(p.name for p in self.client.partitions() if p.name != self.spare)
 
-    def _guarded(self, report: SweepReport, node: str, fn) -> None:
+    def _guarded(self, report: SweepReport, node: str, fn: Callable[[], object]) -> None:
         """One node's trouble (a Slurm error, a refused transition) must not stop the sweep."""
         try:
             fn()
@@ -144,7 +150,7 @@ class Sweeper:
 
     # --- recording what others did ----------------------------------------------------------
 
-    def _apply_change(self, report: SweepReport, change, node: Node) -> None:
+    def _apply_change(self, report: SweepReport, change: Change, node: Node) -> None:
         if change.act == "quarantine":
             self.take_out(change.node)
         entry = self._record(change.node, change.event, change.cause, node)
@@ -174,7 +180,7 @@ class Sweeper:
         if node.drained or node.state == "DOWN":
             self.client.resume([name])
 
-    def _record(self, name: str, event: Event, cause: str, node: Optional[Node] = None):
+    def _record(self, name: str, event: Event, cause: str, node: Optional[Node] = None) -> HistoryEntry:
         default = State.SPARE if event is Event.SWAP_IN else default_state(node.partitions if node else (), self.spare)
         return self.store.apply(name, event, self.clock(), default=default, cause=cause, actor=self.actor,
                                 **self.lemon)
@@ -272,7 +278,7 @@ class Sweeper:
                 verdict = self._verdict(name, job_id)
                 if verdict is not None:
                     del left[name]
-                    self._guarded(report, name, lambda n=name, v=verdict, j=job_id: self._finish(report, n, j, *v))
+                    self._guarded(report, name, lambda: self._finish(report, name, job_id, *verdict))
             if not left or self.clock() >= deadline:
                 break
             self.sleep(0.5)
@@ -428,7 +434,8 @@ def _short(text: str, n: int = 100) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def sweep_locked(config: Config, client: SlurmApi, *, wait_s: Optional[float] = None, clock=time.time) -> SweepReport:
+def sweep_locked(config: Config, client: SlurmApi, *, wait_s: Optional[float] = None,
+                 clock: Callable[[], float] = time.time) -> SweepReport:
     """The whole sweep under the state directory's lock (Busy, exit 5, when another holds it)."""
     with FileLock(Path(config.state_dir) / "sweep.lock", "sweep"):
         with Store(config.state_dir) as store:

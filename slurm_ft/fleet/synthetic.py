@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import heapq
 import random
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from slurm_ft.fleet.states import Event, State
 from slurm_ft.fleet.store import Store
 from slurm_ft.fleet import journal
 from slurm_ft.vocab import OWNER
 
+if TYPE_CHECKING:
+    from slurm_ft.plan.sim import SimFault
+
 OBSERVED_SINCE = "observed_since"
 SIM_JOB_ID = 1
 SIM_PARTITION = "train"
 
 _Step = Tuple[float, str, Event, str, str]      # time, node, event, cause, actor
+# fault time, opened, failed nodes, spares taken, fault class, resumed
+_Incident = Tuple[float, float, List[str], List[str], str, float]
 
 
 def _repair_steps(node: str, fault_at: float, quarantined: float, back: float, cause: str) -> List[_Step]:
@@ -48,7 +53,7 @@ def sim_node_names(job_nodes: int, spares: int) -> Tuple[List[str], List[str]]:
     return names[:job_nodes], names[job_nodes:]
 
 
-def write_sim_journal(store: Store, faults: Sequence, *, job_nodes: int, spares: int, days: float,
+def write_sim_journal(store: Store, faults: Sequence[SimFault], *, job_nodes: int, spares: int, days: float,
                       start: float, seed: int = 0) -> int:
     """Record the interruptions of one simulated run (`SimFault`s, seconds from `start`) as the journal
     of a cluster with `job_nodes` + `spares` nodes; returns the node faults written.
@@ -68,13 +73,14 @@ def write_sim_journal(store: Store, faults: Sequence, *, job_nodes: int, spares:
         store.enrol(node, State.SPARE, start, cause="simulated spare pool", actor="sim")
     in_repair: List[Tuple[float, str]] = []
     steps: List[_Step] = []
-    swapped_in = {}         # slot -> index in `steps` of the swap-in of the node it holds
-    incidents: List[Tuple[float, float, List[str], List[str], str, float]] = []
+    swapped_in: Dict[int, int] = {}         # slot -> index in `steps` of the swap-in of the node it holds
+    incidents: List[_Incident] = []
     written = 0
     for f in faults:
         failed: List[str] = []
         taken: List[str] = []
         if f.swap:
+            assert f.repaired is not None       # a fault that took a node out has its repair time
             while in_repair and in_repair[0][0] <= f.detected:
                 pool.append(heapq.heappop(in_repair)[1])
             # a node still being brought in by an earlier recovery is not there to fail yet
@@ -102,7 +108,7 @@ def write_sim_journal(store: Store, faults: Sequence, *, job_nodes: int, spares:
     return written
 
 
-def _write_incidents(store: Store, rows, job_nodes: int, end: float) -> None:
+def _write_incidents(store: Store, rows: Sequence[_Incident], job_nodes: int, end: float) -> None:
     for n, (fault_at, opened, nodes, taken, cls, resumed) in enumerate(rows):
         if fault_at > end:
             break

@@ -15,6 +15,7 @@ checkpoints we merely failed to read (it would overwrite them). Every read is bo
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.job import layouts
 from slurm_ft.job.ckptfs import DEFAULT_DEADLINE_S, FS, Entry, LocalFS, NotRegular, ScanTimeout  # noqa: F401
@@ -74,7 +75,7 @@ class Latest:
     def must_not_start(self) -> bool:
         return self.path is None and (self.error or self.refuse)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {
             "directory": self.directory,
             "error": self.error,
@@ -151,7 +152,7 @@ def _judge(fs: FS, d: str, name: str, e: Entry, kids: Dict[str, Entry], verify: 
     return None
 
 
-def _safe(fn, path: str, step: Optional[int]) -> _Verdict:
+def _safe(fn: Callable[[], Optional[_Verdict]], path: str, step: Optional[int]) -> Optional[_Verdict]:
     try:
         return fn()
     except ScanTimeout:
@@ -184,18 +185,18 @@ def latest(directory: str, fs: Optional[FS] = None, verify: bool = False,
         return Latest(d, None, None, None, (), f"cannot read {d}: {exc.strerror or exc}", error=True)
 
 
-def _order(v) -> tuple:
+def _order(v: Skipped) -> Tuple[int, str]:
     return (v.step if v.step is not None else -1, v.path)
 
 
-def _latest(fs: FS, d: str, verify: bool, exclude: frozenset = frozenset()) -> Latest:
+def _latest(fs: FS, d: str, verify: bool, exclude: FrozenSet[int] = frozenset()) -> Latest:
     entries = fs.list(d)
     if entries is None:
         return Latest(d, None, None, None, (), f"{d} does not exist or is not a directory (no checkpoint yet)")
     kids = {e.name: e for e in entries}
     verdicts: List[_Verdict] = []
     ignored: List[Skipped] = []
-    trackers = []
+    trackers: List[_megatron.Tracked] = []
     for t in layouts.TRACKERS:
         tr = _safe_tracker(t, fs, d, kids)
         if tr is not None:
@@ -213,7 +214,7 @@ def _latest(fs: FS, d: str, verify: bool, exclude: frozenset = frozenset()) -> L
                 ignored.append(Skipped(_join(d, name), "staging directory of an unfinished write",
                                        int(s.group(1)), "ignored", _marker.NAME))
             continue
-        v = _safe(lambda n=name, x=e: _judge(fs, d, n, x, kids, verify), _join(d, name), layouts.step_of(name))
+        v = _safe(functools.partial(_judge, fs, d, name, e, kids, verify), _join(d, name), layouts.step_of(name))
         if v is not None:
             verdicts.append(v)
     verdicts, tracker_skips = _apply_trackers(d, verdicts, trackers)
@@ -240,7 +241,7 @@ def _latest(fs: FS, d: str, verify: bool, exclude: frozenset = frozenset()) -> L
                   f"(newest: {bad.path}: {bad.reason})", refuse=True)
 
 
-def _safe_tracker(t, fs: FS, d: str, kids: Dict[str, Entry]):
+def _safe_tracker(t: layouts.TrackerLayout, fs: FS, d: str, kids: Dict[str, Entry]) -> Optional[_megatron.Tracked]:
     try:
         return t.tracker(fs, d, kids)
     except ScanTimeout:
@@ -250,7 +251,8 @@ def _safe_tracker(t, fs: FS, d: str, kids: Dict[str, Entry]):
         return _megatron.Tracked(t.NAME, _join(d, t.TRACKER), None, None, f"tracker is unreadable ({why})")
 
 
-def _apply_trackers(d: str, verdicts: List[_Verdict], trackers) -> Tuple[List[_Verdict], List[Skipped]]:
+def _apply_trackers(d: str, verdicts: List[_Verdict], trackers: Sequence[_megatron.Tracked]
+                    ) -> Tuple[List[_Verdict], List[Skipped]]:
     """A tracker names the checkpoint its framework finished last: a candidate newer than that (whatever
     it holds: a Megatron torch_dist iteration is a DCP directory) is a write in progress; a tracker that
     cannot be read, or names nothing there, is evidence too."""
@@ -259,6 +261,7 @@ def _apply_trackers(d: str, verdicts: List[_Verdict], trackers) -> Tuple[List[_V
         if tr.reason:
             skips.append(Skipped(tr.file, tr.reason, None, "unreadable", tr.layout))
             continue
+        assert tr.target is not None        # a readable tracker names its target (parse_tracker)
         target = _join(d, tr.target)
         if not any(v.path == target for v in verdicts):
             skips.append(Skipped(target, "tracker points at a missing directory", tr.step, "incomplete", tr.layout))
@@ -315,7 +318,7 @@ def write_shard(directory: str, step: int, run_id: str, name: str, data: bytes) 
 
 
 def commit(directory: str, step: int, run_id: str, expect: Optional[Iterable[str]] = None,
-           meta: Optional[Mapping] = None) -> str:
+           meta: Optional[Mapping[str, Any]] = None) -> str:
     """Seal a staged checkpoint: manifest of every file, marker written last, rename into place."""
     stage = staging_dir(directory, step, run_id)
     names = sorted(n for n in os.listdir(stage) if n != MARKER and not n.endswith(".tmp"))
@@ -349,7 +352,8 @@ def commit(directory: str, step: int, run_id: str, expect: Optional[Iterable[str
     return final
 
 
-def write_checkpoint(directory: str, step: int, files: Mapping[str, bytes], meta: Optional[Mapping] = None) -> str:
+def write_checkpoint(directory: str, step: int, files: Mapping[str, bytes], meta: Optional[Mapping[str, Any]] = None
+                     ) -> str:
     """Write a whole checkpoint from one process: stage, fsync, marker last, rename. Returns its path."""
     os.makedirs(directory, exist_ok=True)
     run_id = f"{os.getpid()}-{time.monotonic_ns()}"

@@ -15,22 +15,23 @@ clears them all: a checkpoint the job wrote again since is a new one.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 DEFAULT_M = 3
 START_EVENTS = ("jobstart", "launch")
 
 
-def starts_of(records: Sequence[Mapping], job: str) -> List[Mapping]:
+def starts_of(records: Sequence[Mapping[str, Any]], job: str) -> List[Mapping[str, Any]]:
     """The job's starts and launches, in log order."""
     return [r for r in records if r.get("event") in START_EVENTS and str(r.get("job", "")) == job]
 
 
-def _int(x) -> Optional[int]:
+def _int(x: object) -> Optional[int]:
     return x if type(x) is int else None
 
 
-def failed_streak(starts: Sequence[Mapping], reached_now: Optional[int], newest_now: Optional[int]) -> Dict[int, int]:
+def failed_streak(starts: Sequence[Mapping[str, Any]], reached_now: Optional[int], newest_now: Optional[int]
+                  ) -> Dict[int, int]:
     """checkpoint step -> failed starts from it since the last start that got past its checkpoint.
     reached_now / newest_now: the last start's progress and the newest complete checkpoint, read now."""
     counts: Dict[int, int] = {}
@@ -50,7 +51,7 @@ def failed_streak(starts: Sequence[Mapping], reached_now: Optional[int], newest_
     return counts
 
 
-def passed_over(starts: Sequence[Mapping], reached_now: Optional[int], newest_now: Optional[int],
+def passed_over(starts: Sequence[Mapping[str, Any]], reached_now: Optional[int], newest_now: Optional[int],
                 m: int = DEFAULT_M) -> Dict[int, int]:
     """The checkpoints (step -> failures) the next start must not use."""
     if m < 1:
@@ -58,7 +59,7 @@ def passed_over(starts: Sequence[Mapping], reached_now: Optional[int], newest_no
     return {s: n for s, n in failed_streak(starts, reached_now, newest_now).items() if n >= m}
 
 
-def reached(records: Mapping[int, dict], job: str, restart: int, launch: int) -> Optional[int]:
+def reached(records: Mapping[int, Mapping[str, Any]], job: str, restart: int, launch: int) -> Optional[int]:
     """The highest step the ranks of (restart, launch) reported (slurm_ft.heartbeat.read_all), or None."""
     steps = [x["step"] for x in records.values() if str(x.get("job", "")) == job
              and x.get("restart") == restart and x.get("launch", 0) == launch]

@@ -14,7 +14,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 MAX_ENTRIES = 100_000          # per directory listed
 DEFAULT_DEADLINE_S = 30.0      # for a whole scan
@@ -156,7 +156,7 @@ class LocalFS(FS):
             os.close(fd)
 
 
-def _read_all(fd: int, limit: int, tick) -> bytes:
+def _read_all(fd: int, limit: int, tick: Callable[[], None]) -> bytes:
     parts, got = [], 0
     while got < limit:
         tick()

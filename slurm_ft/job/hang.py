@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional
 
 from slurm_ft.vocab import OWNER
+
+if TYPE_CHECKING:
+    from slurm_ft.heartbeat import Report
 
 # A rank whose last report is this much older than the newest one (and at a lower step) straggles;
 # at least this, or a quarter of hang_timeout (a healthy rank reports about once a second).
@@ -27,13 +30,13 @@ class Launch:
     started_t: float                  # wall clock of the launch (the reports carry wall-clock times)
 
 
-def current(records: Mapping[int, dict], at: Launch) -> Dict[int, dict]:
+def current(records: Mapping[int, Report], at: Launch) -> Dict[int, Report]:
     """The reports of this launch only: earlier launches' files stay until their rank reports again."""
     return {r: x for r, x in records.items()
             if str(x.get("job", "")) == at.job and x.get("restart") == at.restart and x.get("launch") == at.launch}
 
 
-def stalled(records: Mapping[int, dict], at: Launch, now: float, timeout_s: float,
+def stalled(records: Mapping[int, Report], at: Launch, now: float, timeout_s: float,
             grace_s: Optional[float] = None) -> Optional[str]:
     """Why the launch counts as hung (no report from any rank for timeout_s), or None. Before the launch's
     first report, start-up (imports, rendezvous, loading the checkpoint) gets grace_s more: by default
@@ -53,7 +56,7 @@ def stalled(records: Mapping[int, dict], at: Launch, now: float, timeout_s: floa
     return None
 
 
-def stragglers(records: Mapping[int, dict], at: Launch, timeout_s: float) -> List[dict]:
+def stragglers(records: Mapping[int, Report], at: Launch, timeout_s: float) -> List[Dict[str, Any]]:
     """Ranks far behind the others: a lower step than the newest, and a last report older than the
     newest by the straggler window. Reported, not acted on."""
     mine = current(records, at)
@@ -85,7 +88,7 @@ _LABEL = re.compile(r" *(\d+): ")
 _REPORT_START = '{"node":'
 
 
-def _reports(output: str) -> Iterator[dict]:
+def _reports(output: str) -> Iterator[Dict[str, Any]]:
     """The check reports in srun's labelled output. slurmstepd forwards a task's output in pieces of at
     most 1 KiB, and a report is longer: with two nodes or more the pieces of their lines interleave
     (seen on a 2-node step). srun --label names the task of each piece, so each task's pieces are

@@ -26,7 +26,7 @@ Paths (docs/jobs.md, "Hot spares"):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 # A step that failed may have failed *because* a node is going bad before slurm-ft drained it (the
 # watcher drains within a second of a fatal Xid; a health check may take longer, and on the lab's 2 cores
@@ -122,7 +122,7 @@ def _why(faults: Mapping[str, str], nodes: Sequence[str]) -> str:
     return "; ".join(f"{x}: {faults[x]}" for x in nodes)
 
 
-def env_after_shrink(env: Mapping[str, str], nodelist: str, count: int) -> dict:
+def env_after_shrink(env: Mapping[str, str], nodelist: str, count: int) -> Dict[str, str]:
     """The batch step's SLURM_* variables after its job shrank to `count` nodes (`nodelist`), as
     the resize script `scontrol update NodeList=` writes (22.05, 24.11) says: new node list and counts,
     the per-node CPU count kept, the task counts dropped (srun would refuse the old ones)."""

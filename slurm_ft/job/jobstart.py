@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.job import ckpt, ckptfallback, startlog
 from slurm_ft.job.tag import DEFAULT_MAX_RESTARTS
@@ -27,14 +27,16 @@ PLACEHOLDER = "{ckpt}"
 STARTS_LOG = "slurm-ft-starts.jsonl"
 
 
-def resolve(argv: Sequence[str], ckpt_dir: str, exclude=()) -> Tuple[List[str], Optional[ckpt.Latest]]:
+def resolve(argv: Sequence[str], ckpt_dir: str, exclude: Iterable[int] = ()
+            ) -> Tuple[List[str], Optional[ckpt.Latest]]:
     """argv with every {ckpt} replaced by the latest complete checkpoint not in `exclude` (or "")."""
     found = ckpt.latest(ckpt_dir, exclude=exclude) if ckpt_dir else None
     value = found.path if found is not None and found.path else ""
     return [a.replace(PLACEHOLDER, value) for a in argv], found
 
 
-def exec_argv(script: str, args: Sequence[str], access=os.access, read_head=None) -> List[str]:
+def exec_argv(script: str, args: Sequence[str], access: Callable[[str, int], bool] = os.access,
+              read_head: Optional[Callable[[str], str]] = None) -> List[str]:
     """What to exec for SCRIPT: itself when executable, else its #! interpreter (as sbatch would run it)."""
     if "/" not in script or access(script, os.X_OK):
         return [script, *args]
@@ -52,7 +54,7 @@ def _read_head(path: str) -> str:
         return fh.readline(4096).decode("utf-8", "replace")
 
 
-def log_event(ckpt_dir: str, record: dict) -> None:
+def log_event(ckpt_dir: str, record: Mapping[str, object]) -> None:
     try:
         os.makedirs(ckpt_dir, exist_ok=True)
         fd = os.open(os.path.join(ckpt_dir, STARTS_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -64,7 +66,7 @@ def log_event(ckpt_dir: str, record: dict) -> None:
         print(f"slurm-ft: cannot write {STARTS_LOG}: {exc}", file=sys.stderr)
 
 
-def last_progress(ckpt_dir: str) -> Optional[dict]:
+def last_progress(ckpt_dir: str) -> Optional[Dict[str, Any]]:
     """The most advanced progress report left by the run before this start (slurm_ft.progress), read before
     this run replaces them: the last step reached before the restart, for goodput's redone steps."""
     from slurm_ft import heartbeat
@@ -75,18 +77,20 @@ def last_progress(ckpt_dir: str) -> Optional[dict]:
     return {k: r.get(k) for k in ("step", "t", "job", "restart", "launch")}
 
 
-def prepare(argv: Sequence[str], ckpt_dir: str, say=lambda m: print(m, file=sys.stderr), job: str = "",
-            m: int = ckptfallback.DEFAULT_M):
+def prepare(argv: Sequence[str], ckpt_dir: str, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+            job: str = "", m: int = ckptfallback.DEFAULT_M
+            ) -> Tuple[List[str], Optional[ckpt.Latest], Optional[int], Dict[str, Any]]:
     """(argv with {ckpt} resolved, the checkpoint found, None, fields for the start's log line) -- or
     (.., .., 4, ..) when the job must not start: never from scratch over checkpoints we could not read
     (it would overwrite them), nor because the checkpoint filesystem is unreachable, nor when every
     complete checkpoint failed `m` starts in a row (ckptfallback)."""
     resolved, found = resolve(argv, ckpt_dir)
-    fields: dict = {"newest": found.step if found is not None and found.path else None, "prev_reached": None}
+    fields: Dict[str, Any] = {"newest": found.step if found is not None and found.path else None, "prev_reached": None}
     if ckpt_dir and job and found is not None and not found.must_not_start:
         bad, fields["prev_reached"] = passed_over(ckpt_dir, job, fields["newest"], m)
         if fields["newest"] is not None and fields["newest"] in bad:
             resolved, found = resolve(argv, ckpt_dir, exclude=bad)
+            assert found is not None                    # resolve scans whenever ckpt_dir is set
             fields["passed_over"] = {str(k): v for k, v in sorted(bad.items())}
             to = f"the previous complete checkpoint, step {found.step}" if found.path else "none left"
             say(f"slurm-ft: checkpoint step {fields['newest']} failed {bad[fields['newest']]} starts in a row "
@@ -99,7 +103,7 @@ def prepare(argv: Sequence[str], ckpt_dir: str, say=lambda m: print(m, file=sys.
     return resolved, found, None, fields
 
 
-def passed_over(ckpt_dir: str, job: str, newest: Optional[int], m: int) -> Tuple[dict, Optional[int]]:
+def passed_over(ckpt_dir: str, job: str, newest: Optional[int], m: int) -> Tuple[Dict[int, int], Optional[int]]:
     """(checkpoint step -> failed starts, for those to pass over; how far the last start got)."""
     from slurm_ft import heartbeat
     starts = ckptfallback.starts_of(startlog.read(os.path.join(ckpt_dir, STARTS_LOG)), job)
@@ -110,11 +114,11 @@ def passed_over(ckpt_dir: str, job: str, newest: Optional[int], m: int) -> Tuple
     return ckptfallback.passed_over(starts, got, newest, m), got
 
 
-def _num(x) -> int:
+def _num(x: object) -> int:
     return x if type(x) is int else 0
 
 
-def ckpt_env(found: Optional[ckpt.Latest], ckpt_dir: str) -> dict:
+def ckpt_env(found: Optional[ckpt.Latest], ckpt_dir: str) -> Dict[str, str]:
     """SLURM_FT_CKPT / SLURM_FT_CKPT_DIR / SLURM_FT_CKPT_STEP for scripts that prefer the environment."""
     return {"SLURM_FT_CKPT": found.path if found is not None and found.path else "",
             "SLURM_FT_CKPT_DIR": ckpt_dir,
@@ -124,10 +128,10 @@ def ckpt_env(found: Optional[ckpt.Latest], ckpt_dir: str) -> dict:
 STARTER_OPTIONS = ("--ckpt-dir", "--hot-spares", "--train-nodes", "--hang-timeout", "--max-restarts", "--ckpt-fails")
 
 
-def _options(argv: List[str]) -> Tuple[Optional[dict], List[str]]:
+def _options(argv: List[str]) -> Tuple[Optional[Dict[str, Any]], List[str]]:
     """The starter's own options (`slurm-ft sbatch` writes them, in any order, before `--`), and the rest;
     None when one is repeated, lacks a value, or a number is not one."""
-    opts: dict = {}
+    opts: Dict[str, Any] = {}                          # ckpt_dir: str, the others: int
     while len(argv) >= 2 and argv[0] in STARTER_OPTIONS:
         name = argv[0][2:].replace("-", "_")
         if name in opts or (name != "ckpt_dir" and not argv[1].isdigit()):
@@ -150,6 +154,7 @@ def _start(ckpt_dir: str, argv: Sequence[str], m: int = ckptfallback.DEFAULT_M
     env = ckpt_env(found, ckpt_dir)
     env_ckpt = env["SLURM_FT_CKPT"]
     if ckpt_dir:    # without one, SLURM_FT_* stay as they are (the SPANK plugin's, when it resolved them)
+        assert found is not None                        # resolve scans whenever ckpt_dir is set
         os.environ.update(env)
         if env_ckpt:
             print(f"slurm-ft: job {job} start {restart}: resuming from {env_ckpt} "

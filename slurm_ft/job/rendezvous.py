@@ -20,7 +20,7 @@ the job) is kept for every launch instead: then a relaunch binds the port the st
 """
 from __future__ import annotations
 
-from typing import Callable, List, Mapping, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Sequence, Tuple
 
 PORT_LO, PORT_SPAN = 20000, 10000
 JOB_STRIDE = 7919            # a prime: consecutive job ids land far apart in the range
@@ -45,7 +45,7 @@ def user_port(env: Mapping[str, str]) -> int:
 
 def launch_env(env: Mapping[str, str], step_nodes: Sequence[str], addrs: Mapping[str, str], job_id: int,
                restart: int, launch: int, free: Callable[[str, int], bool] = lambda node, port: True
-               ) -> Tuple[dict, str]:
+               ) -> Tuple[Dict[str, str], str]:
     """(MASTER_ADDR and MASTER_PORT for this launch, the rank-0 node). `step_nodes` in Slurm's order, as
     hotplan.pick gives them (the allocation's order): rank 0 runs on the first. MASTER_ADDR always follows
     rank 0 (a value exported from the submit host cannot know where it runs); MASTER_PORT is the user's if

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List
+from typing import Any, Dict, List
 
 MAX_BYTES = 1 << 20          # the last 1 MiB: thousands of starts, far more than any restart limit
 MAX_LINE = 64 * 1024
 
 
-def parse(data: bytes, partial_head: bool = False) -> List[dict]:
+def parse(data: bytes, partial_head: bool = False) -> List[Dict[str, Any]]:
     """The JSON objects in `data`, in order. partial_head: the first line may be cut (a tail read)."""
     lines = data.split(b"\n")
     if partial_head and lines:
@@ -31,7 +31,7 @@ def parse(data: bytes, partial_head: bool = False) -> List[dict]:
     return out
 
 
-def read(path: str, max_bytes: int = MAX_BYTES) -> List[dict]:
+def read(path: str, max_bytes: int = MAX_BYTES) -> List[Dict[str, Any]]:
     """The records of the log's last `max_bytes`; [] when it cannot be read (nothing to learn from)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)

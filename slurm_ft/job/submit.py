@@ -10,7 +10,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.errors import UsageError
 from slurm_ft.job.tag import DEFAULT_MAX_RESTARTS, LIMITS, FtSpec, encode
@@ -90,13 +90,13 @@ def _int(value: str, what: str, low: int, high: Optional[int] = None) -> int:
     return n
 
 
-def _limited(ours: dict, key: str) -> Optional[int]:
+def _limited(ours: Mapping[str, str], key: str) -> Optional[int]:
     """--min-nodes, --hot-spares, ... within the tag's LIMITS (the plugin's and the policy's)."""
     opt = key.replace("_", "-")
     return _int(ours[opt], f"--{opt}", *LIMITS[key]) if opt in ours else None
 
 
-def parse(argv: Sequence[str], cwd: str = ".", file_exists=os.path.isfile) -> SbatchRequest:
+def parse(argv: Sequence[str], cwd: str = ".", file_exists: Callable[[str], bool] = os.path.isfile) -> SbatchRequest:
     """Split ``[our options] [sbatch options] SCRIPT [ARGS...]``; options end at the first word not starting with '-'."""
     ours = {}
     opts: List[str] = []

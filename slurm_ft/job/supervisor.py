@@ -36,7 +36,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurm_ft import heartbeat
 from slurm_ft.job import ckptfallback, hang, jobstart, rendezvous, startlog
@@ -101,7 +101,7 @@ class Supervisor:
         self.ckpt_fails = ckpt_fails
         self.launch_t = 0.0
         self.next_hang_poll = 0.0
-        self.told_stragglers: set = set()
+        self.told_stragglers: Set[int] = set()
         self.ckpt_dir = ckpt_dir
         self.argv = list(argv)
         self.env: Dict[str, str] = dict(env if env is not None else os.environ)
@@ -110,8 +110,8 @@ class Supervisor:
         self.tasks_per_node = _int(self.env.get("SLURM_NTASKS_PER_NODE"), 1)
         self.restart = _int(self.env.get("SLURM_RESTART_COUNT"), 0)
         self.launches = 0
-        self.proc: Optional[subprocess.Popen] = None
-        self.step_nodes: tuple = ()
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.step_nodes: Tuple[str, ...] = ()
         self.exited_at: Optional[float] = None
         self.exit_checked = False  # the step of this launch failed with no known fault, and its nodes were checked
         self.may_shrink = True     # until Slurm refuses (22.05 without accounting: once per start of the job)
@@ -134,7 +134,7 @@ class Supervisor:
         self.addrs.update({x.name: x.addr for x in got if x.addr})
         return {x: why for x, why in self.failed.items() if x in nodes}
 
-    def log(self, event: str, **fields) -> None:
+    def log(self, event: str, **fields: object) -> None:
         if self.ckpt_dir:
             jobstart.log_event(self.ckpt_dir, {"event": event, "t": time.time(), "job": str(self.job_id),
                                                "restart": self.restart, **fields})
@@ -181,7 +181,7 @@ class Supervisor:
             proc.kill()
             proc.wait()
 
-    def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> tuple:
+    def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> Tuple[str, ...]:
         """The allocation without `release`, given back to Slurm; unchanged when the shrink fails."""
         keep = tuple(x for x in allocation if x not in release)
         if not release:
@@ -205,8 +205,7 @@ class Supervisor:
         allocation, batch_host = tuple(job.nodes), job.batch_host
         if self.n is None:
             self.n = len(allocation)
-        faults = self.faults(allocation) or {}
-        first = hp.first_launch(allocation, faults, self.n)
+        first = hp.first_launch(allocation, self.faults(allocation) or {}, self.n)
         if first.kind != "launch":
             return self._fallback(first)
         rc = self.launch(first.nodes, first.reason)
@@ -214,6 +213,7 @@ class Supervisor:
             return rc
         while True:
             time.sleep(self.poll_s)
+            assert self.proc is not None         # started by launch() above
             rc = self.proc.poll()
             now = time.monotonic()
             if rc is not None and self.exited_at is None:
@@ -225,7 +225,8 @@ class Supervisor:
                 faults = {}              # the step is over: its exit status stands on its own
             view = hp.View(allocation=allocation, faults=faults, batch_host=batch_host, train_nodes=self.n,
                            step_nodes=self.step_nodes, step_rc=rc,
-                           since_exit_s=now - self.exited_at if rc is not None else 0.0)
+                           since_exit_s=now - self.exited_at if rc is not None and self.exited_at is not None
+                           else 0.0)
             act = hp.decide(view)
             if act.kind == "wait" and rc is None and self.hang_timeout and now >= self.next_hang_poll:
                 self.next_hang_poll = now + HANG_POLL_S
@@ -240,6 +241,7 @@ class Supervisor:
                 self.stop()              # a hung step, when the restart limit ends the job
                 self.log("exit", rc=act.rc, reason=act.reason)
                 self.say(act.reason)
+                assert act.rc is not None        # every exit action carries its status (hotplan.decide, hang_action)
                 return act.rc
             if act.kind == "fallback":
                 return self._fallback(act)
@@ -253,7 +255,8 @@ class Supervisor:
             if rc is not None:
                 return rc
 
-    def relaunch(self, act: hp.Action, allocation: tuple, partitions: str) -> tuple:
+    def relaunch(self, act: hp.Action, allocation: Tuple[str, ...], partitions: str
+                 ) -> Tuple[Optional[int], Tuple[str, ...]]:
         """Stop, give the failed nodes back while no step runs, start again: (launch's rc, the allocation now)."""
         t_fault = time.time()
         self.log("fault", nodes=compress(act.failed), reason=act.reason[:1000])
@@ -281,7 +284,7 @@ class Supervisor:
         self.say(f"hang: {why}; checking the step's nodes")
         return self.hang_action(view, why)
 
-    def checked(self, view: hp.View, event: str, **fields) -> hp.View:
+    def checked(self, view: hp.View, event: str, **fields: object) -> hp.View:
         """`view` after the prolog-level checks looked at the step's nodes: their culprits are faults too.
         The checks look first and drain nothing; only believable culprits (hang.systemic: not most of the
         step failing alike, which is the checks' own trouble or the job's environment) are checked again
@@ -336,7 +339,7 @@ class Supervisor:
             self.say(f"the hang checks took over {CHECK_TIMEOUT_S:g} s: killed")
         return hang.culprits(out or "")
 
-    def quarantined(self, partitions: str, nodes: Sequence[str]) -> tuple:
+    def quarantined(self, partitions: str, nodes: Sequence[str]) -> Tuple[str, ...]:
         """Those of `nodes` the controller has taken out of the job's partitions: it saw them failed in
         the job and journaled the incident, so they may leave the job. The others stay in it, unused,
         until the next relaunch (no wait for the controller on the way back to training)."""

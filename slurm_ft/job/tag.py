@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, Optional
 from urllib.parse import quote, unquote
 
 PREFIX = "slurm-ft:v"
@@ -96,7 +96,7 @@ def decode(comment: str, noted: bool = False) -> Optional[FtSpec]:
     head = _HEAD.match(words[0])
     if not head or int(head.group(1)) != VERSION:
         return None
-    fields: dict = {}
+    fields: Dict[str, str] = {}
     for word in words[1:]:
         m = _FIELD.match(word)
         if not m or m.group(1) not in _KEYS or m.group(1) in fields:

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Collection, Dict, Iterable, Mapping, Optional, Tuple
 
 from slurm_ft.vocab import HOOK_FAULT_REASONS, owned, slurm_time
+
+if TYPE_CHECKING:
+    from slurm_ft.slurm.types import Node
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class Decision:
     tripped: bool = False        # this call opened the breaker
     counted: bool = False        # this call added a drain to the window (the caller must record it)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, object]:
         return {"allowed": self.allowed, "reason": self.reason, "count": self.count,
                 "limit": self.limit, "tripped": self.tripped}
 
@@ -79,11 +82,11 @@ class FleetView:
     out: Tuple[Tuple[str, float], ...]      # (node, unix time of its drain reason)
     taken_at: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, object]:
         return {"total": self.total, "out": [list(o) for o in self.out], "taken_at": self.taken_at}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FleetView":
+    def from_dict(cls, d: Mapping[str, Any]) -> "FleetView":
         """From `to_dict` output (the node-local copy the prolog reads); ValueError when malformed."""
         try:
             out = tuple((str(n), float(t)) for n, t in d["out"])
@@ -92,7 +95,7 @@ class FleetView:
             raise ValueError(f"malformed fleet view: {exc}") from None
 
 
-def taken_out_by_us(node) -> bool:
+def taken_out_by_us(node: Node) -> bool:
     """Drained (or down) with a slurm-ft reason, or by Slurm for a failed prolog/epilog."""
     reason = (node.reason or "").strip()
     if not (node.drained or node.down) or not reason:
@@ -100,7 +103,7 @@ def taken_out_by_us(node) -> bool:
     return owned(reason) or reason in HOOK_FAULT_REASONS
 
 
-def view(nodes, now: float) -> FleetView:
+def view(nodes: Collection[Node], now: float) -> FleetView:
     """The breaker's snapshot of `nodes` (slurm.types.Node). A reason without a readable time counts as now."""
     out = []
     for n in nodes:

@@ -18,19 +18,20 @@ import logging
 import os
 import shutil
 import time
-from importlib.metadata import entry_points
-from typing import Callable, Dict, Optional
+from importlib.metadata import EntryPoint
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
+from slurm_ft import plugins
 from slurm_ft.config import BurninConfig, NodeType
 from slurm_ft.gpu.sample import NodeSample
 
 log = logging.getLogger(__name__)
-Progress = Optional[Callable[[int, int, str], None]]   # (done, total, message)
+Say = Callable[[int, int, str], None]                  # (done, total, message)
+Progress = Optional[Say]
 
-ENTRY_POINTS = "slurm_ft.burnin"
 
 
-def run(sample: NodeSample, cfg: BurninConfig, node_type: NodeType, progress: Progress = None) -> dict:
+def run(sample: NodeSample, cfg: BurninConfig, node_type: NodeType, progress: Progress = None) -> Dict[str, object]:
     say = progress or (lambda done, total, msg: None)
     added = added_backends()
     order = (*_BACKENDS, *sorted(added)) if cfg.backend == "auto" else (cfg.backend,)
@@ -57,7 +58,7 @@ def run(sample: NodeSample, cfg: BurninConfig, node_type: NodeType, progress: Pr
 
 # --- torch / cupy ----------------------------------------------------------------------------------
 
-def _torch(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
+def _torch(sample: NodeSample, cfg: BurninConfig, say: Say) -> Optional[Dict[str, object]]:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")   # CUDA indexes = NVML indexes
     try:
         import torch
@@ -98,7 +99,7 @@ def _torch(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
             "errors": errors}
 
 
-def _cupy(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
+def _cupy(sample: NodeSample, cfg: BurninConfig, say: Say) -> Optional[Dict[str, object]]:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     try:
         import cupy
@@ -141,7 +142,7 @@ def _cupy(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
 
 # --- dcgmi -----------------------------------------------------------------------------------------
 
-def _dcgmi(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
+def _dcgmi(sample: NodeSample, cfg: BurninConfig, say: Say) -> Optional[Dict[str, object]]:
     exe = shutil.which("dcgmi")
     if exe is None:
         return None
@@ -158,7 +159,7 @@ def _dcgmi(sample: NodeSample, cfg: BurninConfig, say) -> Optional[dict]:
     return {"backend": "dcgmi", "label": "dcgmi diag -r 2", "absolute": False, "gpus": {}, "errors": errors}
 
 
-def _dcgm_failures(node, test: str = ""):
+def _dcgm_failures(node: Any, test: str = "") -> Iterator[Tuple[int, str, str]]:
     """(gpu, test, text) for every result with status Fail anywhere in dcgmi's JSON."""
     if isinstance(node, dict):
         test = str(node.get("name") or node.get("test_name") or test)
@@ -177,8 +178,6 @@ def _dcgm_failures(node, test: str = ""):
 _BACKENDS = {"torch": _torch, "cupy": _cupy, "dcgmi": _dcgmi}
 
 
-def added_backends() -> dict:
+def added_backends() -> Dict[str, EntryPoint]:
     """name -> entry point: the backends other installed distributions add (group `slurm_ft.burnin`)."""
-    eps = entry_points()
-    found = eps.select(group=ENTRY_POINTS) if hasattr(eps, "select") else eps.get(ENTRY_POINTS, [])
-    return {ep.name: ep for ep in found if ep.name not in _BACKENDS}
+    return {n: ep for n, ep in plugins.added(plugins.BURNIN).items() if n not in _BACKENDS}

@@ -14,13 +14,14 @@ import contextlib
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, ContextManager, Dict, Iterable, List, Optional, Sequence
 
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.node.probes import check_of
 from slurm_ft.vocab import OWNER, REASON_MAX, SLURM_FAULT_REASONS, owned
 
 if TYPE_CHECKING:
+    from slurm_ft.config import Config
     from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ class Gate:
     why: str
 
 
-def may_drain(node: str, reason: str, *, client: SlurmApi, config, now: float) -> Gate:
+def may_drain(node: str, reason: str, *, client: SlurmApi, config: Optional[Config], now: float) -> Gate:
     """May slurm-ft drain `node` now? The single decision point every new drain passes.
 
     The fleet drain-rate breaker (`slurm_ft.node.guard`) answers from Slurm's own node states, the
@@ -85,14 +86,14 @@ def may_drain(node: str, reason: str, *, client: SlurmApi, config, now: float) -
     return Gate(d.allowed, d.reason)
 
 
-def _serialized(config):
+def _serialized(config: Optional[Config]) -> ContextManager[None]:
     if config is None:
         return contextlib.nullcontext()
     from slurm_ft.node import guard
     return guard.serialized(config)
 
 
-def _settle(node: str, reason: str, client: SlurmApi, config) -> str:
+def _settle(node: str, reason: str, client: SlurmApi, config: Optional[Config]) -> str:
     """Undo our drain when drains racing on other hosts passed the breaker (see guard.settle)."""
     if config is None:
         return ""
@@ -108,12 +109,12 @@ class Outcome:
     message: str
     reason: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, str]:
         return {"action": self.action, "message": self.message, "reason": self.reason}
 
 
 def apply(client: SlurmApi, node_name: str, findings: Sequence[Finding], *, checks: Iterable[str],
-          active: Sequence[Finding] = (), config=None, now: float = 0.0, auto_resume: bool = True,
+          active: Sequence[Finding] = (), config: Optional[Config] = None, now: float = 0.0, auto_resume: bool = True,
           hold: str = "") -> Outcome:
     """Bring the node's Slurm state in line with this run's findings (plus still-active ones).
 

@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Callable, Dict, FrozenSet, Optional, Sequence
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set
 
 from slurm_ft.config import HealthConfig, NodeType
 from slurm_ft.node import host, levels
@@ -70,11 +70,11 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
     return replace(sample, xids=tuple(xids), extra=extra)
 
 
-def _sample_clocks(node: str, first: NodeSample, hc: HealthConfig, reader: Reader) -> Dict[int, list]:
+def _sample_clocks(node: str, first: NodeSample, hc: HealthConfig, reader: Reader) -> Dict[int, List[Optional[int]]]:
     """Clock event reasons sampled over a window, so one blip is not a persistent slowdown."""
     n = max(hc.thresholds.clock_event_samples, 1)
     gap = hc.thresholds.clock_event_window_s / max(n - 1, 1)
-    series: Dict[int, list] = {g.index: [g.clock_event_reasons] for g in first.gpus}
+    series: Dict[int, List[Optional[int]]] = {g.index: [g.clock_event_reasons] for g in first.gpus}
     for _ in range(n - 1):
         time.sleep(gap)
         for g in reader(node, frozenset({"identity", "clocks"})).gpus:
@@ -87,7 +87,7 @@ def _settled_processes(node: str, sample: NodeSample, hc: HealthConfig, reader: 
     release their GPU contexts after Slurm kills them, and that is not a leftover. Our own pid never counts."""
     me = os.getpid()
 
-    def held(s: NodeSample) -> Dict[int, set]:
+    def held(s: NodeSample) -> Dict[int, Set[int]]:
         return {g.index: {p for p in g.processes if p != me} for g in s.gpus}
 
     now_held = held(sample)

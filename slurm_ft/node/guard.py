@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
@@ -29,6 +29,7 @@ from slurm_ft.node import breaker as brk
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
+    from slurm_ft.slurm.types import Node
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def decide(config: Config, fleet: brk.FleetView, nodes: Iterable[str], now: floa
                             window_s=lc.breaker_window_s)
 
 
-def fleet_view(config: Config, *, client: Optional[SlurmApi] = None, snapshot: Optional[Sequence] = None,
+def fleet_view(config: Config, *, client: Optional[SlurmApi] = None, snapshot: Optional[Sequence[Node]] = None,
                now: Optional[float] = None) -> brk.FleetView:
     """The breaker's view of the fleet from `snapshot` (slurm.types.Node list), else a fresh read of every node
     (`client.fleet_nodes()`: the light one, as every node's health check makes it)."""
@@ -58,7 +59,8 @@ def fleet_view(config: Config, *, client: Optional[SlurmApi] = None, snapshot: O
 
 
 def may_take_out(config: Config, nodes: Iterable[str], *, client: Optional[SlurmApi] = None,
-                 snapshot: Optional[Sequence] = None, actor: str = "", now: Optional[float] = None) -> brk.Decision:
+                 snapshot: Optional[Sequence[Node]] = None, actor: str = "",
+                 now: Optional[float] = None) -> brk.Decision:
     """May `actor` take `nodes` out of service now (drain, quarantine, anything that removes them)?
 
     `snapshot`: the caller's fresh `client.nodes()`, to save a Slurm call. An unknown count says no."""
@@ -85,7 +87,7 @@ def may_drain(config: Config, node: str, reason: str = "", *, client: Optional[S
 
 
 @contextlib.contextmanager
-def serialized(config: Config):
+def serialized(config: Config) -> Iterator[None]:
     """Decide, drain and `settle` one at a time among the callers sharing `state_dir` (one host, the lab,
     a shared file system). Best effort: without the lock file the callers rely on `settle` alone."""
     fd = None
@@ -129,7 +131,7 @@ def settle(config: Config, node: str, reason: str, *, client: SlurmApi, actor: s
     return why
 
 
-def is_open(config: Config, nodes: Optional[Sequence] = None, now: Optional[float] = None) -> Optional[str]:
+def is_open(config: Config, nodes: Optional[Sequence[Node]] = None, now: Optional[float] = None) -> Optional[str]:
     """Why the controller must hold new recoveries, or None: while the breaker is at its limit (a mass
     drain is under way: a spare would likely fail the same way), or when the count cannot be read."""
     if not enabled(config):

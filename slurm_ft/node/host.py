@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Dict, Iterable, List
 
 
-def disk(paths: Iterable[str]) -> List[dict]:
-    out = []
+def disk(paths: Iterable[str]) -> List[Dict[str, object]]:
+    out: List[Dict[str, object]] = []
     for p in paths:
         try:
             st = os.statvfs(p)
@@ -30,10 +30,10 @@ def _read(path: Path) -> str:
         return ""
 
 
-def infiniband(root: str = "/") -> List[dict]:
+def infiniband(root: str = "/") -> List[Dict[str, object]]:
     """One dict per port of /sys/class/infiniband/<dev>/ports/<n> (an empty list when there is no IB)."""
     base = Path(root) / "sys/class/infiniband"
-    out: List[dict] = []
+    out: List[Dict[str, object]] = []
     if not base.is_dir():
         return out
     try:

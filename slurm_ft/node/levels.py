@@ -11,10 +11,13 @@
 """
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Mapping, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, Mapping, Optional, Set, Tuple
 
 from slurm_ft.errors import UsageError
 from slurm_ft.node.probes import BY_NAME, CHECKS, LEVEL_ORDER
+
+if TYPE_CHECKING:
+    from slurm_ft.config import HealthConfig
 
 LEVELS: Dict[str, Tuple[str, ...]] = {
     level: tuple(c.name for c in CHECKS if LEVEL_ORDER.index(c.level) <= i) for i, level in enumerate(LEVEL_ORDER)
@@ -25,7 +28,7 @@ NVML_PARTS: Mapping[str, FrozenSet[str]] = {c.name: c.nvml for c in CHECKS if c.
 DEEP_LEVELS = ("full", "burnin")
 
 
-def checks_for(level: str, overrides: Mapping[str, Tuple[str, ...]] = ()) -> Tuple[str, ...]:
+def checks_for(level: str, overrides: Optional[Mapping[str, Tuple[str, ...]]] = None) -> Tuple[str, ...]:
     overrides = dict(overrides or {})
     if level not in LEVELS and level not in overrides:
         raise UsageError(f"unknown level {level!r} (valid: {', '.join(LEVELS)})")
@@ -36,8 +39,8 @@ def checks_for(level: str, overrides: Mapping[str, Tuple[str, ...]] = ()) -> Tup
     return checks
 
 
-def nvml_parts(checks, level: str = "quick") -> FrozenSet[str]:
-    parts = set()
+def nvml_parts(checks: Iterable[str], level: str = "quick") -> FrozenSet[str]:
+    parts: Set[str] = set()
     for c in checks:
         parts |= NVML_PARTS.get(c, frozenset())
     if "nvlink" in parts and level in DEEP_LEVELS:
@@ -50,7 +53,7 @@ def nvml_parts(checks, level: str = "quick") -> FrozenSet[str]:
 BURNIN_BACKENDS = ("auto", "torch", "cupy", "dcgmi", "none")   # and those installed distributions add
 
 
-def validate(hc, file: str = "config") -> None:
+def validate(hc: HealthConfig, file: str = "config") -> None:
     """Values the YAML types cannot check: level names, check names, the burn-in backend."""
     from slurm_ft.errors import ConfigError
     for key in hc.deadline_s:

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.config import Config, HealthConfig, NodeType
 from slurm_ft.errors import ConfigError
@@ -25,6 +25,9 @@ from slurm_ft.gpu.sample import NodeSample, XidEvent
 from slurm_ft import vocab
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from slurm_ft.node.gather import Reader
     from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
@@ -36,10 +39,10 @@ class Report:
     level: str
     findings: List[Finding]
     elapsed_s: float
-    checks: tuple = ()
+    checks: Tuple[str, ...] = ()
     hung: bool = False
     node_type: str = "default"
-    drain: Optional[dict] = None            # what --drain did (drain.Outcome.to_dict())
+    drain: Optional[Dict[str, str]] = None  # what --drain did (drain.Outcome.to_dict())
     sample: Optional[NodeSample] = field(default=None, repr=False)
 
     @property
@@ -55,10 +58,10 @@ class Report:
     def exit_code(self) -> int:
         return 0 if self.healthy else 1
 
-    def to_dict(self) -> dict:
-        d = {"node": self.node, "level": self.level, "healthy": self.healthy,
-             "elapsed_s": round(self.elapsed_s, 4), "node_type": self.node_type,
-             "findings": [f.to_dict() for f in self.findings]}
+    def to_dict(self) -> Dict[str, object]:
+        d: Dict[str, object] = {"node": self.node, "level": self.level, "healthy": self.healthy,
+                                "elapsed_s": round(self.elapsed_s, 4), "node_type": self.node_type,
+                                "findings": [f.to_dict() for f in self.findings]}
         if self.drain is not None:
             d["drain"] = self.drain
         return d
@@ -122,7 +125,8 @@ def _query_errors(sample: NodeSample, check: str) -> List[Finding]:
 
 
 def run_level(level: str, node: str, config: Config, *, now: Optional[float] = None,
-              reader=None, xid_since: Optional[float] = None, xid_history=None, xid_untimed: bool = True,
+              reader: Optional[Reader] = None, xid_since: Optional[float] = None,
+              xid_history: Optional[Mapping[Tuple[int, int], int]] = None, xid_untimed: bool = True,
               extra_xids: Sequence[XidEvent] = (), deadline_s: Optional[float] = None,
               progress: Optional[Callable[[int, int, str], None]] = None) -> Report:
     from slurm_ft.node.gather import gather
@@ -135,7 +139,7 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
     type_name, node_type = node_type_for(node, hc)
     deadline = deadline_s if deadline_s is not None else hc.deadline_s.get(level, 60.0)
 
-    box: dict = {}
+    box: Dict[str, Any] = {}                # "sample": NodeSample, or "error": BaseException
 
     def work() -> None:
         try:
@@ -152,11 +156,11 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
                                               f"(a wedged GPU or driver; see `nvidia-smi`, dmesg)", "NVML_HUNG")
         return Report(node, level, [f], time.monotonic() - t0, checks, hung=True, node_type=type_name)
     if "error" in box:
-        exc = box["error"]
+        exc: BaseException = box["error"]
         log.debug("gather failed", exc_info=exc)
         f = Finding("gather", Severity.ERROR, f"could not read the node: {type(exc).__name__}: {exc}", "GATHER_ERROR")
         return Report(node, level, [f], time.monotonic() - t0, checks, node_type=type_name)
-    sample = box["sample"]
+    sample: NodeSample = box["sample"]
     ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=level, now=now,
                        xid_since=xid_since if xid_since is not None else now - hc.xid_lookback_s,
                        xid_untimed=xid_untimed,
@@ -166,8 +170,9 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
 
 
 def check_node(level: str, node: str, config: Config, *, drain: bool = False, client: Optional[SlurmApi] = None,
-               job_id: Optional[str] = None, record: bool = True, reader=None,
-               extra_xids: Sequence[XidEvent] = (), progress=None, now: Optional[float] = None) -> Report:
+               job_id: Optional[str] = None, record: bool = True, reader: Optional[Reader] = None,
+               extra_xids: Sequence[XidEvent] = (), progress: Optional[Callable[[int, int, str], None]] = None,
+               now: Optional[float] = None) -> Report:
     """A whole node check as the entry points use it: state file in, run, state file out, drain/resume.
 
     The prolog notes the job's start (the epilog then judges only Xids logged during the job) and the
@@ -219,7 +224,7 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
     return report
 
 
-def _count_hang(report: Report, config: Config, path, node: str, record: bool) -> None:
+def _count_hang(report: Report, config: Config, path: Path, node: str, record: bool) -> None:
     """One more hung NVML check in a row; at `health.nvml_hung_drain_after` the hang is a fail finding.
 
     A GPU degrading under load hangs NVML instead of answering with an error; one hang may be a blip.
@@ -254,8 +259,8 @@ def _save_fleet_view(config: Config, node: str, client: SlurmApi, now: float) ->
         log.warning("fleet view not refreshed (the prolog/epilog will not drain once it is stale): %s", exc)
 
 
-def _drain_step(report: Report, node: str, config: Config, client: SlurmApi, path, before: dict, record: bool,
-                active: List[Finding], now: float) -> Report:
+def _drain_step(report: Report, node: str, config: Config, client: Optional[SlurmApi], path: Path,
+                before: Dict[str, Any], record: bool, active: List[Finding], now: float) -> Report:
     """Drain or resume the node for this run's findings (called under the node's drain lock)."""
     from slurm_ft.node import drain as dr
     from slurm_ft.errors import CommandError
@@ -265,6 +270,7 @@ def _drain_step(report: Report, node: str, config: Config, client: SlurmApi, pat
     # the last time a check saw slurm-ft's drain on the node; 0: not known (then no Xid is acknowledged)
     seen = float(state.get("drained_seen") or 0.0)
     if believed and report.sample is not None:
+        assert client is not None       # --drain comes with a client (see check_node)
         try:
             resumed = not client.node(node).drained
         except CommandError:
@@ -282,6 +288,7 @@ def _drain_step(report: Report, node: str, config: Config, client: SlurmApi, pat
     # predate the fault it found, so it must not resume that drain
     hold = (f"a check started {seen - now:.1f} s after this one saw slurm-ft's drain"
             if believed and seen > now else "")
+    assert client is not None
     try:
         outcome = dr.apply(client, node, report.findings, checks=report.checks, active=active, config=config,
                            now=now, auto_resume=config.health.auto_resume, hold=hold)
@@ -302,7 +309,7 @@ def _drain_step(report: Report, node: str, config: Config, client: SlurmApi, pat
     return report
 
 
-def _reload(path, node: str) -> dict:
+def _reload(path: Path, node: str) -> Dict[str, Any]:
     from slurm_ft.node import state as st
     try:
         return st.load(path, node)
@@ -310,7 +317,7 @@ def _reload(path, node: str) -> dict:
         return {}
 
 
-def _acknowledge(report: Report, config: Config, path, node: str, since: float, now: float,
+def _acknowledge(report: Report, config: Config, path: Path, node: str, since: float, now: float,
                  record: bool) -> Report:
     """The node was resumed behind our back (an admin, the lifecycle sweep) after slurm-ft drained it:
     what made us drain it was dealt with. Xids logged before slurm-ft last saw its drain on the node
@@ -323,6 +330,7 @@ def _acknowledge(report: Report, config: Config, path, node: str, since: float, 
     _, node_type = node_type_for(node, hc)
     ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=report.level, now=now, xid_since=since,
                        xid_untimed=False, ignore_processes=tuple(hc.ignore_processes))
+    assert report.sample is not None          # _drain_step acknowledges only a run that read the node
     xid_findings = judge(report.sample, ("xid",), ctx)
     merged: List[Finding] = []
     for f in report.findings:                 # keep the checks' order: xid lines where they were

@@ -24,10 +24,13 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 from slurm_ft.fsutil import atomic_write, refuse_unsafe
 from slurm_ft.finding import Action, Finding, Severity
+
+if TYPE_CHECKING:
+    from slurm_ft.config import HealthConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,17 +38,17 @@ VERSION = 1
 HISTORY_JOBS = 20          # app-class Xid history kept per GPU:code
 
 
-def path_for(hc, node: str) -> Path:
+def path_for(hc: HealthConfig, node: str) -> Path:
     """The node's state file (health.state_file with {node} filled in)."""
     return Path(hc.on(node, hc.state_file))
 
 
-def empty(node: str) -> dict:
+def empty(node: str) -> Dict[str, Any]:
     return {"version": VERSION, "node": node, "updated": None, "active": [], "last": {}, "job": None,
             "xid_history": {}}
 
 
-def load(path: Path, node: str = "") -> dict:
+def load(path: Path, node: str = "") -> Dict[str, Any]:
     """The state, or an empty one when the file does not exist. A corrupt file (cut short by a full
     disk, edited by hand) is moved aside with a warning and the state starts afresh: it must not keep
     every check of the node failing until somebody deletes it. An unsafe one is still refused."""
@@ -66,11 +69,12 @@ def load(path: Path, node: str = "") -> dict:
     return base
 
 
-def _shape_problem(data) -> str:
+def _shape_problem(data: Any) -> str:
     """Why this JSON is not a state file we wrote, or ""."""
     if not isinstance(data, dict) or data.get("version") != VERSION:
         return f"not a slurm-ft v{VERSION} state file"
-    types = {"active": list, "last": dict, "xid_history": dict, "job": (dict, type(None))}
+    types: Dict[str, Union[type, Tuple[type, ...]]] = {"active": list, "last": dict, "xid_history": dict,
+                                                       "job": (dict, type(None))}
     for key, tp in types.items():
         if key in data and not isinstance(data[key], tp):
             return f"{key} is a {type(data[key]).__name__}"
@@ -98,14 +102,14 @@ def _move_aside(path: Path, problem: str) -> None:
         log.warning("%s: %s; not moved aside (%s), starting afresh", path, problem, exc)
 
 
-def save(path: Path, state: dict) -> None:
+def save(path: Path, state: Mapping[str, Any]) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     refuse_unsafe(path.parent, "state directory")
     atomic_write(path, json.dumps(state, indent=1, sort_keys=True) + "\n", mode=0o600)
 
 
 @contextmanager
-def locked(path: Path, node: str = "") -> Iterator[dict]:
+def locked(path: Path, node: str = "") -> Iterator[Dict[str, Any]]:
     """Read-modify-write under an exclusive lock (a prolog and a health check may overlap)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     refuse_unsafe(path.parent, "state directory")
@@ -146,22 +150,22 @@ def drain_lock(path: Path) -> Iterator[bool]:
         os.close(fd)
 
 
-def finding_to_dict(f: Finding, level: str, t: float) -> dict:
+def finding_to_dict(f: Finding, level: str, t: float) -> Dict[str, Any]:
     return {**f.to_dict(), "level": level, "time": t}
 
 
-def finding_from_dict(d: dict) -> Finding:
+def finding_from_dict(d: Mapping[str, Any]) -> Finding:
     return Finding(check=d["check"], severity=Severity(d["severity"]), reason=d.get("reason", ""),
                    code=d.get("code", ""), gpu=d.get("gpu"), action=Action(d.get("action", "none")))
 
 
-def active(state: dict) -> List[Finding]:
+def active(state: Mapping[str, Any]) -> List[Finding]:
     """Fail findings not cleared yet (for the controller and the next health check)."""
     return [finding_from_dict(d) for d in state.get("active", [])]
 
 
-def record(state: dict, level: str, checks: Iterable[str], findings: Iterable[Finding], now: float,
-           job_id: Optional[str] = None) -> dict:
+def record(state: Dict[str, Any], level: str, checks: Iterable[str], findings: Iterable[Finding], now: float,
+           job_id: Optional[str] = None) -> Dict[str, Any]:
     """Fold one run into the state: clear what it re-checked, add its fail findings, note app Xids."""
     checks = set(checks)
     findings = list(findings)
@@ -192,9 +196,9 @@ def record(state: dict, level: str, checks: Iterable[str], findings: Iterable[Fi
     return state
 
 
-def xid_history(state: dict) -> dict:
+def xid_history(state: Mapping[str, Any]) -> Dict[Tuple[int, int], int]:
     """{(gpu, xid): number of distinct jobs} for the Xid probe's recurrence heuristic."""
-    out = {}
+    out: Dict[Tuple[int, int], int] = {}
     for key, jobs in (state.get("xid_history") or {}).items():
         try:
             gpu, code = key.split(":")

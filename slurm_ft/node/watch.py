@@ -14,12 +14,15 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from slurm_ft.config import Config
 from slurm_ft.gpu.sample import XidEvent
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from slurm_ft.node.run import Report
     from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
@@ -32,7 +35,7 @@ SAVE_EVERY_S = 5.0       # a log position with no Xid before it is saved at most
 class Position:
     """Queued after the events read before it: once they are handled, the watcher saves it, and a
     restarted watcher resumes there (an Xid logged while it was down is handled, none twice)."""
-    where: dict
+    where: Dict[str, Any]        # kmsg.Position
 
 
 @dataclass
@@ -41,15 +44,16 @@ class Handled:
     fatal: bool
     detected_at: float
     done_at: float
-    report: object = None        # run.Report when a check ran
+    report: Optional[Report] = None      # when a check ran
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, object]:
         from slurm_ft.gpu import xid as catalog
-        d = {"time": round(self.done_at, 3), "fatal": self.fatal,
-             "latency_s": round(self.done_at - self.detected_at, 4),
-             "events": [{"xid": e.xid, "gpu": e.gpu, "pci": e.pci_bus_id, "source": e.source,
-                         "meaning": catalog.verdict(e).name, "verdict": catalog.verdict(e).severity}
-                        for e in self.events]}
+        d: Dict[str, object] = {"time": round(self.done_at, 3), "fatal": self.fatal,
+                                "latency_s": round(self.done_at - self.detected_at, 4),
+                                "events": [{"xid": e.xid, "gpu": e.gpu, "pci": e.pci_bus_id, "source": e.source,
+                                            "meaning": catalog.verdict(e).name,
+                                            "verdict": catalog.verdict(e).severity}
+                                           for e in self.events]}
         if self.report is not None:
             d["check"] = self.report.to_dict()
         return d
@@ -57,7 +61,7 @@ class Handled:
 
 class Watcher:
     def __init__(self, node: str, config: Config, *, client: Optional[SlurmApi] = None, use_nvml: bool = True,
-                 use_kmsg: bool = True, poll_s: float = 0.05, check: Optional[Callable] = None):
+                 use_kmsg: bool = True, poll_s: float = 0.05, check: Optional[Callable[..., Report]] = None) -> None:
         self.node = node
         self.config = config
         self.client = client
@@ -65,7 +69,7 @@ class Watcher:
         self.use_kmsg = use_kmsg
         self.poll_s = poll_s
         self.stop_event = threading.Event()
-        self.events: "queue.Queue[XidEvent]" = queue.Queue()
+        self.events: "queue.Queue[Union[XidEvent, Position]]" = queue.Queue()
         self.sources: List[str] = []
         self._threads: List[threading.Thread] = []
         self._check = check
@@ -88,7 +92,7 @@ class Watcher:
         for w in waits:
             w.wait(max(0.0, deadline - time.monotonic()))
 
-    def _spawn(self, name: str, target, *args) -> None:
+    def _spawn(self, name: str, target: Callable[..., None], *args: object) -> None:
         t = threading.Thread(target=target, args=args, name=f"watch-{name}", daemon=True)
         t.start()
         self._threads.append(t)
@@ -97,7 +101,7 @@ class Watcher:
         from slurm_ft.gpu import kmsg
         from slurm_ft.node import host
 
-        def at(where: dict) -> None:       # the first one: the log is open and the place to read from set
+        def at(where: Dict[str, Any]) -> None:   # the first one: the log is open and the place to read from set
             placed.set()
             self.events.put(Position(where))
         try:
@@ -109,12 +113,12 @@ class Watcher:
         finally:
             placed.set()
 
-    def _position_file(self):
+    def _position_file(self) -> Path:
         from slurm_ft.node import state as st
         p = st.path_for(self.config.health, self.node)
         return p.with_name(p.name + ".watch")
 
-    def _load_position(self, path: str) -> Optional[dict]:
+    def _load_position(self, path: str) -> Optional[Dict[str, Any]]:
         """Where the last watcher stopped reading `path`; None (start at the end) when unknown."""
         import json
         f = self._position_file()
@@ -127,7 +131,7 @@ class Watcher:
             return None
         return where if isinstance(where, dict) and where.get("path") == path else None
 
-    def _save_position(self, where: dict) -> None:
+    def _save_position(self, where: Dict[str, Any]) -> None:
         import json
         from slurm_ft.fsutil import atomic_write, refuse_unsafe
         f = self._position_file()
@@ -170,7 +174,7 @@ class Watcher:
             t.join(timeout=2.0)
 
     # --- the loop -----------------------------------------------------------------------------
-    def next_batch(self, timeout: float) -> List[XidEvent]:
+    def next_batch(self, timeout: float) -> List[Union[XidEvent, Position]]:
         try:
             first = self.events.get(timeout=timeout)
         except queue.Empty:
@@ -206,9 +210,9 @@ class Watcher:
         saved_at = 0.0
         while not self.stop_event.is_set():
             wait = 0.2 if end is None else max(0.0, min(0.2, end - time.monotonic()))
-            batch = self.next_batch(wait)
-            positions = [p for p in batch if isinstance(p, Position)]
-            batch = [e for e in batch if not isinstance(e, Position)]
+            queued = self.next_batch(wait)
+            positions = [p for p in queued if isinstance(p, Position)]
+            batch = [e for e in queued if not isinstance(e, Position)]
             h = self.handle(batch) if batch else None
             if positions and (batch or time.monotonic() - saved_at >= SAVE_EVERY_S):
                 self._save_position(positions[-1].where)       # after its events were handled
@@ -225,7 +229,7 @@ class Watcher:
         return handled_fatal
 
 
-def _default_check(level, node, config, **kw):
+def _default_check(level: str, node: str, config: Config, **kw: Any) -> Report:
     from slurm_ft.node.run import check_node
     return check_node(level, node, config, **kw)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from slurm_ft.errors import UsageError
 from slurm_ft.plan.explain import Derivation, gnum, num, pct
@@ -44,7 +44,7 @@ class CkptPlan:
     derivation: Derivation = field(default_factory=Derivation)
     notes: List[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"params": self.params, "bytes_per_param": self.bytes_per_param, "gpus": self.gpus,
                 "gpus_per_node": self.gpus_per_node, "shards": self.shards,
                 "state_bytes": self.state_gb * 1e9, "state_tb": self.state_gb / 1000, "state_tib": self.state_tib,

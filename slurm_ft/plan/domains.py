@@ -16,19 +16,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.plan.history import garwood
 from slurm_ft.plan.spares import poisson_tail, smallest_spares
 
+if TYPE_CHECKING:       # drain episodes come from the fleet's journal; plan/ imports no room at run time
+    from slurm_ft.fleet.drain_stats import Episode
+
 DEFAULT_WINDOW_S = 600.0
+Fault = Tuple[float, str]       # (time, node)
 
 
 @dataclass(frozen=True)
 class Outage:
     domain: str
     start: float
-    nodes: tuple                    # the nodes that faulted in it
+    nodes: Tuple[str, ...]          # the nodes that faulted in it
 
 
 @dataclass
@@ -37,16 +41,16 @@ class DomainAnswer:
     nodes: int
     faults: int                     # independent node faults (not part of an outage)
     rate_per_node_day: float
-    rate_interval: tuple
+    rate_interval: Tuple[float, float]
     expected_in_repair: float       # L_d
     spares_alone: int               # s_d: a pool for this domain alone
     outages: int
     largest_outage: int             # nodes
     outage_rate_per_day: float
-    outage_rate_interval: tuple
+    outage_rate_interval: Tuple[float, float]
     spares_to_survive_loss: int     # n_d + s(L - L_d), outside this domain
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "nodes": self.nodes, "independent_faults": self.faults,
                 "rate_per_node_day": self.rate_per_node_day, "rate_interval": list(self.rate_interval),
                 "expected_nodes_in_repair": self.expected_in_repair, "spares_alone": self.spares_alone,
@@ -73,7 +77,7 @@ class DomainPlan:
     spares_to_survive_any_loss: int  # max over d of n_d + s(L - L_d)
     worst_domain: Optional[str]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"days": self.days, "repair_hours": self.repair_hours, "target": self.target,
                 "confidence": self.confidence, "outage_window_s": self.window_s,
                 "domains": [d.to_dict() for d in self.domains],
@@ -85,10 +89,10 @@ class DomainPlan:
                            "worst_domain": self.worst_domain}}
 
 
-def outages_of(faults: Sequence[tuple], window_s: float) -> tuple:
+def outages_of(faults: Sequence[Fault], window_s: float) -> Tuple[List[List[Fault]], List[Fault]]:
     """Split one domain's (time, node) faults into outages (>= 2 nodes within window_s of the first)
     and independent faults."""
-    groups: List[List[tuple]] = []
+    groups: List[List[Fault]] = []
     for f in sorted(faults):
         if groups and f[0] - groups[-1][0][0] <= window_s:
             groups[-1].append(f)
@@ -99,7 +103,7 @@ def outages_of(faults: Sequence[tuple], window_s: float) -> tuple:
     return outages, single
 
 
-def plan_domains(domains: Mapping[str, Sequence[str]], episodes: Sequence, *, since: float, now: float,
+def plan_domains(domains: Mapping[str, Sequence[str]], episodes: Sequence[Episode], *, since: float, now: float,
                  repair_hours: float, target: float, confidence: float = 0.95,
                  window_s: float = DEFAULT_WINDOW_S) -> DomainPlan:
     """Per-domain rates, spares and outage needs over [since, now] (see the module doc)."""
@@ -108,7 +112,7 @@ def plan_domains(domains: Mapping[str, Sequence[str]], episodes: Sequence, *, si
         raise ValueError("the journal covers no time yet")
     risk = 1 - target
     where: Dict[str, str] = {n: d for d, names in domains.items() for n in names}
-    faults: Dict[str, List[tuple]] = {d: [] for d in domains}
+    faults: Dict[str, List[Fault]] = {d: [] for d in domains}
     unassigned = 0
     for e in episodes:
         if not since <= e.start <= now:

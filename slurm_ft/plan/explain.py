@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple, TypeVar
+
+_Num = TypeVar("_Num", int, float)     # an int stays an int: counts are shown whole
 
 
-def rnd(x: float) -> float:
+def rnd(x: _Num) -> _Num:
     """`x` rounded exactly as `num` prints it."""
     if isinstance(x, int) or x == 0 or not math.isfinite(x):
         return x
@@ -78,7 +80,7 @@ class Step:
         text = " ".join(parts)
         return f"{text}   ({self.note})" if self.note else text
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "label": self.label, "formula": self.symbolic, "numbers": self.numeric,
                 "value": self.value, "unit": self.unit, "note": self.note}
 
@@ -87,15 +89,15 @@ class Step:
 class Derivation:
     """An ordered list of inputs and worked steps, plus free-text lines (tables, conclusions)."""
     steps: List[Step] = field(default_factory=list)
-    lines: List[tuple] = field(default_factory=list)   # (position in steps, text)
+    lines: List[Tuple[int, str]] = field(default_factory=list)   # (position in steps, text)
 
-    def given(self, name: str, label: str, value: float, unit: str = "", note: str = "") -> float:
+    def given(self, name: str, label: str, value: _Num, unit: str = "", note: str = "") -> _Num:
         """An input as the user gave it (or a documented default): shown, not derived."""
         self.steps.append(Step(name, label, "", "", value, unit, note))
         return value
 
-    def step(self, name: str, label: str, symbolic: str, numeric: str, value: float,
-             unit: str = "", note: str = "", exact: bool = False) -> float:
+    def step(self, name: str, label: str, symbolic: str, numeric: str, value: _Num,
+             unit: str = "", note: str = "", exact: bool = False) -> _Num:
         """A derived value; returns it rounded as displayed so later steps build on what is shown."""
         shown = value if exact else rnd(value)
         self.steps.append(Step(name, label, symbolic, numeric, shown, unit, note))
@@ -120,5 +122,5 @@ class Derivation:
         out.extend(indent + t for _, t in extra)
         return out
 
-    def to_list(self) -> list:
+    def to_list(self) -> List[Dict[str, Any]]:
         return [s.to_dict() for s in self.steps]

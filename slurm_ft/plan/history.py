@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurm_ft.errors import UsageError
 
 if TYPE_CHECKING:       # plan/ reads what the fleet journaled; it imports no room at run time
+    from slurm_ft.fleet.drain_stats import Episode
     from slurm_ft.fleet.records import Incident
 
 
@@ -30,7 +31,7 @@ def _poisson_cdf(k: int, lam: float) -> float:
     return min(1.0, total)
 
 
-def _solve(f, lo: float, hi: float) -> float:
+def _solve(f: Callable[[float], float], lo: float, hi: float) -> float:
     """The root of the decreasing `f` in [lo, hi] by bisection."""
     for _ in range(200):
         mid = (lo + hi) / 2
@@ -41,7 +42,7 @@ def _solve(f, lo: float, hi: float) -> float:
     return (lo + hi) / 2
 
 
-def garwood(k: int, confidence: float = 0.95) -> tuple:
+def garwood(k: int, confidence: float = 0.95) -> Tuple[float, float]:
     """Exact two-sided interval (L, U) for the mean of a Poisson variable observed as k."""
     if k < 0 or not 0 < confidence < 1:
         raise UsageError(f"garwood: k >= 0 and 0 < confidence < 1, got {k}, {confidence}")
@@ -62,7 +63,7 @@ def _quantile(values: Sequence[float], q: float) -> Optional[float]:
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
-def distribution(values: Sequence[float]) -> dict:
+def distribution(values: Sequence[float]) -> Dict[str, Optional[float]]:
     return {"count": len(values), "mean": (sum(values) / len(values)) if values else None,
             "p50": _quantile(values, 0.5), "p90": _quantile(values, 0.9), "max": max(values) if values else None}
 
@@ -77,8 +78,8 @@ class Observed:
     rate_per_node_day: float
     rate_low: float
     rate_high: float
-    repair_hours: dict = field(default_factory=dict)       # distribution of fault -> back in the pool
-    recovery_s: Dict[str, dict] = field(default_factory=dict)   # per recovery path
+    repair_hours: Dict[str, Optional[float]] = field(default_factory=dict)   # distribution of fault -> back in the pool
+    recovery_s: Dict[str, Dict[str, Optional[float]]] = field(default_factory=dict)   # per recovery path
 
     @property
     def node_mtbf_hours(self) -> float:
@@ -89,14 +90,14 @@ class Observed:
                 f"{self.rate_per_node_day:.3g} per node-day ({100 * self.confidence:g}% CI "
                 f"{self.rate_low:.3g}-{self.rate_high:.3g}, Garwood)")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"nodes": self.nodes, "days": self.days, "incidents": self.incidents, "confidence": self.confidence,
                 "rate_per_node_day": self.rate_per_node_day, "rate_interval": [self.rate_low, self.rate_high],
                 "node_mtbf_hours": self.node_mtbf_hours, "repair_hours": self.repair_hours,
                 "recovery_s": self.recovery_s}
 
 
-def observe(episodes: Sequence, incidents: Sequence[Incident], *, nodes: int, since: float, now: float,
+def observe(episodes: Sequence[Episode], incidents: Sequence[Incident], *, nodes: int, since: float, now: float,
             confidence: float = 0.95) -> Observed:
     """The rate of node faults per node-day over [since, now] on `nodes` nodes, from drain episodes."""
     if nodes < 1:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import AbstractSet, Any, Dict, Mapping, Optional, Tuple
 
 from slurm_ft.errors import UsageError
 
@@ -178,7 +178,7 @@ def get_profile(name: str) -> Profile:
 
 # --- custom profiles and policies from YAML mappings -------------------------------------------------
 
-def _number(data: Mapping, key: str, where: str, *, positive: bool = False, integer: bool = False,
+def _number(data: Mapping[str, Any], key: str, where: str, *, positive: bool = False, integer: bool = False,
             default: Any = None) -> Any:
     if key not in data:
         if default is not None:
@@ -192,7 +192,7 @@ def _number(data: Mapping, key: str, where: str, *, positive: bool = False, inte
     return v
 
 
-def _check_keys(data: Any, allowed: set, where: str) -> None:
+def _check_keys(data: Any, allowed: AbstractSet[str], where: str) -> None:
     if not isinstance(data, dict):
         raise UsageError(f"{where}: must be a mapping")
     unknown = sorted(set(data) - allowed)

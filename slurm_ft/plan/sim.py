@@ -30,7 +30,7 @@ import statistics
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 from itertools import accumulate
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, TypedDict
 
 from slurm_ft.errors import UsageError
 from slurm_ft.plan.profiles import KINDS, Policy, Profile
@@ -96,7 +96,7 @@ class SimResult:
     def ettr(self) -> float:
         return self.useful_s / self.elapsed_s
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {"seed": self.seed, "ettr": self.ettr, "interruptions": self.interruptions,
                 "elapsed_hours": self.elapsed_s / 3600, "useful_hours": self.useful_s / 3600,
                 "lost_hours_by_cause": {k: v / 3600 for k, v in self.lost_s.items()},
@@ -283,7 +283,22 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
 
 # --- several seeds --------------------------------------------------------------------------------------
 
-def spread(values: Sequence[float]) -> dict:
+Spread = Dict[str, float]       # mean, min, max, stdev (+ p5, p95 from 5 values)
+
+
+class Summary(TypedDict):
+    seeds: List[int]
+    ettr: Spread
+    interruptions: Spread
+    replacements: Spread
+    pool_exhaustion_events: Spread
+    shrink_events: Spread
+    max_nodes_in_repair: Spread
+    lost_hours_by_cause: Dict[str, Spread]
+    useful_hours: Spread
+
+
+def spread(values: Sequence[float]) -> Spread:
     vals = sorted(values)
     out = {"mean": statistics.fmean(vals), "min": vals[0], "max": vals[-1],
            "stdev": statistics.stdev(vals) if len(vals) > 1 else 0.0}
@@ -299,7 +314,7 @@ def run_seeds(profile: Profile, policy: Policy, p: SimParams, seeds: Sequence[in
     return [simulate(profile, policy, p, s) for s in seeds]
 
 
-def summarise(results: Sequence[SimResult]) -> dict:
+def summarise(results: Sequence[SimResult]) -> Summary:
     return {
         "seeds": [r.seed for r in results],
         "ettr": spread([r.ettr for r in results]),
@@ -314,9 +329,9 @@ def summarise(results: Sequence[SimResult]) -> dict:
 
 
 def sweep(profile: Profile, policy: Policy, p: SimParams, seeds: Sequence[int], *,
-          spares: Sequence[int] = (), intervals_s: Sequence[float] = ()) -> dict:
+          spares: Sequence[int] = (), intervals_s: Sequence[float] = ()) -> Dict[str, List[Dict[str, float]]]:
     """Mean ETTR over `seeds` against spare count and against checkpoint interval (for the plot)."""
-    out = {"spares": [], "interval_s": []}
+    out: Dict[str, List[Dict[str, float]]] = {"spares": [], "interval_s": []}
     for s in spares:
         rs = run_seeds(profile, policy, replace(p, spares=s), seeds)
         out["spares"].append({"spares": s, **{k: v for k, v in spread([r.ettr for r in rs]).items()

@@ -5,11 +5,11 @@ Pure: takes the profile, policy, parameters and results, returns text lines or a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from slurm_ft.plan.explain import Derivation, gnum, num, pct
 from slurm_ft.plan.profiles import Policy, Profile
-from slurm_ft.plan.sim import CAUSES, SimParams, SimResult, summarise
+from slurm_ft.plan.sim import CAUSES, SimParams, SimResult, Spread, summarise
 from slurm_ft.plan.spares import daly_interval, plan_spares
 
 CAUSE_LABELS = {
@@ -99,7 +99,7 @@ def policy_line(p: Policy) -> str:
             + (f", restart {gnum(p.restart_s)} s" if p.restart_s is not None else ""))
 
 
-def _fmt_spread(sp: dict, f=num) -> str:
+def _fmt_spread(sp: Spread, f: Callable[[float], str] = num) -> str:
     if sp["min"] == sp["max"]:
         return f(sp["mean"])
     extra = f", p5 {f(sp['p5'])} p95 {f(sp['p95'])}" if "p5" in sp else ""
@@ -122,6 +122,7 @@ def render(s: SimSetup, results: Sequence[SimResult]) -> List[str]:
     out += s.derivation.render()
     n_seeds = len(results)
     exp_int = s.derivation.value("expected_interruptions")
+    assert exp_int is not None          # setup() derives it
     out += ["", f"Results ({'mean over seeds' if n_seeds > 1 else 'one run'}):",
             f"  ETTR                    {_fmt_spread(summ['ettr'], pct)}",
             f"  interruptions           {_fmt_spread(summ['interruptions'])}   (expected {num(exp_int)})",
@@ -148,9 +149,9 @@ def render(s: SimSetup, results: Sequence[SimResult]) -> List[str]:
     out += ["", "  Interruptions by class (expected = count × G/G0 × T/D; kind decides detection):",
             f"    {'class':<32} {'kind':<6} {'swap':<5} {'expected':>9} {'simulated':>10}"]
     scale = p.gpus / prof.gpus * p.days / prof.days
-    for c in prof.classes:
-        sim_mean = sum(r.by_class.get(c.name, 0) for r in results) / n_seeds
-        out.append(f"    {c.name:<32} {c.kind:<6} {_swap_text(c.replace):<5} {num(c.count * scale):>9} "
+    for fc in prof.classes:
+        sim_mean = sum(r.by_class.get(fc.name, 0) for r in results) / n_seeds
+        out.append(f"    {fc.name:<32} {fc.kind:<6} {_swap_text(fc.replace):<5} {num(fc.count * scale):>9} "
                    f"{num(sim_mean):>10}")
     out += ["", "  Model: faults as one Poisson process over the job, classes by weight; a software fault only "
                 "while the job runs; recovery = detection, then requeue delay and node swap side by side, then "
@@ -159,7 +160,7 @@ def render(s: SimSetup, results: Sequence[SimResult]) -> List[str]:
     return out
 
 
-def to_dict(s: SimSetup, results: Sequence[SimResult]) -> dict:
+def to_dict(s: SimSetup, results: Sequence[SimResult]) -> Dict[str, Any]:
     summ = summarise(results)
     p = s.params
     return {
@@ -184,7 +185,7 @@ def to_dict(s: SimSetup, results: Sequence[SimResult]) -> dict:
     }
 
 
-def render_compare(runs: Sequence[tuple]) -> List[str]:
+def render_compare(runs: Sequence[Tuple[SimSetup, Sequence[SimResult]]]) -> List[str]:
     """Policies side by side: `runs` = [(SimSetup, results), ...] on the same seeds (the same faults)."""
     s0, res0 = runs[0]
     p = s0.params

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from slurm_ft.errors import UsageError
 from slurm_ft.plan.explain import Derivation, gnum, num, pct
 from slurm_ft.plan.profiles import Profile, get_profile
+
+if TYPE_CHECKING:
+    from slurm_ft.config import PlanningConfig
 
 DEFAULT_REPAIR_HOURS = 72.0
 DEFAULT_TARGET = 0.999
@@ -112,7 +115,7 @@ class SparePlan:
     table: List[Tuple[int, float, float, float]] = field(default_factory=list)  # k, P(N=k), P(N<=k), P(N>k)
     derivation: Derivation = field(default_factory=Derivation)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {
             "gpus": self.gpus, "gpus_per_node": self.gpus_per_node, "nodes": self.nodes,
             "rate_source": self.rate_source,
@@ -215,6 +218,7 @@ def plan_spares(gpus: int, gpus_per_node: int = 8, *, profile: Optional[str] = N
             replace_fraction = d.given("replace_fraction", "share that takes a node out (p)", replace_fraction,
                                        note="--replace-fraction")
     elif interruptions_per_day is not None:
+        assert at_gpus is not None          # set to `gpus` above when not given
         src = f"observed {num(interruptions_per_day)} interruptions/day at {num(at_gpus)} GPUs"
         r = d.given("observed_per_day", "observed rate (r)", interruptions_per_day, "/day")
         g0 = d.given("at_gpus", "observed on GPUs (G0)", at_gpus)
@@ -227,6 +231,7 @@ def plan_spares(gpus: int, gpus_per_node: int = 8, *, profile: Optional[str] = N
                                    note="--replace-fraction" if replace_fraction is not None
                                    else "default 1: every interruption takes a node out")
     else:
+        assert node_mtbf_hours is not None  # the rate left: with none given, the llama3 profile was chosen
         src = f"node MTBF {num(node_mtbf_hours)} h"
         mtbf = d.given("node_mtbf_hours", "node MTBF (F)", node_mtbf_hours, "h")
         lam_node = d.step("node_failure_rate_per_day", "failures per node per day (f)", "24 / F",
@@ -297,16 +302,21 @@ def plan_spares(gpus: int, gpus_per_node: int = 8, *, profile: Optional[str] = N
                      tail_s, tail_b, dc, R, ty, td, ettr, rows, d)
 
 
-def plan_from_settings(gpus: int, gpus_per_node: int, settings) -> SparePlan:
+def plan_from_settings(gpus: int, gpus_per_node: int, settings: PlanningConfig) -> SparePlan:
     """The plan with the inputs of a `planning:` config section (`slurm_ft.config.PlanningConfig`, or
     anything with its attributes): its node MTBF or observed rate when set, else its profile."""
+    profile: Optional[str] = None
+    mtbf: Optional[float] = None
+    per_day: Optional[float] = None
+    at_gpus: Optional[int] = None
     if settings.node_mtbf_hours is not None:
-        rate = {"node_mtbf_hours": settings.node_mtbf_hours}
+        mtbf = settings.node_mtbf_hours
     elif settings.interruptions_per_day is not None:
-        rate = {"interruptions_per_day": settings.interruptions_per_day, "at_gpus": settings.at_gpus}
+        per_day, at_gpus = settings.interruptions_per_day, settings.at_gpus
     else:
-        rate = {"profile": settings.profile}
-    return plan_spares(gpus, gpus_per_node, **rate, replace_fraction=settings.replace_fraction,
+        profile = settings.profile
+    return plan_spares(gpus, gpus_per_node, profile=profile, node_mtbf_hours=mtbf, interruptions_per_day=per_day,
+                       at_gpus=at_gpus, replace_fraction=settings.replace_fraction,
                        repair_hours=settings.repair_hours, target=settings.target,
                        ckpt_cost_s=settings.checkpoint_cost_s, restart_s=settings.restart_s)
 

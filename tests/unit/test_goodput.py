@@ -92,13 +92,34 @@ def test_the_job_files_are_read_bounded_and_only_for_this_job(tmp_path, monkeypa
               "before": {"step": 11, "t": 35.0, "job": "9", "restart": 0, "launch": 0}}]
     (tmp_path / "slurm-ft-starts.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n{torn")
     files = jobprogress.read_job_files(str(tmp_path), 9)
-    assert files.progress == [Point(1, 0, 13, 51.0)]
+    assert files.progress == [Point(1, 0, 12, 50.0), Point(1, 0, 13, 51.0)]   # the current run's earliest, latest
     assert files.starts == [Start(10.0, 0, 0, None), Start(11.0, 0, 1, 4),     # a hot-spare relaunch
                             Start(40.0, 1, 0, 10, Point(0, 0, 11, 35.0))]
     fifo = tmp_path / "fifo"
     fifo.mkdir()
     os.mkfifo(fifo / "slurm-ft-starts.jsonl")
     assert jobprogress.read_job_files(str(fifo), 9).starts == []      # not a regular file: never opened
+
+
+def test_a_recovery_ends_at_the_runs_first_step_however_late_the_files_are_read(tmp_path):
+    # the restarted run's first steps were slow (its ranks started apart), and slurm-ft read its files only at
+    # step 30: the reports' first_step/first_t still say when step 11 ended, no extrapolation over the slow start
+    _progress(tmp_path, 0, step=30, t=80.0, job="9", restart=1, launch=0, first_step=11, first_t=50.0)
+    _progress(tmp_path, 1, step=29, t=79.5, job="9", restart=1, launch=0, first_step=11, first_t=50.2)
+    _progress(tmp_path, 2, step=30, t=80.1, job="9", restart=1, launch=0, first_step="11", first_t=9.0)  # not a first
+    lines = [{"event": "jobstart", "t": 10.0, "job": "9", "restart": 0, "ckpt": "", "step": None},
+             {"event": "jobstart", "t": 40.0, "job": "9", "restart": 1, "ckpt": "/c/step_10", "step": 10}]
+    (tmp_path / "slurm-ft-starts.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    files = jobprogress.read_job_files(str(tmp_path), 9)
+    assert files.progress == [Point(1, 0, 11, 50.0), Point(1, 0, 30, 80.0)]
+    earlier = [Point(0, 0, 1, 11.0), Point(0, 0, 15, 18.0), Point(0, 0, 16, 18.5)]     # run 0: 0.5 s a step
+    g = goodput.compute(9, gpus=8, now=81.0, starts=files.starts, points=earlier + files.progress, faults=[(1, 36.0)])
+    [x] = g.losses
+    assert x.first_step_at == pytest.approx(50.0 - g.step_time_s)
+    assert x.recovery_s == pytest.approx(50.0 - g.step_time_s - 36.0)
+    only_latest = goodput.compute(9, gpus=8, now=81.0, starts=files.starts, points=earlier + files.progress[1:],
+                                  faults=[(1, 36.0)])
+    assert abs(only_latest.losses[0].recovery_s - x.recovery_s) > 20    # what a late look alone would have said
 
 
 def test_a_slow_directory_is_unreadable_not_a_hang(tmp_path, monkeypatch):

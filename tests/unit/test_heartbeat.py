@@ -31,6 +31,18 @@ def test_progress_is_throttled_to_one_write_a_second(tmp_path, monkeypatch):
     assert heartbeat.read_all(str(tmp_path))[0]["step"] == 1
 
 
+def test_every_report_carries_the_processs_first_step(tmp_path, monkeypatch):
+    # a reader that looks late still learns when the run's first step ended (goodput's end of a recovery)
+    monkeypatch.setenv("SLURM_FT_CKPT_DIR", str(tmp_path))
+    monkeypatch.setattr(heartbeat, "_first", {})
+    slurm_ft.progress(41, force=True)
+    first_t = heartbeat.read_all(str(tmp_path))[0]["t"]
+    for step in (42, 43, 50):
+        slurm_ft.progress(step, force=True)
+    rec = heartbeat.read_all(str(tmp_path))[0]
+    assert (rec["step"], rec["first_step"], rec["first_t"]) == (50, 41, first_t) and rec["t"] >= first_t
+
+
 def test_outside_a_slurm_ft_job_progress_does_nothing(tmp_path, monkeypatch):
     monkeypatch.delenv("SLURM_FT_CKPT_DIR", raising=False)
     monkeypatch.chdir(tmp_path)

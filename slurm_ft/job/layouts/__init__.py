@@ -10,12 +10,36 @@ holds a DCP ``.metadata``): the first in ``DIR_LAYOUTS`` that claims it judges i
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Mapping, Optional, Protocol, Tuple
+
 from slurm_ft.job.layouts import dcp, deepspeed, hf, marker, megatron, torchzip
 from slurm_ft.job.layouts.names import looks_like_checkpoint, step_of
 
+if TYPE_CHECKING:
+    from slurm_ft.job.ckptfs import FS, Entry
+
 __all__ = ["DIR_LAYOUTS", "FILE_LAYOUTS", "TRACKERS", "looks_like_checkpoint", "step_of"]
 
-DIR_LAYOUTS = (marker, hf, megatron, deepspeed, dcp)
+
+class DirLayout(Protocol):
+    """What a directory layout module provides (marker, hf, megatron, deepspeed, dcp)."""
+    NAME: str
+
+    def evidence(self, fs: FS, path: str, kids: Mapping[str, Entry]) -> bool: ...
+
+    def check(self, fs: FS, path: str, kids: Mapping[str, Entry], step: Optional[int], verify: bool = False
+              ) -> Tuple[Optional[int], Optional[str]]: ...
+
+
+class TrackerLayout(Protocol):
+    """What a layout with a directory-wide tracker provides (megatron, deepspeed)."""
+    NAME: str
+    TRACKER: str
+
+    def tracker(self, fs: FS, d: str, kids: Mapping[str, Entry]) -> Optional[megatron.Tracked]: ...
+
+
+DIR_LAYOUTS: Tuple[DirLayout, ...] = (marker, hf, megatron, deepspeed, dcp)
 FILE_LAYOUTS = (torchzip,)
-TRACKERS = (megatron, deepspeed)
+TRACKERS: Tuple[TrackerLayout, ...] = (megatron, deepspeed)
 

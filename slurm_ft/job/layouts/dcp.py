@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Mapping, Optional, Tuple
+
+if TYPE_CHECKING:
+    from slurm_ft.job.ckptfs import FS, Entry
 
 NAME = "dcp"
 METADATA = ".metadata"
@@ -16,12 +19,13 @@ MAX_METADATA = 256 << 20
 _DISTCP = re.compile(rb"__\d{1,9}_\d{1,9}\.distcp")
 
 
-def evidence(fs, path: str, kids: Dict) -> bool:
+def evidence(fs: FS, path: str, kids: Mapping[str, Entry]) -> bool:
     e = kids.get(METADATA)
     return e is not None and not e.is_dir
 
 
-def check(fs, path: str, kids: Dict, step: Optional[int], verify: bool = False) -> Tuple[Optional[int], Optional[str]]:
+def check(fs: FS, path: str, kids: Mapping[str, Entry], step: Optional[int], verify: bool = False
+          ) -> Tuple[Optional[int], Optional[str]]:
     meta = kids.get(METADATA)
     if meta is None or meta.is_dir:
         return step, f"no {METADATA} (write not finished)"

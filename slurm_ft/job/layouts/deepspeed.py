@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Mapping, Optional, Tuple
 
 from slurm_ft.job.layouts.megatron import Tracked
 from slurm_ft.job.layouts.names import step_of
+
+if TYPE_CHECKING:
+    from slurm_ft.job.ckptfs import FS, Entry
 
 NAME = "deepspeed"
 TRACKER = "latest"
 
 
-def evidence(fs, path: str, kids: Dict) -> bool:
+def evidence(fs: FS, path: str, kids: Mapping[str, Entry]) -> bool:
     return any(n.endswith("model_states.pt") and not e.is_dir for n, e in kids.items())
 
 
@@ -22,7 +25,7 @@ def parse_tracker(raw: bytes) -> Tuple[Optional[str], str]:
     return tag, ""
 
 
-def tracker(fs, d: str, kids: Dict) -> Optional[Tracked]:
+def tracker(fs: FS, d: str, kids: Mapping[str, Entry]) -> Optional[Tracked]:
     e = kids.get(TRACKER)
     if e is None or e.is_dir:
         return None
@@ -31,7 +34,8 @@ def tracker(fs, d: str, kids: Dict) -> Optional[Tracked]:
     return Tracked(NAME, path, tag, step_of(tag) if tag else None, why)
 
 
-def check(fs, path: str, kids: Dict, step: Optional[int], verify: bool = False) -> Tuple[Optional[int], Optional[str]]:
+def check(fs: FS, path: str, kids: Mapping[str, Entry], step: Optional[int], verify: bool = False
+          ) -> Tuple[Optional[int], Optional[str]]:
     models = [e for n, e in kids.items() if n.endswith("model_states.pt") and not e.is_dir]
     if not models:
         return step, "no *model_states.pt file (write not finished)"

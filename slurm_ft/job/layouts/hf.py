@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Mapping, Optional, Tuple
+
+if TYPE_CHECKING:
+    from slurm_ft.job.ckptfs import FS, Entry
 
 NAME = "hf"
 STATE = "trainer_state.json"
@@ -13,12 +16,13 @@ MAX_STATE = 64 << 20
 _WEIGHTS = re.compile(r"(model|pytorch_model|adapter_model)(-\d+-of-\d+)?\.(safetensors|bin)\Z")
 
 
-def evidence(fs, path: str, kids: Dict) -> bool:
+def evidence(fs: FS, path: str, kids: Mapping[str, Entry]) -> bool:
     e = kids.get(STATE)
     return e is not None and not e.is_dir
 
 
-def check(fs, path: str, kids: Dict, step: Optional[int], verify: bool = False) -> Tuple[Optional[int], Optional[str]]:
+def check(fs: FS, path: str, kids: Mapping[str, Entry], step: Optional[int], verify: bool = False
+          ) -> Tuple[Optional[int], Optional[str]]:
     if STATE not in kids:
         return step, f"no {STATE} (the Trainer writes it after the model and optimizer)"
     try:

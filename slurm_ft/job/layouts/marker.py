@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
+
+if TYPE_CHECKING:
+    from slurm_ft.job.ckptfs import FS, Entry
 
 NAME = "slurm-ft"
 MARKER = "COMPLETE"
@@ -14,12 +17,12 @@ FORMAT = "slurm-ft-ckpt"
 MAX_MANIFEST = 16 << 20
 
 
-def evidence(fs, path: str, kids: Dict) -> bool:
+def evidence(fs: FS, path: str, kids: Mapping[str, Entry]) -> bool:
     e = kids.get(MARKER)
     return e is not None and not e.is_dir
 
 
-def parse_manifest(raw: bytes) -> Tuple[Optional[dict], str]:
+def parse_manifest(raw: bytes) -> Tuple[Optional[Dict[str, Any]], str]:
     """(manifest, "") or (None, why): only a well-formed slurm-ft manifest with an integer step."""
     try:
         manifest = json.loads(raw)
@@ -33,7 +36,8 @@ def parse_manifest(raw: bytes) -> Tuple[Optional[dict], str]:
     return manifest, ""
 
 
-def check(fs, path: str, kids: Dict, step: Optional[int], verify: bool = False) -> Tuple[Optional[int], Optional[str]]:
+def check(fs: FS, path: str, kids: Mapping[str, Entry], step: Optional[int], verify: bool = False
+          ) -> Tuple[Optional[int], Optional[str]]:
     raw = fs.read(os.path.join(path, MARKER), limit=MAX_MANIFEST)
     if raw is None:
         return step, f"no {MARKER} marker (write not finished)"

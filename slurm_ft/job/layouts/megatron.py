@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Optional, Tuple
+
+if TYPE_CHECKING:
+    from slurm_ft.job.ckptfs import FS, Entry
 
 NAME = "megatron"
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -19,7 +22,7 @@ class Tracked(NamedTuple):
     reason: str               # why it cannot be read ("" when it can)
 
 
-def evidence(fs, path: str, kids: Dict) -> bool:
+def evidence(fs: FS, path: str, kids: Mapping[str, Entry]) -> bool:
     return any(e.is_dir and n.startswith("mp_rank_") for n, e in kids.items())
 
 
@@ -34,7 +37,7 @@ def parse_tracker(raw: bytes) -> Tuple[Optional[str], Optional[int], str]:
     return None, None, f"tracker is unreadable ({text[:40]!r})"
 
 
-def tracker(fs, d: str, kids: Dict) -> Optional[Tracked]:
+def tracker(fs: FS, d: str, kids: Mapping[str, Entry]) -> Optional[Tracked]:
     e = kids.get(TRACKER)
     if e is None or e.is_dir:
         return None
@@ -43,7 +46,8 @@ def tracker(fs, d: str, kids: Dict) -> Optional[Tracked]:
     return Tracked(NAME, path, target, step, why)
 
 
-def check(fs, path: str, kids: Dict, step: Optional[int], verify: bool = False) -> Tuple[Optional[int], Optional[str]]:
+def check(fs: FS, path: str, kids: Mapping[str, Entry], step: Optional[int], verify: bool = False
+          ) -> Tuple[Optional[int], Optional[str]]:
     ranks = [n for n, e in kids.items() if e.is_dir and n.startswith("mp_rank_")]
     if not ranks:
         return step, "no mp_rank_* directories (write not finished)"

@@ -4,7 +4,10 @@ one that points past the file's end."""
 from __future__ import annotations
 
 import struct
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
+
+if TYPE_CHECKING:
+    from slurm_ft.job.ckptfs import FS
 
 NAME = "torchzip"
 SUFFIXES = (".ckpt", ".pt", ".pth")
@@ -18,7 +21,7 @@ def claims(name: str) -> bool:
     return name.endswith(SUFFIXES)
 
 
-def check_file(fs, path: str, size: int, step: Optional[int]) -> Tuple[Optional[int], Optional[str]]:
+def check_file(fs: FS, path: str, size: int, step: Optional[int]) -> Tuple[Optional[int], Optional[str]]:
     if size <= 0:
         return step, "file is empty"
     if (fs.read(path, limit=4) or b"") != ZIP_MAGIC:

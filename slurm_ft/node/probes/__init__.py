@@ -76,7 +76,8 @@ class ProbeContext:
 
 def get(name: str) -> Probe:
     """The probe function for a check name; KeyError for an unknown one."""
-    return importlib.import_module(BY_NAME[name].module).probe
+    probe: Probe = importlib.import_module(BY_NAME[name].module).probe
+    return probe
 
 
 def check_of(code: str) -> Optional[str]:

@@ -6,16 +6,19 @@ A run with no backend is a visible skip (a warn), never a pass.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List
 
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
 
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
+
 CHECK = "burnin"
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     res = sample.extra.get("burnin")
     if not res:
         return [Finding(CHECK, Severity.WARN, "burn-in skipped: nothing measured", "BURNIN_SKIPPED")]

@@ -9,11 +9,14 @@ every synchronous step waits for (GPUD: unhealthy when HW slowdown fills most of
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import TYPE_CHECKING, Dict, List
 
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
+
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
 
 CHECK = "clocks"
 
@@ -26,7 +29,7 @@ EVENTS = ((HW_SLOWDOWN, "HW_SLOWDOWN", "HW slowdown"),
           (POWER_BRAKE, "POWER_BRAKE", "HW power brake"))
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     out: List[Finding] = []
     series: Dict[int, List[int]] = sample.extra.get("clocks", {}) or {}
     for g in sample.gpus:

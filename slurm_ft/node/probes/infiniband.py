@@ -6,21 +6,24 @@ Readings: `extra["infiniband"]` = [{device, port, state, phys_state, rate_gbps, 
 """
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
 
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
+
 CHECK = "infiniband"
 
 
-def _up(p: dict, rate: int) -> bool:
+def _up(p: Dict[str, Any], rate: int) -> bool:
     return ("ACTIVE" in str(p.get("state", "")).upper() and "LINKUP" in str(p.get("phys_state", "")).upper()
             and (not rate or (p.get("rate_gbps") or 0) >= rate))
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     want, rate = ctx.node_type.ib_ports, ctx.node_type.ib_rate_gbps
     if not want:
         return [Finding(CHECK, Severity.OK, "not checked: node type expects no InfiniBand ports (ib_ports: 0)")]

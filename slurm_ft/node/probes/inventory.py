@@ -5,16 +5,19 @@ A GPU that fell off the bus either vanishes from the count or answers GPU_IS_LOS
 """
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List
 
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
 
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
+
 CHECK = "inventory"
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     expected = ctx.node_type.gpus
     if sample.extra.get("install_error"):
         # our package is missing, not the node's driver: an install error (exit 2), never a drain

@@ -5,16 +5,19 @@ minute, which needs two samples. One sample can only say "many", so counters war
 """
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List
 
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
 
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
+
 CHECK = "nvlink"
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     out: List[Finding] = []
     expected = ctx.node_type.nvlinks_per_gpu
     t = ctx.thresholds

@@ -6,16 +6,19 @@ re-reads it under load.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List
 
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
 
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
+
 CHECK = "pcie"
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     out: List[Finding] = []
     nt = ctx.node_type
     for g in sample.gpus:

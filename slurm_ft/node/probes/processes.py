@@ -6,16 +6,19 @@ Names come from the gatherer (`extra["processes"]`: pid -> name, read from /proc
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import TYPE_CHECKING, Dict, List
 
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
 
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
+
 CHECK = "processes"
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     names: Dict[int, str] = sample.extra.get("processes", {}) or {}
     out: List[Finding] = []
     for g in sample.gpus:

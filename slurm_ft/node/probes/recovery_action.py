@@ -3,11 +3,14 @@ needs after a fault, which Xid 154 announces. Anything but "none" takes the node
 driver asked for; a driver without the field says nothing (None)."""
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List
 
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.nvml import RECOVERY_ACTIONS
 from slurm_ft.gpu.sample import NodeSample
+
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
 
 CHECK = "recovery_action"
 # field value -> (fault code, what slurm-ft does about it)
@@ -22,7 +25,7 @@ NEEDS = {
 }
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     out: List[Finding] = []
     for g in sample.gpus:
         value = g.recovery_action

@@ -1,16 +1,19 @@
 """Row remapping (Ampere and later): pending -> reset the GPU; failure -> RMA (NVIDIA's RMA criterion)."""
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List
 
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
 
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
+
 CHECK = "remap"
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     out: List[Finding] = []
     for g in sample.gpus:
         r = g.remap

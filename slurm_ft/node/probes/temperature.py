@@ -1,16 +1,19 @@
 """GPU temperature against the warn/fail thresholds (a fail is a cooling fault: drain and inspect)."""
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List
 
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
 
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
+
 CHECK = "temperature"
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     out: List[Finding] = []
     t = ctx.thresholds
     for g in sample.gpus:

@@ -10,26 +10,29 @@ window otherwise); several identical Xids on one GPU make one finding with a cou
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
 from slurm_ft.gpu import xid as catalog
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.sample import NodeSample, XidEvent
+
+if TYPE_CHECKING:
+    from slurm_ft.node.probes import ProbeContext
 
 CHECK = "xid"
 
 _SEVERITY = {"fail": Severity.FAIL, "warn": Severity.WARN, "ignore": Severity.OK}
 
 
-def recent(sample: NodeSample, since, untimed: bool = True) -> List[XidEvent]:
+def recent(sample: NodeSample, since: Optional[float], untimed: bool = True) -> List[XidEvent]:
     """Xids logged at or after `since`; a line without a time counts only when `untimed` (it cannot be
     shown newer than an admin's resume, so after one it is history)."""
     return [e for e in sample.xids
             if since is None or (untimed if e.timestamp is None else e.timestamp >= since)]
 
 
-def probe(sample: NodeSample, ctx) -> List[Finding]:
-    groups: Dict[Tuple, List[XidEvent]] = {}
+def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
+    groups: Dict[Tuple[str, int, Union[int, str]], List[XidEvent]] = {}
     for e in recent(sample, ctx.xid_since, ctx.xid_untimed):
         key = (e.kind, e.xid, e.gpu if e.gpu is not None else e.pci_bus_id)
         groups.setdefault(key, []).append(e)
