@@ -11,5 +11,6 @@ __version__ = "0.1.0"
 
 def progress(step: int, *, force: bool = False) -> None:
     """Report that this rank finished `step` (slurm_ft.heartbeat; a no-op outside a slurm-ft job)."""
+    # lazy: every training rank imports slurm_ft; heartbeat (json, socket) loads at the first report only
     from slurm_ft.heartbeat import progress as report
     report(step, force=force)

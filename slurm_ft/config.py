@@ -233,7 +233,7 @@ DOMAIN_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")
 def expand_domains(domains: Mapping[str, str]) -> Dict[str, List[str]]:
     """name -> its nodes, from the config's hostlists; ValueError with the reason (the caller names the
     file and key): a bad name, a bad or empty hostlist, a node in two domains."""
-    from slurm_ft.slurm.hostlist import expand   # every health check loads the config: only when domains are set
+    from slurm_ft.slurm.hostlist import expand   # lazy: every check loads the config; only planning.domains needs it
     out: Dict[str, List[str]] = {}
     seen: Dict[str, str] = {}
     for name, expr in domains.items():

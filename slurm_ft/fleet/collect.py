@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
 from slurm_ft.node import breaker as brk
-from slurm_ft.fleet import metrics
+from slurm_ft.fleet import drain_stats, jobprogress, journal, metrics
 from slurm_ft.fleet.pool import pool_target
 from slurm_ft.fleet.reconcile import count_states, state_of
 from slurm_ft.fleet.states import State
@@ -119,9 +119,7 @@ def view(config: Config, client: SlurmApi, store: Store, *, now: Optional[float]
 
 def drain_report(store: Store, now: float) -> Tuple[List[Episode], Dict[str, Any]]:
     """(episodes, summary) of every slurm-ft drain in the journal (fleet/drain_stats.py)."""
-    from slurm_ft.fleet import drain_stats
     try:
-        from slurm_ft.fleet import journal
         every = journal.incidents(store.db)
     except Exception:   # the controller's tables are not there yet: no spare was swapped in
         every = []
@@ -132,7 +130,6 @@ def drain_report(store: Store, now: float) -> Tuple[List[Episode], Dict[str, Any
 def _incidents(v: FleetView, store: Store) -> None:
     v.drain_summary = drain_report(store, v.now)[1]
     try:
-        from slurm_ft.fleet import journal
         every = journal.incidents(store.db)
     except Exception:   # the controller's tables are not there yet: no incidents to show
         return
@@ -157,8 +154,7 @@ def snapshot(v: FleetView, jobs: Sequence[Tuple[int, Mapping[str, Any]]] = ()) -
 
 
 def drain_rows(summary: Mapping[str, Any]) -> List[Tuple[str, str, Stats]]:
-    from slurm_ft.fleet.drain_stats import metric_rows
-    return metric_rows(summary)
+    return drain_stats.metric_rows(summary)
 
 
 def write_metrics(config: Config, client: SlurmApi, store: Store, *,
@@ -175,7 +171,6 @@ def goodput_rows(config: Config, client: SlurmApi, store: Store) -> List[Tuple[i
     """(job id, its goodput dict) of each fault-tolerant job in the queue; a job whose checkpoint dir
     cannot be read in time is left out (and logged), never guessed; so is everything when Slurm cannot
     say which jobs are fault-tolerant."""
-    from slurm_ft.fleet import jobprogress
     try:
         jobs = jobprogress.ft_jobs(config, client)
     except SlurmFTError as exc:

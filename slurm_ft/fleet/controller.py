@@ -30,6 +30,7 @@ from slurm_ft.fleet.plan import (HOT_NOTE, PENDING_STATES, Policy, failed_in_run
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job import trust
 from slurm_ft.job.tag import with_note
+from slurm_ft.node import breaker as brk, guard
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
 from slurm_ft.slurm.types import Job, Node
@@ -129,10 +130,6 @@ class Controller:
         """The drain-rate breaker's count and limit, from the same snapshot of Slurm's nodes the breaker
         reads everywhere (breaker.view: slurm-ft drains, QUARANTINED/RMA included, by reason time within
         the window): the plan charges each quarantine against it (outage.breaker_room). Limit 0: none."""
-        try:
-            from slurm_ft.node import breaker as brk, guard
-        except ImportError:
-            return frozenset(), 0
         if not guard.enabled(self.config):
             return frozenset(), 0
         lc = self.config.lifecycle
@@ -144,10 +141,6 @@ class Controller:
         """The lifecycle drain-rate breaker (issue 6): while it is open no new recovery starts.
 
         A bad probe or driver that drains nodes en masse must not also empty the spare pool."""
-        try:
-            from slurm_ft.node import guard
-        except ImportError:
-            return False
         why = guard.is_open(self.config, nodes, now=self.clock())   # counted from the snapshot's node reasons
         if why and not self._breaker_said:
             log.error("drain-rate breaker open (%s): no new recoveries until it closes", why)
@@ -155,10 +148,6 @@ class Controller:
         return bool(why)
 
     def _may_drain(self, node: str, reason: str) -> Tuple[bool, str]:
-        try:
-            from slurm_ft.node import guard
-        except ImportError:
-            return True, ""
         d = guard.may_drain(self.config, node, reason, client=self.client, actor="controller", now=self.clock())
         return d.allowed, d.reason
 

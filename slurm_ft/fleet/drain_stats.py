@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from slurm_ft.fleet.remediation import finding_in
 from slurm_ft.fleet.states import Event, HistoryEntry, State
 from slurm_ft.fleet.records import Incident
+from slurm_ft.node.probes import check_of
 
 OUTCOMES = ("confirmed", "probable_false_positive", "open")
 # one row of the summary (JSON): drains, confirmed, probable_false_positives, open, node-hours, false_positive_rate
@@ -39,7 +40,6 @@ class Episode:
 
     @property
     def check(self) -> str:
-        from slurm_ft.node.probes import check_of
         return (check_of(self.code) or "other") if self.code else "unknown"
 
     @property

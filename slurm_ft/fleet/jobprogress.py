@@ -19,7 +19,14 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from slurm_ft.fleet.goodput import Goodput, Point, Start
+from slurm_ft import heartbeat
+from slurm_ft.fleet import journal
+from slurm_ft.fleet.goodput import Goodput, Point, Start, compute
+from slurm_ft.fleet.journal import ensure_schema
+from slurm_ft.fleet.pool_status import gpus_in_gres
+from slurm_ft.job import trust
+from slurm_ft.job.ckptfs import LocalFS, NotRegular
+from slurm_ft.job.jobstart import STARTS_LOG
 
 if TYPE_CHECKING:
     from typing_extensions import TypeGuard
@@ -100,9 +107,6 @@ def parse_starts(text: str, job: str) -> List[Start]:
 
 
 def _read(ckpt_dir: str, job: str) -> JobFiles:
-    from slurm_ft import heartbeat
-    from slurm_ft.job.ckptfs import LocalFS, NotRegular
-    from slurm_ft.job.jobstart import STARTS_LOG
     try:
         raw = LocalFS(READ_DEADLINE_S, root=ckpt_dir).read_tail(os.path.join(ckpt_dir, STARTS_LOG), MAX_STARTS_BYTES)
     except NotRegular:
@@ -144,7 +148,6 @@ def read_job_files(ckpt_dir: str, job_id: int, deadline_s: float = READ_DEADLINE
 # --- the journal's table ----------------------------------------------------------------------------
 
 def _schema(conn: sqlite3.Connection) -> None:
-    from slurm_ft.fleet.journal import ensure_schema
     ensure_schema(conn, COMPONENT, MIGRATIONS)
 
 
@@ -179,7 +182,6 @@ def forget_before(conn: sqlite3.Connection, t: float) -> None:
 
 def job_gpus(job: Job, node_gres: Sequence[str] = ()) -> int:
     """GPUs the job holds: TresPerNode ('gres/gpu:8', 'gres:gpu:h100:8') x nodes, else its nodes' Gres."""
-    from slurm_ft.fleet.pool_status import gpus_in_gres
     tres = ",".join(re.sub(r"^gres[:/]", "", part.strip()) for part in (job.tres_per_node or "").split(","))
     per_node = gpus_in_gres(tres)
     if per_node:
@@ -190,7 +192,6 @@ def job_gpus(job: Job, node_gres: Sequence[str] = ()) -> int:
 def observe(conn: sqlite3.Connection, job: Job, ckpt_dir: str, gpus: int, now: float,
             deadline_s: float = READ_DEADLINE_S) -> Goodput:
     """Read the job's files (bounded), remember its progress, and compute its goodput (fleet/goodput.py)."""
-    from slurm_ft.fleet.goodput import compute
     files = read_job_files(ckpt_dir, job.job_id, deadline_s)
     seen = files.progress + [s.before for s in files.starts if s.before is not None]
     remember(conn, job.job_id, seen)
@@ -201,7 +202,6 @@ def observe(conn: sqlite3.Connection, job: Job, ckpt_dir: str, gpus: int, now: f
 
 def faults_of(conn: sqlite3.Connection, job_id: int) -> List[Tuple[int, float]]:
     """(incident id, fault time) of the job's incidents."""
-    from slurm_ft.fleet import journal
     return [(i.id, i.fault_at or i.opened_at) for i in journal.incidents(conn, job_id=job_id)]
 
 
@@ -209,7 +209,6 @@ def faults_of(conn: sqlite3.Connection, job_id: int) -> List[Tuple[int, float]]:
 
 def trusted_field(config: Config, client: SlurmApi) -> str:
     """The job field holding fault-tolerance tags (config controller.trust; auto asks slurmctld)."""
-    from slurm_ft.job import trust
     setting = config.controller.trust
     return trust.resolve(setting, client.job_submit_plugins() if setting == "auto" else ())
 
@@ -217,7 +216,6 @@ def trusted_field(config: Config, client: SlurmApi) -> str:
 def ft_jobs(config: Config, client: SlurmApi, job_ids: Optional[Iterable[int]] = None
             ) -> List[Tuple[Job, FtSpec]]:
     """(job, its tag) of the running or recovering fault-tolerant jobs with a checkpoint dir."""
-    from slurm_ft.job import trust
     field_ = trusted_field(config, client)
     out = []
     for j in client.jobs(job_ids):

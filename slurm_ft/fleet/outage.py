@@ -24,6 +24,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurm_ft.fleet.records import Incident
 
+from slurm_ft.slurm.hostlist import compress
 from slurm_ft.slurm.types import Node
 from slurm_ft.vocab import UNRESPONSIVE_QUARANTINE, slurm_time
 
@@ -46,7 +47,6 @@ class Wave:
     settled_at: Optional[float]           # when the wave stops holding its members back (None: not yet known)
 
     def describe(self, now: float) -> str:
-        from slurm_ft.slurm.hostlist import compress
         back = len(self.members) - len(self.still_out)
         return (f"wave of unresponsive nodes: {len(self.members)} stopped answering within "
                 f"{self.last - self.first:.0f} s ({compress(list(self.members))}) since "

@@ -6,6 +6,7 @@ import logging
 from typing import Sequence, Tuple
 
 from slurm_ft.config import Config
+from slurm_ft.plan.spares import plan_from_settings, plan_spares
 from slurm_ft.slurm.types import Node
 
 log = logging.getLogger(__name__)
@@ -18,7 +19,6 @@ def pool_target(cfg: Config, nodes: Sequence[Node], job_partitions: Sequence[str
     workers = [n for n in nodes if set(job_partitions) & set(n.partitions)]
     gpn = next(iter(cfg.health.node_types.values())).gpus if cfg.health.node_types else 8
     try:   # the same inputs as `slurm-ft spares plan` without flags: the config's planning section
-        from slurm_ft.plan.spares import plan_from_settings, plan_spares
         pc = getattr(cfg, "planning", None)
         gpus = max(1, len(workers)) * gpn
         plan = plan_from_settings(gpus, gpn, pc) if pc is not None else plan_spares(gpus, gpn)

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from slurm_ft.errors import UsageError
 from slurm_ft.slurm.types import Node, Partition
 
 _GRES_GPU = re.compile(r"^gpu(?::[^:(,]+)?:(\d+)")
@@ -56,7 +57,6 @@ def pool_status(nodes: Sequence[Node], partitions: Sequence[Partition], spare_pa
     by_name = {n.name: n for n in nodes}
     parts = {p.name: p for p in partitions}
     if spare_partition not in parts:
-        from slurm_ft.errors import UsageError
         raise UsageError(f"no partition {spare_partition!r} (partitions: {', '.join(sorted(parts)) or 'none'})")
     spare_names = list(parts[spare_partition].nodes)
     spare_set = set(spare_names)

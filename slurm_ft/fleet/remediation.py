@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from slurm_ft.config import RemediationConfig
 from slurm_ft.node import breaker as brk
 from slurm_ft.fleet.states import Event, HistoryEntry, State
+from slurm_ft.gpu.xid import lookup
 from slurm_ft.slurm.types import Node
 
 # finding codes as node/drain.py writes them: XID79, SXID12028, GPU_LOST, NVLINK_DOWN, ECC_DBE_VOLATILE ...
@@ -78,7 +79,6 @@ def action_for(code: str, policy: RemediationConfig) -> str:
     if code in policy.actions:
         return policy.actions[code]
     if code.startswith("XID"):
-        from slurm_ft.gpu.xid import lookup
         action = lookup(int(code[3:])).action
         return action if action in ("reset_gpu", "reboot", "rma") else "manual"
     return "manual"

@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, UsageError
-from slurm_ft.fleet import collect
+from slurm_ft.fleet import collect, journal, remediator
 from slurm_ft.node import guard
+from slurm_ft.node.levels import LEVELS
 from slurm_ft.fleet.lock import FileLock
 from slurm_ft.fleet.membership import Delta, Membership
 from slurm_ft.fleet.pool import pool_target
+from slurm_ft.fleet.remediator import take_reset_gpus
 from slurm_ft.fleet.reconcile import Change, classify
 from slurm_ft.fleet.states import Event, HistoryEntry, State, default_state
 from slurm_ft.fleet.store import Store
@@ -104,7 +106,6 @@ class Sweeper:
             self._guarded(report, change.node, lambda: self._apply_change(report, change, by_name[change.node]))
         remedied: List[str] = []
         if self.lc.remediation.mode != "off":   # reset, reboot or RMA what the policy can decide alone
-            from slurm_ft.fleet import remediator
             remedied = remediator.run(self, report, dry_run=self.lc.remediation.mode == "dry_run")
             if remedied:
                 by_name.update({n.name: n for n in self.client.nodes(remedied)})
@@ -128,7 +129,6 @@ class Sweeper:
 
     def _swapped_spares(self) -> List[str]:
         try:
-            from slurm_ft.fleet import journal
             return sorted({s for inc in journal.incidents(self.store.db) for s in inc.spares})
         except Exception as exc:   # no controller tables yet
             log.debug("no incidents to read: %s", exc)
@@ -231,7 +231,6 @@ class Sweeper:
             options = [f"--job-name=slurm-ft-validate-{name}", f"--partition={self.spare}", f"--reservation={resv}",
                        f"--nodelist={name}", "--nodes=1", "--exclusive", "--no-requeue",
                        f"--time={max(1, int(self.lc.validate_timeout_s // 60))}", f"--output={out}"]
-            from slurm_ft.fleet.remediator import take_reset_gpus
             resets = [] if recheck else take_reset_gpus(self.store, name)
             job_id = self.client.submit(validation_script(name, levels, self._check_argv(), options,
                                                           reset_gpus=resets,
@@ -371,7 +370,6 @@ def validation_script(node: str, levels: Sequence[str], check_argv: Sequence[str
     Levels come from a closed set (a config value is never shell text); the node name and every
     argument are quoted all the same.
     """
-    from slurm_ft.node.levels import LEVELS
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad:
         raise UsageError(f"unknown validation level {bad[0]!r} (valid: {', '.join(LEVELS)})")

@@ -81,7 +81,7 @@ def normalize_pci(text: str) -> str:
 
 
 def _boot_time() -> float:
-    import psutil
+    import psutil   # lazy: only a caller that gave no boot time (gather and watch pass /proc's) loads psutil
     return float(psutil.boot_time())
 
 

@@ -47,7 +47,7 @@ _NVML_SUCCESS, _NVML_NOT_SUPPORTED, _NVML_GPU_IS_LOST = 0, 3, 15
 
 def _import_pynvml() -> Any:
     try:
-        import pynvml
+        import pynvml   # lazy: nvidia-ml-py may be absent; commands that read no GPU must run without it
     except ImportError:
         return None
     return pynvml

@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from slurm_ft import heartbeat
 from slurm_ft.job import ckpt, ckptfallback, startlog
 from slurm_ft.job.tag import DEFAULT_MAX_RESTARTS
 
@@ -69,7 +70,6 @@ def log_event(ckpt_dir: str, record: Mapping[str, object]) -> None:
 def last_progress(ckpt_dir: str) -> Optional[Dict[str, Any]]:
     """The most advanced progress report left by the run before this start (slurm_ft.progress), read before
     this run replaces them: the last step reached before the restart, for goodput's redone steps."""
-    from slurm_ft import heartbeat
     reports = heartbeat.read_all(ckpt_dir).values()
     if not reports:
         return None
@@ -105,7 +105,6 @@ def prepare(argv: Sequence[str], ckpt_dir: str, say: Callable[[str], None] = lam
 
 def passed_over(ckpt_dir: str, job: str, newest: Optional[int], m: int) -> Tuple[Dict[int, int], Optional[int]]:
     """(checkpoint step -> failed starts, for those to pass over; how far the last start got)."""
-    from slurm_ft import heartbeat
     starts = ckptfallback.starts_of(startlog.read(os.path.join(ckpt_dir, STARTS_LOG)), job)
     if not starts:
         return {}, None
@@ -203,7 +202,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     ckpt_dir, m = opts.get("ckpt_dir", ""), opts.get("ckpt_fails", ckptfallback.DEFAULT_M)
     if opts.get("hot_spares") or opts.get("hang_timeout"):
-        from slurm_ft.job import supervisor     # the batch step supervises the training step
+        # the batch step supervises the training step (--hot-spares/--hang-timeout starts only)
+        # lazy: breaks the import cycle with slurm_ft.job.supervisor, which imports this module at its top
+        from slurm_ft.job import supervisor
         return supervisor.main(ckpt_dir, opts.get("train_nodes"), argv, hang_timeout=opts.get("hang_timeout") or 0,
                                max_restarts=opts.get("max_restarts", DEFAULT_MAX_RESTARTS), ckpt_fails=m)
     resolved, _ = _start(ckpt_dir, argv, m)

@@ -42,6 +42,7 @@ from slurm_ft import heartbeat
 from slurm_ft.job import ckptfallback, hang, jobstart, rendezvous, startlog
 from slurm_ft.job import hotplan as hp
 from slurm_ft.job.nodefault import node_fault
+from slurm_ft.slurm.client import SlurmClient
 from slurm_ft.slurm.hostlist import compress
 
 if TYPE_CHECKING:
@@ -371,7 +372,6 @@ def _int(text: Optional[str], default: int) -> int:
 
 def main(ckpt_dir: str, train_nodes: Optional[int], argv: Sequence[str], hang_timeout: float = 0,
          max_restarts: int = 0, ckpt_fails: int = ckptfallback.DEFAULT_M) -> int:
-    from slurm_ft.slurm.client import SlurmClient
     job = os.environ.get("SLURM_JOB_ID", "")
     if not job.isdigit():
         print("slurm-ft supervisor: not inside a Slurm job (no SLURM_JOB_ID)", file=sys.stderr)

@@ -61,7 +61,7 @@ def run(sample: NodeSample, cfg: BurninConfig, node_type: NodeType, progress: Pr
 def _torch(sample: NodeSample, cfg: BurninConfig, say: Say) -> Optional[Dict[str, object]]:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")   # CUDA indexes = NVML indexes
     try:
-        import torch
+        import torch   # lazy: optional and heavy; only the burnin level's torch backend uses it
     except ImportError:
         return None
     if not torch.cuda.is_available():
@@ -102,7 +102,7 @@ def _torch(sample: NodeSample, cfg: BurninConfig, say: Say) -> Optional[Dict[str
 def _cupy(sample: NodeSample, cfg: BurninConfig, say: Say) -> Optional[Dict[str, object]]:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     try:
-        import cupy
+        import cupy   # lazy: optional and heavy; only the burnin level's cupy backend uses it
     except ImportError:
         return None
     try:
@@ -146,6 +146,8 @@ def _dcgmi(sample: NodeSample, cfg: BurninConfig, say: Say) -> Optional[Dict[str
     exe = shutil.which("dcgmi")
     if exe is None:
         return None
+    # levels.validate loads this module on every check when an added backend is configured
+    # lazy: only the dcgmi backend runs a command; such a check need not load subprocess
     from slurm_ft.runner import run as run_cmd
     say(0, 1, "dcgmi diag -r 2 (about two minutes)")
     res = run_cmd([exe, "diag", "-r", "2", "-j"], timeout=max(cfg.seconds, 600.0), check=False)

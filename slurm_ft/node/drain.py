@@ -81,7 +81,7 @@ def may_drain(node: str, reason: str, *, client: SlurmApi, config: Optional[Conf
     """
     if config is None:
         return Gate(True, "no config: no drain limit")
-    from slurm_ft.node import guard
+    from slurm_ft.node import guard   # lazy: only a new drain asks the breaker; the verdict line needs no guard
     d = guard.may_drain(config, node, reason, client=client, actor="check", now=now)
     return Gate(d.allowed, d.reason)
 
@@ -89,7 +89,7 @@ def may_drain(node: str, reason: str, *, client: SlurmApi, config: Optional[Conf
 def _serialized(config: Optional[Config]) -> ContextManager[None]:
     if config is None:
         return contextlib.nullcontext()
-    from slurm_ft.node import guard
+    from slurm_ft.node import guard   # lazy: the breaker lock is taken for a new drain only
     return guard.serialized(config)
 
 
@@ -97,7 +97,7 @@ def _settle(node: str, reason: str, client: SlurmApi, config: Optional[Config]) 
     """Undo our drain when drains racing on other hosts passed the breaker (see guard.settle)."""
     if config is None:
         return ""
-    from slurm_ft.node import guard
+    from slurm_ft.node import guard   # lazy: settling follows a new drain only
     return guard.settle(config, node, reason, client=client)
 
 

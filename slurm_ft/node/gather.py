@@ -14,6 +14,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set
 
 from slurm_ft.config import HealthConfig, NodeType
 from slurm_ft.node import host, levels
+from slurm_ft.gpu import kmsg
 from slurm_ft.gpu.sample import NodeSample, XidEvent
 
 log = logging.getLogger(__name__)
@@ -39,14 +40,12 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
 
     if "xid" in checks:
         try:
-            from slurm_ft.gpu import kmsg
             path = hc.on(node, hc.kmsg_path)
             xids += kmsg.read_xids(path, lookback_s=hc.xid_lookback_s, now=now, boot_time=host.boot_time(),
                                    gpus=sample.gpus, missing_ok=path != kmsg.DEV_KMSG)
         except Exception as exc:  # noqa: BLE001 - any failure to read the log is reported, not fatal
             errors["xid"] = f"cannot read the kernel log: {exc}"
         if extra_xids:
-            from slurm_ft.gpu import kmsg
             logged = list(xids)
             xids += [e for e in kmsg.map_to_gpus(list(extra_xids), sample.gpus)
                      if not any(_same_fault(e, k) for k in logged)]
@@ -62,7 +61,7 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
     if "clocks" in checks and level in ("full", "burnin") and sample.gpus:
         extra["clocks"] = _sample_clocks(node, sample, hc, reader)
     if "burnin" in checks:
-        from slurm_ft.node import burnin
+        from slurm_ft.node import burnin   # lazy: burnin level only; it loads entry-point metadata (plugins)
         extra["burnin"] = burnin.run(sample, hc.burnin, node_type, progress=progress)
 
     if errors:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Sequence
 
 from slurm_ft.errors import CommandError, UsageError
+from slurm_ft.node import state as st
 from slurm_ft.runner import Result, run
 
 OUTPUT_MAX = 400   # the reset's own words, for the validation output: bounded
@@ -46,6 +47,5 @@ def acknowledge_xids(hc: "HealthConfig", node: str, at: float) -> None:
     log until a reboot; without this the validation's check would fail on them for xid_lookback_s.
     (Node-wide, as the resume acknowledgment in node/run.py: the validation's full check and burn-in
     still judge every GPU by what NVML reads now.)"""
-    from slurm_ft.node import state as st
     with st.locked(st.path_for(hc, node), node) as state:
         state["xid_ack"] = max(at, float(state.get("xid_ack") or 0.0))

@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
+from slurm_ft.fsutil import atomic_write
 from slurm_ft.node import breaker as brk
+from slurm_ft.node.state import path_for
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
@@ -52,6 +54,8 @@ def fleet_view(config: Config, *, client: Optional[SlurmApi] = None, snapshot: O
     now = time.time() if now is None else now
     if snapshot is None:
         if client is None:
+            # the prolog/epilog load guard for hook_decision and never call Slurm
+            # lazy: only a caller without a client pays for the Slurm backend
             from slurm_ft.slurm.backend import client_from_config
             client = client_from_config(config)
         snapshot = client.fleet_nodes()
@@ -152,14 +156,12 @@ def is_open(config: Config, nodes: Optional[Sequence[Node]] = None, now: Optiona
 # --- the hook path: the node-local copy of the last fleet view ------------------------------------
 
 def view_path(config: Config, node: str) -> Path:
-    from slurm_ft.node.state import path_for
     p = path_for(config.health, node)
     return p.with_name(p.name + ".fleet")
 
 
 def save_view(config: Config, node: str, fleet: brk.FleetView) -> None:
     """Keep the view for this node's prolog/epilog (best effort: a failure only logs)."""
-    from slurm_ft.fsutil import atomic_write
     path = view_path(config, node)
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

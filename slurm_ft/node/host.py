@@ -67,5 +67,5 @@ def boot_time(root: str = "/") -> float:
     for line in _read(Path(root) / "proc/stat").splitlines():
         if line.startswith("btime "):
             return float(line.split()[1])
-    import psutil  # not Linux-like /proc: let psutil work it out
+    import psutil  # lazy: only a /proc without btime needs psutil; every check reads /proc/stat instead
     return psutil.boot_time()

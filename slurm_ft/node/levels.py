@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, Mapping, Optional, Set, Tuple
 
-from slurm_ft.errors import UsageError
+from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.node.probes import BY_NAME, CHECKS, LEVEL_ORDER
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ BURNIN_BACKENDS = ("auto", "torch", "cupy", "dcgmi", "none")   # and those insta
 
 def validate(hc: HealthConfig, file: str = "config") -> None:
     """Values the YAML types cannot check: level names, check names, the burn-in backend."""
-    from slurm_ft.errors import ConfigError
     for key in hc.deadline_s:
         if key not in LEVELS:
             raise ConfigError(f"{file}: health.deadline_s.{key}: unknown level (valid: {', '.join(LEVELS)})")
@@ -67,7 +66,7 @@ def validate(hc: HealthConfig, file: str = "config") -> None:
         except UsageError as exc:
             raise ConfigError(f"{file}: {exc}") from None
     if hc.burnin.backend not in BURNIN_BACKENDS:
-        # only a name not built in pays for reading the installed entry points (every hook loads config)
+        # lazy: only a backend name not built in pays for reading the entry points (every check validates)
         from slurm_ft.node.burnin import added_backends
         added = added_backends()
         if hc.burnin.backend not in added:

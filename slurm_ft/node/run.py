@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.config import Config, HealthConfig, NodeType
-from slurm_ft.errors import ConfigError
-from slurm_ft.node import levels
+from slurm_ft.errors import CommandError, ConfigError, SlurmFTError
+from slurm_ft.node import levels, state as st
+from slurm_ft.node.gather import Reader, gather
 from slurm_ft.node.probes import ProbeContext, get as get_probe, query_check
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.sample import NodeSample, XidEvent
@@ -27,7 +28,6 @@ from slurm_ft import vocab
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from slurm_ft.node.gather import Reader
     from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def node_type_for(node: str, hc: HealthConfig) -> "tuple[str, NodeType]":
 def _matches(node: str, pattern: str) -> bool:
     if any(c in pattern for c in "*?") or "[" not in pattern:
         return fnmatch.fnmatchcase(node, pattern) or node == pattern
-    from slurm_ft.slurm.hostlist import expand
+    from slurm_ft.slurm.hostlist import expand   # lazy: only a node_type_of hostlist ("gpu[01-64]") needs it
     try:
         return node in expand(pattern)
     except Exception:  # noqa: BLE001 - a bad expression names its key
@@ -129,8 +129,6 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
               xid_history: Optional[Mapping[Tuple[int, int], int]] = None, xid_untimed: bool = True,
               extra_xids: Sequence[XidEvent] = (), deadline_s: Optional[float] = None,
               progress: Optional[Callable[[int, int, str], None]] = None) -> Report:
-    from slurm_ft.node.gather import gather
-
     t0 = time.monotonic()
     now = time.time() if now is None else now
     hc = config.health
@@ -178,8 +176,6 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
     The prolog notes the job's start (the epilog then judges only Xids logged during the job) and the
     epilog keeps the per-GPU history of application Xids. `client` is a SlurmClient (only with drain).
     """
-    from slurm_ft.node import state as st
-
     now = time.time() if now is None else now
     path = st.path_for(config.health, node)
     before = st.load(path, node) if record else st.empty(node)
@@ -229,7 +225,6 @@ def _count_hang(report: Report, config: Config, path: Path, node: str, record: b
 
     A GPU degrading under load hangs NVML instead of answering with an error; one hang may be a blip.
     Without a writable state file the count cannot grow, so a hang only reports (fail safe)."""
-    from slurm_ft.node import state as st
     after = config.health.nvml_hung_drain_after
     if not record or after <= 0:
         return
@@ -246,7 +241,7 @@ def _count_hang(report: Report, config: Config, path: Path, node: str, record: b
 
 def _save_fleet_view(config: Config, node: str, client: SlurmApi, now: float) -> None:
     """Keep Slurm's fleet view for this node's prolog/epilog, which may not call Slurm (see guard)."""
-    from slurm_ft.errors import SlurmFTError
+    # lazy: only --drain saves the fleet view; a prolog/epilog check must not load the breaker
     from slurm_ft.node import guard
     if not guard.enabled(config):
         return
@@ -262,8 +257,7 @@ def _save_fleet_view(config: Config, node: str, client: SlurmApi, now: float) ->
 def _drain_step(report: Report, node: str, config: Config, client: Optional[SlurmApi], path: Path,
                 before: Dict[str, Any], record: bool, active: List[Finding], now: float) -> Report:
     """Drain or resume the node for this run's findings (called under the node's drain lock)."""
-    from slurm_ft.node import drain as dr
-    from slurm_ft.errors import CommandError
+    from slurm_ft.node import drain as dr   # lazy: only --drain drains or resumes; the hooks never do
 
     state = _reload(path, node) if record else before
     believed = state.get("slurm_ft_drained")
@@ -298,7 +292,6 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
         return report
     ours_now = outcome.action in ("drained", "reason_updated", "kept") and vocab.owned(outcome.reason)
     if record and (ours_now or believed is not ours_now):
-        from slurm_ft.node import state as st
         try:
             with st.locked(path, node) as state:
                 state["slurm_ft_drained"] = ours_now
@@ -310,7 +303,6 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
 
 
 def _reload(path: Path, node: str) -> Dict[str, Any]:
-    from slurm_ft.node import state as st
     try:
         return st.load(path, node)
     except ConfigError:
@@ -324,7 +316,6 @@ def _acknowledge(report: Report, config: Config, path: Path, node: str, since: f
     (`since`) no longer count (the sample is judged again without them), and findings left active by
     other levels are dropped: the level that can see them re-checks at its next run. An Xid logged
     later is new and counts."""
-    from slurm_ft.node import state as st
     log.info("%s was resumed since slurm-ft drained it: Xids logged before %s are acknowledged", node, since)
     hc = config.health
     _, node_type = node_type_for(node, hc)

@@ -9,6 +9,7 @@ Two source threads feed one queue; the main loop judges each event with the Xid 
 """
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -17,12 +18,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from slurm_ft.config import Config
+from slurm_ft.fsutil import atomic_write, refuse_unsafe
+from slurm_ft.gpu import kmsg, xid as catalog
+from slurm_ft.gpu.nvml import NvmlEventError, XidEventWatcher
 from slurm_ft.gpu.sample import XidEvent
+from slurm_ft.node import host, state as st
+from slurm_ft.node.run import Report, check_node
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from slurm_ft.node.run import Report
     from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
@@ -47,7 +52,6 @@ class Handled:
     report: Optional[Report] = None      # when a check ran
 
     def to_dict(self) -> Dict[str, object]:
-        from slurm_ft.gpu import xid as catalog
         d: Dict[str, object] = {"time": round(self.done_at, 3), "fatal": self.fatal,
                                 "latency_s": round(self.done_at - self.detected_at, 4),
                                 "events": [{"xid": e.xid, "gpu": e.gpu, "pci": e.pci_bus_id, "source": e.source,
@@ -98,9 +102,6 @@ class Watcher:
         self._threads.append(t)
 
     def _follow_kmsg(self, path: str, placed: threading.Event) -> None:
-        from slurm_ft.gpu import kmsg
-        from slurm_ft.node import host
-
         def at(where: Dict[str, Any]) -> None:   # the first one: the log is open and the place to read from set
             placed.set()
             self.events.put(Position(where))
@@ -114,13 +115,11 @@ class Watcher:
             placed.set()
 
     def _position_file(self) -> Path:
-        from slurm_ft.node import state as st
         p = st.path_for(self.config.health, self.node)
         return p.with_name(p.name + ".watch")
 
     def _load_position(self, path: str) -> Optional[Dict[str, Any]]:
         """Where the last watcher stopped reading `path`; None (start at the end) when unknown."""
-        import json
         f = self._position_file()
         try:
             where = json.loads(f.read_text())
@@ -132,8 +131,6 @@ class Watcher:
         return where if isinstance(where, dict) and where.get("path") == path else None
 
     def _save_position(self, where: Dict[str, Any]) -> None:
-        import json
-        from slurm_ft.fsutil import atomic_write, refuse_unsafe
         f = self._position_file()
         try:
             f.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -143,7 +140,6 @@ class Watcher:
             log.warning("watch position not saved in %s: %s", f, exc)
 
     def _nvml_events(self, ready: threading.Event) -> None:
-        from slurm_ft.gpu.nvml import NvmlEventError, XidEventWatcher
         first = True
         while not self.stop_event.is_set():
             try:
@@ -187,7 +183,6 @@ class Watcher:
                 return batch
 
     def handle(self, batch: List[XidEvent]) -> Handled:
-        from slurm_ft.gpu import xid as catalog
         detected = time.time()
         check_now = any(e is CHECK_NOW for e in batch)
         batch = [e for e in batch if e is not CHECK_NOW]
@@ -230,7 +225,6 @@ class Watcher:
 
 
 def _default_check(level: str, node: str, config: Config, **kw: Any) -> Report:
-    from slurm_ft.node.run import check_node
     return check_node(level, node, config, **kw)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from slurm_ft.errors import UsageError
 from slurm_ft.plan.explain import Derivation, gnum, num, pct
 from slurm_ft.plan.profiles import Policy, Profile
 from slurm_ft.plan.sim import CAUSES, SimParams, SimResult, Spread, summarise
@@ -57,8 +58,7 @@ def setup(profile: Profile, policy: Policy, *, gpus: int, gpus_per_node: int, da
     dc = d.given("ckpt_cost_s", "blocking checkpoint cost (d)", ckpt_cost_s, "s")
     if ckpt_interval_s is None:
         if dc <= 0:
-            from slurm_ft.errors import UsageError
-            raise UsageError("--checkpoint-cost-s 0 needs an explicit --checkpoint-interval")
+                    raise UsageError("--checkpoint-cost-s 0 needs an explicit --checkpoint-interval")
         ckpt_interval_s = d.step("ckpt_interval_s", "checkpoint interval, Daly (tau)",
                                  "sqrt(2 × d × M) × (1 + sqrt(d / (2 × M)) / 3 + d / (2 × M) / 9) - d",
                                  f"sqrt(2 × {gnum(dc)} × {gnum(M)}) × (1 + sqrt({gnum(dc)} / (2 × {gnum(M)})) / 3 "

@@ -18,6 +18,7 @@ import logging
 import os
 from dataclasses import replace
 import re
+import tempfile
 import time
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
 
@@ -321,7 +322,6 @@ class SlurmClient:
 
         The owner may do it (no root). scontrol writes slurm_job_N_resize.{sh,csh} (the new SLURM_*
         values) into its working directory: run it in a directory of its own, not the job's."""
-        import tempfile
         names = _node_list(keep)
         with tempfile.TemporaryDirectory(prefix="slurm-ft-shrink-") as tmp:
             self._run(["scontrol", "update", f"JobId={_job_id(job_id)}", f"NodeList={compress(names)}"], cwd=tmp)

@@ -20,6 +20,7 @@ from slurm_ft.slurm.client import SlurmClient, SlurmError, _node_list, check_rea
 
 
 def _import() -> Any:
+    # lazy: an optional dependency (the pyslurm extra); without it the commands backend serves
     import pyslurm  # noqa: F401  (optional dependency)
     return pyslurm
 

@@ -11,6 +11,9 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
+from slurm_ft.runner import run
+from slurm_ft.slurm.parse import parse_version
+
 log = logging.getLogger(__name__)
 
 Version = Tuple[int, int, int]
@@ -90,8 +93,6 @@ def lab_cgroup_conf(f: Features) -> Optional[str]:
 
 def installed_version(env: Optional[Mapping[str, str]] = None) -> Version:
     """The Slurm installed here (`slurmctld -V`), for writing a lab's configuration before it runs."""
-    from slurm_ft.runner import run
-    from slurm_ft.slurm.parse import parse_version
     return parse_version(run(["slurmctld", "-V"], timeout=10, env=env).stdout)
 
 

@@ -106,3 +106,25 @@ def test_rooms_import_only_the_rooms_below_them():
             if other in ROOMS and other != room and other not in allowed:
                 wrong.append(f"{m} -> {target}")
     assert not wrong, wrong
+
+
+def test_every_import_inside_a_function_says_why_it_is_lazy():
+    # Outside the faces (cli/: a command imports its modules when it runs, group.py), an import belongs at the
+    # top of its module unless loading it later is the point (a hook's start-up, an optional package such as
+    # torch, pynvml or pyslurm): such an import carries a `# lazy: why` comment, on its line or the line above.
+    import ast
+    unexplained = []
+    for p in (ROOT / "slurm_ft").rglob("*.py"):
+        rel = p.relative_to(ROOT)
+        if rel.parts[1] == "cli":
+            continue
+        lines = p.read_text().splitlines()
+        for f in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for n in ast.walk(f):
+                if isinstance(n, (ast.Import, ast.ImportFrom)):
+                    near = lines[n.lineno - 1] + (lines[n.lineno - 2] if n.lineno > 1 else "")
+                    if "# lazy" not in near:
+                        unexplained.append(f"{rel}:{n.lineno}: {lines[n.lineno - 1].strip()}")
+    assert not unexplained, "\n".join(sorted(set(unexplained)))
