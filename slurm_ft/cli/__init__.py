@@ -7,11 +7,15 @@ command goes through the click group (group.py); `slurm-ft [OPTIONS] check` too,
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from slurm_ft.cli.guard import guarded, setup_logging
 
+if TYPE_CHECKING:
+    from typing import Optional, Sequence
 
-def main(argv=None, prog_name: str = "slurm-ft") -> None:
+
+def main(argv: Optional[Sequence[str]] = None, prog_name: str = "slurm-ft") -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["check"]:
         from slurm_ft.cli.check import run

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING, Any, Dict, Tuple
 
 import click
 
 from slurm_ft.errors import EXIT_NEGATIVE
+
+if TYPE_CHECKING:
+    from slurm_ft.config import Config
 
 
 @click.group("breaker")
@@ -16,14 +20,14 @@ def breaker() -> None:
     The count is read from Slurm's node reasons, so one breaker holds for the whole fleet."""
 
 
-def describe(b: dict) -> str:
+def describe(b: Dict[str, Any]) -> str:
     from slurm_ft.cli.node import stamp
     head = (f"OPEN since {stamp(b['open_since'])}: {b['reason']}" if b["open"] else "closed")
     nodes = ", ".join(b["nodes_in_window"]) or "none"
     return f"breaker {head}\n  drains in window: {b['drains_in_window']} of {b['limit']} ({nodes})"
 
 
-def _state(ctx):
+def _state(ctx: click.Context) -> Tuple[Config, Dict[str, Any]]:
     from slurm_ft.cli.node import setup
     from slurm_ft.node import breaker as brk
     config, client = setup(ctx)

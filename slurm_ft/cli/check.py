@@ -17,14 +17,22 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from slurm_ft.vocab import LEVELS
+
+if TYPE_CHECKING:          # annotations only: the hooks' start-up imports none of these
+    import argparse
+    from typing import Callable, Mapping, Sequence
+
+    from slurm_ft.config import Config
+    from slurm_ft.node.run import Report
 
 VERDICT = "slurm-ft-verdict: FAIL"
 HOOK_LEVELS = ("prolog", "epilog")
 
 
-def own_validation_job(env, reservation_prefix: str) -> bool:
+def own_validation_job(env: Mapping[str, str], reservation_prefix: str) -> bool:
     """A job of root in a slurm-ft maintenance reservation (only root creates reservations and submits
     as uid 0): the sweep's validation job. Read from what slurmd gives the prolog (22.05+)."""
     return env.get("SLURM_JOB_UID") == "0" and env.get("SLURM_JOB_RESERVATION", "").startswith(f"{reservation_prefix}-")
@@ -38,7 +46,7 @@ def node_name(explicit: "str | None") -> str:
     return socket.gethostname().split(".")[0]
 
 
-def parser():
+def parser() -> argparse.ArgumentParser:
     import argparse
     ap = argparse.ArgumentParser(
         prog="slurm-ft check", description="Check this node's GPUs and host at LEVEL and print the findings.",
@@ -57,7 +65,7 @@ def parser():
     return ap
 
 
-def run(argv, config_path: "str | None" = None) -> int:
+def run(argv: Sequence[str], config_path: "str | None" = None) -> int:
     """`slurm-ft check ARGV`: its exit status (argparse exits 2 itself on a usage error)."""
     args = parser().parse_args(argv)
     from slurm_ft.config import load_config
@@ -103,10 +111,12 @@ def _err(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def _may_fail(report, config, node: str, drain: bool) -> bool:
+def _may_fail(report: Report, config: Config, node: str, drain: bool) -> bool:
     """Does this fail finding take the node out (the VERDICT line)? Only within the breaker."""
     if drain:
-        return bool(report.drain) and report.drain.get("action") in ("drained", "reason_updated", "kept")
+        if not report.drain:
+            return False
+        return report.drain.get("action") in ("drained", "reason_updated", "kept")
     if report.level not in HOOK_LEVELS:
         return True            # a manual check: nothing acts on the verdict but a person
     from slurm_ft.node import guard
@@ -119,7 +129,7 @@ def _may_fail(report, config, node: str, drain: bool) -> bool:
 _MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "error": "ERR "}
 
 
-def _print_text(report) -> None:
+def _print_text(report: Report) -> None:
     verdict = "healthy" if report.healthy else "UNHEALTHY"
     print(f"{report.node} {report.level}: {verdict} ({report.elapsed_s:.2f} s, node type {report.node_type})")
     for f in report.findings:
@@ -131,7 +141,7 @@ def _print_text(report) -> None:
         print(f"drain: {report.drain['action']}: {report.drain['message']}")
 
 
-def _progress_bar():
+def _progress_bar() -> Callable[[int, int, str], None]:
     def show(done: int, total: int, msg: str) -> None:
         filled = int(40 * done / total) if total else 40
         print(f"\r\033[K[{'#' * filled:<40}] {msg}", end="\n" if msg == "done" else "", file=sys.stderr,

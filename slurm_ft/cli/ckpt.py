@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import click
 
@@ -45,6 +46,7 @@ def latest_cmd(ctx: click.Context, directory: str, as_json: bool, verify: bool, 
         ctx.exit(EXIT_ENVIRONMENT if result.must_not_start else EXIT_NEGATIVE)
 
 
+_plan: Optional[click.Command]
 try:  # the planning engineer's `ckpt plan` (optional module)
     from slurm_ft.cli.ckpt_plan import plan as _plan
 except ImportError:

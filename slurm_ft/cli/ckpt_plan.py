@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import click
 
@@ -23,8 +24,9 @@ from slurm_ft.plan import ckpt_io
               help="The storage system's aggregate write bandwidth, GB/s.")
 @click.option("--interval-min", type=float, default=30.0, show_default=True, help="Minutes between saves.")
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object, derivation included.")
-def plan(params, gpus, gpus_per_node, shards, bytes_per_param, d2h_gbps, node_storage_gbps, storage_gbps,
-         interval_min, as_json) -> None:
+def plan(params: float, gpus: int, gpus_per_node: int, shards: Optional[int], bytes_per_param: float,
+         d2h_gbps: float, node_storage_gbps: float, storage_gbps: float, interval_min: float,
+         as_json: bool) -> None:
     """Training-state size, bytes per rank, time per hop, synchronous vs two-stage asynchronous blocking
     time, and the share of run time checkpointing costs, with the arithmetic shown."""
     p = ckpt_io.plan_checkpoint(params, gpus=gpus, gpus_per_node=gpus_per_node, shards=shards,

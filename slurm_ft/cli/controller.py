@@ -5,15 +5,23 @@ import json
 import logging
 import signal
 import time
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 import click
 
 from slurm_ft.config import load_config
 
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from slurm_ft.config import Config
+    from slurm_ft.fleet.controller import Controller
+    from slurm_ft.fleet.lock import FileLock
+
 log = logging.getLogger("slurm_ft.controller")
 
 
-def _setup(ctx):
+def _setup(ctx: click.Context) -> Tuple[Config, FileLock, Callable[[], Controller]]:
     from slurm_ft.fleet import journal as jn
     from slurm_ft.fleet.controller import Controller, controller_lock
     from slurm_ft.slurm.backend import client_from_config
@@ -32,7 +40,7 @@ def controller() -> None:
               help="Seconds to keep polling an incident in progress (default: controller.cycle_budget_s).")
 @click.option("--json", "as_json", is_flag=True, help="Print the steps taken as JSON.")
 @click.pass_context
-def once(ctx: click.Context, budget, as_json: bool) -> None:
+def once(ctx: click.Context, budget: Optional[float], as_json: bool) -> None:
     """Run one cycle: observe, plan, act, until nothing is left to do now."""
     config, lock, build = _setup(ctx)
     with lock:
@@ -43,9 +51,9 @@ def once(ctx: click.Context, budget, as_json: bool) -> None:
         click.echo(json.dumps({"steps": steps, "open_incidents": result.open_incidents,
                                "elapsed_s": round(result.elapsed_s, 3)}, indent=2))
         return
-    for s in steps:
-        click.echo(f"job {s['job_id']}: {s['kind']} {','.join(s['nodes'])}"
-                   f"{' -> ' + ','.join(s['spares']) if s['spares'] else ''}  {s['reason']}")
+    for st in result.steps:
+        click.echo(f"job {st.job_id}: {st.kind} {','.join(st.nodes)}"
+                   f"{' -> ' + ','.join(st.spares) if st.spares else ''}  {st.reason}")
     click.echo(f"{len(steps)} step(s), {result.open_incidents} incident(s) open, {result.elapsed_s:.2f} s")
 
 
@@ -53,13 +61,13 @@ def once(ctx: click.Context, budget, as_json: bool) -> None:
 @click.option("--interval", type=click.FloatRange(min=0.05), default=None,
               help="Seconds between cycles (default: controller.interval_s).")
 @click.pass_context
-def run(ctx: click.Context, interval) -> None:
+def run(ctx: click.Context, interval: Optional[float]) -> None:
     """Run cycles until SIGTERM/SIGINT (the systemd service)."""
     config, lock, build = _setup(ctx)
     every = interval if interval is not None else config.controller.interval_s
     stop = {"now": False}
 
-    def _stop(signum, frame):
+    def _stop(signum: int, frame: Optional[FrameType]) -> None:
         stop["now"] = True
 
     signal.signal(signal.SIGTERM, _stop)

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import click
 
 from slurm_ft import __version__, plugins
 from slurm_ft.cli.guard import guarded, setup_logging
 from slurm_ft.errors import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 # name -> "module:attribute"; each attribute is a click command or group.
 COMMANDS = {
@@ -37,22 +41,25 @@ COMMANDS = {
 }
 
 
-def _added() -> dict:
+def _added() -> Dict[str, EntryPoint]:
     """name -> entry point, for the commands other installed distributions add."""
     return {n: ep for n, ep in plugins.added(plugins.COMMANDS).items() if n not in COMMANDS}
 
 
 class LazyGroup(click.Group):
-    def list_commands(self, ctx):
+    def list_commands(self, ctx: click.Context) -> List[str]:
         return sorted([*COMMANDS, *_added()])
 
-    def get_command(self, ctx, name):
+    def get_command(self, ctx: click.Context, name: str) -> Optional[click.Command]:
         target = COMMANDS.get(name)
+        command: Optional[click.Command]     # what the entry point or the module attribute names
         if target is None:
             ep = _added().get(name)
-            return ep.load() if ep is not None else None
+            command = ep.load() if ep is not None else None
+            return command
         module, attr = target.split(":")
-        return getattr(importlib.import_module(module), attr)
+        command = getattr(importlib.import_module(module), attr)
+        return command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -71,13 +78,13 @@ def cli(ctx: click.Context, verbose: int, config_path: str | None) -> None:
                context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def check(ctx: click.Context, args) -> None:
+def check(ctx: click.Context, args: Tuple[str, ...]) -> None:
     """Check this node's GPUs and host at a level (slurm-ft check --help)."""
     from slurm_ft.cli.check import run
     ctx.exit(run(list(args), ctx.obj.get("config_path") if ctx.obj else None))
 
 
-def _run(argv, prog_name: str) -> int:
+def _run(argv: Optional[Sequence[str]], prog_name: str) -> int:
     try:
         rv = cli.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Abort:
@@ -89,7 +96,7 @@ def _run(argv, prog_name: str) -> int:
     return rv if isinstance(rv, int) else 0
 
 
-def main(argv=None, prog_name: str = "slurm-ft") -> None:
+def main(argv: Optional[Sequence[str]] = None, prog_name: str = "slurm-ft") -> None:
     sys.exit(guarded(lambda: _run(argv, prog_name)))
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 import click
 
@@ -11,8 +11,11 @@ from slurm_ft.config import load_config
 from slurm_ft.fleet.records import Incident
 from slurm_ft.fleet import journal as jn
 
+if TYPE_CHECKING:
+    from slurm_ft.fleet.states import HistoryEntry
 
-def incident_dict(inc: Incident, aftermath=()) -> dict:
+
+def incident_dict(inc: Incident, aftermath: Sequence[HistoryEntry] = ()) -> Dict[str, Any]:
     total = (inc.closed_at - inc.opened_at) if inc.closed_at else None
     return {
         "id": inc.id,
@@ -42,7 +45,7 @@ def _clock(t: Optional[float]) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1000):03d}"
 
 
-def render(inc: Incident, aftermath=()) -> str:
+def render(inc: Incident, aftermath: Sequence[HistoryEntry] = ()) -> str:
     spare = ",".join(inc.spares) or ("none (shrunk to %d)" % inc.shrink_to if inc.shrink_to else "none")
     total = f"{inc.closed_at - inc.opened_at:.2f} s" if inc.closed_at else "open"
     lines = [f"incident {inc.id}  job {inc.job_id}  {inc.status.upper()}  failed {','.join(inc.nodes)}  "

@@ -5,7 +5,7 @@ import getpass
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import click
 
@@ -16,7 +16,10 @@ from slurm_ft.slurm.backend import client_from_config
 from slurm_ft.vocab import OWNER, fit
 
 if TYPE_CHECKING:
+    from slurm_ft.config import Config
     from slurm_ft.slurm.api import SlurmApi
+    from slurm_ft.slurm.client import SlurmClient
+    from slurm_ft.slurm.types import Node
 
 
 def admin() -> str:
@@ -24,7 +27,7 @@ def admin() -> str:
     return "admin:" + (os.environ.get("SUDO_USER") or getpass.getuser())
 
 
-def setup(ctx: click.Context):
+def setup(ctx: click.Context) -> Tuple[Config, SlurmClient]:
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     return config, client_from_config(config)
 
@@ -33,7 +36,7 @@ def stamp(t: Optional[float]) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def _known(client: SlurmApi, name: str):
+def _known(client: SlurmApi, name: str) -> Node:
     found = {n.name: n for n in client.nodes()}
     if name not in found:
         raise UsageError(f"unknown node {name!r} (not in this cluster's slurm.conf)")

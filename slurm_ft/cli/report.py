@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any, Dict
 
 import click
 
 from slurm_ft.config import load_config
 
 
-def _row(name: str, r: dict) -> str:
+def _row(name: str, r: Dict[str, Any]) -> str:
     rate = "-" if r["false_positive_rate"] is None else f"{100 * r['false_positive_rate']:.0f}%"
     return (f"{name:<14} {r['drains']:>6} {r['confirmed']:>9} {r['probable_false_positives']:>8} {rate:>6} "
             f"{r['open']:>5} {r['node_hours_out']:>10.1f} {r['spare_node_hours']:>11.1f}")

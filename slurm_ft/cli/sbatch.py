@@ -1,7 +1,7 @@
 """`slurm-ft sbatch`: submit a fault-tolerant job (requeueable, tagged, {ckpt} resolved at every start)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, List, Tuple
 
 import os
 import tempfile
@@ -12,10 +12,12 @@ from slurm_ft.errors import UsageError
 from slurm_ft.job import submit as sub
 
 if TYPE_CHECKING:
+    from slurm_ft.config import Config
     from slurm_ft.slurm.api import SlurmApi
+    from slurm_ft.slurm.client import SlurmClient
 
 
-def _directives(script: str) -> list:
+def _directives(script: str) -> List[str]:
     try:
         with open(script, "rb") as fh:
             text = fh.read(1 << 20).decode("utf-8", "replace")
@@ -24,12 +26,12 @@ def _directives(script: str) -> list:
     return sub.script_directives(text)
 
 
-def _config(ctx: click.Context):
+def _config(ctx: click.Context) -> Config:
     from slurm_ft.config import load_config
     return load_config((ctx.obj or {}).get("config_path"))
 
 
-def _client(ctx: click.Context):
+def _client(ctx: click.Context) -> SlurmClient:
     """The client the config asks for (the lab's slurm.conf when it names one)."""
     from slurm_ft.slurm.backend import client_from_config
     return client_from_config(_config(ctx))
@@ -54,7 +56,7 @@ MODE_NOTES = {
                                           "help_option_names": ["--help"]})
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def sbatch(ctx: click.Context, argv) -> None:
+def sbatch(ctx: click.Context, argv: Tuple[str, ...]) -> None:
     """Submit SCRIPT as a fault-tolerant job.
 
     \b

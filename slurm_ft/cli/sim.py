@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import click
 
@@ -11,6 +11,9 @@ from slurm_ft.errors import EnvironmentProblem, UsageError
 from slurm_ft.plan import profiles as pr
 from slurm_ft.plan import sim as simlib
 from slurm_ft.plan import sim_report
+
+if TYPE_CHECKING:
+    from slurm_ft.config import PlanningConfig
 
 
 def _read(path: str) -> str:
@@ -21,7 +24,7 @@ def _read(path: str) -> str:
         raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def _yaml(path: str):
+def _yaml(path: str) -> Any:
     import yaml
     try:
         return yaml.safe_load(_read(path))
@@ -89,10 +92,14 @@ def choose_policy(name: Optional[str], policy_file: Optional[str], recovery_figu
                    "state dir, ending now: what `spares plan --from-journal` reads.")
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
 @click.pass_context
-def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery_figures, gpus, gpus_per_node, days,
-        seed, n_seeds, spares, target, repair_hours, repair_dist, ckpt_interval_min, ckpt_cost_s, restart_s,
-        elastic_min_nodes, plot_path, detect_hang_s, detect_node_s, compare, from_journal, fleet_nodes,
-        journal_dir, as_json) -> None:
+def sim(ctx: click.Context, profile: Optional[str], profile_file: Optional[str], policy: Optional[str],
+        policy_file: Optional[str], recovery_figures: Optional[str], gpus: Optional[int],
+        gpus_per_node: Optional[int], days: Optional[float], seed: int, n_seeds: int, spares: Optional[int],
+        target: Optional[float], repair_hours: Optional[float], repair_dist: str,
+        ckpt_interval_min: Optional[float], ckpt_cost_s: Optional[float], restart_s: float,
+        elastic_min_nodes: Optional[int], plot_path: Optional[str], detect_hang_s: Optional[float],
+        detect_node_s: Optional[float], compare: bool, from_journal: bool, fleet_nodes: Optional[int],
+        journal_dir: Optional[str], as_json: bool) -> None:
     """Discrete-event simulation of a synchronous training job: faults by class, detection, recovery,
     spare pool with repairs, checkpoints and lost work. Prints ETTR, time lost by cause, interruptions
     and pool exhaustion events, over several seeds with their spread."""
@@ -175,14 +182,14 @@ def sim(ctx: click.Context, profile, profile_file, policy, policy_file, recovery
                        f"means over {len(seeds[:5])} seed(s))")
 
 
-def _write_journal(s: sim_report.SimSetup, seed: int, state_dir: str) -> dict:
+def _write_journal(s: sim_report.SimSetup, seed: int, state_dir: str) -> Dict[str, object]:
     """Run `seed` again with its faults recorded and write them as a cluster journal (fleet/synthetic.py)."""
     import time
 
     from slurm_ft.fleet.store import Store
     from slurm_ft.fleet.synthetic import write_sim_journal
     p = s.params
-    faults: list = []
+    faults: List[simlib.SimFault] = []
     simlib.simulate(s.profile, s.policy, p, seed, faults=faults)
     with Store(state_dir) as store:
         try:
@@ -197,20 +204,22 @@ def _write_journal(s: sim_report.SimSetup, seed: int, state_dir: str) -> dict:
 
 
 def _override(p: pr.Policy, hang: Optional[float], node: Optional[float]) -> pr.Policy:
-    changes, said = {}, []
+    said: List[str] = []
     if hang is not None:
-        changes["detect_hang_s"] = hang
         said.append(f"hang detection {hang:g} s")
     if node is not None:
-        changes["detect_node_s"] = node
         said.append(f"host-loss detection {node:g} s")
-    if not changes:
+    if not said:
         return p
-    return replace(p, **changes, source=f"{p.source}; overridden: {', '.join(said)}")
+    return replace(p, detect_hang_s=p.detect_hang_s if hang is None else hang,
+                   detect_node_s=p.detect_node_s if node is None else node,
+                   source=f"{p.source}; overridden: {', '.join(said)}")
 
 
-def _setup(cfg, prof, pol, gpus, gpus_per_node, days, spares, repair_hours, repair_dist, ckpt_interval_min,
-           ckpt_cost_s, restart_s, elastic_min_nodes, target) -> sim_report.SimSetup:
+def _setup(cfg: PlanningConfig, prof: pr.Profile, pol: pr.Policy, gpus: Optional[int], gpus_per_node: Optional[int],
+           days: Optional[float], spares: Optional[int], repair_hours: Optional[float], repair_dist: str,
+           ckpt_interval_min: Optional[float], ckpt_cost_s: Optional[float], restart_s: float,
+           elastic_min_nodes: Optional[int], target: Optional[float]) -> sim_report.SimSetup:
     return sim_report.setup(
         prof, pol, gpus=gpus if gpus is not None else prof.gpus,
         gpus_per_node=gpus_per_node if gpus_per_node is not None else prof.gpus_per_node,
@@ -229,7 +238,7 @@ def _need_matplotlib() -> None:
         raise EnvironmentProblem("--plot needs matplotlib: pip install 'slurm-ft[plot]' (or pip install matplotlib)") from None
 
 
-def _sweep(s: sim_report.SimSetup, seeds) -> dict:
+def _sweep(s: sim_report.SimSetup, seeds: Sequence[int]) -> Dict[str, List[Dict[str, float]]]:
     p = s.params
     top = max(2 * p.spares, 8)
     step = max(1, top // 16)
@@ -239,7 +248,7 @@ def _sweep(s: sim_report.SimSetup, seeds) -> dict:
     return simlib.sweep(s.profile, s.policy, p, seeds[:5], spares=counts, intervals_s=intervals)
 
 
-def _plot(data: dict, s: sim_report.SimSetup, path: str) -> None:
+def _plot(data: Dict[str, List[Dict[str, float]]], s: sim_report.SimSetup, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

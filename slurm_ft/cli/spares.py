@@ -2,20 +2,49 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
 import click
 
 from slurm_ft.errors import EXIT_NEGATIVE, UsageError
 from slurm_ft.plan import spares as sp
 
+if TYPE_CHECKING:
+    from typing import TypedDict, Unpack
 
-def _load_planning(ctx: click.Context):
+    from slurm_ft.config import Config
+    from slurm_ft.fleet.drain_stats import Episode
+    from slurm_ft.fleet.records import Incident
+    from slurm_ft.plan.domains import DomainPlan
+    from slurm_ft.plan.history import Observed
+    from slurm_ft.plan.profiles import Profile
+
+    class RateOptions(TypedDict):
+        """The _plan_options values make_plan takes by name (all but --gpus-per-node and --json)."""
+        profile: Optional[str]
+        profile_file: Optional[str]
+        node_mtbf_hours: Optional[float]
+        interruptions_per_day: Optional[float]
+        at_gpus: Optional[int]
+        replace_fraction: Optional[float]
+        repair_hours: Optional[float]
+        target: Optional[float]
+        ckpt_cost_s: Optional[float]
+        restart_s: Optional[float]
+
+    class PlanOptions(RateOptions):
+        """The same with --gpus-per-node, as `spares plan` receives them."""
+        gpus_per_node: Optional[int]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _load_planning(ctx: click.Context) -> Config:
     from slurm_ft.config import load_config
     return load_config((ctx.obj or {}).get("config_path"))
 
 
-def _plan_options(f):
+def _plan_options(f: F) -> F:
     opts = [
         click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
                      help="GPUs per node (default 8; status: from Slurm)."),
@@ -42,7 +71,7 @@ def _plan_options(f):
     return f
 
 
-def read_profile_file(path: str):
+def read_profile_file(path: str) -> Profile:
     import yaml
 
     from slurm_ft.plan.profiles import profile_from_dict
@@ -56,9 +85,11 @@ def read_profile_file(path: str):
     return profile_from_dict(data, path)
 
 
-def make_plan(ctx: click.Context, gpus: int, gpus_per_node: Optional[int], profile, profile_file, node_mtbf_hours,
-              interruptions_per_day, at_gpus, replace_fraction, repair_hours, target, ckpt_cost_s,
-              restart_s) -> sp.SparePlan:
+def make_plan(ctx: click.Context, gpus: int, gpus_per_node: Optional[int], profile: Optional[str],
+              profile_file: Optional[str], node_mtbf_hours: Optional[float],
+              interruptions_per_day: Optional[float], at_gpus: Optional[int], replace_fraction: Optional[float],
+              repair_hours: Optional[float], target: Optional[float], ckpt_cost_s: Optional[float],
+              restart_s: Optional[float]) -> sp.SparePlan:
     """The plan from flags, falling back to the config's `planning` section, then built-in defaults."""
     cfg = _load_planning(ctx).planning
     if profile and profile_file:
@@ -85,14 +116,15 @@ def spares() -> None:
     """Spare-pool sizing (Poisson arithmetic, shown step by step) and the live pool."""
 
 
-def observed_from_journal(ctx: click.Context, fleet_nodes: Optional[int], confidence: float):
+def observed_from_journal(ctx: click.Context, fleet_nodes: Optional[int], confidence: float) -> Observed:
     """The fleet's own failure rate, repair times and recovery times (plan/history.py)."""
     from slurm_ft.plan import history
     _, eps, incidents, fleet_nodes, since, now = read_journal(ctx, fleet_nodes)
     return history.observe(eps, incidents, nodes=fleet_nodes, since=since, now=now, confidence=confidence)
 
 
-def read_journal(ctx: click.Context, fleet_nodes: Optional[int]):
+def read_journal(ctx: click.Context, fleet_nodes: Optional[int]
+                 ) -> Tuple[Config, List[Episode], List[Incident], int, float, float]:
     """(config, drain episodes, incidents, fleet nodes, since, now) from the journal in state_dir."""
     import time
 
@@ -113,7 +145,8 @@ def read_journal(ctx: click.Context, fleet_nodes: Optional[int]):
     return config, eps, incidents, fleet_nodes, since, now
 
 
-def domain_plan(config, eps, since: float, now: float, repair_hours: float, target: float, confidence: float):
+def domain_plan(config: Config, eps: List[Episode], since: float, now: float, repair_hours: float, target: float,
+                confidence: float) -> Optional[DomainPlan]:
     """The per-domain answer when the config names failure domains (planning.domains), else None."""
     from slurm_ft.config import expand_domains
     from slurm_ft.plan import domains
@@ -136,7 +169,7 @@ def domain_plan(config, eps, since: float, now: float, repair_hours: float, targ
 @_plan_options
 @click.pass_context
 def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Optional[int], confidence: float,
-             as_json: bool, **kw) -> None:
+             as_json: bool, **kw: Unpack[PlanOptions]) -> None:
     """How many hot spare nodes keep P(more nodes in repair than spares) under 1 - target.
 
     Nodes in repair are an M/G/infinity queue, so Poisson with mean (node-taking faults per hour) x
@@ -182,7 +215,7 @@ def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Opt
         click.echo("\n".join(lines))
 
 
-def _h(v) -> str:
+def _h(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.1f} h"
 
 
@@ -192,9 +225,10 @@ def _h(v) -> str:
 @_plan_options
 @click.pass_context
 def status_cmd(ctx: click.Context, partition: Optional[str], check: bool, as_json: bool,
-               gpus_per_node: Optional[int], **kw) -> None:
+               gpus_per_node: Optional[int], **kw: Unpack[RateOptions]) -> None:
     """The live spare pool (healthy vs not) against the plan for this cluster's own size."""
     from slurm_ft.fleet.pool_status import pool_status
+    from slurm_ft.plan.explain import gnum, num
     from slurm_ft.slurm.backend import client_from_config
 
     cfg = _load_planning(ctx)
@@ -218,7 +252,7 @@ def status_cmd(ctx: click.Context, partition: Optional[str], check: bool, as_jso
                  f"  not healthy:    {len(st.unhealthy):>4}"]
         lines += [f"    {n}: {s}{' - ' + r if r else ''}" for n, s, r in st.unhealthy]
         lines += ["", f"Plan for {plan.nodes} nodes x {plan.gpus_per_node} GPUs: {plan.spare_nodes} spare(s) "
-                      f"(expected {sp.num(plan.expected_nodes_in_repair)} in repair, target {sp.gnum(plan.target)}); "
+                      f"(expected {num(plan.expected_nodes_in_repair)} in repair, target {gnum(plan.target)}); "
                       f"run `slurm-ft spares plan --gpus {plan.gpus} --gpus-per-node {plan.gpus_per_node}` "
                       f"for the arithmetic."]
         lines.append(f"=> short by {short} healthy idle spare(s)" if short > 0 else
@@ -228,6 +262,6 @@ def status_cmd(ctx: click.Context, partition: Optional[str], check: bool, as_jso
         ctx.exit(EXIT_NEGATIVE)
 
 
-def _names(names) -> str:
+def _names(names: Sequence[str]) -> str:
     from slurm_ft.slurm.hostlist import compress
     return compress(names) if names else ""

@@ -1,13 +1,14 @@
 """`slurm-ft status`: one screen for people: the pool, open incidents, quarantined nodes, the breaker."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import json
 
 import click
 
 if TYPE_CHECKING:
+    from slurm_ft.config import Config
     from slurm_ft.slurm.api import SlurmApi
 
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--write-metrics", is_flag=True, help="Also write the Prometheus textfile (lifecycle.metrics_path).")
 @click.pass_context
-def status(ctx: click.Context, job_id, as_json: bool, write_metrics: bool) -> None:
+def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metrics: bool) -> None:
     """The fleet at a glance (the same figures as the metrics file), or one job's goodput (--job)."""
     from slurm_ft.cli.breaker import describe
     from slurm_ft.cli.node import setup, stamp
@@ -69,7 +70,7 @@ def status(ctx: click.Context, job_id, as_json: bool, write_metrics: bool) -> No
                if last else "last sweep: never")
 
 
-def _job_goodput(config, client: SlurmApi, job_id: int, as_json: bool) -> None:
+def _job_goodput(config: Config, client: SlurmApi, job_id: int, as_json: bool) -> None:
     """`status --job J`: the job's goodput (fleet/goodput.py), from Slurm, the journal and its checkpoint dir."""
     import time
 

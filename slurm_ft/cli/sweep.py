@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import click
 
 from slurm_ft.errors import EXIT_COMMAND
+
+if TYPE_CHECKING:
+    from slurm_ft.fleet.sweep import SweepReport
 
 
 @click.command("sweep")
@@ -70,7 +73,7 @@ def remediate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
                  if as_json else None)
 
 
-def _echo_report(ctx: click.Context, report, doc: Optional[dict]) -> None:
+def _echo_report(ctx: click.Context, report: SweepReport, doc: Optional[Mapping[str, object]]) -> None:
     """The report's lines (or `doc` as JSON); exit 3 when a Slurm command failed."""
     if doc is not None:
         click.echo(json.dumps(doc, indent=2))

@@ -3,8 +3,16 @@ from __future__ import annotations
 
 import json
 import signal
+from typing import TYPE_CHECKING, Any, Optional
 
 import click
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from slurm_ft.config import Config
+    from slurm_ft.node.run import Report
+    from slurm_ft.node.watch import Handled
 
 
 @click.command("watch")
@@ -15,7 +23,8 @@ import click
 @click.option("--no-drain", is_flag=True, help="Report only: run the quick check but leave Slurm alone.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per handled event batch.")
 @click.pass_context
-def watch(ctx: click.Context, node, once: bool, timeout, no_nvml: bool, no_drain: bool, as_json: bool) -> None:
+def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional[float], no_nvml: bool,
+          no_drain: bool, as_json: bool) -> None:
     """Follow the kernel log and NVML Xid events; on a fatal Xid drain this node at once.
 
     User-caused Xids (13, 31, 43, 45, 68, ...) are logged and change nothing. SIGTERM stops it cleanly.
@@ -30,20 +39,20 @@ def watch(ctx: click.Context, node, once: bool, timeout, no_nvml: bool, no_drain
     if not no_drain:
         from slurm_ft.slurm.backend import client_from_config
         client = client_from_config(config)
-    def check(level, node_, config_, **kw):
+    def check(level: str, node_: str, config_: Config, **kw: Any) -> Report:
         from slurm_ft.node.run import check_node
         kw["drain"] = kw.get("drain") and not no_drain
         return check_node(level, node_, config_, **kw)
 
     w = Watcher(name, config, client=client, use_nvml=not no_nvml, check=check)
 
-    def on_term(signum, frame):
+    def on_term(signum: int, frame: Optional[FrameType]) -> None:
         w.stop_event.set()
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
 
-    def show(h) -> None:
+    def show(h: Handled) -> None:
         if as_json:
             click.echo(json.dumps(h.to_dict()), nl=True)
             return
@@ -52,7 +61,8 @@ def watch(ctx: click.Context, node, once: bool, timeout, no_nvml: bool, no_drain
         if not h.fatal:
             click.echo(f"{name}: {what}: not a node fault, nothing done")
             return
-        d = (h.report.drain or {}) if h.report is not None else {}
+        assert h.report is not None     # a fatal batch always ran the quick check (Watcher.handle)
+        d = h.report.drain or {}
         click.echo(f"{name}: {what}: quick check {'healthy' if h.report.healthy else 'UNHEALTHY'}; "
                    f"{d.get('action', 'no drain')}: {d.get('message', '')} ({h.done_at - h.detected_at:.3f} s)")
 

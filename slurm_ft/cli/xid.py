@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
@@ -27,11 +27,11 @@ def _gpus_from_nvml() -> Sequence[GpuSample]:
     return sample.gpus
 
 
-def _event_dict(e: XidEvent) -> dict:
+def _event_dict(e: XidEvent) -> Dict[str, object]:
     v = catalog.verdict(e)
-    d = {"xid": e.xid, "kind": e.kind, "pci_bus_id": e.pci_bus_id, "gpu": e.gpu,
-         "gpu_instance": e.gpu_instance, "compute_instance": e.compute_instance,
-         "timestamp": e.timestamp, "detail": e.detail}
+    d: Dict[str, object] = {"xid": e.xid, "kind": e.kind, "pci_bus_id": e.pci_bus_id, "gpu": e.gpu,
+                             "gpu_instance": e.gpu_instance, "compute_instance": e.compute_instance,
+                             "timestamp": e.timestamp, "detail": e.detail}
     d.update({k: val for k, val in v.to_dict().items() if k != "xid"})
     return d
 
@@ -65,9 +65,9 @@ def _format_code(v: catalog.XidInfo) -> List[str]:
     return lines
 
 
-def _summary(events: Sequence[XidEvent]) -> List[dict]:
+def _summary(events: Sequence[XidEvent]) -> List[Dict[str, Any]]:
     """One row per (GPU, Xid, verdict): how often, first and last time; draining rows first."""
-    rows: dict = {}
+    rows: Dict[Tuple[Optional[int], str, str, int, str], Dict[str, Any]] = {}
     for e in events:
         v = catalog.verdict(e)
         key = (e.gpu, e.pci_bus_id, e.kind, e.xid, v.severity)
@@ -82,8 +82,8 @@ def _summary(events: Sequence[XidEvent]) -> List[dict]:
                                                 r["pci_bus_id"], r["xid"]))
 
 
-def _format_summary(rows: Sequence[dict]) -> List[str]:
-    def when(t):
+def _format_summary(rows: Sequence[Dict[str, Any]]) -> List[str]:
+    def when(t: Optional[float]) -> str:
         return time.strftime("%m-%d %H:%M:%S", time.localtime(t)) if t is not None else "?"
     out = []
     for r in rows:
