@@ -119,7 +119,7 @@ def _read(ckpt_dir: str, job: str) -> JobFiles:
     if not points:
         return JobFiles(parse_starts(text, job), [])
     # the latest run's first and latest steps: when its first step ended, however late slurm-ft looks
-    last = max(points, key=lambda p: (p.restart, p.launch, p.step))
+    last = max(points, key=lambda p: (p.restart, p.launch, p.step, p.t))       # ties: the latest report
     first = min((p for p in points if (p.restart, p.launch) == (last.restart, last.launch)), key=lambda p: (p.step, p.t))
     return JobFiles(parse_starts(text, job), [first, last] if first != last else [last])
 

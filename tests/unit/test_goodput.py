@@ -106,7 +106,7 @@ def test_a_recovery_ends_at_the_runs_first_step_however_late_the_files_are_read(
     # step 30: the reports' first_step/first_t still say when step 11 ended, no extrapolation over the slow start
     _progress(tmp_path, 0, step=30, t=80.0, job="9", restart=1, launch=0, first_step=11, first_t=50.0)
     _progress(tmp_path, 1, step=29, t=79.5, job="9", restart=1, launch=0, first_step=11, first_t=50.2)
-    _progress(tmp_path, 2, step=30, t=80.1, job="9", restart=1, launch=0, first_step="11", first_t=9.0)  # not a first
+    _progress(tmp_path, 2, step=28, t=79.0, job="9", restart=1, launch=0, first_step="11", first_t=9.0)  # not a first
     lines = [{"event": "jobstart", "t": 10.0, "job": "9", "restart": 0, "ckpt": "", "step": None},
              {"event": "jobstart", "t": 40.0, "job": "9", "restart": 1, "ckpt": "/c/step_10", "step": 10}]
     (tmp_path / "slurm-ft-starts.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
