@@ -39,6 +39,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from slurm_ft.errors import CommandError, EnvironmentProblem, UsageError
 from slurm_ft.fsutil import atomic_write, write_unread
+from slurm_ft.node.check_socket import PATH_ENV as CHECK_SOCKET_ENV
 from slurm_ft.runner import run
 from slurm_ft.slurm import versions
 from slurm_ft.slurm.hostlist import compress
@@ -171,8 +172,14 @@ class Lab:
         env = dict(os.environ if base is None else base)
         env["SLURM_CONF"] = str(self.conf)
         env["SLURM_FT_CONFIG"] = str(self.config_path)
+        env[CHECK_SOCKET_ENV] = self.check_socket
         env[MARKER_ENV] = str(self.dir)
         return env
+
+    @property
+    def check_socket(self) -> str:
+        """Where a node's `slurm-ft watch` serves its checks: one per node, as on a cluster."""
+        return str(self.dir / "run" / "check-{node}.sock")
 
     def _pidfiles(self) -> Dict[str, Path]:
         files = {"munged": self.dir / "munge" / "munged.pid", "slurmctld": self.dir / "run" / "slurmctld.pid"}
@@ -444,6 +451,7 @@ PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} D
 # Written by `slurm-ft lab up`: runs {REPO_ROOT}/{repo_dir}/* in name order with the lab's
 # environment; the first one that fails decides the exit status. No scripts there -> exit 0.
 {pause}export SLURM_FT_CONFIG={d}/slurm-ft.yaml
+export {CHECK_SOCKET_ENV}='{self.check_socket}'
 export SLURM_FT_LAB_DIR={d}
 export SLURM_CONF={self.conf}
 export LD_LIBRARY_PATH={d}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}

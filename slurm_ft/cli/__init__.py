@@ -1,16 +1,17 @@
 """The `slurm-ft` command: the only place that sets up logging and turns errors into exit codes.
 
-`slurm-ft check ...` is what slurmd runs on every node (HealthCheckProgram, prolog, epilog): it parses
-its own arguments and never imports click, whose import was a third of a hook's start-up. Every other
-command goes through the click group (group.py); `slurm-ft [OPTIONS] check` too, handed on to check.run.
+`slurm-ft check ...` is what slurmd runs on every node (HealthCheckProgram, prolog, epilog). Where the
+node's `slurm-ft watch` serves checks, the watcher answers it (node/check_socket.py) and this process
+imports nothing else; otherwise it parses its own arguments and never imports click, whose import was a
+third of a hook's start-up. Every other command goes through the click group (group.py);
+`slurm-ft [OPTIONS] check` too, handed on to check.run.
 """
 from __future__ import annotations
 
+import os
 import sys
-from typing import TYPE_CHECKING
 
-from slurm_ft.cli.guard import guarded, setup_logging
-
+TYPE_CHECKING = False          # typing's import is a tenth of a served check's
 if TYPE_CHECKING:
     from typing import Optional, Sequence
 
@@ -18,7 +19,14 @@ if TYPE_CHECKING:
 def main(argv: Optional[Sequence[str]] = None, prog_name: str = "slurm-ft") -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["check"]:
+        from slurm_ft.node.check_socket import ask
+        served = ask(args[1:], os.environ, warn=sys.stderr)
+        if served is not None:
+            sys.stdout.write(served.out)
+            sys.stderr.write(served.err)
+            sys.exit(served.code)
         from slurm_ft.cli.check import run
+        from slurm_ft.cli.guard import guarded, setup_logging
         setup_logging(0)
         sys.exit(guarded(lambda: run(args[1:])))
     from slurm_ft.cli.group import main as group_main

@@ -23,7 +23,7 @@ from slurm_ft.vocab import LEVELS
 
 if TYPE_CHECKING:          # annotations only: the hooks' start-up imports none of these
     import argparse
-    from typing import Callable, Mapping, Sequence
+    from typing import Callable, Mapping, Sequence, TextIO, Tuple
 
     from slurm_ft.config import Config
     from slurm_ft.node.run import Report
@@ -38,15 +38,16 @@ def own_validation_job(env: Mapping[str, str], reservation_prefix: str) -> bool:
     return env.get("SLURM_JOB_UID") == "0" and env.get("SLURM_JOB_RESERVATION", "").startswith(f"{reservation_prefix}-")
 
 
-def node_name(explicit: "str | None") -> str:
+def node_name(explicit: "str | None", env: "Mapping[str, str] | None" = None) -> str:
     """--node, else $SLURMD_NODENAME (set by slurmd for every entry point), else the short hostname."""
-    if explicit or os.environ.get("SLURMD_NODENAME"):
-        return explicit or os.environ["SLURMD_NODENAME"]
+    env = os.environ if env is None else env
+    if explicit or env.get("SLURMD_NODENAME"):
+        return explicit or env["SLURMD_NODENAME"]
     import socket   # only when slurmd did not name the node: socket costs import time
     return socket.gethostname().split(".")[0]
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     import argparse
     ap = argparse.ArgumentParser(
         prog="slurm-ft check", description="Check this node's GPUs and host at LEVEL and print the findings.",
@@ -59,59 +60,66 @@ def parser() -> argparse.ArgumentParser:
                     help="Drain this node on a fail finding (reason 'slurm-ft: CODE gpuN ...'); resume it when "
                          "healthy again, only if slurm-ft drained it.")
     ap.add_argument("--node", metavar="NAME", help="Node name (default $SLURMD_NODENAME, else the hostname).")
-    ap.add_argument("--job-id", metavar="ID", default=os.environ.get("SLURM_JOB_ID"),
+    ap.add_argument("--job-id", metavar="ID", default=env.get("SLURM_JOB_ID"),
                     help="Job the prolog/epilog runs for (default $SLURM_JOB_ID).")
     ap.add_argument("--no-state", action="store_true", help="Do not read or write the node state file.")
+    ap.add_argument("--local", action="store_true",
+                    help="Run the check in this process even where `slurm-ft watch` serves checks.")
     return ap
 
 
 def run(argv: Sequence[str], config_path: "str | None" = None) -> int:
-    """`slurm-ft check ARGV`: its exit status (argparse exits 2 itself on a usage error)."""
-    args = parser().parse_args(argv)
+    """`slurm-ft check ARGV` in this process: its exit status (argparse exits 2 itself on a usage error)."""
+    code, hung = answer(argv, sys.stdout, sys.stderr, os.environ, config_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if hung:
+        os._exit(code)     # the gather thread is stuck inside the driver: leave without joining it
+    return code
+
+
+def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str],
+           config_path: "str | None" = None) -> Tuple[int, bool]:
+    """Run `check ARGV` with the hook's environment `env`, print to `out`/`err`: (exit status, whether
+    an NVML call hung). Here for a hook's own process and for the watcher serving it (watch.py)."""
+    args = parser(env).parse_args(argv)
     from slurm_ft.config import load_config
     from slurm_ft.node.run import check_node
 
     level, as_json, drain, job_id = args.level, args.as_json, args.drain, args.job_id
     config = load_config(config_path)
-    name = node_name(args.node)
-    if level == "prolog" and own_validation_job(os.environ, config.lifecycle.maintenance_reservation):
+    name = node_name(args.node, env)
+    if level == "prolog" and own_validation_job(env, config.lifecycle.maintenance_reservation):
         # the sweep's validation job judges the node itself, after the GPU reset the remediation asked
         # for: a prolog failing it first would leave nothing to reset and no verdict naming the findings
-        print(f"{name}: slurm-ft validation job {job_id or '?'}: the job checks the node itself")
-        return 0
+        print(f"{name}: slurm-ft validation job {job_id or '?'}: the job checks the node itself", file=out)
+        return 0, False
     client = None
     if drain:
         from slurm_ft.slurm.backend import client_from_config
         client = client_from_config(config)
-    progress = _progress_bar() if level == "burnin" and sys.stderr.isatty() and not as_json else None
+    progress = _progress_bar() if level == "burnin" and err.isatty() and not as_json else None
     report = check_node(level, name, config, drain=drain, client=client, job_id=job_id,
                         record=not args.no_state, progress=progress)
     if as_json:
-        print(json.dumps(report.to_dict(), indent=None))
+        print(json.dumps(report.to_dict(), indent=None), file=out)
     else:
-        _print_text(report)
+        _print_text(report, out)
     code = report.exit_code
     if report.drain and report.drain.get("action") == "error":
-        _err(f"slurm-ft: error: drain failed: {report.drain['message']}")
+        print(f"slurm-ft: error: drain failed: {report.drain['message']}", file=err)
         code = 3
     if report.install_error:
-        _err(f"slurm-ft: error: {report.install_error} (slurm-ft's install, not the node: nothing drained)")
+        print(f"slurm-ft: error: {report.install_error} (slurm-ft's install, not the node: nothing drained)",
+              file=err)
         code = 2
-    elif not report.healthy and not as_json and _may_fail(report, config, name, drain):
+    elif not report.healthy and not as_json and _may_fail(report, config, name, drain, err):
         from slurm_ft.node.drain import reason_text
-        print(f"{VERDICT} {reason_text(report.findings)}")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if report.hung:
-        os._exit(code)     # the gather thread is stuck inside the driver: leave without joining it
-    return code
+        print(f"{VERDICT} {reason_text(report.findings)}", file=out)
+    return code, report.hung
 
 
-def _err(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
-def _may_fail(report: Report, config: Config, node: str, drain: bool) -> bool:
+def _may_fail(report: Report, config: Config, node: str, drain: bool, err: TextIO) -> bool:
     """Does this fail finding take the node out (the VERDICT line)? Only within the breaker."""
     if drain:
         if not report.drain:
@@ -122,23 +130,23 @@ def _may_fail(report: Report, config: Config, node: str, drain: bool) -> bool:
     from slurm_ft.node import guard
     decision = guard.hook_decision(config, node)
     if not decision.allowed:
-        _err(f"slurm-ft: error: fail finding reported, node not failed: {decision.reason}")
+        print(f"slurm-ft: error: fail finding reported, node not failed: {decision.reason}", file=err)
     return decision.allowed
 
 
 _MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "error": "ERR "}
 
 
-def _print_text(report: Report) -> None:
+def _print_text(report: Report, out: TextIO) -> None:
     verdict = "healthy" if report.healthy else "UNHEALTHY"
-    print(f"{report.node} {report.level}: {verdict} ({report.elapsed_s:.2f} s, node type {report.node_type})")
+    print(f"{report.node} {report.level}: {verdict} ({report.elapsed_s:.2f} s, node type {report.node_type})", file=out)
     for f in report.findings:
         gpu = f"gpu{f.gpu}" if f.gpu is not None else "-"
         action = f" -> {f.action.value}" if f.action.value != "none" else ""
         code = f" {f.code}" if f.code and f.severity.value != "ok" or f.code.startswith(("XID", "BURNIN_T")) else ""
-        print(f"  {_MARK[f.severity.value]} {f.check:<11} {gpu:<5}{code} {f.reason}{action}")
+        print(f"  {_MARK[f.severity.value]} {f.check:<11} {gpu:<5}{code} {f.reason}{action}", file=out)
     if report.drain:
-        print(f"drain: {report.drain['action']}: {report.drain['message']}")
+        print(f"drain: {report.drain['action']}: {report.drain['message']}", file=out)
 
 
 def _progress_bar() -> Callable[[int, int, str], None]:

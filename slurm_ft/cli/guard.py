@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from typing import Callable, Optional, TextIO
 
 from slurm_ft.errors import SlurmFTError
 
@@ -10,23 +10,27 @@ EXIT_INTERNAL = 70          # a bug of ours (EX_SOFTWARE)
 EXIT_INTERRUPTED = 130
 
 
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
 def setup_logging(verbose: int) -> None:
     import logging
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=level, format=LOG_FORMAT)
 
 
-def guarded(body: Callable[[], int]) -> int:
-    """body's exit status; our errors as one line on stderr and their documented exit code."""
+def guarded(body: Callable[[], int], err: Optional[TextIO] = None) -> int:
+    """body's exit status; our errors as one line on `err` (stderr) and their documented exit code."""
+    err = sys.stderr if err is None else err
     try:
         return body()
     except SlurmFTError as exc:
-        print(f"slurm-ft: error: {exc}", file=sys.stderr)
+        print(f"slurm-ft: error: {exc}", file=err)
         return exc.exit_code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug of ours: one line, the traceback only with -vv
         import logging
         logging.getLogger("slurm_ft").debug("internal error", exc_info=True)
-        print(f"slurm-ft: internal error: {type(exc).__name__}: {exc} (run with -vv for details)", file=sys.stderr)
+        print(f"slurm-ft: internal error: {type(exc).__name__}: {exc} (run with -vv for details)", file=err)
         return EXIT_INTERNAL

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import signal
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
 
 import click
 
@@ -21,16 +21,22 @@ if TYPE_CHECKING:
 @click.option("--timeout", type=float, metavar="S", help="Exit after S seconds.")
 @click.option("--no-nvml", is_flag=True, help="Only follow the kernel log (no NVML event listener).")
 @click.option("--no-drain", is_flag=True, help="Report only: run the quick check but leave Slurm alone.")
+@click.option("--no-serve", is_flag=True,
+              help="Do not answer this node's `slurm-ft check` runs (the hooks) over the check socket.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per handled event batch.")
 @click.pass_context
 def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional[float], no_nvml: bool,
-          no_drain: bool, as_json: bool) -> None:
+          no_drain: bool, no_serve: bool, as_json: bool) -> None:
     """Follow the kernel log and NVML Xid events; on a fatal Xid drain this node at once.
 
     User-caused Xids (13, 31, 43, 45, 68, ...) are logged and change nothing. SIGTERM stops it cleanly.
+    Unless --no-serve, it also answers the node's quick, prolog and epilog checks (HealthCheckProgram,
+    the hooks) over a root-only socket ($SLURM_FT_CHECK_SOCKET, default /run/slurm-ft/check.sock):
+    same check, same output, without a Python start-up and NVML initialisation per hook.
     """
     from slurm_ft.cli.check import node_name
     from slurm_ft.config import load_config
+    from slurm_ft.node.check_server import CheckServer
     from slurm_ft.node.watch import Watcher
 
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
@@ -66,9 +72,43 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
         click.echo(f"{name}: {what}: quick check {'healthy' if h.report.healthy else 'UNHEALTHY'}; "
                    f"{d.get('action', 'no drain')}: {d.get('message', '')} ({h.done_at - h.detected_at:.3f} s)")
 
+    server = None if no_serve else CheckServer(name, serve_check, w.check_lock)
     w.start()
+    if server is not None and server.start():
+        w.sources.append(f"serving checks on {server.path}")
     click.echo(f"slurm-ft watch on {name}: {'; '.join(w.sources) or 'no sources'}", err=True)
     try:
         w.run(once=once, timeout=timeout, on_handled=show)
     finally:
+        if server is not None:
+            server.stop()
         w.stop()
+
+
+def serve_check(argv: List[str], env: Dict[str, str], out: TextIO, err: TextIO) -> Tuple[int, bool]:
+    """One hook's `slurm-ft check ARGV`, answered in the watcher: what its own process would print and
+    exit with (check.answer under the same error handling, its warnings on its stderr), and whether an
+    NVML call hung."""
+    import logging
+    import threading
+
+    from slurm_ft.cli.check import answer
+    from slurm_ft.cli.guard import LOG_FORMAT, guarded
+    hung = False
+
+    def body() -> int:
+        nonlocal hung
+        code, hung = answer(argv, out, err, env, env.get("SLURM_FT_CONFIG"))
+        return code
+
+    serving = threading.current_thread().name
+    to_hook = logging.StreamHandler(err)
+    to_hook.setLevel(logging.WARNING)                 # what the hook's own process logs (setup_logging(0))
+    to_hook.setFormatter(logging.Formatter(LOG_FORMAT))
+    to_hook.addFilter(lambda r: r.threadName == serving or (r.threadName or "").startswith("gather-"))
+    root = logging.getLogger()
+    root.addHandler(to_hook)
+    try:
+        return guarded(body, err), hung
+    finally:
+        root.removeHandler(to_hook)

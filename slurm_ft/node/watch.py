@@ -77,6 +77,7 @@ class Watcher:
         self.sources: List[str] = []
         self._threads: List[threading.Thread] = []
         self._check = check
+        self.check_lock = threading.Lock()     # one check at a time: this loop's and the hooks' it serves
 
     # --- sources ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -194,7 +195,8 @@ class Watcher:
                             "application error" if v.user_caused else v.severity)
             return Handled(batch, False, detected, time.time())
         check = self._check or _default_check
-        report = check("quick", self.node, self.config, drain=True, client=self.client, extra_xids=fatal)
+        with self.check_lock:
+            report = check("quick", self.node, self.config, drain=True, client=self.client, extra_xids=fatal)
         return Handled(batch, True, detected, time.time(), report)
 
     def run(self, *, once: bool = False, timeout: Optional[float] = None,

@@ -153,6 +153,47 @@ def test_failing_prolog_drains_node_requeues_job_and_healthcheck_names_the_fault
         lab.client.cancel(job_id)
 
 
+def test_the_nodes_watcher_answers_its_health_check_and_prolog_through_slurm(lab, hl, tmp_path):
+    """With `slurm-ft watch` on the node, slurmd's HealthCheckProgram and prolog are answered by it
+    (issue 11: cheaper hooks): a fault only the prolog level sees still drains the node and requeues
+    the job, and the health check still puts the exact finding on the node."""
+    node = lab.train_nodes[5]
+    env = dict(hl.env(node), SLURM_FT_CONFIG=str(lab.config_path))      # the config the hooks use
+    log = tmp_path / "watch.log"
+    watcher = subprocess.Popen([PY, "-m", "slurm_ft", "-v", "watch", "--no-nvml", "--timeout", "170"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    job_id = None
+    try:
+        deadline = time.monotonic() + 60
+        while "slurm-ft watch on" not in log.read_text():
+            assert watcher.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        assert "serving checks on" in log.read_text(), log.read_text()
+        inj.inject(lab.dir, node, "nvlink_down", gpu=4, value=5, log=False)   # only prolog and deeper see it
+        healthcheck(lab, hl, node)            # healthy at the quick level; saves the breaker's fleet view
+        p = subprocess.run(["sbatch", "--parsable", "-w", node, "-o", str(tmp_path / "j.out"), "--wrap", "sleep 60"],
+                           capture_output=True, text=True, timeout=30, env=lab.env, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        job_id = int(p.stdout.strip().split(";")[0])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            n, j = lab.client.node(node), lab.client.job(job_id)
+            if n.drained and j.state == "PENDING":
+                break
+            time.sleep(0.2)
+        assert n.drained and j.state == "PENDING", (n, j, log.read_text())
+        healthcheck(lab, hl, node)
+        assert lab.client.node(node).reason.startswith("slurm-ft: NVLINK_DOWN gpu4")
+        served = log.read_text()
+        assert served.count("served check --level quick --drain") >= 2, served     # ours (and slurmd's own)
+        assert f"served check --level prolog (job {job_id}): 1" in served, served
+    finally:
+        if job_id is not None:
+            lab.client.cancel(job_id)
+        watcher.terminate()
+        watcher.wait(timeout=30)
+
+
 def healthcheck(lab, hl, node: str, extra_env: "dict | None" = None) -> None:
     """The lab's HealthCheckProgram for one node, with the lab's own config, as slurmd runs it."""
     e = hl.env(node)
