@@ -142,6 +142,58 @@ def test_a_checkpoint_that_keeps_failing_is_passed_over(lab, work):
         raise
 
 
+def test_on_the_requeue_path_a_checkpoint_that_keeps_failing_is_passed_over(lab, work):
+    """No supervisor: each requeue (the controller's after a node fault, an admin's, a wrapper's) starts
+    the batch script anew through the starter, which reads the same starts log. The first run ends at
+    step 12 (checkpoint 10 complete); every start from checkpoint 10 fails at once; after 2 of them
+    (--ckpt-fails 2) the next start passes 10 over and resumes from 5."""
+    ck = work / "ck"
+    p = slurm_ft(lab, None, "sbatch", "--ckpt-dir", str(ck), "--ckpt-fails", "2", "-N", "1", "-o",
+                 str(work / "job.out"), "--open-mode=append", PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir",
+                 str(ck), "--resume", "{ckpt}", "--step-time", "0.1", "--ckpt-every", "5", "--steps", "12",
+                 "--bad-ckpt", "10", "--gpu-check", "off")
+    job_id = int(p.stdout.split()[-1])
+    try:
+        for start in (1, 2, 3):
+            lab.client.wait_for(lambda: len(events(ck, "jobstart")) >= start and _ended(lab, job_id), 180,
+                                f"start {start} of job {job_id} to end")
+            _requeue(lab, job_id, ck, start)
+        lab.client.wait_for(lambda: start_of(ck, 0) and [e for e in read_log(str(ck))
+                                                         if e["event"] == "start" and e.get("step") == 5], 180,
+                            "the start from the previous checkpoint")
+        starts = events(ck, "jobstart")
+        assert [x["step"] for x in starts[:4]] == [None, 10, 10, 5]
+        assert [x["restart"] for x in starts[:4]] == [0, 1, 2, 3]           # three real Slurm requeues
+        assert starts[3]["passed_over"] == {"10": 2} and starts[3]["newest"] == 10
+        assert "failed 2 starts in a row" in (work / "job.out").read_text()
+    except BaseException:
+        show(work)
+        raise
+    finally:
+        lab.client.cancel(job_id)
+
+
+def _ended(lab, job_id: int) -> bool:
+    job = lab.client.job(job_id)
+    return job.state in ("COMPLETED", "FAILED") or job.held   # held: 26.05 requeued a failed start itself
+
+
+def _requeue(lab, job_id: int, ck: Path, starts: int) -> None:
+    """Queue the ended job again and start it at once, as the controller does after a fault; return
+    once the starter logged the next start."""
+    if lab.client.job(job_id).held:
+        lab.client.release(job_id)
+    else:
+        lab.client.requeue(job_id)
+
+    def started() -> bool:
+        job = lab.client.job(job_id)
+        if job.state == "PENDING" and job.reason == "BeginTime":
+            lab.client.update_job(job_id, StartTime="now")
+        return len(events(ck, "jobstart")) > starts
+    lab.client.wait_for(started, 180, f"start {starts + 1} of job {job_id}")
+
+
 def test_a_hang_with_the_restart_limit_used_up_ends_the_job_with_exit_75(lab, work):
     job_id, ck = submit(lab, work, 2, 0, "--stall-at", "3", "--stall-rank", "1", "--gpu-check", "off",
                         ft=("--max-restarts", "0"))
