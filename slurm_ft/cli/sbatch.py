@@ -85,13 +85,14 @@ def sbatch(ctx: click.Context, argv: Tuple[str, ...]) -> None:
         if head != b"#!" and not os.access(req.script, os.X_OK):
             raise UsageError(f"{req.script}: a batch script must start with #! (or be executable)")
     # sbatch copies the script's contents into the job at submit time, so the file is only needed until then.
+    client = _client(ctx)
+    field = _tag_field(ctx, client)
+    inside = sub.starter_argv(req) if field == "admin_comment" and sub.supervised(req.spec) else None
     fd, path = tempfile.mkstemp(prefix="slurm-ft-start-", suffix=".py")
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(sub.starter_script(directives))
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(sub.starter_script(directives, argv=inside))
         os.chmod(path, 0o700)
-        client = _client(ctx)
-        field = _tag_field(ctx, client)
         requeue = client.requeue_option()    # --requeue=expedite only where slurmctld enables it
         job_id = client.submit(sub.sbatch_argv(req, path, requeue, via=field))
     finally:

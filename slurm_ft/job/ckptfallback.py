@@ -21,13 +21,21 @@ DEFAULT_M = 3
 START_EVENTS = ("jobstart", "launch")
 
 
-def starts_of(records: Sequence[Mapping[str, Any]], job: str) -> List[Mapping[str, Any]]:
-    """The job's starts and launches, in log order."""
-    return [r for r in records if r.get("event") in START_EVENTS and str(r.get("job", "")) == job]
-
-
 def _int(x: object) -> Optional[int]:
     return x if type(x) is int else None
+
+
+def starts_of(records: Sequence[Mapping[str, Any]], job: str, restart: Optional[int] = None
+              ) -> List[Mapping[str, Any]]:
+    """The job's starts and launches, in log order. Where the SPANK plugin resolved {ckpt} as the batch
+    step started (a "jobstart") and a supervisor then launched the training step (launch 0 of the same
+    restart), the two are one start: the launch stands. `restart`: the start a supervisor is launching
+    now, whose plugin record has no launch after it yet."""
+    mine = [r for r in records if r.get("event") in START_EVENTS and str(r.get("job", "")) == job]
+    supervised = {_int(r.get("restart")) for r in mine if r.get("event") == "launch" and _int(r.get("launch")) == 0}
+    supervised.add(restart)
+    supervised.discard(None)
+    return [r for r in mine if not (r.get("event") == "jobstart" and _int(r.get("restart")) in supervised)]
 
 
 def failed_streak(starts: Sequence[Mapping[str, Any]], reached_now: Optional[int], newest_now: Optional[int]

@@ -78,7 +78,7 @@ def last_progress(ckpt_dir: str) -> Optional[Dict[str, Any]]:
 
 
 def prepare(argv: Sequence[str], ckpt_dir: str, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
-            job: str = "", m: int = ckptfallback.DEFAULT_M
+            job: str = "", m: int = ckptfallback.DEFAULT_M, restart: Optional[int] = None
             ) -> Tuple[List[str], Optional[ckpt.Latest], Optional[int], Dict[str, Any]]:
     """(argv with {ckpt} resolved, the checkpoint found, None, fields for the start's log line) -- or
     (.., .., 4, ..) when the job must not start: never from scratch over checkpoints we could not read
@@ -87,7 +87,7 @@ def prepare(argv: Sequence[str], ckpt_dir: str, say: Callable[[str], None] = lam
     resolved, found = resolve(argv, ckpt_dir)
     fields: Dict[str, Any] = {"newest": found.step if found is not None and found.path else None, "prev_reached": None}
     if ckpt_dir and job and found is not None and not found.must_not_start:
-        bad, fields["prev_reached"] = passed_over(ckpt_dir, job, fields["newest"], m)
+        bad, fields["prev_reached"] = passed_over(ckpt_dir, job, fields["newest"], m, restart)
         if fields["newest"] is not None and fields["newest"] in bad:
             resolved, found = resolve(argv, ckpt_dir, exclude=bad)
             assert found is not None                    # resolve scans whenever ckpt_dir is set
@@ -103,9 +103,11 @@ def prepare(argv: Sequence[str], ckpt_dir: str, say: Callable[[str], None] = lam
     return resolved, found, None, fields
 
 
-def passed_over(ckpt_dir: str, job: str, newest: Optional[int], m: int) -> Tuple[Dict[int, int], Optional[int]]:
-    """(checkpoint step -> failed starts, for those to pass over; how far the last start got)."""
-    starts = ckptfallback.starts_of(startlog.read(os.path.join(ckpt_dir, STARTS_LOG)), job)
+def passed_over(ckpt_dir: str, job: str, newest: Optional[int], m: int, restart: Optional[int] = None
+                ) -> Tuple[Dict[int, int], Optional[int]]:
+    """(checkpoint step -> failed starts, for those to pass over; how far the last start got). `restart`:
+    a supervisor's, whose start the plugin may have logged already (ckptfallback.starts_of)."""
+    starts = ckptfallback.starts_of(startlog.read(os.path.join(ckpt_dir, STARTS_LOG)), job, restart)
     if not starts:
         return {}, None
     last = starts[-1]

@@ -248,8 +248,10 @@ def script_directives(text: str) -> List[str]:
     return out
 
 
-def starter_script(directives: Sequence[str] = (), python: str = sys.executable) -> str:
-    """The batch script Slurm runs: resolves {ckpt} and execs the user's command (argv in sys.argv)."""
+def starter_script(directives: Sequence[str] = (), python: str = sys.executable,
+                   argv: Optional[Sequence[str]] = None) -> str:
+    """The batch script Slurm runs: resolves {ckpt} and execs the user's command (argv in sys.argv, or
+    `argv` written into the script itself: see sbatch_argv)."""
     # line 2 is ours: Python reads a `coding[:=]` on line 1 or 2 as the source encoding, and a user's
     # `#SBATCH --job-name=transcoding=x264` there made the starter a SyntaxError
     lines = [f"#!{python}", "# -*- coding: utf-8 -*-"]
@@ -262,10 +264,15 @@ def starter_script(directives: Sequence[str] = (), python: str = sys.executable)
         "# (re)start, then execs the user's SCRIPT with its ARGS (sbatch's trailing arguments, never a shell).",
         "import sys",
         "from slurm_ft.job.jobstart import main",
-        "sys.exit(main(sys.argv[1:]))",
+        "sys.exit(main(sys.argv[1:]))" if argv is None else f"sys.exit(main({list(argv)!r}))",
         "",
     ]
     return "\n".join(lines)
+
+
+def supervised(spec: FtSpec) -> bool:
+    """The batch step supervises the training step (hot spares, hangs): it resolves {ckpt} at every launch."""
+    return bool(spec.hot_spares or spec.hang_timeout)
 
 
 def plugin_options(spec: FtSpec) -> List[str]:
@@ -273,7 +280,7 @@ def plugin_options(spec: FtSpec) -> List[str]:
     out = [f"--ft-ckpt-dir={spec.ckpt_dir}"] if spec.ckpt_dir else []
     if spec.hot_spares:
         raise UsageError("--hot-spares: not where the slurm-ft plugins are installed (controller.trust "
-                         "admin_comment): only the Comment-mode wrapper starts the hot-spare supervisor yet")
+                         "admin_comment): the job_submit policy does not carry the training step's size yet")
     for key in ("min_nodes", "hang_timeout", "max_restarts"):
         if getattr(spec, key) is not None:
             out.append(f"--ft-{key.replace('_', '-')}={getattr(spec, key)}")
@@ -282,16 +289,24 @@ def plugin_options(spec: FtSpec) -> List[str]:
 
 def sbatch_argv(req: SbatchRequest, starter_path: str, requeue: str = "--requeue", via: str = "comment") -> List[str]:
     """The full sbatch argument list after ``sbatch``: options, `requeue` (see SlurmClient.requeue_option),
-    the tag, starter, then the user's argv. via="comment": our tag in --comment; via="admin_comment":
-    the SPANK plugin's --ft-* options, which the job_submit policy turns into the same tag in
-    AdminComment, and the plugin resolves {ckpt} (so the starter is not given the directory)."""
+    the tag, starter, then the starter's arguments. via="comment": our tag in --comment; via="admin_comment":
+    the SPANK plugin's --ft-* options, which the job_submit policy turns into the same tag in AdminComment.
+    The plugin resolves {ckpt} in the batch step's arguments once, as the job starts: a job without a
+    supervisor gets the user's SCRIPT and ARGS there (the starter is not given the directory); a
+    supervised one resolves {ckpt} again at every launch, so its arguments (starter_argv) travel inside
+    the starter instead, where the plugin leaves them alone (starter_script)."""
     argv = list(req.sbatch_options)
     if not req.job_name_given:
         argv.append("--job-name=" + os.path.basename(req.script))
     if via == "admin_comment":
-        return argv + [requeue, *plugin_options(req.spec), starter_path, "--", req.script, *req.args]
-    argv += [requeue, "--comment=" + encode(req.spec), starter_path]
-    argv += ["--ckpt-dir", req.spec.ckpt_dir]
+        argv += [requeue, *plugin_options(req.spec), starter_path]
+        return argv if supervised(req.spec) else argv + ["--", req.script, *req.args]
+    return argv + [requeue, "--comment=" + encode(req.spec), starter_path, *starter_argv(req)]
+
+
+def starter_argv(req: SbatchRequest) -> List[str]:
+    """The starter's options (jobstart.STARTER_OPTIONS), then `--`, SCRIPT and ARGS."""
+    argv = ["--ckpt-dir", req.spec.ckpt_dir]
     if req.spec.hot_spares:
         argv += ["--hot-spares", str(req.spec.hot_spares), "--train-nodes", str(req.spec.train_nodes)]
     if req.spec.hang_timeout:        # the supervisor watches the job's progress (docs/jobs.md, "Hangs")

@@ -144,7 +144,7 @@ class Supervisor:
         """Start the training step on `nodes`; an exit status when it cannot start (no checkpoint read)."""
         t0 = time.time()
         resolved, found, rc, fields = jobstart.prepare(self.argv, self.ckpt_dir, self.say, job=str(self.job_id),
-                                                       m=self.ckpt_fails)
+                                                       m=self.ckpt_fails, restart=self.restart)
         if rc is not None:
             self.log("exit", rc=rc, reason="no checkpoint to start from", **fields)
             return rc

@@ -8,6 +8,7 @@ a user-forged tag in Comment ignored, and ordinary jobs untouched, with the plug
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -140,6 +141,42 @@ def test_plain_sbatch_job_is_recovered_onto_a_spare_from_its_newest_checkpoint(p
     # the job runs without the failed node, which left `train`; the spare took its place there
     assert res.failed_node not in recovered.nodes and recovered.state == "RUNNING"
     assert res.spare_node in train and res.failed_node not in train
+
+
+def test_through_the_plugin_a_hang_is_restarted_in_place_from_the_newest_checkpoint(pwork, plab):
+    """`slurm-ft sbatch --hang-timeout` where the plugins are installed: the tag goes through the policy
+    into AdminComment, and the batch step supervises the training step as without the plugin: a rank
+    stalls with no Xid, no culprit is found, the step restarts in place from the newest checkpoint (the
+    plugin resolved {ckpt} once, at the start; the supervisor resolves it again for the restart)."""
+    ck = pwork / "ck"
+    p = subprocess.run([PY, "-m", "slurm_ft", "sbatch", "--ckpt-dir", str(ck), "--hang-timeout", "10", "-N", "2",
+                        "--ntasks-per-node=1", "-o", str(pwork / "job.out"), PY, "-m", "slurm_ft_lab.trainer",
+                        "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--step-time", "0.3", "--ckpt-every", "5",
+                        "--stall-at", "8", "--stall-rank", "1", "--gpu-check", "off"],
+                       capture_output=True, text=True, timeout=120, cwd=pwork,
+                       env=dict(plab.env, LD_LIBRARY_PATH=str(plab.dir / "lib")))   # the nodes' fake NVML
+    assert p.returncode == 0 and "through the slurm-ft plugin" in p.stderr, p.stderr
+    job_id = int(p.stdout.split()[-1])
+    try:
+        assert decode(plab.client.job(job_id).admin_comment).hang_timeout == 10
+        plab.client.wait_for(lambda: _step_of_launch(ck, 1), 180, "the first step after the restart in place")
+        records = [json.loads(x) for x in (ck / "slurm-ft-starts.jsonl").read_text().splitlines()]
+        launches = [r for r in records if r["event"] == "launch"]
+        assert [r["event"] for r in records if r["event"] in ("jobstart", "launch")][:3] == ["jobstart", "launch", "launch"]
+        assert launches[1]["nodes"] == launches[0]["nodes"] and "restart in place after a hang" in launches[1]["reason"]
+        assert launches[1]["step"] == 5 and launches[1]["ckpt"].endswith("step_000005")
+        assert not launches[1].get("passed_over")          # the plugin's record and launch 0 are one start
+        assert plab.client.job(job_id).restart_count == 0
+    except BaseException:
+        print((pwork / "job.out").read_text(errors="replace")[-3000:] if (pwork / "job.out").exists() else "(no output)")
+        raise
+    finally:
+        plab.client.cancel(job_id)
+
+
+def _step_of_launch(ck: Path, launch: int):
+    from slurm_ft_lab.trainer import read_log
+    return next((e for e in read_log(str(ck)) if e["event"] == "step" and e.get("launch", 0) == launch), None)
 
 
 def test_a_tag_the_user_writes_into_comment_is_ignored(pwork, plab):

@@ -52,8 +52,23 @@ def test_the_fallback_chain_counts_each_checkpoint_and_stops_at_a_start_from_scr
 
 
 def test_starts_of_takes_this_jobs_starts_and_launches_only():
-    recs = [start(1, event="jobstart"), start(2, job="8"), {"event": "hang", "job": "7"}, start(3), "x"]
+    recs = [start(1, event="jobstart"), start(2, job="8"), {"event": "hang", "job": "7"}, start(3, restart=1), "x"]
     assert [r["step"] for r in cf.starts_of([r for r in recs if isinstance(r, dict)], "7")] == [1, 3]
+
+
+def test_the_plugins_start_record_and_the_supervisors_first_launch_are_one_start():
+    """Through the SPANK plugin a supervised job logs its start twice: the plugin's resolver as the batch
+    step starts, the supervisor's launch 0. Counted twice, one failed start would look like two."""
+    recs = [start(None, event="jobstart", restart=0), start(None, event="launch", restart=0, launch=0),
+            start(10, event="jobstart", restart=1), start(10, event="launch", restart=1, launch=0),
+            start(10, event="launch", restart=1, launch=1),
+            start(10, event="jobstart", restart=2)]                # the supervisor of restart 2 launches now
+    assert [(r["event"], r["restart"]) for r in cf.starts_of(recs, "7", restart=2)] == [
+        ("launch", 0), ("launch", 1), ("launch", 1)]
+    assert cf.passed_over(cf.starts_of(recs, "7", restart=2), reached_now=10, newest_now=10, m=2) == {10: 2}
+    assert cf.passed_over(cf.starts_of(recs, "7"), reached_now=10, newest_now=10, m=3) == {10: 3}   # no supervisor
+    odd = [dict(recs[2], restart=[1]), dict(recs[3], launch="0")]       # the user's directory: any JSON
+    assert cf.starts_of(odd, "7", restart=1) == odd
 
 
 def test_reached_is_the_highest_step_the_launch_reported():

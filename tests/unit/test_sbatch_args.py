@@ -9,7 +9,7 @@ import pytest
 from pathlib import Path
 
 from slurm_ft.errors import UsageError
-from slurm_ft.job import ckpt, jobstart
+from slurm_ft.job import ckpt, jobstart, submit as sub
 from slurm_ft.job.submit import parse, sbatch_argv, script_directives, starter_script
 from slurm_ft.slurm.versions import requeue_option
 from slurm_ft.job.tag import FtSpec, decode
@@ -226,6 +226,25 @@ def test_cli_submits_the_starter_with_the_users_argv_and_removes_it(tmp_path, mo
     assert seen["asked"].count("scontrol show config") == 1     # JobSubmitPlugins (and expedite), once
     r = CliRunner().invoke(cli, ["sbatch", "--parsable", "train.sh"])
     assert r.stdout == "4242\n"
+
+
+def test_through_the_plugin_a_supervised_jobs_arguments_travel_inside_the_starter():
+    """The SPANK plugin replaces {ckpt} in the batch step's arguments once, at the start; a supervisor
+    resolves it at every launch, so it must get the placeholder: the starter carries the arguments."""
+    import ast
+    req = parse(["--ckpt-dir", "/ck", "--hang-timeout", "60", "-N", "2", "/bin/train", "--resume", "{ckpt}", "é x"],
+                file_exists=lambda p: True)
+    assert sub.supervised(req.spec)
+    argv = sub.sbatch_argv(req, "/tmp/start.py", via="admin_comment")
+    assert argv[-1] == "/tmp/start.py" and "--ft-hang-timeout=60" in argv      # nothing after the starter
+    text = sub.starter_script(argv=sub.starter_argv(req))
+    compile(text, "starter", "exec")
+    call = text.splitlines()[-1]
+    assert call.startswith("sys.exit(main(") and ast.literal_eval(call[len("sys.exit(main("):-2]) == [
+        "--ckpt-dir", "/ck", "--hang-timeout", "60", "--max-restarts", "5", "--train-nodes", "2", "--",
+        "/bin/train", "--resume", "{ckpt}", "é x"]
+    plain = parse(["--ckpt-dir", "/ck", "/bin/train", "{ckpt}"], file_exists=lambda p: True)
+    assert sub.sbatch_argv(plain, "/s.py", via="admin_comment")[-4:] == ["/s.py", "--", "/bin/train", "{ckpt}"]
 
 
 @pytest.mark.parametrize("opts,warns", [
