@@ -22,7 +22,9 @@ from conftest import TEST_LAB_DIR, TEST_PORT_BASE, lab_session
 from ctl_helpers import PY, controller_config, fail_node, incidents, once, wait_job
 from slurm_ft_lab.cluster import LabSpec
 from slurm_ft_lab.scenario import Scenario
+from slurm_ft_lab.trainer import read_log
 from slurm_ft.job.tag import FtSpec, decode, encode
+from slurm_ft.slurm.hostlist import expand
 
 OPTIONS = ("--ft-ckpt-dir", "--ft-hot-spares", "--ft-max-restarts", "--ft-hang-timeout", "--ft-min-nodes")
 
@@ -67,7 +69,8 @@ def test_sbatch_and_srun_help_list_the_options(plab):
     (["--ft-ckpt-dir=/tmp/a/../../etc"], "contains a '..' component"),
     (["--ft-ckpt-dir=/var/lib/run7"], "slurm-ft: --ft-ckpt-dir /var/lib/run7: not under this site's checkpoint roots"),
     (["--ft-ckpt-dir=/tmp/run7", "--ft-hot-spares=1"],
-     "slurm-ft: --ft-hot-spares 1: hot spares are not available through the plugin yet"),
+     "slurm-ft: --ft-hot-spares 1: hot spares need slurm-ft's supervisor in the batch step: submit with "
+     "`slurm-ft sbatch --hot-spares`"),
     (["-p", "spares", "--ft-ckpt-dir=/tmp/run7"],
      "slurm-ft: fault-tolerant jobs (--ft-*) run only in partition(s) train here, not spares"),
 ])
@@ -159,7 +162,7 @@ def test_through_the_plugin_a_hang_is_restarted_in_place_from_the_newest_checkpo
     job_id = int(p.stdout.split()[-1])
     try:
         assert decode(plab.client.job(job_id).admin_comment).hang_timeout == 10
-        plab.client.wait_for(lambda: _step_of_launch(ck, 1), 180, "the first step after the restart in place")
+        plab.client.wait_for(lambda: _stepped_past(ck, 1, 1), 180, "the first step after the restart in place")
         records = [json.loads(x) for x in (ck / "slurm-ft-starts.jsonl").read_text().splitlines()]
         launches = [r for r in records if r["event"] == "launch"]
         assert [r["event"] for r in records if r["event"] in ("jobstart", "launch")][:3] == ["jobstart", "launch", "launch"]
@@ -174,9 +177,48 @@ def test_through_the_plugin_a_hang_is_restarted_in_place_from_the_newest_checkpo
         plab.client.cancel(job_id)
 
 
-def _step_of_launch(ck: Path, launch: int):
-    from slurm_ft_lab.trainer import read_log
-    return next((e for e in read_log(str(ck)) if e["event"] == "step" and e.get("launch", 0) == launch), None)
+def test_through_the_plugin_hot_spares_meet_a_fault_inside_the_allocation(pwork, plab):
+    """`slurm-ft sbatch --hot-spares 1 -N 2` where the plugins are installed: the policy writes
+    hot_spares and train_nodes into AdminComment (tag.py's bytes), the job holds 3 nodes, and a fault on
+    a node of the training step is met by its supervisor: relaunched on the hot spare from a complete
+    checkpoint, no requeue."""
+    ck = pwork / "ck"
+    p = subprocess.run([PY, "-m", "slurm_ft", "sbatch", "--ckpt-dir", str(ck), "--hot-spares", "1", "-N", "2",
+                        "--ntasks-per-node=1", "-o", str(pwork / "job.out"), PY, "-m", "slurm_ft_lab.trainer",
+                        "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--step-time", "0.3", "--ckpt-every", "5",
+                        "--gpu-check", "off"], capture_output=True, text=True, timeout=120, cwd=pwork, env=plab.env)
+    assert p.returncode == 0 and "through the slurm-ft plugin" in p.stderr, p.stderr
+    job_id = int(p.stdout.split()[-1])
+    try:
+        job = wait_job(plab, job_id, "RUNNING", timeout=180)
+        assert len(job.nodes) == 3
+        assert job.admin_comment == encode(FtSpec(ckpt_dir=str(ck), hot_spares=1, train_nodes=2, max_restarts=5))
+        plab.client.wait_for(lambda: _stepped_past(ck, 0, 7), 120, "launch 0 past its first checkpoint")
+        launch0 = [r for r in _starts(ck) if r["event"] == "launch"][0]
+        victim = next(x for x in expand(launch0["nodes"]) if x != job.batch_host)
+        fail_node(plab, victim)
+        start = plab.client.wait_for(lambda: _start_of_launch(ck, 1), 90, "the relaunch on the hot spare")
+        assert start["resumed_from"] and start["step"] >= 5
+        relaunched = [r for r in _starts(ck) if r["event"] == "launch"][1]
+        assert victim not in expand(relaunched["nodes"]) and len(expand(relaunched["nodes"])) == 2
+        assert plab.client.job(job_id).restart_count == 0 and plab.client.job(job_id).state == "RUNNING"
+    except BaseException:
+        print((pwork / "job.out").read_text(errors="replace")[-3000:] if (pwork / "job.out").exists() else "(no output)")
+        raise
+    finally:
+        plab.client.cancel(job_id)
+
+
+def _starts(ck: Path) -> list:
+    return [json.loads(x) for x in (ck / "slurm-ft-starts.jsonl").read_text().splitlines()]
+
+
+def _stepped_past(ck: Path, launch: int, step: int) -> bool:
+    return any(e["event"] == "step" and e.get("launch", 0) == launch and e["step"] >= step for e in read_log(str(ck)))
+
+
+def _start_of_launch(ck: Path, launch: int):
+    return next((e for e in read_log(str(ck)) if e["event"] == "start" and e.get("launch", 0) == launch), None)
 
 
 def test_a_tag_the_user_writes_into_comment_is_ignored(pwork, plab):

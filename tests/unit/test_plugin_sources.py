@@ -34,10 +34,17 @@ def test_the_lua_policy_has_the_tags_head_keys_order_and_limits():
     text = plugin.LUA_TEMPLATE.read_text()
     assert f'local TAG_HEAD = "{PREFIX}{VERSION}"' in text
     keys = re.findall(r'\{"SLURM_FT_[A-Z_]+", "([a-z_]+)"(?:, (\d+), (\d+))?\}', text)
-    # train_nodes comes only with hot spares > 0, which only the Comment-mode wrapper supervises (the policy refuses them)
+    # train_nodes is no option: the policy writes it from -N for a job with hot spares (train_nodes())
     assert tuple(k for k, _, _ in keys) == tuple(k for k in _KEYS if k != "train_nodes")
     assert {k: (int(lo), int(hi)) for k, lo, hi in keys if lo} == LIMITS
     assert Path(__file__).resolve().parents[2].joinpath("etc", "job_submit.lua").read_text() == text
+
+
+def test_the_policy_knows_the_starter_that_supervises_hot_spares():
+    from slurm_ft.job.submit import STARTER_MARK, starter_script
+    text = plugin.LUA_TEMPLATE.read_text()
+    mark = re.search(r'local STARTER_MARK = "(.*)"', text).group(1)
+    assert mark == "\\n" + STARTER_MARK and "\n" + STARTER_MARK in starter_script(["#SBATCH -N 3"])
 
 
 def test_the_wrapper_speaks_the_plugins_options():
