@@ -187,7 +187,8 @@ class Scenario:
 
     def submit(self, nodes: int, via: str = "wrapper") -> int:
         """The trainer on `nodes` nodes, with `slurm-ft sbatch` (via="wrapper") or with plain sbatch and the
-        SPANK plugin's --ft-* options (via="plugin", a batch script whose $1 is {ckpt})."""
+        SPANK plugin's --ft-* options (via="plugin", a batch script whose $1 is {ckpt}; with hot spares,
+        `slurm-ft sbatch` through the plugins: the supervisor is in its starter)."""
         # Each rank runs `python -S` with the directories it needs on PYTHONPATH (the lab's, slurm-ft's
         # and pynvml's): site.py's .pth processing (the editable-install finders and whatever else is
         # installed) costs every one of the 64 ranks CPU that the restart's prologs need.
@@ -205,17 +206,16 @@ class Scenario:
         trainer = [PY, "-S", "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
                    "--steps", "1000000", "--step-time", str(self.step_time), "--ckpt-every", str(self.ckpt_every),
                    "--collective-timeout", str(self.collective_timeout)]
-        if via == "plugin":
-            if self.hot_spares:
-                raise ValueError("hot spares go through the wrapper only (the plugins refuse them)")
+        if via == "plugin" and not self.hot_spares:
             script = self.work / "train.sh"
             line = " ".join(shlex.quote(a) if a != "{ckpt}" else '"$1"' for a in ["srun", *trainer])
             script.write_text(f"#!/bin/sh\n# $1: the newest complete checkpoint, {{ckpt}} resolved by the slurm-ft "
                               f"SPANK plugin at every start\nexec {line}\n")
             argv = ["sbatch", "--parsable", f"--ft-ckpt-dir={self.ckpt_dir}", "--ft-max-restarts=100",
                     "-N", str(nodes), *sbatch, str(script), "{ckpt}"]
-        elif via == "wrapper":
-            # with hot spares the supervisor launches the step itself (`srun` on N named nodes): N + K = nodes
+        elif via in ("wrapper", "plugin"):
+            # with hot spares the supervisor launches the step itself (`srun` on N named nodes): N + K = nodes;
+            # `slurm-ft sbatch` submits through the plugins where the lab runs them (the policy's tag)
             launch = (["--hot-spares", str(self.hot_spares), "-N", str(nodes - self.hot_spares)] if self.hot_spares
                       else ["-N", str(nodes)])
             argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(self.ckpt_dir),

@@ -31,8 +31,8 @@ from slurm_ft.errors import UsageError
               help="Hot spare nodes held in the job (the in-allocation path; 0 = the requeue path).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end instead of the timeline.")
 @click.option("--via", type=click.Choice(["wrapper", "plugin"]), default="wrapper", show_default=True,
-              help="Submit with `slurm-ft sbatch`, or with plain `sbatch --ft-ckpt-dir` through slurm-ft's Slurm "
-                   "plugins (the lab comes up with --plugin).")
+              help="Submit with `slurm-ft sbatch`, or through slurm-ft's Slurm plugins (the lab comes up with "
+                   "--plugin): plain `sbatch --ft-ckpt-dir`, or `slurm-ft sbatch` with --hot-spares.")
 def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_every, gpu, xid, keep, timeout,
          hot_spares, as_json, via) -> None:
     """Run a 64-node trainer, break one GPU mid-run, and watch slurm-ft bring the job back on a spare."""
@@ -68,15 +68,15 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
 
     if hot_spares >= nodes:
         raise UsageError(f"--hot-spares {hot_spares} leaves no training node of {nodes}")
-    if hot_spares and via == "plugin":
-        raise UsageError("--hot-spares goes through `slurm-ft sbatch` only: the plugins refuse hot spares yet")
     sc = Scenario(lab, lab.dir / "demo", step_time=step_time, ckpt_every=ckpt_every, on_phase=on_phase,
                   hot_spares=hot_spares)
     sc.prepare()
     sc.start_controller()
     try:
         job = sc.submit(nodes, via=via)
-        how = "`slurm-ft sbatch`" if via == "wrapper" else "plain `sbatch --ft-ckpt-dir` (slurm-ft's plugins)"
+        how = ("`slurm-ft sbatch`" if via == "wrapper" else
+               "`slurm-ft sbatch` through slurm-ft's plugins" if hot_spares else
+               "plain `sbatch --ft-ckpt-dir` (slurm-ft's plugins)")
         train = nodes - hot_spares
         say(f"submitted job {job}: {train * gpus_per_node}-GPU trainer ({train} nodes x {gpus_per_node}"
             + (f", + {hot_spares} hot spare node(s) in the job" if hot_spares else "")
