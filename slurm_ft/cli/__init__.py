@@ -19,15 +19,15 @@ if TYPE_CHECKING:
 def main(argv: Optional[Sequence[str]] = None, prog_name: str = "slurm-ft") -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["check"]:
-        from slurm_ft.node.check_socket import ask
+        from slurm_ft.node.check_socket import ask  # lazy: the hook path; other commands never ask the watcher
         served = ask(args[1:], os.environ, warn=sys.stderr)
         if served is not None:
             sys.stdout.write(served.out)
             sys.stderr.write(served.err)
             sys.exit(served.code)
-        from slurm_ft.cli.check import run
-        from slurm_ft.cli.guard import guarded, setup_logging
+        from slurm_ft.cli.check import run  # lazy: the hook path, only when the watcher did not answer
+        from slurm_ft.cli.guard import guarded, setup_logging  # lazy: same, only when the watcher did not answer
         setup_logging(0)
         sys.exit(guarded(lambda: run(args[1:])))
-    from slurm_ft.cli.group import main as group_main
+    from slurm_ft.cli.group import main as group_main  # lazy: click, which a hook's check never imports
     group_main(args, prog_name)

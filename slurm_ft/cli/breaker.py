@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, Tuple
 import click
 
 from slurm_ft.errors import EXIT_NEGATIVE
+from slurm_ft.node import breaker as brk
 
 if TYPE_CHECKING:
     from slurm_ft.config import Config
@@ -21,15 +22,14 @@ def breaker() -> None:
 
 
 def describe(b: Dict[str, Any]) -> str:
-    from slurm_ft.cli.node import stamp
+    from slurm_ft.cli.node import stamp  # lazy: cli.node loads config (yaml) and the Slurm backend
     head = (f"OPEN since {stamp(b['open_since'])}: {b['reason']}" if b["open"] else "closed")
     nodes = ", ".join(b["nodes_in_window"]) or "none"
     return f"breaker {head}\n  drains in window: {b['drains_in_window']} of {b['limit']} ({nodes})"
 
 
 def _state(ctx: click.Context) -> Tuple[Config, Dict[str, Any]]:
-    from slurm_ft.cli.node import setup
-    from slurm_ft.node import breaker as brk
+    from slurm_ft.cli.node import setup  # lazy: config (yaml) and the Slurm backend; `reset` needs neither
     config, client = setup(ctx)
     lc = config.lifecycle
     now = time.time()

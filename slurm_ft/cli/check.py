@@ -43,12 +43,12 @@ def node_name(explicit: "str | None", env: "Mapping[str, str] | None" = None) ->
     env = os.environ if env is None else env
     if explicit or env.get("SLURMD_NODENAME"):
         return explicit or env["SLURMD_NODENAME"]
-    import socket   # only when slurmd did not name the node: socket costs import time
+    import socket  # lazy: only when slurmd did not name the node: socket costs import time
     return socket.gethostname().split(".")[0]
 
 
 def parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
-    import argparse
+    import argparse  # lazy: watch and gpu-reset import this module for node_name/answer only
     ap = argparse.ArgumentParser(
         prog="slurm-ft check", description="Check this node's GPUs and host at LEVEL and print the findings.",
         epilog="Exit: 0 healthy, 1 a fail finding, 2 usage/config/install error, 3 drain command failed. "
@@ -83,8 +83,8 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
     """Run `check ARGV` with the hook's environment `env`, print to `out`/`err`: (exit status, whether
     an NVML call hung). Here for a hook's own process and for the watcher serving it (watch.py)."""
     args = parser(env).parse_args(argv)
-    from slurm_ft.config import load_config
-    from slurm_ft.node.run import check_node
+    from slurm_ft.config import load_config  # lazy: hook start-up: yaml only once the arguments parsed
+    from slurm_ft.node.run import check_node  # lazy: hook start-up: the probes only once the arguments parsed
 
     level, as_json, drain, job_id = args.level, args.as_json, args.drain, args.job_id
     config = load_config(config_path)
@@ -96,7 +96,7 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
         return 0, False
     client = None
     if drain:
-        from slurm_ft.slurm.backend import client_from_config
+        from slurm_ft.slurm.backend import client_from_config  # lazy: hook start-up: only with --drain
         client = client_from_config(config)
     progress = _progress_bar() if level == "burnin" and err.isatty() and not as_json else None
     report = check_node(level, name, config, drain=drain, client=client, job_id=job_id,
@@ -114,7 +114,7 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
               file=err)
         code = 2
     elif not report.healthy and not as_json and _may_fail(report, config, name, drain, err):
-        from slurm_ft.node.drain import reason_text
+        from slurm_ft.node.drain import reason_text  # lazy: hook start-up: only on a fail verdict
         print(f"{VERDICT} {reason_text(report.findings)}", file=out)
     return code, report.hung
 
@@ -127,7 +127,7 @@ def _may_fail(report: Report, config: Config, node: str, drain: bool, err: TextI
         return report.drain.get("action") in ("drained", "reason_updated", "kept")
     if report.level not in HOOK_LEVELS:
         return True            # a manual check: nothing acts on the verdict but a person
-    from slurm_ft.node import guard
+    from slurm_ft.node import guard  # lazy: hook start-up: only a hook's fail verdict asks the breaker
     decision = guard.hook_decision(config, node)
     if not decision.allowed:
         print(f"slurm-ft: error: fail finding reported, node not failed: {decision.reason}", file=err)

@@ -22,9 +22,9 @@ log = logging.getLogger("slurm_ft.controller")
 
 
 def _setup(ctx: click.Context) -> Tuple[Config, FileLock, Callable[[], Controller]]:
-    from slurm_ft.fleet import journal as jn
-    from slurm_ft.fleet.controller import Controller, controller_lock
-    from slurm_ft.slurm.backend import client_from_config
+    from slurm_ft.fleet import journal as jn  # lazy: the sqlite3 journal stack; not for --help
+    from slurm_ft.fleet.controller import Controller, controller_lock  # lazy: heavy (~30 ms); not for --help
+    from slurm_ft.slurm.backend import client_from_config  # lazy: the Slurm backend; not for --help
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     lock = controller_lock(config.state_dir)
     return config, lock, lambda: Controller(client_from_config(config), jn.connect(jn.path_in(config.state_dir)), config)

@@ -5,11 +5,14 @@ A successful reset acknowledges the Xids logged before it (the node's health sta
 from __future__ import annotations
 
 import json
+import time
 
 import click
 
+from slurm_ft.cli.check import node_name
 from slurm_ft.config import load_config
 from slurm_ft.errors import EXIT_NEGATIVE
+from slurm_ft.node.gpu_reset import acknowledge_xids, reset_gpu
 
 
 @click.command("gpu-reset")
@@ -20,10 +23,6 @@ from slurm_ft.errors import EXIT_NEGATIVE
 def gpu_reset(ctx: click.Context, gpu: int, node: "str | None", as_json: bool) -> None:
     """Reset GPU N with lifecycle.remediation.reset_command (default `nvidia-smi -r -i N`). Run it only
     when no job holds the node: the sweep runs it inside the node's maintenance reservation."""
-    import time
-
-    from slurm_ft.cli.check import node_name
-    from slurm_ft.node.gpu_reset import acknowledge_xids, reset_gpu
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     rc = config.lifecycle.remediation
     started = time.time()

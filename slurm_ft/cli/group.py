@@ -80,7 +80,7 @@ def cli(ctx: click.Context, verbose: int, config_path: str | None) -> None:
 @click.pass_context
 def check(ctx: click.Context, args: Tuple[str, ...]) -> None:
     """Check this node's GPUs and host at a level (slurm-ft check --help)."""
-    from slurm_ft.cli.check import run
+    from slurm_ft.cli.check import run  # lazy: a command's module loads when it runs, as COMMANDS' do
     ctx.exit(run(list(args), ctx.obj.get("config_path") if ctx.obj else None))
 
 

@@ -1,6 +1,7 @@
 """One line per error and its documented exit code, for every face of the `slurm-ft` command."""
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Callable, Optional, TextIO
 
@@ -14,7 +15,6 @@ LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
 def setup_logging(verbose: int) -> None:
-    import logging
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format=LOG_FORMAT)
 
@@ -30,7 +30,6 @@ def guarded(body: Callable[[], int], err: Optional[TextIO] = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug of ours: one line, the traceback only with -vv
-        import logging
         logging.getLogger("slurm_ft").debug("internal error", exc_info=True)
         print(f"slurm-ft: internal error: {type(exc).__name__}: {exc} (run with -vv for details)", file=err)
         return EXIT_INTERNAL

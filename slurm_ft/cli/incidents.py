@@ -10,6 +10,7 @@ import click
 from slurm_ft.config import load_config
 from slurm_ft.fleet.records import Incident
 from slurm_ft.fleet import journal as jn
+from slurm_ft.fleet.store import repair_history
 
 if TYPE_CHECKING:
     from slurm_ft.fleet.states import HistoryEntry
@@ -73,7 +74,6 @@ def incidents(ctx: click.Context, as_json: bool, open_only: bool, job_id: Option
     """List the controller's incidents: job, failed node(s), fault, spare used, each step's time, total."""
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     path = jn.path_in(config.state_dir)
-    from slurm_ft.fleet.store import repair_history
     found, after = [], {}
     if path.exists():
         conn = jn.connect(path)

@@ -11,7 +11,8 @@ import click
 
 from slurm_ft.config import load_config
 from slurm_ft.errors import UsageError
-from slurm_ft.fleet.states import Event, State
+from slurm_ft.fleet.states import Event, State, TransitionError, default_state, next_state
+from slurm_ft.fleet.store import Store
 from slurm_ft.slurm.backend import client_from_config
 from slurm_ft.vocab import OWNER, fit
 
@@ -55,8 +56,7 @@ def node() -> None:
 @click.pass_context
 def list_(ctx: click.Context, state: Optional[str], show_all: bool, as_json: bool) -> None:
     """Nodes with their lifecycle state (by default those not simply in service)."""
-    from slurm_ft.fleet.collect import view
-    from slurm_ft.fleet.store import Store
+    from slurm_ft.fleet.collect import view  # lazy: fleet.collect is heavy (~35 ms), only `node list`
     config, client = setup(ctx)
     with Store(config.state_dir) as store:
         rows = view(config, client, store, with_target=False).rows()
@@ -82,7 +82,6 @@ def list_(ctx: click.Context, state: Optional[str], show_all: bool, as_json: boo
 @click.pass_context
 def history(ctx: click.Context, name: str, as_json: bool) -> None:
     """Every recorded transition of NODE, with time, cause and who."""
-    from slurm_ft.fleet.store import Store
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     with Store(config.state_dir) as store:
         entries = store.history(name)
@@ -106,8 +105,6 @@ def history(ctx: click.Context, name: str, as_json: bool) -> None:
 
 
 def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
-    from slurm_ft.fleet.states import TransitionError, default_state, next_state
-    from slurm_ft.fleet.store import Store
     config, client = setup(ctx)
     n = _known(client, name)
     lc = config.lifecycle
@@ -123,7 +120,7 @@ def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
                 raise TransitionError(f"{exc} (`scancel {rec.validation_job}`)") from None
             raise
         if event is Event.QUARANTINE:
-            from slurm_ft.fleet.sweep import Sweeper
+            from slurm_ft.fleet.sweep import Sweeper  # lazy: fleet.sweep is heavy (~50 ms), only `node quarantine`
             if not n.drained:
                 client.drain([name], fit(f"{OWNER} QUARANTINED by {admin()[6:]}: {cause}"))
             Sweeper(config, client, store, actor=admin()).take_out(name)

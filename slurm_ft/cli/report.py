@@ -25,8 +25,8 @@ def _row(name: str, r: Dict[str, Any]) -> str:
 @click.pass_context
 def report(ctx: click.Context, as_json: bool) -> None:
     """Per check and per Xid: drains, confirmed, probable false positives, hours out, spare-hours."""
-    from slurm_ft.fleet.collect import drain_report
-    from slurm_ft.fleet.store import Store
+    from slurm_ft.fleet.collect import drain_report  # lazy: fleet.collect is heavy (~35 ms); not for --help
+    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, loaded with fleet.collect anyway
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     now = time.time()
     with Store(config.state_dir, create=False) as store:

@@ -10,6 +10,7 @@ import click
 
 from slurm_ft.errors import UsageError
 from slurm_ft.job import submit as sub
+from slurm_ft.job import trust
 
 if TYPE_CHECKING:
     from slurm_ft.config import Config
@@ -27,20 +28,19 @@ def _directives(script: str) -> List[str]:
 
 
 def _config(ctx: click.Context) -> Config:
-    from slurm_ft.config import load_config
+    from slurm_ft.config import load_config  # lazy: config loads yaml; not for `sbatch --help`
     return load_config((ctx.obj or {}).get("config_path"))
 
 
 def _client(ctx: click.Context) -> SlurmClient:
     """The client the config asks for (the lab's slurm.conf when it names one)."""
-    from slurm_ft.slurm.backend import client_from_config
+    from slurm_ft.slurm.backend import client_from_config  # lazy: the Slurm backend; not for `sbatch --help`
     return client_from_config(_config(ctx))
 
 
 def _tag_field(ctx: click.Context, client: SlurmApi) -> str:
     """Where the tag goes: the field the controller trusts (controller.trust; auto: AdminComment where
     slurmctld runs the job_submit policy, i.e. JobSubmitPlugins=lua)."""
-    from slurm_ft.job import trust
     setting = _config(ctx).controller.trust
     return trust.resolve(setting, client.job_submit_plugins() if setting == "auto" else ())
 

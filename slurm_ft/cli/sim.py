@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import click
 
+from slurm_ft.cli.spares import observed_from_journal
 from slurm_ft.errors import EnvironmentProblem, UsageError
 from slurm_ft.plan import profiles as pr
 from slurm_ft.plan import sim as simlib
@@ -25,7 +27,7 @@ def _read(path: str) -> str:
 
 
 def _yaml(path: str) -> Any:
-    import yaml
+    import yaml  # lazy: ~10 ms; only for --profile-file/--policy-file, not `sim --help`
     try:
         return yaml.safe_load(_read(path))
     except yaml.YAMLError as exc:
@@ -103,14 +105,13 @@ def sim(ctx: click.Context, profile: Optional[str], profile_file: Optional[str],
     """Discrete-event simulation of a synchronous training job: faults by class, detection, recovery,
     spare pool with repairs, checkpoints and lost work. Prints ETTR, time lost by cause, interruptions
     and pool exhaustion events, over several seeds with their spread."""
-    from slurm_ft.config import load_config
+    from slurm_ft.config import load_config  # lazy: config loads yaml; not for `sim --help`
     cfg = load_config((ctx.obj or {}).get("config_path")).planning
     if profile and profile_file:
         raise UsageError("give --profile or --profile-file, not both")
     if from_journal and (profile or profile_file):
         raise UsageError("--from-journal gives the failure rate: no --profile or --profile-file with it")
     if from_journal:   # one class: node faults at the journal's rate, each taking a node out
-        from slurm_ft.cli.spares import observed_from_journal
         obs = observed_from_journal(ctx, fleet_nodes, 0.95)
         gpn = gpus_per_node or 8
         prof = pr.profile_from_dict({"name": "journal", "days": obs.days, "gpus": obs.nodes * gpn, "gpus_per_node": gpn,
@@ -184,10 +185,8 @@ def sim(ctx: click.Context, profile: Optional[str], profile_file: Optional[str],
 
 def _write_journal(s: sim_report.SimSetup, seed: int, state_dir: str) -> Dict[str, object]:
     """Run `seed` again with its faults recorded and write them as a cluster journal (fleet/synthetic.py)."""
-    import time
-
-    from slurm_ft.fleet.store import Store
-    from slurm_ft.fleet.synthetic import write_sim_journal
+    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, only --write-journal
+    from slurm_ft.fleet.synthetic import write_sim_journal  # lazy: only --write-journal
     p = s.params
     faults: List[simlib.SimFault] = []
     simlib.simulate(s.profile, s.policy, p, seed, faults=faults)
@@ -233,7 +232,7 @@ def _setup(cfg: PlanningConfig, prof: pr.Profile, pol: pr.Policy, gpus: Optional
 
 def _need_matplotlib() -> None:
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  # lazy: optional package (slurm-ft[plot]), only --plot
     except ImportError:
         raise EnvironmentProblem("--plot needs matplotlib: pip install 'slurm-ft[plot]' (or pip install matplotlib)") from None
 
@@ -249,9 +248,9 @@ def _sweep(s: sim_report.SimSetup, seeds: Sequence[int]) -> Dict[str, List[Dict[
 
 
 def _plot(data: Dict[str, List[Dict[str, float]]], s: sim_report.SimSetup, path: str) -> None:
-    import matplotlib
+    import matplotlib  # lazy: optional package (slurm-ft[plot]), only --plot
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: optional and heavy, after matplotlib.use('Agg')
 
     p = s.params
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -1,13 +1,19 @@
 """`slurm-ft spares plan|status`: how many hot spares, with the arithmetic; the live pool against it."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 
 import click
 
 from slurm_ft.errors import EXIT_NEGATIVE, UsageError
+from slurm_ft.plan import history
 from slurm_ft.plan import spares as sp
+from slurm_ft.plan.explain import gnum, num
+from slurm_ft.plan.profiles import profile_from_dict
+from slurm_ft.slurm.hostlist import compress
 
 if TYPE_CHECKING:
     from typing import TypedDict, Unpack
@@ -40,7 +46,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _load_planning(ctx: click.Context) -> Config:
-    from slurm_ft.config import load_config
+    from slurm_ft.config import load_config  # lazy: config loads yaml (~25 ms); not for --help
     return load_config((ctx.obj or {}).get("config_path"))
 
 
@@ -72,9 +78,7 @@ def _plan_options(f: F) -> F:
 
 
 def read_profile_file(path: str) -> Profile:
-    import yaml
-
-    from slurm_ft.plan.profiles import profile_from_dict
+    import yaml  # lazy: ~10 ms; only for --profile-file, not --help
     try:
         with open(path) as fh:
             data = yaml.safe_load(fh)
@@ -118,7 +122,6 @@ def spares() -> None:
 
 def observed_from_journal(ctx: click.Context, fleet_nodes: Optional[int], confidence: float) -> Observed:
     """The fleet's own failure rate, repair times and recovery times (plan/history.py)."""
-    from slurm_ft.plan import history
     _, eps, incidents, fleet_nodes, since, now = read_journal(ctx, fleet_nodes)
     return history.observe(eps, incidents, nodes=fleet_nodes, since=since, now=now, confidence=confidence)
 
@@ -126,15 +129,13 @@ def observed_from_journal(ctx: click.Context, fleet_nodes: Optional[int], confid
 def read_journal(ctx: click.Context, fleet_nodes: Optional[int]
                  ) -> Tuple[Config, List[Episode], List[Incident], int, float, float]:
     """(config, drain episodes, incidents, fleet nodes, since, now) from the journal in state_dir."""
-    import time
-
-    from slurm_ft.fleet.collect import drain_report
-    from slurm_ft.fleet.store import Store
-    from slurm_ft.fleet.synthetic import OBSERVED_SINCE
-    from slurm_ft.fleet import journal
+    from slurm_ft.fleet.collect import drain_report  # lazy: fleet.collect is heavy (~35 ms), only --from-journal
+    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, only --from-journal
+    from slurm_ft.fleet.synthetic import OBSERVED_SINCE  # lazy: only --from-journal (the sqlite3 store)
+    from slurm_ft.fleet import journal  # lazy: the sqlite3 journal, only --from-journal
     config = _load_planning(ctx)
     if fleet_nodes is None:
-        from slurm_ft.slurm.backend import client_from_config
+        from slurm_ft.slurm.backend import client_from_config  # lazy: the Slurm backend, only without --fleet-nodes
         fleet_nodes = len(client_from_config(config).nodes())
     now = time.time()
     with Store(config.state_dir, create=False) as store:
@@ -148,8 +149,8 @@ def read_journal(ctx: click.Context, fleet_nodes: Optional[int]
 def domain_plan(config: Config, eps: List[Episode], since: float, now: float, repair_hours: float, target: float,
                 confidence: float) -> Optional[DomainPlan]:
     """The per-domain answer when the config names failure domains (planning.domains), else None."""
-    from slurm_ft.config import expand_domains
-    from slurm_ft.plan import domains
+    from slurm_ft.config import expand_domains  # lazy: config loads yaml; only --from-journal
+    from slurm_ft.plan import domains  # lazy: ~5 ms; only --from-journal with planning.domains
     pc = config.planning
     if not pc.domains:
         return None
@@ -181,7 +182,6 @@ def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Opt
         if any(kw.get(k) is not None for k in ("profile", "profile_file", "node_mtbf_hours", "interruptions_per_day")):
             raise UsageError("--from-journal gives the failure rate: no --profile, --node-mtbf-hours or "
                              "--interruptions-per-day with it")
-        from slurm_ft.plan import history
         config, eps, incidents, fleet_nodes, since, now = read_journal(ctx, fleet_nodes)
         observed = history.observe(eps, incidents, nodes=fleet_nodes, since=since, now=now, confidence=confidence)
         kw["node_mtbf_hours"] = observed.node_mtbf_hours
@@ -190,7 +190,6 @@ def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Opt
             kw["repair_hours"] = observed.repair_hours["mean"]
     plan = make_plan(ctx, gpus, **kw)
     if observed is not None:
-        import dataclasses
         plan = dataclasses.replace(plan, rate_source=observed.source())
         per_domain = domain_plan(config, eps, since, now, plan.repair_hours, plan.target, confidence)
     if as_json:
@@ -210,7 +209,7 @@ def plan_cmd(ctx: click.Context, gpus: int, from_journal: bool, fleet_nodes: Opt
                      f"  recovery via {p}: {d['count']} incidents, p50 {d['p50']:.1f} s, p90 {d['p90']:.1f} s"
                      for p, d in observed.recovery_s.items()] + [""] + lines
             if per_domain is not None:
-                from slurm_ft.plan.domains import render as render_domains
+                from slurm_ft.plan.domains import render as render_domains  # lazy: only with planning.domains
                 lines += [""] + render_domains(per_domain)
         click.echo("\n".join(lines))
 
@@ -227,9 +226,8 @@ def _h(v: Optional[float]) -> str:
 def status_cmd(ctx: click.Context, partition: Optional[str], check: bool, as_json: bool,
                gpus_per_node: Optional[int], **kw: Unpack[RateOptions]) -> None:
     """The live spare pool (healthy vs not) against the plan for this cluster's own size."""
-    from slurm_ft.fleet.pool_status import pool_status
-    from slurm_ft.plan.explain import gnum, num
-    from slurm_ft.slurm.backend import client_from_config
+    from slurm_ft.fleet.pool_status import pool_status  # lazy: with slurm.types ~7 ms; only `spares status`
+    from slurm_ft.slurm.backend import client_from_config  # lazy: the Slurm backend (~10 ms); not for --help
 
     cfg = _load_planning(ctx)
     part = partition or cfg.controller.spare_partition
@@ -263,5 +261,4 @@ def status_cmd(ctx: click.Context, partition: Optional[str], check: bool, as_jso
 
 
 def _names(names: Sequence[str]) -> str:
-    from slurm_ft.slurm.hostlist import compress
     return compress(names) if names else ""

@@ -4,8 +4,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 import json
+import time
 
 import click
+
+from slurm_ft.cli.breaker import describe
+from slurm_ft.errors import EXIT_NEGATIVE, EnvironmentProblem, UsageError
 
 if TYPE_CHECKING:
     from slurm_ft.config import Config
@@ -20,22 +24,19 @@ if TYPE_CHECKING:
 @click.pass_context
 def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metrics: bool) -> None:
     """The fleet at a glance (the same figures as the metrics file), or one job's goodput (--job)."""
-    from slurm_ft.cli.breaker import describe
-    from slurm_ft.cli.node import setup, stamp
-    from slurm_ft.fleet.collect import view
-    from slurm_ft.fleet.store import Store
+    from slurm_ft.cli.node import setup, stamp  # lazy: config (yaml) and the Slurm backend; not for --help
+    from slurm_ft.fleet.collect import view  # lazy: fleet.collect is heavy (~35 ms); not for --help
+    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, loaded with fleet.collect anyway
     config, client = setup(ctx)
     if job_id is not None:
         if write_metrics:
-            from slurm_ft.errors import UsageError
             raise UsageError("--write-metrics writes every job's figures: leave out --job")
         _job_goodput(config, client, job_id, as_json)
         return
     with Store(config.state_dir) as store:
         v = view(config, client, store)
         if write_metrics and config.lifecycle.metrics_path:
-            from slurm_ft.errors import EnvironmentProblem
-            from slurm_ft.fleet import collect, metrics
+            from slurm_ft.fleet import collect, metrics  # lazy: fleet.collect is heavy; only --write-metrics
             try:
                 metrics.write(config.lifecycle.metrics_path, collect.snapshot(v, collect.goodput_rows(config, client, store)))
             except OSError as exc:
@@ -72,11 +73,8 @@ def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metri
 
 def _job_goodput(config: Config, client: SlurmApi, job_id: int, as_json: bool) -> None:
     """`status --job J`: the job's goodput (fleet/goodput.py), from Slurm, the journal and its checkpoint dir."""
-    import time
-
-    from slurm_ft.errors import EXIT_NEGATIVE, UsageError
-    from slurm_ft.fleet import goodput, jobprogress
-    from slurm_ft.fleet.store import Store
+    from slurm_ft.fleet import goodput, jobprogress  # lazy: job progress stack (~10 ms), only --job
+    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, only when the command runs
     jobs = jobprogress.ft_jobs(config, client, [job_id])
     if not jobs:
         client.job(job_id)              # unknown: JobNotFound says so

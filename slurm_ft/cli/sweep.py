@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional
 
 import click
 
-from slurm_ft.errors import EXIT_COMMAND
+from slurm_ft.errors import EXIT_COMMAND, UsageError
+from slurm_ft.fleet.lock import FileLock
 
 if TYPE_CHECKING:
     from slurm_ft.fleet.sweep import SweepReport
@@ -23,8 +25,8 @@ def sweep(ctx: click.Context, wait_s: Optional[float], as_json: bool) -> None:
 
     Exit 0 done (alerts included), 3 a Slurm command failed for some node, 5 another sweep is running.
     """
-    from slurm_ft.cli.node import setup
-    from slurm_ft.fleet.sweep import sweep_locked
+    from slurm_ft.cli.node import setup  # lazy: config (yaml) and the Slurm backend; not for --help
+    from slurm_ft.fleet.sweep import sweep_locked  # lazy: fleet.sweep is heavy (~50 ms); not for --help
     config, client = setup(ctx)
     report = sweep_locked(config, client, wait_s=wait_s)
     _echo_report(ctx, report, report.to_dict() if as_json else None)
@@ -41,14 +43,10 @@ def remediate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 
     Exit 0 done, 2 remediation is off (without --dry-run), 3 a Slurm command failed, 5 a sweep is running.
     """
-    from pathlib import Path
-
-    from slurm_ft.cli.node import setup
-    from slurm_ft.errors import UsageError
-    from slurm_ft.fleet import remediation, remediator
-    from slurm_ft.fleet.lock import FileLock
-    from slurm_ft.fleet.store import Store
-    from slurm_ft.fleet.sweep import Sweeper, SweepReport
+    from slurm_ft.cli.node import setup  # lazy: config (yaml) and the Slurm backend; not for --help
+    from slurm_ft.fleet import remediation, remediator  # lazy: only remediate; loaded with fleet.sweep anyway
+    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, loaded with fleet.sweep anyway
+    from slurm_ft.fleet.sweep import Sweeper, SweepReport  # lazy: fleet.sweep is heavy (~50 ms); not for --help
     config, client = setup(ctx)
     if dry_run:
         with Store(config.state_dir) as store:

@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
+import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
 
 import click
+
+from slurm_ft.cli.check import answer, node_name
+from slurm_ft.cli.guard import LOG_FORMAT, guarded
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -34,19 +39,18 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
     the hooks) over a root-only socket ($SLURM_FT_CHECK_SOCKET, default /run/slurm-ft/check.sock):
     same check, same output, without a Python start-up and NVML initialisation per hook.
     """
-    from slurm_ft.cli.check import node_name
-    from slurm_ft.config import load_config
-    from slurm_ft.node.check_server import CheckServer
-    from slurm_ft.node.watch import Watcher
+    from slurm_ft.config import load_config  # lazy: config loads yaml; not for --help
+    from slurm_ft.node.check_server import CheckServer  # lazy: the socket server (and config/yaml); not for --help
+    from slurm_ft.node.watch import Watcher  # lazy: ctypes NVML and the probes; not for --help
 
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     name = node_name(node)
     client = None
     if not no_drain:
-        from slurm_ft.slurm.backend import client_from_config
+        from slurm_ft.slurm.backend import client_from_config  # lazy: the Slurm backend, not with --no-drain
         client = client_from_config(config)
     def check(level: str, node_: str, config_: Config, **kw: Any) -> Report:
-        from slurm_ft.node.run import check_node
+        from slurm_ft.node.run import check_node  # lazy: the probes; node.watch has loaded them by now
         kw["drain"] = kw.get("drain") and not no_drain
         return check_node(level, node_, config_, **kw)
 
@@ -89,11 +93,6 @@ def serve_check(argv: List[str], env: Dict[str, str], out: TextIO, err: TextIO) 
     """One hook's `slurm-ft check ARGV`, answered in the watcher: what its own process would print and
     exit with (check.answer under the same error handling, its warnings on its stderr), and whether an
     NVML call hung."""
-    import logging
-    import threading
-
-    from slurm_ft.cli.check import answer
-    from slurm_ft.cli.guard import LOG_FORMAT, guarded
     hung = False
 
     def body() -> int:

@@ -20,7 +20,7 @@ def xid_group() -> None:
 def _gpus_from_nvml() -> Sequence[GpuSample]:
     """The node's GPUs for PCI -> index mapping; empty when NVML is not available here."""
     try:
-        from slurm_ft.gpu import nvml
+        from slurm_ft.gpu import nvml  # lazy: NVML (pynvml, the driver) is optional; only to map PCI ids
         sample = nvml.read_node("", include=("identity",))
     except Exception:   # no driver, no pynvml: explain without indexes
         return ()
