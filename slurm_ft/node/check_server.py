@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import struct
 import threading
 import time
@@ -80,7 +81,7 @@ class CheckServer:
             st = os.lstat(self.path)
         except FileNotFoundError:
             return True
-        if not (st.st_mode & 0o170000 == 0o140000):
+        if not stat.S_ISSOCK(st.st_mode):
             log.error("not serving checks: %s exists and is not a socket", self.path)
             return False
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
