@@ -42,6 +42,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_ft_lab.cluster import Lab, LabSpec                       # noqa: E402
@@ -194,6 +196,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-job-hooks", action="store_true",
                     help="diagnostic: a lab without Prolog/Epilog, to measure what the 64 prolog and 64 "
                          "epilog checks cost a restart (never a way to run; needs a lab this run starts)")
+    ap.add_argument("--breaker-share", type=float, metavar="F",
+                    help="diagnostic: lifecycle.breaker_max_share for this run (a lab of a few nodes opens the "
+                         "drain-rate breaker at its first drain: 10%% of 13 nodes is 1)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON to FILE (for the planning sim)")
     args = ap.parse_args(argv)
@@ -202,8 +207,8 @@ def main(argv=None) -> int:
 
     lab = Lab(args.dir)
     started = not lab.running()
-    if args.no_job_hooks and not started:
-        ap.error(f"--no-job-hooks needs a lab this run starts; one is up in {args.dir}")
+    if (args.no_job_hooks or args.breaker_share is not None) and not started:
+        ap.error(f"--no-job-hooks and --breaker-share need a lab this run starts; one is up in {args.dir}")
     hot = args.faults if args.path == "hot-spare" else 0
     if started:
         lab = Lab(args.dir, LabSpec(nodes=args.nodes + hot, spares=args.spares, port_base=args.port_base,
@@ -223,6 +228,10 @@ def main(argv=None) -> int:
     results = []
     first_launch_s = None
     try:
+        if args.breaker_share is not None:       # the nodes' config (the watchers'); the controller's copies it
+            cfg = yaml.safe_load(Path(lab.config_path).read_text()) or {}
+            cfg.setdefault("lifecycle", {})["breaker_max_share"] = args.breaker_share
+            Path(lab.config_path).write_text(yaml.safe_dump(cfg))
         sc.prepare()
         version = versions.text(sc.client.version())
         requeue = sc.client.requeue_option()
