@@ -188,14 +188,44 @@ class Config:
 
 def load_config(path: Optional[str] = None) -> Config:
     """Read the config named by `path`, $SLURM_FT_CONFIG or the default path; absent default -> defaults."""
+    p = _checked(path)
+    return Config() if p is None else _parse(p)
+
+
+def _checked(path: Optional[str]) -> Optional[Path]:
+    """The config file to read, its ownership checked; None: no file at the default path (defaults)."""
     explicit = path or os.environ.get(ENV_VAR)
     p = Path(explicit or DEFAULT_PATH)
     if not p.exists():
         if explicit:
             raise ConfigError(f"{p}: config file not found")
-        return Config()
+        return None
     refuse_unsafe(p, "config file")
     refuse_unsafe(p.resolve().parent, "config directory")   # a world-writable dir lets others swap the file
+    return p
+
+
+class ConfigCache:
+    """load_config for a process asked again and again (the watcher answering its node's hooks): the
+    file is parsed again only when it changed (inode, size, mtime, ctime); who owns it and its directory
+    is checked every time, as load_config does."""
+
+    def __init__(self) -> None:
+        self._key: Optional[Tuple[str, int, int, int, int]] = None
+        self._config = Config()
+
+    def load(self, path: Optional[str] = None) -> Config:
+        p = _checked(path)
+        if p is None:
+            return Config()
+        st = p.stat()
+        key = (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if key != self._key:
+            self._config, self._key = _parse(p), key
+        return self._config
+
+
+def _parse(p: Path) -> Config:
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:

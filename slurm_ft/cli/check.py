@@ -79,15 +79,17 @@ def run(argv: Sequence[str], config_path: "str | None" = None) -> int:
 
 
 def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str],
-           config_path: "str | None" = None) -> Tuple[int, bool]:
+           config_path: "str | None" = None, load: "Callable[[str | None], Config] | None" = None
+           ) -> Tuple[int, bool]:
     """Run `check ARGV` with the hook's environment `env`, print to `out`/`err`: (exit status, whether
-    an NVML call hung). Here for a hook's own process and for the watcher serving it (watch.py)."""
+    an NVML call hung). Here for a hook's own process and for the watcher serving it (watch.py), which
+    passes `load` (a ConfigCache's: the config parsed again only when it changed)."""
     args = parser(env).parse_args(argv)
     from slurm_ft.config import load_config  # lazy: hook start-up: yaml only once the arguments parsed
     from slurm_ft.node.run import check_node  # lazy: hook start-up: the probes only once the arguments parsed
 
     level, as_json, drain, job_id = args.level, args.as_json, args.drain, args.job_id
-    config = load_config(config_path)
+    config = (load or load_config)(config_path)
     name = node_name(args.node, env)
     if level == "prolog" and own_validation_job(env, config.lifecycle.maintenance_reservation):
         # the sweep's validation job judges the node itself, after the GPU reset the remediation asked

@@ -87,7 +87,7 @@ def sbatch(ctx: click.Context, argv: Tuple[str, ...]) -> None:
     # sbatch copies the script's contents into the job at submit time, so the file is only needed until then.
     client = _client(ctx)
     field = _tag_field(ctx, client)
-    inside = sub.starter_argv(req) if field == "admin_comment" and sub.supervised(req.spec) else None
+    inside = sub.inside_starter(req, field)
     fd, path = tempfile.mkstemp(prefix="slurm-ft-start-", suffix=".py")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -1,6 +1,7 @@
 """`slurm-ft watch`: the node-local Xid watcher (run it as a systemd service on every GPU node)."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import signal
@@ -15,7 +16,7 @@ from slurm_ft.cli.guard import LOG_FORMAT, guarded
 if TYPE_CHECKING:
     from types import FrameType
 
-    from slurm_ft.config import Config
+    from slurm_ft.config import Config, ConfigCache
     from slurm_ft.node.run import Report
     from slurm_ft.node.watch import Handled
 
@@ -39,7 +40,7 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
     the hooks) over a root-only socket ($SLURM_FT_CHECK_SOCKET, default /run/slurm-ft/check.sock):
     same check, same output, without a Python start-up and NVML initialisation per hook.
     """
-    from slurm_ft.config import load_config  # lazy: config loads yaml; not for --help
+    from slurm_ft.config import ConfigCache, load_config  # lazy: config loads yaml; not for --help
     from slurm_ft.node.check_server import CheckServer  # lazy: the socket server (and config/yaml); not for --help
     from slurm_ft.node.watch import Watcher  # lazy: ctypes NVML and the probes; not for --help
 
@@ -76,7 +77,8 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
         click.echo(f"{name}: {what}: quick check {'healthy' if h.report.healthy else 'UNHEALTHY'}; "
                    f"{d.get('action', 'no drain')}: {d.get('message', '')} ({h.done_at - h.detected_at:.3f} s)")
 
-    server = None if no_serve else CheckServer(name, serve_check, w.check_lock)
+    server = None if no_serve else CheckServer(name, functools.partial(serve_check, configs=ConfigCache()),
+                                               w.check_lock)
     w.start()
     if server is not None and server.start():
         w.sources.append(f"serving checks on {server.path}")
@@ -89,15 +91,17 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
         w.stop()
 
 
-def serve_check(argv: List[str], env: Dict[str, str], out: TextIO, err: TextIO) -> Tuple[int, bool]:
+def serve_check(argv: List[str], env: Dict[str, str], out: TextIO, err: TextIO, configs: ConfigCache
+                ) -> Tuple[int, bool]:
     """One hook's `slurm-ft check ARGV`, answered in the watcher: what its own process would print and
     exit with (check.answer under the same error handling, its warnings on its stderr), and whether an
-    NVML call hung."""
+    NVML call hung. `configs`: the config file is parsed again only when it changed (13 ms a parse of
+    etc/slurm-ft.yaml, on every hook otherwise)."""
     hung = False
 
     def body() -> int:
         nonlocal hung
-        code, hung = answer(argv, out, err, env, env.get("SLURM_FT_CONFIG"))
+        code, hung = answer(argv, out, err, env, env.get("SLURM_FT_CONFIG"), configs.load)
         return code
 
     serving = threading.current_thread().name

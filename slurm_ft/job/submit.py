@@ -303,8 +303,13 @@ def sbatch_argv(req: SbatchRequest, starter_path: str, requeue: str = "--requeue
         argv.append("--job-name=" + os.path.basename(req.script))
     if via == "admin_comment":
         argv += [requeue, *plugin_options(req.spec), starter_path]
-        return argv if supervised(req.spec) else argv + ["--", req.script, *req.args]
+        return argv if inside_starter(req, via) else argv + ["--", req.script, *req.args]
     return argv + [requeue, "--comment=" + encode(req.spec), starter_path, *starter_argv(req)]
+
+
+def inside_starter(req: SbatchRequest, via: str) -> Optional[List[str]]:
+    """The starter's arguments when they travel inside it (starter_script's `argv`), else None."""
+    return starter_argv(req) if via == "admin_comment" and supervised(req.spec) else None
 
 
 def starter_argv(req: SbatchRequest) -> List[str]:

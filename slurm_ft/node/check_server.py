@@ -49,7 +49,6 @@ class CheckServer:
         self._inode = 0
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self.served = 0
 
     def start(self) -> bool:
         """Listen and serve in a thread; False (and why, logged) when this watcher cannot serve."""
@@ -145,7 +144,6 @@ class CheckServer:
         except Exception as exc:  # noqa: BLE001 - one hook's connection; the hook then runs its own check
             log.warning("check socket: dropped a request: %s", exc)
             return False
-        self.served += 1
         log.info("served %s: %s (%.1f ms)", what, reply.get("code", reply.get("fallback")),
                  (time.monotonic() - t0) * 1000)
         return hung

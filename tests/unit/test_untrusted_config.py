@@ -104,3 +104,25 @@ def test_any_user_script_gives_a_starter_python_compiles(text):
     except UsageError:
         return
     compile(starter, "starter", "exec")
+
+
+def test_the_watchers_config_cache_parses_again_only_on_a_change_and_checks_ownership_every_time(tmp_path, monkeypatch):
+    """The watcher answers every hook of its node: the config is parsed once per change, but a file or
+    directory that others may now write is refused at once, parsed or not."""
+    from slurm_ft import config as cfgmod
+    d = tmp_path / "etc"
+    d.mkdir(mode=0o755)
+    f = d / "slurm-ft.yaml"
+    f.write_text("health:\n  xid_lookback_s: 100\n")
+    f.chmod(0o644)
+    parses = []
+    real = cfgmod._parse
+    monkeypatch.setattr(cfgmod, "_parse", lambda p: parses.append(p) or real(p))
+    cache = cfgmod.ConfigCache()
+    assert cache.load(str(f)).health.xid_lookback_s == 100
+    assert cache.load(str(f)).health.xid_lookback_s == 100 and len(parses) == 1
+    f.write_text("health:\n  xid_lookback_s: 200\n")
+    assert cache.load(str(f)).health.xid_lookback_s == 200 and len(parses) == 2
+    d.chmod(0o777)
+    with pytest.raises(ConfigError, match="writable by others"):
+        cache.load(str(f))
