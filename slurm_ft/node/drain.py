@@ -7,6 +7,7 @@
 * A healthy run resumes a node only if its reason starts with `slurm-ft:`, the run's level covers the
   check that found the drained fault, and no active finding from another level remains (state file).
 * `may_drain` is the one gate every new drain passes: the fleet drain-rate breaker lives behind it.
+* `decide` is the whole judgement, pure over the node as Slurm shows it; `apply` only writes what it says.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from slurm_ft.vocab import OWNER, REASON_MAX, SLURM_FAULT_REASONS, owned
 if TYPE_CHECKING:
     from slurm_ft.config import Config
     from slurm_ft.slurm.api import SlurmApi
+    from slurm_ft.slurm.types import Node
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +32,6 @@ log = logging.getLogger(__name__)
 # worst first: what the admin must do decides which finding names the drain
 _ACTION_RANK = {Action.RMA: 0, Action.REBOOT: 1, Action.RESET_GPU: 2, Action.DRAIN: 3, Action.NONE: 4}
 
-# fault code -> the check that finds it (to know whether a run could have seen it go away)
 def fails(findings: Iterable[Finding]) -> List[Finding]:
     return [f for f in findings if f.severity is Severity.FAIL]
 
@@ -105,7 +106,7 @@ def _settle(node: str, reason: str, client: SlurmApi, config: Optional[Config]) 
 
 @dataclass(frozen=True)
 class Outcome:
-    action: str          # drained | reason_updated | kept | resumed | left | refused | none
+    action: str          # drained | reason_updated | kept | resumed | left | refused | none (decide: drain)
     message: str
     reason: str = ""
 
@@ -113,53 +114,65 @@ class Outcome:
         return {"action": self.action, "message": self.message, "reason": self.reason}
 
 
-def apply(client: SlurmApi, node_name: str, findings: Sequence[Finding], *, checks: Iterable[str],
-          active: Sequence[Finding] = (), config: Optional[Config] = None, now: float = 0.0, auto_resume: bool = True,
-          hold: str = "") -> Outcome:
-    """Bring the node's Slurm state in line with this run's findings (plus still-active ones).
+def decide(node: Node, findings: Sequence[Finding], *, checks: Iterable[str], active: Sequence[Finding] = (),
+           auto_resume: bool = True, hold: str = "") -> Outcome:
+    """What this run's findings (plus still-active ones) ask of the node as Slurm shows it: pure.
 
-    `hold`: why this run must not resume a drain of ours even if healthy (its sample is older than
-    the drain); the node stays drained and the message says why."""
-    node = client.node(node_name)
+    `drain` (a new drain: `apply` passes it through the breaker first), `reason_updated`, `resumed`: a
+    write to Slurm; `kept`, `left`, `none`: nothing to write. `hold`: why this run must not resume a
+    drain of ours even if healthy (its sample is older than the drain)."""
+    name = node.name
     bad = fails(list(findings)) + [f for f in active if f.severity is Severity.FAIL
                                   and (f.check, f.code, f.gpu) not in {(x.check, x.code, x.gpu) for x in findings}]
     if bad:
         reason = reason_text(bad)
-        if node.drained:
-            if node.reason == reason:
-                return Outcome("kept", f"{node_name} already drained: {reason}", reason)
-            # rewrite only a health-check reason of ours or Slurm's own fault reason; a lifecycle reason
-            # ("slurm-ft: QUARANTINED ...", "slurm-ft: RMA ...") stays: it decides how the node returns
-            if (owned(node.reason) and check_of(code_of(node.reason))) or node.reason.strip() in SLURM_FAULT_REASONS:
-                client.drain([node_name], reason)   # already drained: this only rewrites the reason
-                return Outcome("reason_updated", f"{node_name} reason {node.reason!r} -> {reason!r}", reason)
-            if owned(node.reason):
-                return Outcome("kept", f"{node_name} already drained by slurm-ft ({node.reason!r}); "
-                                       f"reason kept (found now: {reason})", node.reason)
-            return Outcome("left", f"{node_name} is drained by someone else ({node.reason!r}); left as is "
-                                   f"(would be: {reason})", reason)
-        with _serialized(config):
-            gate = may_drain(node_name, reason, client=client, config=config, now=now)
-            if not gate.allowed:
-                log.warning("%s", gate.why)
-                return Outcome("refused", gate.why, reason)
-            client.drain([node_name], reason)
-            undone = _settle(node_name, reason, client, config)
-        if undone:
-            return Outcome("refused", undone, reason)
-        return Outcome("drained", f"drained {node_name}: {reason} ({gate.why})", reason)
+        if not node.drained:
+            return Outcome("drain", f"drain {name}: {reason}", reason)
+        if node.reason == reason:
+            return Outcome("kept", f"{name} already drained: {reason}", reason)
+        # rewrite only a health-check reason of ours or Slurm's own fault reason; a lifecycle reason
+        # ("slurm-ft: QUARANTINED ...", "slurm-ft: RMA ...") stays: it decides how the node returns
+        if (owned(node.reason) and check_of(code_of(node.reason))) or node.reason.strip() in SLURM_FAULT_REASONS:
+            return Outcome("reason_updated", f"{name} reason {node.reason!r} -> {reason!r}", reason)
+        if owned(node.reason):
+            return Outcome("kept", f"{name} already drained by slurm-ft ({node.reason!r}); "
+                                   f"reason kept (found now: {reason})", node.reason)
+        return Outcome("left", f"{name} is drained by someone else ({node.reason!r}); left as is "
+                               f"(would be: {reason})", reason)
     if node.drained and owned(node.reason):
         check = check_of(code_of(node.reason))
-        checks = set(checks)
         if not auto_resume:
-            return Outcome("kept", f"{node_name} healthy; auto_resume off, still drained: {node.reason}", node.reason)
+            return Outcome("kept", f"{name} healthy; auto_resume off, still drained: {node.reason}", node.reason)
         if hold:
-            return Outcome("kept", f"{node_name} healthy in this run, but {hold}; still drained: {node.reason}",
-                           node.reason)
-        if check is None or check not in checks:
-            return Outcome("kept", f"{node_name} healthy at this level, but this level does not run the check "
+            return Outcome("kept", f"{name} healthy in this run, but {hold}; still drained: {node.reason}", node.reason)
+        if check is None or check not in set(checks):
+            return Outcome("kept", f"{name} healthy at this level, but this level does not run the check "
                                    f"behind {node.reason!r}; still drained", node.reason)
+        return Outcome("resumed", f"resumed {name}: {node.reason!r} no longer found")
+    return Outcome("none", f"{name} healthy" + (f"; drained by someone else ({node.reason!r}), left as is"
+                                                 if node.drained else ""))
+
+
+def apply(client: SlurmApi, node_name: str, findings: Sequence[Finding], *, checks: Iterable[str],
+          active: Sequence[Finding] = (), config: Optional[Config] = None, now: float = 0.0, auto_resume: bool = True,
+          hold: str = "", node: Optional[Node] = None) -> Outcome:
+    """Bring the node's Slurm state in line with this run's findings: `decide`, then write what it says.
+    `node`: the node as the caller just read it (else read here)."""
+    plan = decide(node if node is not None else client.node(node_name), findings, checks=checks, active=active,
+                  auto_resume=auto_resume, hold=hold)
+    if plan.action == "reason_updated":
+        client.drain([node_name], plan.reason)      # already drained: this only rewrites the reason
+    elif plan.action == "resumed":
         client.resume([node_name])
-        return Outcome("resumed", f"resumed {node_name}: {node.reason!r} no longer found")
-    return Outcome("none", f"{node_name} healthy" + (f"; drained by someone else ({node.reason!r}), left as is"
-                                                      if node.drained else ""))
+    elif plan.action == "drain":
+        with _serialized(config):
+            gate = may_drain(node_name, plan.reason, client=client, config=config, now=now)
+            if not gate.allowed:
+                log.warning("%s", gate.why)
+                return Outcome("refused", gate.why, plan.reason)
+            client.drain([node_name], plan.reason)
+            undone = _settle(node_name, plan.reason, client, config)
+        if undone:
+            return Outcome("refused", undone, plan.reason)
+        return Outcome("drained", f"drained {node_name}: {plan.reason} ({gate.why})", plan.reason)
+    return plan

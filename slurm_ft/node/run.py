@@ -263,13 +263,14 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
     believed = state.get("slurm_ft_drained")
     # the last time a check saw slurm-ft's drain on the node; 0: not known (then no Xid is acknowledged)
     seen = float(state.get("drained_seen") or 0.0)
+    assert client is not None       # --drain comes with a client (see check_node)
+    slurm_node = None               # Slurm's view of the node, read once for the whole decision
     if believed and report.sample is not None:
-        assert client is not None       # --drain comes with a client (see check_node)
         try:
-            resumed = not client.node(node).drained
-        except CommandError:
-            resumed = False
-        if resumed:
+            slurm_node = client.node(node)
+        except CommandError as exc:
+            return _unreachable(report, exc)
+        if not slurm_node.drained:
             since = max(seen, float(state.get("xid_ack") or 0.0))
             report = _acknowledge(report, config, path, node, since, now, record)
             active = [f for f in report.findings if f.severity is Severity.FAIL]
@@ -282,14 +283,12 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
     # predate the fault it found, so it must not resume that drain
     hold = (f"a check started {seen - now:.1f} s after this one saw slurm-ft's drain"
             if believed and seen > now else "")
-    assert client is not None
     try:
         outcome = dr.apply(client, node, report.findings, checks=report.checks, active=active, config=config,
-                           now=now, auto_resume=config.health.auto_resume, hold=hold)
+                           now=now, auto_resume=config.health.auto_resume, hold=hold, node=slurm_node)
         report.drain = outcome.to_dict()
-    except CommandError as exc:   # Slurm unreachable: the verdict stands, the drain is reported failed
-        report.drain = {"action": "error", "message": str(exc), "reason": dr.reason_text(report.findings)}
-        return report
+    except CommandError as exc:
+        return _unreachable(report, exc)
     ours_now = outcome.action in ("drained", "reason_updated", "kept") and vocab.owned(outcome.reason)
     if record and (ours_now or believed is not ours_now):
         try:
@@ -299,6 +298,13 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
                     state["drained_seen"] = max(now, float(state.get("drained_seen") or 0.0))
         except PermissionError as exc:
             log.warning("state file %s not written: %s", path, exc)
+    return report
+
+
+def _unreachable(report: Report, exc: CommandError) -> Report:
+    """Slurm did not answer: the verdict stands, the drain is reported failed."""
+    from slurm_ft.node import drain as dr   # lazy: as in _drain_step
+    report.drain = {"action": "error", "message": str(exc), "reason": dr.reason_text(report.findings)}
     return report
 
 

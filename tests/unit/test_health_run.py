@@ -247,6 +247,22 @@ def test_active_finding_from_another_level_blocks_resume():
     assert out.action == "kept" and c.calls == []
 
 
+@pytest.mark.parametrize("state, reason, findings, action", [
+    (frozenset(), "", [XID79], "drain"),
+    (frozenset({"DRAIN"}), "slurm-ft: XID79 gpu3 GPU has fallen off the bus", [XID79], "kept"),
+    (frozenset({"DRAIN"}), "slurm-ft: ECC_DBE gpu5 old", [XID79], "reason_updated"),
+    (frozenset({"DRAIN"}), "Epilog error", [XID79], "reason_updated"),
+    (frozenset({"DRAIN"}), "slurm-ft: QUARANTINED incident 4", [XID79], "kept"),
+    (frozenset({"DRAIN"}), "bad DIMM, ticket 42", [XID79], "left"),
+    (frozenset({"DRAIN"}), "slurm-ft: XID79 gpu3 GPU has fallen off the bus", [], "resumed"),
+    (frozenset({"DRAIN"}), "slurm-ft: QUARANTINED incident 4", [], "kept"),
+    (frozenset(), "", [], "none"),
+])
+def test_the_drain_decision_is_a_function_of_the_node_as_slurm_shows_it(state, reason, findings, action):
+    node = Node("gpu001", "IDLE", state, reason=reason)
+    assert dr.decide(node, findings, checks=levels.checks_for("quick")).action == action
+
+
 def test_gate_refusal_leaves_node_in_service(tmp_path):
     cfg = replace(config(tmp_path), lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=1))
     c = one_node(Node("gpu001", "IDLE"), [Node("gpu002", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu0 x")])
