@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
+from slurm_ft.errors import CommandError
 from slurm_ft.job.tag import FtSpec, encode
 from slurm_ft.slurm.api import NodeSpec
 from slurm_ft.slurm.client import JobNotFound
@@ -41,12 +42,16 @@ class FakeSlurm:
         self.calls: List[tuple] = []
         self.job_submit: List[str] = []          # slurmctld's JobSubmitPlugins: none, unless a test sets it
         self.requeuing: Set[int] = set()         # requeued, COMPLETING until the next read
+        self.fleet_reads_fail = False            # a read of every node fails (a swamped slurmctld's timeout);
+                                                 # one node's read still answers
 
     # --- reads ------------------------------------------------------------------------------------
     def version(self) -> Tuple[int, int, int]:
         return (22, 5, 8)
 
     def nodes(self, names: Optional[NodeSpec] = None) -> List[Node]:
+        if names is None and self.fleet_reads_fail:
+            raise CommandError(["scontrol", "show", "node"], 1, "Unable to contact slurm controller")
         self._tick()
         wanted = set(node_names(names)) if names is not None else None
         return [self._node(x) for x in sorted(self.n) if wanted is None or x in wanted]

@@ -11,10 +11,10 @@ from dataclasses import replace
 import pytest
 
 from slurm_ft.config import Config, HealthConfig, LifecycleConfig
-from slurm_ft.errors import CommandError
 from slurm_ft.node import breaker as brk
 from slurm_ft.node import guard
 from slurm_ft.slurm.types import Node
+from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 
 HOUR = 3600.0
 NOW = 1_764_430_000.0
@@ -81,17 +81,17 @@ def test_view_round_trips_and_rejects_garbage():
             brk.FleetView.from_dict(bad)
 
 
-class Stub:
-    def __init__(self, nodes=None, error=False):
-        self._nodes, self.error = nodes or [], error
+def down() -> FakeSlurm:
+    s = FakeSlurm(train=(), spares=())
+    s.fleet_reads_fail = True
+    return s
 
-    def fleet_nodes(self):          # the breaker's read: the same nodes
-        return self.nodes()
 
-    def nodes(self, names=None):
-        if self.error:
-            raise CommandError(["scontrol", "show", "node"], 1, "Unable to contact slurm controller")
-        return self._nodes
+def holding(nodes) -> FakeSlurm:
+    """The shared fake holding exactly `nodes`, in no partition."""
+    s = FakeSlurm(train=(), spares=())
+    s.n = {x.name: x for x in nodes}
+    return s
 
 
 def cfg(tmp_path, **lc) -> Config:
@@ -100,7 +100,7 @@ def cfg(tmp_path, **lc) -> Config:
 
 
 def test_guard_refuses_loudly_when_the_count_is_unknown(tmp_path, caplog):
-    d = guard.may_take_out(cfg(tmp_path), ["gpu1"], client=Stub(error=True), now=NOW)
+    d = guard.may_take_out(cfg(tmp_path), ["gpu1"], client=down(), now=NOW)
     assert not d.allowed and "unknown" in d.reason
     assert any(r.levelname == "ERROR" and "unknown" in r.message for r in caplog.records)
 
@@ -151,20 +151,11 @@ def test_settle_undoes_our_drain_past_the_limit_and_when_slurm_cannot_be_read(tm
     now = time.time()
     mine = Node("b", "IDLE", frozenset({"DRAIN"}), "slurm-ft: XID79 gpu1 x", reason_time=stamp(now))
 
-    class S(Stub):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
-            self.resumed = []
-
-        def node(self, name):
-            return mine
-
-        def resume(self, names):
-            self.resumed += names
     other = Node("a", "IDLE", frozenset({"DRAIN"}), "slurm-ft: ECC_DBE gpu0 x", reason_time=stamp(now - 1))
-    s = S([other, mine] + [Node(f"n{i}", "IDLE") for i in range(8)])
-    assert "undone" in guard.settle(c, "b", mine.reason, client=s) and s.resumed == ["b"]
-    s = S([mine] + [Node(f"n{i}", "IDLE") for i in range(9)])
-    assert guard.settle(c, "b", mine.reason, client=s) == "" and s.resumed == []
-    s = S(error=True)
-    assert "unknown" in guard.settle(c, "b", mine.reason, client=s) and s.resumed == ["b"]
+    s = holding([other, mine] + [Node(f"n{i}", "IDLE") for i in range(8)])
+    assert "undone" in guard.settle(c, "b", mine.reason, client=s) and s.calls == [("resume", ("b",))]
+    s = holding([mine] + [Node(f"n{i}", "IDLE") for i in range(9)])
+    assert guard.settle(c, "b", mine.reason, client=s) == "" and s.calls == []
+    s = holding([mine])
+    s.fleet_reads_fail = True
+    assert "unknown" in guard.settle(c, "b", mine.reason, client=s) and s.calls == [("resume", ("b",))]

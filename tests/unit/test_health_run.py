@@ -279,13 +279,9 @@ def test_builtin_gate_counts_slurm_ft_drains_in_slurm():
 
 
 def test_builtin_gate_refuses_when_slurm_cannot_be_read():
-    from slurm_ft.errors import CommandError
-
-    class Down(FakeSlurm):
-        def nodes(self, names=None):
-            raise CommandError(["scontrol", "show", "node"], 1, "Unable to contact slurm controller")
     cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.5, breaker_max_nodes=0))
-    c = Down(train=(), spares=(), others=["gpu001"])
+    c = FakeSlurm(train=(), spares=(), others=["gpu001"])
+    c.fleet_reads_fail = True
     out = dr.apply(c, "gpu001", [XID79], checks=("xid",), config=cfg, now=0.0)
     assert out.action == "refused" and "unknown" in out.message and c.calls == []
 
