@@ -55,10 +55,10 @@ def served_node(argv: Sequence[str], env: Mapping[str, str]) -> Optional[str]:
                 return None
             i += 1
             value = argv[i]
+        if _VALUED[key] == "level" and value not in SERVED_LEVELS:
+            return None          # argparse checks every --level given, not only the last one
         seen[_VALUED[key]] = value
         i += 1
-    if seen["level"] not in SERVED_LEVELS:
-        return None
     return seen["node"] or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 

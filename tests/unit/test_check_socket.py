@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from slurm_ft.cli.check import parser
 from slurm_ft.config import load_config
@@ -214,6 +214,7 @@ def test_a_stale_socket_is_replaced_and_a_live_one_kept(node):
 @given(st.lists(st.sampled_from(["--level", "-l", "--node", "--job-id", "--json", "--drain", "--no-state",
                                  "--local", "--level=quick", "-l=prolog", "--help", "quick", "prolog", "epilog",
                                  "full", "n1", "", "=", "--", "-"]) | st.text(), max_size=6))
+@example(["--level", "n1", "--level=quick"])   # argparse refuses the first --level though the last is fine
 def test_the_client_serves_only_what_the_hooks_own_parser_accepts(argv):
     """Whatever it sends, the watcher's argparse never meets a usage error (it would exit the thread)."""
     env = {"SLURMD_NODENAME": "n1"}
