@@ -119,8 +119,8 @@ def decide(node: Node, findings: Sequence[Finding], *, checks: Iterable[str], ac
     """What this run's findings (plus still-active ones) ask of the node as Slurm shows it: pure.
 
     `drain` (a new drain: `apply` passes it through the breaker first), `reason_updated`, `resumed`: a
-    write to Slurm; `kept`, `left`, `none`: nothing to write. `hold`: why this run must not resume a
-    drain of ours even if healthy (its sample is older than the drain)."""
+    write to Slurm (`apply`); `kept`, `left`, `none`: nothing to write. `hold`: why this run must not
+    resume a drain of ours even if healthy (its sample is older than the drain)."""
     name = node.name
     bad = fails(list(findings)) + [f for f in active if f.severity is Severity.FAIL
                                   and (f.check, f.code, f.gpu) not in {(x.check, x.code, x.gpu) for x in findings}]
@@ -153,13 +153,10 @@ def decide(node: Node, findings: Sequence[Finding], *, checks: Iterable[str], ac
                                                  if node.drained else ""))
 
 
-def apply(client: SlurmApi, node_name: str, findings: Sequence[Finding], *, checks: Iterable[str],
-          active: Sequence[Finding] = (), config: Optional[Config] = None, now: float = 0.0, auto_resume: bool = True,
-          hold: str = "", node: Optional[Node] = None) -> Outcome:
-    """Bring the node's Slurm state in line with this run's findings: `decide`, then write what it says.
-    `node`: the node as the caller just read it (else read here)."""
-    plan = decide(node if node is not None else client.node(node_name), findings, checks=checks, active=active,
-                  auto_resume=auto_resume, hold=hold)
+def apply(client: SlurmApi, node_name: str, plan: Outcome, *, config: Optional[Config] = None,
+          now: float = 0.0) -> Outcome:
+    """Write what `decide` said to Slurm; a new drain passes the breaker first (and is undone when
+    racing drains passed it meanwhile). The outcome: `plan`, or drained/refused for a new drain."""
     if plan.action == "reason_updated":
         client.drain([node_name], plan.reason)      # already drained: this only rewrites the reason
     elif plan.action == "resumed":

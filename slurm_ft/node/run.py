@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from slurm_ft.config import Config, HealthConfig, NodeType
 from slurm_ft.errors import CommandError, ConfigError, SlurmFTError
-from slurm_ft.node import levels, state as st
+from slurm_ft.node import drain as dr, levels, state as st
 from slurm_ft.node.gather import Reader, gather
 from slurm_ft.node.probes import ProbeContext, get as get_probe, query_check
 from slurm_ft.finding import Action, Finding, Severity
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from slurm_ft.slurm.api import SlurmApi
+    from slurm_ft.slurm.types import Node
 
 log = logging.getLogger(__name__)
 
@@ -256,36 +257,37 @@ def _save_fleet_view(config: Config, node: str, client: SlurmApi, now: float) ->
 
 def _drain_step(report: Report, node: str, config: Config, client: Optional[SlurmApi], path: Path,
                 before: Dict[str, Any], record: bool, active: List[Finding], now: float) -> Report:
-    """Drain or resume the node for this run's findings (called under the node's drain lock)."""
-    from slurm_ft.node import drain as dr   # lazy: only --drain drains or resumes; the hooks never do
-
+    """Drain or resume the node for this run's findings (called under the node's drain lock): read what
+    the decision needs, decide (`drain_plan`, pure), then write: the state file, Slurm, the state file."""
     state = _reload(path, node) if record else before
-    believed = state.get("slurm_ft_drained")
-    # the last time a check saw slurm-ft's drain on the node; 0: not known (then no Xid is acknowledged)
-    seen = float(state.get("drained_seen") or 0.0)
     assert client is not None       # --drain comes with a client (see check_node)
-    slurm_node = None               # Slurm's view of the node, read once for the whole decision
-    if believed and report.sample is not None:
+    believed = state.get("slurm_ft_drained")
+    slurm_node = None
+    if not _quiet(report.healthy, active, believed):
         try:
             slurm_node = client.node(node)
         except CommandError as exc:
             return _unreachable(report, exc)
-        if not slurm_node.drained:
-            since = max(seen, float(state.get("xid_ack") or 0.0))
-            report = _acknowledge(report, config, path, node, since, now, record)
-            active = [f for f in report.findings if f.severity is Severity.FAIL]
-    if report.healthy and not active and believed is False:
-        # nothing wrong and no drain of ours outstanding: spare slurmctld an RPC per node per interval
+    plan = drain_plan(report, state, slurm_node, active, config, now)
+    report.findings = plan.findings
+    if plan.acknowledged is not None:
+        log.info("%s was resumed since slurm-ft drained it: Xids logged before %s are acknowledged",
+                 node, plan.acknowledged)
+        if record:
+            try:
+                with st.locked(path, node) as state:
+                    state["xid_ack"] = plan.acknowledged
+                    state["active"] = [st.finding_to_dict(f, report.level, now) for f in plan.findings
+                                       if f.severity is Severity.FAIL]
+                    state["slurm_ft_drained"] = False
+            except PermissionError as exc:
+                log.warning("state file %s not written: %s", path, exc)
+    if plan.decision is None:
         report.drain = {"action": "none", "message": f"{node} healthy (no slurm-ft drain outstanding)",
                         "reason": ""}
         return report
-    # a check that started after this one saw our drain on the node: this run's healthy sample may
-    # predate the fault it found, so it must not resume that drain
-    hold = (f"a check started {seen - now:.1f} s after this one saw slurm-ft's drain"
-            if believed and seen > now else "")
     try:
-        outcome = dr.apply(client, node, report.findings, checks=report.checks, active=active, config=config,
-                           now=now, auto_resume=config.health.auto_resume, hold=hold, node=slurm_node)
+        outcome = dr.apply(client, node, plan.decision, config=config, now=now)
         report.drain = outcome.to_dict()
     except CommandError as exc:
         return _unreachable(report, exc)
@@ -294,16 +296,57 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
         try:
             with st.locked(path, node) as state:
                 state["slurm_ft_drained"] = ours_now
-                if ours_now:      # the last time slurm-ft saw its drain on the node (see _acknowledge)
+                if ours_now:      # the last time slurm-ft saw its drain on the node (see drain_plan)
                     state["drained_seen"] = max(now, float(state.get("drained_seen") or 0.0))
         except PermissionError as exc:
             log.warning("state file %s not written: %s", path, exc)
     return report
 
 
+@dataclass(frozen=True)
+class DrainPlan:
+    findings: List[Finding]          # the run's, judged again without acknowledged Xids where that applies
+    acknowledged: Optional[float]    # a resume behind our back: Xids logged before this no longer count
+    decision: Optional[dr.Outcome]   # what to ask of Slurm (drain.decide); None: nothing, no read needed
+
+
+def drain_plan(report: Report, state: Mapping[str, Any], slurm_node: Optional[Node], active: List[Finding],
+               config: Config, now: float) -> DrainPlan:
+    """The node side's whole drain decision, pure over this run's report, the state file and Slurm's node
+    (None only when the node is quiet: see _quiet).
+
+    The node was resumed behind our back (an admin, the lifecycle sweep) after slurm-ft drained it: what
+    made us drain it was dealt with. Xids logged before slurm-ft last saw its drain on the node no longer
+    count (the sample is judged again without them), and findings left active by other levels are
+    dropped: the level that can see them re-checks at its next run. An Xid logged later is new and counts."""
+    believed = state.get("slurm_ft_drained")
+    # the last time a check saw slurm-ft's drain on the node; 0: not known (then no Xid is acknowledged)
+    seen = float(state.get("drained_seen") or 0.0)
+    findings, acknowledged = report.findings, None
+    if believed and report.sample is not None and slurm_node is not None and not slurm_node.drained:
+        acknowledged = max(seen, float(state.get("xid_ack") or 0.0))
+        findings = _without_xids_before(report, config, acknowledged, now)
+        active = dr.fails(findings)
+    if _quiet(not dr.fails(findings), active, believed):
+        return DrainPlan(findings, acknowledged, None)
+    assert slurm_node is not None    # _drain_step reads it whenever the node is not quiet
+    # a check that started after this one saw our drain on the node: this run's healthy sample may
+    # predate the fault it found, so it must not resume that drain
+    hold = (f"a check started {seen - now:.1f} s after this one saw slurm-ft's drain"
+            if believed and seen > now else "")
+    return DrainPlan(findings, acknowledged,
+                     dr.decide(slurm_node, findings, checks=report.checks, active=active,
+                               auto_resume=config.health.auto_resume, hold=hold))
+
+
+def _quiet(healthy: bool, active: List[Finding], believed: object) -> bool:
+    """Nothing wrong and no drain of ours outstanding: no need to ask Slurm (an RPC per node per
+    interval spared)."""
+    return healthy and not active and believed is False
+
+
 def _unreachable(report: Report, exc: CommandError) -> Report:
     """Slurm did not answer: the verdict stands, the drain is reported failed."""
-    from slurm_ft.node import drain as dr   # lazy: as in _drain_step
     report.drain = {"action": "error", "message": str(exc), "reason": dr.reason_text(report.findings)}
     return report
 
@@ -315,19 +358,13 @@ def _reload(path: Path, node: str) -> Dict[str, Any]:
         return {}
 
 
-def _acknowledge(report: Report, config: Config, path: Path, node: str, since: float, now: float,
-                 record: bool) -> Report:
-    """The node was resumed behind our back (an admin, the lifecycle sweep) after slurm-ft drained it:
-    what made us drain it was dealt with. Xids logged before slurm-ft last saw its drain on the node
-    (`since`) no longer count (the sample is judged again without them), and findings left active by
-    other levels are dropped: the level that can see them re-checks at its next run. An Xid logged
-    later is new and counts."""
-    log.info("%s was resumed since slurm-ft drained it: Xids logged before %s are acknowledged", node, since)
+def _without_xids_before(report: Report, config: Config, since: float, now: float) -> List[Finding]:
+    """The run's findings with its Xids judged again counting only those logged after `since`."""
     hc = config.health
-    _, node_type = node_type_for(node, hc)
+    _, node_type = node_type_for(report.node, hc)
     ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=report.level, now=now, xid_since=since,
                        xid_untimed=False, ignore_processes=tuple(hc.ignore_processes))
-    assert report.sample is not None          # _drain_step acknowledges only a run that read the node
+    assert report.sample is not None          # drain_plan acknowledges only a run that read the node
     xid_findings = judge(report.sample, ("xid",), ctx)
     merged: List[Finding] = []
     for f in report.findings:                 # keep the checks' order: xid lines where they were
@@ -336,14 +373,4 @@ def _acknowledge(report: Report, config: Config, path: Path, node: str, since: f
         elif xid_findings:
             merged += xid_findings
             xid_findings = []
-    report.findings = merged
-    if record:
-        try:
-            with st.locked(path, node) as state:
-                state["xid_ack"] = since
-                state["active"] = [st.finding_to_dict(f, report.level, now) for f in report.findings
-                                   if f.severity is Severity.FAIL]
-                state["slurm_ft_drained"] = False
-        except PermissionError as exc:
-            log.warning("state file %s not written: %s", path, exc)
-    return report
+    return merged

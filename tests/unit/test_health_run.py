@@ -201,6 +201,12 @@ def one_node(node: Node, others=()) -> FakeSlurm:
     return s
 
 
+def decide_and_apply(c: FakeSlurm, findings, *, checks, active=(), config=None, now=0.0) -> dr.Outcome:
+    """A check's drain step for gpu001: decide over the node as Slurm shows it, then write that."""
+    plan = dr.decide(c.node("gpu001"), findings, checks=checks, active=active)
+    return dr.apply(c, "gpu001", plan, config=config, now=now)
+
+
 XID79 = Finding("xid", Severity.FAIL, "GPU has fallen off the bus", "XID79", 3, Action.REBOOT)
 ECC = Finding("ecc", Severity.FAIL, "uncorrectable ECC errors (volatile 2)", "ECC_DBE", 5, Action.RESET_GPU)
 
@@ -214,36 +220,36 @@ def test_reason_names_code_gpu_and_cause_and_fits():
 
 def test_fail_drains_a_healthy_node_once():
     c = one_node(Node("gpu001", "IDLE"))
-    out = dr.apply(c, "gpu001", [XID79], checks=("xid",))
+    out = decide_and_apply(c, [XID79], checks=("xid",))
     assert out.action == "drained" and c.calls == [("drain", ("gpu001",), "slurm-ft: XID79 gpu3 GPU has fallen off the bus")]
-    out = dr.apply(c, "gpu001", [XID79], checks=("xid",))
+    out = decide_and_apply(c, [XID79], checks=("xid",))
     assert out.action == "kept" and len(c.calls) == 1
 
 
 def test_admin_drain_is_never_touched():
     c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="bad DIMM, ticket 42"))
-    assert dr.apply(c, "gpu001", [XID79], checks=("xid",)).action == "left"
-    assert dr.apply(c, "gpu001", [], checks=levels.checks_for("full")).action == "none"
+    assert decide_and_apply(c, [XID79], checks=("xid",)).action == "left"
+    assert decide_and_apply(c, [], checks=levels.checks_for("full")).action == "none"
     assert c.calls == []
 
 
 def test_prolog_error_drain_gets_the_exact_reason():
     c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="Prolog error"))
-    out = dr.apply(c, "gpu001", [], checks=("inventory",), active=[ECC])
+    out = decide_and_apply(c, [], checks=("inventory",), active=[ECC])
     assert out.action == "reason_updated" and c.node("gpu001").reason.startswith("slurm-ft: ECC_DBE gpu5")
 
 
 def test_resume_only_own_drain_and_only_when_the_level_saw_it_clear():
     c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: NVLINK_DOWN gpu1 17 of 18"))
-    assert dr.apply(c, "gpu001", [], checks=levels.checks_for("quick")).action == "kept"   # quick has no nvlink
-    assert dr.apply(c, "gpu001", [], checks=levels.checks_for("full")).action == "resumed"
+    assert decide_and_apply(c, [], checks=levels.checks_for("quick")).action == "kept"   # quick has no nvlink
+    assert decide_and_apply(c, [], checks=levels.checks_for("full")).action == "resumed"
     assert c.calls == [("resume", ("gpu001",))]
 
 
 def test_active_finding_from_another_level_blocks_resume():
     c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: GPU_PROC_LEFT gpu0 left"))
     left = Finding("processes", Severity.FAIL, "left", "GPU_PROC_LEFT", 0, Action.DRAIN)
-    out = dr.apply(c, "gpu001", [], checks=levels.checks_for("quick"), active=[left])
+    out = decide_and_apply(c, [], checks=levels.checks_for("quick"), active=[left])
     assert out.action == "kept" and c.calls == []
 
 
@@ -266,7 +272,7 @@ def test_the_drain_decision_is_a_function_of_the_node_as_slurm_shows_it(state, r
 def test_gate_refusal_leaves_node_in_service(tmp_path):
     cfg = replace(config(tmp_path), lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=1))
     c = one_node(Node("gpu001", "IDLE"), [Node("gpu002", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu0 x")])
-    out = dr.apply(c, "gpu001", [XID79], checks=("xid",), config=cfg, now=time.time())
+    out = decide_and_apply(c, [XID79], checks=("xid",), config=cfg, now=time.time())
     assert out.action == "refused" and "limit 1" in out.message and c.calls == []
 
 
@@ -282,7 +288,7 @@ def test_builtin_gate_refuses_when_slurm_cannot_be_read():
     cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.5, breaker_max_nodes=0))
     c = FakeSlurm(train=(), spares=(), others=["gpu001"])
     c.fleet_reads_fail = True
-    out = dr.apply(c, "gpu001", [XID79], checks=("xid",), config=cfg, now=0.0)
+    out = decide_and_apply(c, [XID79], checks=("xid",), config=cfg, now=0.0)
     assert out.action == "refused" and "unknown" in out.message and c.calls == []
 
 
@@ -474,8 +480,8 @@ def test_watch_checks_at_once_when_nvml_stops_delivering_events(tmp_path):
 
 def test_lifecycle_reasons_are_neither_rewritten_nor_resumed():
     c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: QUARANTINED after XID79 (job 12)"))
-    assert dr.apply(c, "gpu001", [ECC], checks=("ecc",)).action == "kept"
-    assert dr.apply(c, "gpu001", [], checks=levels.checks_for("burnin")).action == "kept"
+    assert decide_and_apply(c, [ECC], checks=("ecc",)).action == "kept"
+    assert decide_and_apply(c, [], checks=levels.checks_for("burnin")).action == "kept"
     assert c.calls == [] and c.node("gpu001").reason.startswith("slurm-ft: QUARANTINED")
 
 
@@ -496,6 +502,24 @@ def test_xids_before_an_admin_resume_are_acknowledged_new_ones_drain_again(tmp_p
         fh.write(_kmsg_line(now - 20, 79))
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now - 10)
     assert rep.drain["action"] == "drained" and c.node("gpu001").reason.startswith("slurm-ft: XID79")
+
+
+def test_the_node_sides_drain_plan_is_a_function_of_report_state_file_and_slurms_node(tmp_path):
+    cfg = config(tmp_path)
+    now = time.time()
+    (tmp_path / "gpu001.kmsg").write_text(_kmsg_line(now - 60, 79))
+    rep = run.run_level("quick", "gpu001", cfg, reader=reader_for(gpus()), now=now)
+    ours = Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason=dr.reason_text(rep.findings))
+    resumed = Node("gpu001", "IDLE")
+    # still drained by us: keep it, acknowledge nothing
+    plan = run.drain_plan(rep, {"slurm_ft_drained": True, "drained_seen": now - 50}, ours, [], cfg, now)
+    assert plan.acknowledged is None and plan.decision.action == "kept" and dr.fails(plan.findings)
+    # resumed behind our back: the Xid logged before our drain was last seen no longer counts
+    plan = run.drain_plan(rep, {"slurm_ft_drained": True, "drained_seen": now - 50}, resumed, [], cfg, now)
+    assert plan.acknowledged == now - 50 and not dr.fails(plan.findings) and plan.decision.action == "none"
+    # no drain of ours, nothing wrong: nothing to ask Slurm, which need not have been read
+    healthy = run.run_level("quick", "gpu001", config(tmp_path / "clean"), reader=reader_for(gpus()), now=now)
+    assert run.drain_plan(healthy, {"slurm_ft_drained": False}, None, [], cfg, now).decision is None
 
 
 def test_epilog_counts_only_gpu_processes_that_outlive_the_grace_period(tmp_path):
