@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from slurm_ft.config import Config
     from slurm_ft.fleet.controller import Controller
-    from slurm_ft.fleet.lock import FileLock
+    from slurm_ft.filelock import FileLock
 
 log = logging.getLogger("slurm_ft.controller")
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Mapping, Optional
 import click
 
 from slurm_ft.errors import EXIT_COMMAND, UsageError
-from slurm_ft.fleet.lock import FileLock
+from slurm_ft.filelock import FileLock
 
 if TYPE_CHECKING:
     from slurm_ft.fleet.sweep import SweepReport

@@ -3,7 +3,7 @@
 Stateless between cycles except for the journal: a controller killed at any moment (SIGKILL included)
 and started again reads the open incidents back and the plan carries them on. Each act re-reads what
 it changes from Slurm just before writing (partition node lists under the fleet lock the sweep and the
-node CLI take too, fleet/membership.py), and does nothing when the work is already done, so an
+node CLI take too, slurm/membership.py), and does nothing when the work is already done, so an
 intent whose result never reached the journal is safe to redo (tests/lab/test_crash_consistency.py
 kills it right after each journal write, through `on_journal`, and starts another).
 """
@@ -19,8 +19,8 @@ from typing import (TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, Iterator
 
 from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, SlurmFTError
-from slurm_ft.fleet.lock import FileLock
-from slurm_ft.fleet.membership import Delta, Membership
+from slurm_ft.filelock import FileLock
+from slurm_ft.slurm.membership import Delta, Membership
 from slurm_ft.fleet.records import Incident, Step
 from slurm_ft.fleet import journal as jn
 from slurm_ft.fleet import outage as out

@@ -27,8 +27,8 @@ from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.fleet import collect, journal, remediator
 from slurm_ft.node import guard
 from slurm_ft.node.levels import LEVELS
-from slurm_ft.fleet.lock import FileLock
-from slurm_ft.fleet.membership import Delta, Membership
+from slurm_ft.filelock import FileLock
+from slurm_ft.slurm.membership import Delta, Membership
 from slurm_ft.fleet.pool import pool_target
 from slurm_ft.fleet.remediator import take_reset_gpus
 from slurm_ft.fleet.reconcile import Change, classify

@@ -277,8 +277,7 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
             try:
                 with st.locked(path, node) as state:
                     state["xid_ack"] = plan.acknowledged
-                    state["active"] = [st.finding_to_dict(f, report.level, now) for f in plan.findings
-                                       if f.severity is Severity.FAIL]
+                    state["active"] = [st.finding_to_dict(f, report.level, now) for f in dr.fails(plan.findings)]
                     state["slurm_ft_drained"] = False
             except PermissionError as exc:
                 log.warning("state file %s not written: %s", path, exc)

@@ -91,7 +91,7 @@ def test_sweep_is_silent_without_news_and_busy_exits_5(env, capsys):
     tmp, slurm = env
     rc, out, err = cli(capsys, "sweep")
     assert (rc, out, err) == (0, "", "")
-    from slurm_ft.fleet.lock import FileLock
+    from slurm_ft.filelock import FileLock
     with FileLock(tmp / "state" / "sweep.lock"):
         rc, out, err = cli(capsys, "sweep")
     assert rc == 5 and "slurm-ft: error: another sweep is running (pid" in err

@@ -14,7 +14,7 @@ import pytest
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
 from slurm_ft.errors import Busy
-from slurm_ft.fleet.lock import FileLock
+from slurm_ft.filelock import FileLock
 from slurm_ft.fleet.states import Event, State
 from slurm_ft.fleet.store import Store
 from slurm_ft.fleet.sweep import Sweeper, read_verdict, sweep_locked, validation_script

@@ -14,7 +14,7 @@ import pytest
 
 from slurm_ft.config import Config, ControllerConfig
 from slurm_ft.errors import Busy
-from slurm_ft.fleet.membership import Delta, Membership, apply_deltas, lock_path
+from slurm_ft.slurm.membership import Delta, Membership, apply_deltas, lock_path
 from slurm_ft.fleet.states import State
 from slurm_ft.fleet.store import Store
 from slurm_ft.fleet.sweep import Sweeper

@@ -28,7 +28,8 @@ from fakeslurm import FakeSlurm
 
 PACKAGE = os.path.dirname(slurm_ft.__file__) + os.sep
 REPO = os.path.dirname(os.path.dirname(PACKAGE))
-WRITES = {"drain", "requeue", "update_partition", "update_job", "release"}   # FakeSlurm's writes
+WRITES = {"drain", "resume", "set_partition_nodes", "requeue", "release", "update_job", "start_now",  # FakeSlurm's
+          "shrink", "cancel"}                                                                     # writes
 
 
 class Trace:

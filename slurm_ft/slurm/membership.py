@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from slurm_ft.fleet.lock import FileLock
+from slurm_ft.filelock import FileLock
 from slurm_ft.slurm.types import Partition
 
 if TYPE_CHECKING:
