@@ -653,14 +653,14 @@ lifecycle:
 
     # --- down ---------------------------------------------------------------------------------------
     def down(self, quiet: bool = False, timeout: float = 15.0) -> List[int]:
-        """Stop every daemon of this lab (and leftover job steps), by pid. Returns the pids stopped."""
+        """Stop every daemon of this lab (and leftover job steps and hooks), by pid. Returns the pids stopped."""
         if self.running():
             self._cancel_all_jobs(timeout)
         alive = [d for d in self.daemons() if d["alive"]]
         rank = {"slurmd": 0, "slurmctld": 1, "munged": 2}
         stopped = _terminate([d["pid"] for d in sorted(alive, key=lambda d: rank[d["name"]])], min(timeout, 5.0))
-        steps = _leftover_steps(self.dir)
-        stopped += _terminate(steps + _descendants(steps), 1.0, sig=signal.SIGKILL)
+        left = _leftovers(self.dir)
+        stopped += _terminate(left + _descendants(left), 1.0, sig=signal.SIGKILL)
         if not quiet:
             log.info("stopped %d processes of the lab in %s", len(stopped), self.dir)
         return stopped
@@ -779,16 +779,20 @@ def _is_our_process(pid: int, name: str, lab: Lab) -> bool:
     return any(a == str(lab.conf) or a.startswith(nodes_etc) for a in argv)
 
 
-def _leftover_steps(directory: Path) -> List[int]:
-    """slurmstepd processes (and their children) that our slurmds left behind."""
+def _leftovers(directory: Path) -> List[int]:
+    """What our slurmds left behind: slurmstepd processes, and hooks (a HealthCheckProgram that
+    slurmd started as it was stopped outlives it). Their children are found by _descendants."""
+    hooks = f"{directory}/hooks/"
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         argv = _proc_cmdline(pid)
-        if argv and argv[0].startswith("slurmstepd") and _alive(pid) \
-                and _proc_env(pid).get(MARKER_ENV) == str(directory):
+        if not argv or not _alive(pid):
+            continue
+        step = argv[0].startswith("slurmstepd") and _proc_env(pid).get(MARKER_ENV) == str(directory)
+        if step or any(a.startswith(hooks) for a in argv[:2]):
             pids.append(pid)
     return pids
 

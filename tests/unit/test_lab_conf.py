@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
@@ -253,3 +254,29 @@ def test_a_slurmd_that_dies_before_daemonising_is_started_again(tmp_path, monkey
     assert calls.count("gpu001") == 2 and "gpu001" in alive
     assert calls.count("gpu002") == cluster.START_TRIES
     assert calls.count("gpu003") == 1
+
+
+def test_down_stops_a_hook_its_slurmd_left_behind(lab):
+    """Slurm 26.05's slurmd, stopped while its HealthCheckProgram ran, left the hook and the check it had
+    started (a `scontrol show node` below it) running after `lab down` (CI, sid room)."""
+    hook = lab.dir / "hooks" / "healthcheck"
+    hook.parent.mkdir(parents=True)
+    hook.write_text("#!/bin/sh\nsleep 60 &\nwait\n")
+    hook.chmod(0o755)
+    orphan = subprocess.Popen([str(hook)], start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while not cluster._descendants([orphan.pid]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = cluster._descendants([orphan.pid])
+        assert child, "the hook did not start its child"
+        stopped = lab.down(quiet=True)
+        assert orphan.pid in stopped and set(child) <= set(stopped)
+        assert orphan.wait(timeout=5) == -9
+        assert not any(cluster._alive(p) for p in child)
+        assert other.poll() is None        # a process that is not the lab's is left alone
+    finally:
+        for p in (orphan, other):
+            p.kill()
+            p.wait()
