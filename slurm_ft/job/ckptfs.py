@@ -20,7 +20,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 MAX_ENTRIES = 100_000          # per directory listed
 DEFAULT_DEADLINE_S = 30.0      # for a whole scan
@@ -69,6 +69,17 @@ class LocalFS(FS):
     def __init__(self, deadline_s: float = DEFAULT_DEADLINE_S, root: str = ""):
         self.deadline = time.monotonic() + deadline_s
         self.root = root.rstrip("/") or "/"
+        # the directory whose files were read last, held open: a checkpoint's files are read one after
+        # another from the same step directory, relative to the descriptor it was opened as
+        self._held: Optional[Tuple[str, int]] = None
+
+    def close(self) -> None:
+        if self._held is not None:
+            os.close(self._held[1])
+            self._held = None
+
+    def __del__(self) -> None:
+        self.close()
 
     def _tick(self) -> None:
         if time.monotonic() > self.deadline:
@@ -116,15 +127,24 @@ class LocalFS(FS):
             fd = nfd
         return fd
 
+    def _dir_of(self, parent: str) -> Optional[int]:
+        """The held descriptor of directory `parent`, opened (_open_dir) when another one is held."""
+        if self._held is not None and self._held[0] == parent:
+            return self._held[1]
+        self.close()
+        fd = self._open_dir(parent)
+        if fd is not None:
+            self._held = (parent, fd)
+        return fd
+
     def _open_file(self, path: str) -> Optional[int]:
         self._tick()
         parent, name = os.path.split(path.rstrip("/"))
-        dfd: Optional[int] = None
         try:
             if self._below_root(parent or "/") is None:
                 fd = os.open(path, _OPEN_FILE)           # outside the root: the last component guarded
             else:
-                dfd = self._open_dir(parent)
+                dfd = self._dir_of(parent)
                 if dfd is None:                          # gone, or swapped for a symlink since it was listed
                     return None
                 fd = os.open(name, _OPEN_FILE, dir_fd=dfd)
@@ -134,9 +154,6 @@ class LocalFS(FS):
             if exc.errno == errno.ELOOP:                 # the last component is a symlink
                 raise NotRegular(exc.errno, "a symlink, not read") from None
             raise
-        finally:
-            if dfd is not None:
-                os.close(dfd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
