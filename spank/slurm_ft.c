@@ -260,18 +260,9 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	(void)av;
 	if ((ctx != S_CTX_ALLOCATOR && ctx != S_CTX_LOCAL) || !any_set())
 		return 0;
-	if (ft_opts[OPT_HANG_TIMEOUT].set && !ft_opts[OPT_CKPT_DIR].set) {
-		/* a restart in place is counted in the checkpoint directory: without one they never end.
-		 * Refused here where plugstack.conf says `required`; the job_submit policy refuses it anyway */
-		slurm_error("slurm-ft: --ft-hang-timeout needs --ft-ckpt-dir: restarts after a hang are counted "
-			    "in the checkpoint directory, and without one --ft-max-restarts could never end them");
-		return -1;
-	}
-	if (!ft_opts[OPT_CKPT_DIR].set && (ft_opts[OPT_MIN_NODES].set || ft_opts[OPT_MAX_RESTARTS].set ||
-					   ft_opts[OPT_HOT_SPARES].set)) {
-		/* without a checkpoint directory the job could only restart from scratch: say so, still FT */
-		slurm_info("slurm-ft: no --ft-ckpt-dir: the job is fault-tolerant but restarts from scratch");
-	}
+	/* every option into the job control environment first, a refused combination included: where
+	 * plugstack.conf says `optional` Slurm ignores this callback's failure and submits the job, and the
+	 * job_submit policy must then see the values to refuse it (without them it would pass as no FT job) */
 	for (i = 1; i < N_OPTS; i++) {
 		if (!ft_opts[i].set)
 			continue;
@@ -279,6 +270,16 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 			slurm_error("slurm-ft: cannot pass --%s to the job", ft_opts[i].name);
 			return -1;
 		}
+	}
+	if (ft_opts[OPT_HANG_TIMEOUT].set && !ft_opts[OPT_CKPT_DIR].set) {
+		/* a restart in place is counted in the checkpoint directory: without one they never end */
+		slurm_error("slurm-ft: --ft-hang-timeout needs --ft-ckpt-dir: restarts after a hang are counted "
+			    "in the checkpoint directory, and without one --ft-max-restarts could never end them");
+		return -1;
+	}
+	if (!ft_opts[OPT_CKPT_DIR].set) {
+		/* without a checkpoint directory the job could only restart from scratch: say so, still FT */
+		slurm_info("slurm-ft: no --ft-ckpt-dir: the job is fault-tolerant but restarts from scratch");
 	}
 	return 0;
 }

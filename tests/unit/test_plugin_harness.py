@@ -101,9 +101,10 @@ def opts(harness, *pairs):
 
 def test_the_plugin_refuses_hang_timeout_without_ckpt_dir(harness):
     """R12: restarts in place are counted in CKPT/slurm-ft-starts.jsonl; without a directory
-    --max-restarts never ended them. (The policy refuses it too, where plugstack.conf says `optional`.)"""
+    --max-restarts never ended them. Where plugstack.conf says `optional`, Slurm ignores the failure and
+    submits: the values still go into the job control environment, so the policy sees and refuses them."""
     out, err = opts(harness, "ft-hang-timeout=60")
-    assert "post_opt -1" in out and "setenv" not in out
+    assert "post_opt -1" in out and "setenv SLURM_FT_HANG_TIMEOUT=60" in out
     assert "slurm-ft: --ft-hang-timeout needs --ft-ckpt-dir" in err
     out, _ = opts(harness, "ft-hang-timeout=60", "ft-ckpt-dir=/ckpt/run7")
     assert "post_opt 0" in out and "setenv SLURM_FT_HANG_TIMEOUT=60" in out
