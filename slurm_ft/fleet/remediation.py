@@ -222,16 +222,14 @@ def budget_lines(doc: Mapping[str, Any]) -> List[str]:
     out = [f"in remediation: {len(busy)}" + (f" of at most {cap}" if cap else " (no cap)")
            + (f" ({', '.join(busy)})" if busy else "")]
     for name, p in (doc.get("pools") or {}).items():
-        limit = p.get("limit")
-        room = "no budget" if limit is None else f"of {limit}"
-        line = (f"pool {name} ({p.get('nodes')} nodes): {p.get('repairs_in_window')} {room} repairs started "
-                f"within {window}")
+        of = "" if p.get("limit") is None else f" of {p['limit']}"
+        line = f"pool {name} ({p.get('nodes')} nodes): {p.get('repairs_in_window')}{of} repairs started within {window}"
         if p.get("next_repair_slot"):
             line += f" (next slot {stamp(p['next_repair_slot'])})"
-        line += f"; {p.get('rma_in_window')} {room} RMA listings"
+        line += f"; {p.get('rma_in_window')}{of} RMA listings"
         if p.get("next_rma_slot"):
             line += f" (next slot {stamp(p['next_rma_slot'])})"
-        out.append(line)
+        out.append(line + ("" if of else " (no budget)"))
     for w in doc.get("waiting") or []:
         until = f" until {stamp(w['until'])}" if w.get("until") else ""
         out.append(f"waiting: {w.get('node')} ({w.get('action')}, {w.get('held_by')}{until})")
@@ -263,7 +261,7 @@ def budget_of(records: Mapping[str, State], histories: Mapping[str, Sequence[His
     for p in b.pools.values():
         p.limit = pool_limit(p.size, policy)
     for e in recent:
-        if now - e.time >= policy.budget_window_s or e.time > now:
+        if now - e.time >= policy.budget_window_s:   # (one from a clock set back still counts)
             continue
         pool = b.pool(pools.get(e.node, NO_POOL))
         if e.event is Event.REMEDIATE and e.cause.startswith(tuple(f"{a}:" for a in REPAIRS)):

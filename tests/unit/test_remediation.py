@@ -338,6 +338,8 @@ def test_the_pool_budget_grows_with_the_pool_and_both_zero_means_none():
     assert budget.pools["big"].limit == 20 and [s.act for s in steps].count("reboot") == 20
     steps, budget = fleet_of(200, q, pools=big, policy=replace(ON, max_concurrent=0, budget_nodes=0, budget_share=0))
     assert budget.pools["big"].limit is None and [s.act for s in steps].count("reboot") == 30
+    assert budget_lines(budget.to_dict())[1] == ("pool big (200 nodes): 30 repairs started within 1 h; "
+                                                 "0 RMA listings (no budget)")
 
 
 def test_nodes_in_remediation_until_validated_count_against_max_concurrent():
