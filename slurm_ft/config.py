@@ -126,6 +126,14 @@ class RemediationConfig:
     reboot_timeout_s: float = 1800.0    # a reboot not back by then is a failed remediation
     reset_command: Tuple[str, ...] = ("nvidia-smi", "-r", "-i")   # + the GPU index; run on the node
     reset_timeout_s: float = 120.0
+    # the budget (docs/remediation.md): per pool (failure domain), repairs started and, apart, RMA listings
+    # within budget_window_s: at most max(budget_nodes, budget_share x the pool's nodes), GKE node
+    # auto-repair's max(3, 10 %) an hour; both 0 = no budget. Fleet-wide at most max_concurrent nodes
+    # in remediation (rebooting, or reset/rebooted and not yet validated) at once; 0 = no cap.
+    budget_nodes: int = 3
+    budget_share: float = 0.1
+    budget_window_s: float = 3600.0
+    max_concurrent: int = 3
 
 
 @dataclass(frozen=True)
@@ -310,7 +318,7 @@ def _check_remediation(rc: "RemediationConfig", file: str) -> None:
             raise ConfigError(f"{file}: {where}.max_attempts.{action} must be at least 1")
     if not rc.reset_command:
         raise ConfigError(f"{file}: {where}.reset_command must name a program")
-    for key in ("reboot_timeout_s", "reset_timeout_s"):
+    for key in ("reboot_timeout_s", "reset_timeout_s", "budget_window_s"):
         if getattr(rc, key) == 0:
             raise ConfigError(f"{file}: {where}.{key} must be more than 0 seconds")
 
@@ -333,7 +341,7 @@ def build(cls: Type[_D], data: Any, file: str, where: str) -> _D:
 
 # values that are a share of a whole (0..1)
 _SHARES = frozenset({"breaker_max_share", "burnin_relative_min", "burnin_absolute_min", "replace_fraction",
-                     "target"})
+                     "target", "budget_share"})
 
 
 def _key(where: str, name: str) -> str:

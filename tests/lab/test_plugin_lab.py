@@ -47,7 +47,7 @@ def sbatch(lab, *args, user=None):
     argv = ["sbatch", "--parsable", *args]
     if user:
         argv = ["runuser", "-u", user, "--", "env", f"SLURM_CONF={lab.conf}", *argv]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=lab.env)
+    return subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=60, env=lab.env)
 
 
 def job_count(lab) -> int:
@@ -73,6 +73,11 @@ def test_sbatch_and_srun_help_list_the_options(plab):
      "`slurm-ft sbatch --hot-spares`"),
     (["-p", "spares", "--ft-ckpt-dir=/tmp/run7"],
      "slurm-ft: fault-tolerant jobs (--ft-*) run only in partition(s) train here, not spares"),
+    # review finding 12: restarts in place are counted in the checkpoint directory; without one they never end
+    (["--ft-hang-timeout=60"], "slurm-ft: --ft-hang-timeout needs --ft-ckpt-dir"),
+    # finding 11: tagged ckpt=/tmp/%FF%FE, then silently ignored by the controller (strict UTF-8 decoding)
+    ([os.fsdecode(b"--ft-ckpt-dir=/tmp/run\xff\xfe")],
+     "slurm-ft: --ft-ckpt-dir: the checkpoint directory is not valid UTF-8"),
 ])
 def test_a_bad_value_is_refused_at_submit_time_with_its_reason(pwork, plab, args, message):
     before = job_count(plab)

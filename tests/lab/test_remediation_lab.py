@@ -60,7 +60,7 @@ def test_xid79_node_is_rebooted_validated_and_back_in_spares_then_rma_on_a_secon
     ft(lab, cfg, "controller", "once", "--budget", "60")
     wait_running(lab, job_id, without=bad, with_=spare, marker=started)
     plan = json.loads(ft(lab, cfg, "remediate", "--dry-run", "--json").stdout)
-    assert plan == []                             # not quarantined yet: the sweep records that first
+    assert plan["steps"] == []                    # not quarantined yet: the sweep records that first
 
     # no person from here: sweeps quarantine it, reboot it (Slurm's RebootProgram), validate it, pool it
     t0 = time.monotonic()
@@ -108,8 +108,10 @@ def test_dry_run_says_what_it_would_do_and_changes_nothing(clean, tmp_path):
     assert f"would {bad}: reboot (scontrol reboot ASAP nextstate=DOWN): XID79 gpu1: reboot (attempt 1 of 1)" in out, out
     assert ft(lab, cfg, "sweep").stdout == ""      # said once
     plan = json.loads(ft(lab, cfg, "remediate", "--dry-run", "--json").stdout)
-    assert plan == [{"node": bad, "action": "reboot", "why": "XID79 gpu1: reboot (attempt 1 of 1)",
-                     "finding": "XID79 gpu1", "attempt": 1, "max_attempts": 1}]
+    assert plan["steps"] == [{"node": bad, "action": "reboot", "why": "XID79 gpu1: reboot (attempt 1 of 1)",
+                              "finding": "XID79 gpu1", "attempt": 1, "max_attempts": 1, "pool": "(no domain)",
+                              "held_by": None, "until": None}]
+    assert plan["budget"]["in_remediation"] == [bad] and plan["budget"]["waiting"] == []
     node = lab.client.node(bad)
     assert "REBOOT" not in "+".join(node.flags) and node.reason.startswith("slurm-ft: QUARANTINED XID79")
     assert history(lab, cfg, bad) == ["fault", "quarantine"]

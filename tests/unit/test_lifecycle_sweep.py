@@ -275,3 +275,66 @@ def test_three_faults_with_repairs_between_put_the_node_on_the_rma_list(tmp_path
     assert "gpu006: failed -> rma" in r.changes[1] and "lemon: 3 incidents within 30 days" in r.changes[1]
     assert r.alerts[0].startswith("gpu006: on the RMA list")
     assert s.node("gpu006").reason.startswith("slurm-ft: RMA XID79 gpu2") and s.node("gpu006").partitions == ()
+
+
+def test_remediation_spends_its_budget_over_sweeps_and_says_who_waits(tmp_path, capsys, monkeypatch):
+    """Five nodes quarantined for Xid 79 at once, remediation on with at most 2 in remediation: each sweep
+    reboots what the budget allows (2 at once, max(3, 10% of 10) = 3 an hour), one alert names who
+    waits, and the report shows the budget as the last sweep spent it."""
+    from slurm_ft.cli import main
+    from slurm_ft.config import RemediationConfig
+    from slurm_ft.fleet.remediator import BUDGET_KEY
+    train = tuple(f"gpu{i:03d}" for i in range(1, 9))
+    s = ModelSlurm(train=train, spares=("gpu009", "gpu010"))
+    cfg = config(tmp_path, breaker_max_nodes=0, remediation=RemediationConfig(mode="on", max_concurrent=2))
+    sweep(cfg, s)
+    bad = train[:5]
+    for n in bad:
+        s.drain([n], "slurm-ft: XID79 gpu3 GPU has fallen off the bus")
+        s.parts["train"].remove(n)
+    r = sweep(cfg, s)
+    rebooted = [c[1][0] for c in s.calls if c[0] == "reboot"]
+    assert rebooted == ["gpu001", "gpu002"]
+    waits = [a for a in r.alerts if a.startswith("remediation budget:")]
+    assert len(waits) == 1 and "3 node(s) wait: gpu003, gpu004, gpu005" in waits[0]
+    assert "2 of at most 2 nodes in remediation at once" in waits[0]
+    assert not [a for a in sweep(cfg, s).alerts if a.startswith("remediation budget:")]   # said once
+    # the two rebooted are validated and back; the third repair of the hour starts, then the hour is spent
+    r = sweep(cfg, s)
+    rebooted = [c[1][0] for c in s.calls if c[0] == "reboot"]
+    assert rebooted == ["gpu001", "gpu002", "gpu003"]
+    with Store(cfg.state_dir) as st:
+        assert st.record("gpu001").state is State.SPARE
+        doc = st.kv_get_json(BUDGET_KEY)
+    pool = doc["pools"]["(no domain)"]
+    assert (pool["nodes"], pool["limit"], pool["repairs_in_window"]) == (10, 3, 3)
+    assert [(w["node"], w["held_by"]) for w in doc["waiting"]] == [("gpu004", "repair_budget"),
+                                                                    ("gpu005", "repair_budget")]
+    assert "3 repairs started in pool (no domain) within 1 h" in doc["waiting"][0]["why"]
+    cfg_file = tmp_path / "slurm-ft.yaml"
+    cfg_file.write_text(f"state_dir: {cfg.state_dir}\nlifecycle:\n  remediation: {{mode: 'on', max_concurrent: 2}}\n")
+    cfg_file.chmod(0o644)
+    monkeypatch.setattr("slurm_ft.cli.node.client_from_config", lambda config: s)
+
+    def cli(*argv):
+        with pytest.raises(SystemExit) as exc:
+            main(["--config", str(cfg_file), *argv])
+        return exc.value.code, capsys.readouterr().out
+
+    rc, out = cli("report")
+    assert rc == 0, out
+    assert "remediation budget (the sweep at " in out
+    assert "pool (no domain) (10 nodes): 3 of 3 repairs started within 1 h (next slot " in out
+    assert "waiting: gpu004 (reboot, repair_budget until " in out
+    rc, out = cli("report", "--json")
+    assert json.loads(out)["remediation_budget"]["waiting"][1]["node"] == "gpu005"
+    # what would be done now, and what waits until when
+    rc, out = cli("remediate", "--dry-run")
+    assert rc == 0
+    assert "would gpu004: hold: XID79 gpu3: reboot waits for the remediation budget: 3 repairs started" in out
+    assert "budget: waiting: gpu005 (reboot, repair_budget until " in out
+    rc, out = cli("remediate", "--dry-run", "--json")
+    doc = json.loads(out)
+    held = {st["node"]: st for st in doc["steps"]}["gpu004"]
+    assert (held["action"], held["held_by"], held["until"]) == ("hold", "repair_budget",
+                                                                 doc["budget"]["pools"]["(no domain)"]["next_repair_slot"])
