@@ -28,6 +28,8 @@ from pathlib import Path
 
 from slurm_ft_lab.cluster import Lab, LabSpec
 from slurm_ft.slurm.client import SlurmClient
+from slurm_ft.slurm.parse import sinfo_node_format
+from slurm_ft.vocab import EVENT_MARK, event_line
 
 HERE = Path(__file__).resolve().parent
 REASON = 'slurm-ft: XID79 gpu3 "fell off the bus" a=b; c=\'d\''
@@ -103,6 +105,16 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
     os.kill(slurmd, signal.SIGKILL)
     c.wait_for(lambda: "NOT_RESPONDING" in c.node("gpu004").flags, 60, "gpu004 not responding")
     save("scontrol_show_node.txt", ["scontrol", "show", "node", "-o"])
+    one = ["sinfo", "-N", "-h", "-O", sinfo_node_format(), "-n"]   # SlurmClient.node: one node asked for
+    save("sinfo_node_draining.txt", [*one, "gpu002"])
+    save("sinfo_node_drained.txt", [*one, "gpu003"])
+    save("sinfo_node_noresp.txt", [*one, "gpu004"])
+    save("sinfo_node_unknown.txt", [*one, "gpu999"])
+    # what a job's output shows of `scontrol notify` (the node's watcher tells the job of a drain)
+    c.notify(running, event_line("failed", "gpu001", REASON))
+    out_file = work / f"train-{running}.out"
+    c.wait_for(lambda: EVENT_MARK in out_file.read_text(errors="replace"), 30, "the notice in the job's output")
+    (out_dir / "notify_batch_output.txt").write_text(out_file.read_text(errors="replace"))
     save("sinfo.json", ["sinfo", "--json"])
     save("sinfo_N.txt", ["sinfo", "-h", "-N", "-o", "%N %T"])
     save("scontrol_show_job.txt", ["scontrol", "show", "job", "-o"])
@@ -114,6 +126,7 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
         save(f"scontrol_show_{what}.json", ["scontrol", "show", what, "--json"])
     c.wait_for(lambda: c.node("gpu004").state == "DOWN", 60, "gpu004 down")
     save("scontrol_show_node_down.txt", ["scontrol", "show", "node", "-o", "gpu004"])
+    save("sinfo_node_down.txt", [*one, "gpu004"])
     save("scontrol_show_node_down.json", ["scontrol", "show", "node", "gpu004", "--json"])
     time.sleep(0.1)
 
