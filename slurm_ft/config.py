@@ -83,7 +83,7 @@ class HealthConfig:
     burnin: BurninConfig = field(default_factory=BurninConfig)
     auto_resume: bool = True         # a healthy `check --drain` resumes a node that slurm-ft drained
     nvml_hung_drain_after: int = 3   # this many hung NVML checks in a row drain the node (NVML_HUNG); 0 = never
-    fleet_view_max_age_s: float = 900.0  # prolog/epilog: older breaker view from the last health check = unknown
+    fleet_view_max_age_s: float = 900.0  # unused since the hooks read the count when they fail a node; old configs load
 
     # kmsg_path, state_file, disk_paths and sysfs_root may name the node ({node}): the lab's nodes share a host
     def on(self, node: str, template: str) -> str:

@@ -349,6 +349,8 @@ def parse_sinfo_nodes(text: str) -> List[Node]:
             if part and part not in old.partitions:
                 nodes[name] = replace(old, partitions=old.partitions + (part,))
             continue
+        if reason == "none" and when in ("Unknown", ""):     # what sinfo prints for no reason at all
+            reason = ""
         nodes[name] = Node(
             name=name, state=state, flags=flags,
             reason=reason if reason not in _NULLS else "",
