@@ -45,11 +45,10 @@ def decide(config: Config, fleet: brk.FleetView, nodes: Iterable[str], now: floa
 def fleet_view(config: Config, *, client: Optional[SlurmApi] = None, snapshot: Optional[Sequence[Node]] = None,
                now: Optional[float] = None) -> brk.FleetView:
     """The breaker's view of the fleet from `snapshot` (slurm.types.Node list), else a fresh read of every node
-    (`client.fleet_nodes()`: the light one, as every node's health check makes it)."""
+    (`client.fleet_nodes()`, the light one: made only when a drain is about to happen, never on a healthy run)."""
     now = time.time() if now is None else now
     if snapshot is None:
         if client is None:
-            # the prolog/epilog load guard for hook_decision and never call Slurm
             # lazy: only a caller without a client pays for the Slurm backend
             from slurm_ft.slurm.backend import client_from_config
             client = client_from_config(config)

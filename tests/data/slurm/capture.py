@@ -142,6 +142,12 @@ def capture_hang_check(lab: Lab, c: SlurmClient, work: Path, out_dir: Path) -> N
     nodes = ["gpu001", "gpu002", "gpu003", "gpu004"]
     job = c.submit(["-w", ",".join(nodes), "-N4", "--wrap", "sleep 600"], cwd=str(work))
     c.wait_job_state(job, "RUNNING", 60)
+    # RUNNING comes before the prologs end (PrologFlags=Alloc): a GPU lost before then fails the prolog
+    from slurm_ft.config import load_config
+    from slurm_ft.node import state
+    health = load_config(str(lab.config_path)).health
+    c.wait_for(lambda: all(job in state.running_jobs(state.load(state.path_for(health, n))) for n in nodes), 60,
+               "the prologs' records")
     inject(lab.dir, "gpu002", "gpu_lost", gpu=0, log=False)
     env = dict(lab.env(), SLURM_JOB_ID=str(job), LD_LIBRARY_PATH=str(lab.dir / "lib"))
     p = subprocess.run(check_argv(nodes, python=sys.executable), env=env, capture_output=True, text=True, timeout=300)
