@@ -135,6 +135,7 @@ class Supervisor:
         self.next_read = 0.0               # monotonic time of the next backstop read
         self.reads_due: List[float] = []   # reads before the job ends on a failed step (hotplan.EXIT_GRACE_S)
         self.quarantine_notices: Set[str] = set()   # nodes the controller says it quarantined
+        self.hang_restarts = 0             # restarts in place after a hang, in this run of the job
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
@@ -361,12 +362,16 @@ class Supervisor:
         act = hp.decide(self.checked(view, "hang_check"))
         if act.kind != "wait":
             return act                  # a culprit: the fault path (relaunch without it, or fallback)
-        used = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, jobstart.STARTS_LOG))
-                   if r.get("event") == "hang_restart" and r.get("job") == str(self.job_id))
+        # counted in the starts log (across this job's starts), and here: a job with no checkpoint
+        # directory (submitted before that was refused) has no log, and must still stop restarting
+        logged = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, jobstart.STARTS_LOG))
+                     if r.get("event") == "hang_restart" and r.get("job") == str(self.job_id)) if self.ckpt_dir else 0
+        used = max(logged, self.hang_restarts)
         if not hang.restarts_left(self.max_restarts, self.restart, used):
             return hp.Action("exit", rc=hp.EXIT_RESTART_LIMIT,
                              reason=f"hung with no culprit and the restart limit is used up ({self.restart} requeue(s) "
                                     f"+ {used} restart(s) in place of max_restarts {self.max_restarts}): {why}")
+        self.hang_restarts = used + 1
         self.log("hang_restart", launch=self.launches - 1, restarts=self.restart + used + 1)
         return hp.Action("restart", nodes=self.step_nodes, reason=f"restart in place after a hang, no culprit: {why}")
 
