@@ -229,6 +229,12 @@ def _val(d: Dict[str, str], key: str) -> str:
     return "" if v in _NULLS else v
 
 
+def _free_text(d: Dict[str, str], key: str) -> str:
+    """A field users write (Comment): only Slurm's own "(null)" means unset; "None" or "n/a" are theirs."""
+    value = d.get(key, "")
+    return "" if value == "(null)" else value
+
+
 def _int(text: object, default: int = 0) -> int:
     try:
         return int(str(text).split("-")[0])
@@ -413,8 +419,8 @@ def job_from_kv(d: Dict[str, str]) -> Job:
         nodes=_names(d.get("NodeList", "")),
         num_nodes=_int(d.get("NumNodes")),
         excluded_nodes=_names(d.get("ExcNodeList", "")),
-        comment=_val(d, "Comment"),
-        admin_comment=_val(d, "AdminComment"),
+        comment=_free_text(d, "Comment"),
+        admin_comment=_free_text(d, "AdminComment"),
         restart_count=_int(d.get("Restarts")),
         requeue=d.get("Requeue") == "1",
         held=_is_held(priority, reason, d.get("JobState", "")),
