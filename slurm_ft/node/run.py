@@ -274,6 +274,8 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
     try:
         outcome = dr.apply(client, node, plan.decision, config=config, now=now)
         report.drain = outcome.to_dict()
+        if outcome.action == "drained":
+            report.drain["at"] = f"{time.time():.3f}"     # when Slurm had it: what the jobs' and controller's latencies count from
     except CommandError as exc:
         return _unreachable(report, exc)
     if outcome.action == "drained":
