@@ -83,7 +83,7 @@ class HealthConfig:
     burnin: BurninConfig = field(default_factory=BurninConfig)
     auto_resume: bool = True         # a healthy `check --drain` resumes a node that slurm-ft drained
     nvml_hung_drain_after: int = 3   # this many hung NVML checks in a row drain the node (NVML_HUNG); 0 = never
-    fleet_view_max_age_s: float = 900.0  # prolog/epilog: older breaker view from the last health check = unknown
+    fleet_view_max_age_s: float = 900.0  # unused since the hooks read the count when they fail a node; old configs load
 
     # kmsg_path, state_file, disk_paths and sysfs_root may name the node ({node}): the lab's nodes share a host
     def on(self, node: str, template: str) -> str:
@@ -93,7 +93,11 @@ class HealthConfig:
 @dataclass(frozen=True)
 class ControllerConfig:
     """The requeue controller (slurm-ft controller run|once); its journal lives in Config.state_dir."""
-    interval_s: float = 1.0             # seconds between cycles of `controller run` (3 Slurm reads each)
+    interval_s: float = 5.0             # seconds between idle cycles of `controller run` (3 Slurm reads each);
+                                        # a node that drains itself wakes it at once (wake_port)
+    wake_port: int = 6830               # UDP port the controller listens on for nodes' munge-signed wakes
+                                        # (slurm_ft/wake.py); 0: none sent, none heard (it polls only)
+    wake_host: str = ""                 # where nodes send them: the controller's host; "" = SlurmctldHost[0]
     spare_partition: str = "spares"     # the reserved pool
     job_partitions: Tuple[str, ...] = ()  # partitions whose FT jobs are recovered; () = all but the pool
     slurm_fault_reasons: Tuple[str, ...] = vocab.SLURM_FAULT_REASONS

@@ -10,8 +10,9 @@ Slurm stores longer reasons; REASON_MAX keeps `sinfo -R` readable.
 """
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Optional
+from typing import Optional, Tuple
 
 OWNER = "slurm-ft:"
 
@@ -49,3 +50,30 @@ def slurm_time(text: Optional[str]) -> Optional[float]:
         return datetime.fromisoformat(text).timestamp()
     except (TypeError, ValueError):
         return None
+
+
+# Events slurm-ft tells a running job with `scontrol notify` (one RPC, no polling by the job): the node's
+# side after it drained the node, the controller after it quarantined it. The batch step's output shows
+# each as `slurmstepd-<host>: error: <line>`; the hot-spare supervisor reads them there. Anyone who can
+# write to that output (the job's own ranks) can forge one, so a notice only ever steers that job itself.
+EVENT_MARK = "slurm-ft-event v1"
+EVENT_KINDS = ("failed", "quarantined")
+EVENT_MAX = 300
+_EVENT_RE = re.compile(re.escape(EVENT_MARK) + r" (failed|quarantined) ([A-Za-z0-9_.\-]{1,64})(?: (.*))?$")
+
+
+def event_line(kind: str, node: str, why: str = "") -> str:
+    """`slurm-ft-event v1 failed gpu017 slurm-ft: XID79 gpu3 ...`: one line, printable ASCII, bounded."""
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"unknown event kind {kind!r}")
+    text = " ".join(f"{EVENT_MARK} {kind} {node} {why}".encode("ascii", "replace").decode().split())
+    return "".join(c if c.isprintable() else "?" for c in text)[:EVENT_MAX].rstrip()
+
+
+def parse_event(line: str) -> Optional[Tuple[str, str, str]]:
+    """(kind, node, why) of the event in a line of a job's output (whatever precedes the mark), or None."""
+    at = line.find(EVENT_MARK)
+    if at < 0:
+        return None
+    m = _EVENT_RE.match(line[at:at + EVENT_MAX + 1].rstrip("\r\n"))
+    return (m.group(1), m.group(2), m.group(3) or "") if m else None

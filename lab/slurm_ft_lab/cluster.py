@@ -125,6 +125,12 @@ class LabSpec:
                 self.plugin)
 
     @property
+    def wake_port(self) -> int:
+        """The UDP port this lab's controller hears its nodes' wakes on (controller.wake_port): the first
+        port past the slurmds'."""
+        return self.port_base + self.nodes + self.spares + 1
+
+    @property
     def node_names(self) -> List[str]:
         total = self.nodes + self.spares
         width = 3 if total <= 999 else 4     # names that sort; small labs keep gpu001
@@ -474,6 +480,10 @@ exit 0
 state_dir: {d}/state/slurm-ft
 slurm:
   conf: {self.conf}
+controller:
+  # the nodes wake this lab's controller on its own port (every lab on the host has one)
+  wake_host: 127.0.0.1
+  wake_port: {self.spec.wake_port}
 health:
   kmsg_path: {d}/nodes/{{node}}/kmsg
   state_file: {d}/nodes/{{node}}/state.json

@@ -171,15 +171,13 @@ class Scenario:
                     self.on_phase(Phase(name, t, detail), self._fault_t)
 
         def loop():
+            from slurm_ft.fleet import daemon
             from slurm_ft.slurm.backend import client_from_config
             ctl = Controller(client_from_config(config), jn.connect(jn.path_in(config.state_dir)), config,
                              on_step=on_step)
-            while not self._stop.is_set():
-                try:
-                    ctl.cycle(budget_s=300.0)
-                except Exception as exc:   # noqa: BLE001 - keep going, like the daemon
-                    log.warning("controller cycle: %s", exc)
-                self._stop.wait(0.1)
+            # the daemon's own cadence: an idle read every controller.interval_s, at once on a node's wake
+            daemon.serve(ctl, config.controller.interval_s, daemon.listen(ctl, config), self._stop.is_set,
+                         budget_s=300.0)
             lock.__exit__(None, None, None)
 
         self._ctl_thread = threading.Thread(target=loop, name="controller", daemon=True)

@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import time
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 import click
 
 from slurm_ft.config import load_config
+from slurm_ft.fleet import daemon
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -59,7 +59,7 @@ def once(ctx: click.Context, budget: Optional[float], as_json: bool) -> None:
 
 @controller.command("run")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=None,
-              help="Seconds between cycles (default: controller.interval_s).")
+              help="Seconds between idle cycles (default: controller.interval_s); a node's wake starts one at once.")
 @click.pass_context
 def run(ctx: click.Context, interval: Optional[float]) -> None:
     """Run cycles until SIGTERM/SIGINT (the systemd service)."""
@@ -74,15 +74,8 @@ def run(ctx: click.Context, interval: Optional[float]) -> None:
     signal.signal(signal.SIGINT, _stop)
     with lock:
         ctl = build()
-        log.warning("controller started (interval %.2f s, journal in %s)", every, config.state_dir)
-        while not stop["now"]:
-            started = time.monotonic()
-            try:
-                ctl.cycle()
-            except Exception as exc:   # one bad cycle (Slurm down, a timeout) must not end the daemon
-                log.error("cycle failed: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
-            rest = every - (time.monotonic() - started)
-            while rest > 0 and not stop["now"]:
-                time.sleep(min(rest, 0.2))
-                rest -= 0.2
+        listener = daemon.listen(ctl, config)
+        log.warning("controller started (every %.2f s%s, journal in %s)", every,
+                    f", woken by nodes on UDP port {listener.port}" if listener else "", config.state_dir)
+        daemon.serve(ctl, every, listener, lambda: stop["now"])
         log.warning("controller stopped")

@@ -92,6 +92,8 @@ class Controller:
 
     def observe(self) -> Snapshot:
         nodes = self.client.nodes()
+        if self._settle_hook_drains(nodes):
+            nodes = self.client.nodes()
         jobs = self.client.jobs()
         parts = self.client.partitions()
         specs = {}
@@ -136,6 +138,46 @@ class Controller:
         fleet = brk.view(nodes, now)
         counted = frozenset(n for n, t in fleet.out if now - t <= lc.breaker_window_s)
         return counted, brk.limit(fleet.total, lc.breaker_max_share, lc.breaker_max_nodes)
+
+    def _settle_hook_drains(self, nodes: Sequence[Node]) -> List[str]:
+        """Undo the prolog/epilog drains that took the fleet past the breaker's limit; the nodes resumed.
+
+        A hook about to fail its node reads the fleet count first (guard.hook_decision), but hooks failing on
+        many nodes at once each see room for one more, and Slurm drains every node whose hook failed. The
+        controller's read is the one place that sees them all: a hook drain stays only if fewer than `limit`
+        other nodes were taken out at the same second or earlier (breaker.keeps, ties against it), the others
+        are resumed, loudly. Slurm-ft's own drains settle on their node (guard.settle)."""
+        if not guard.enabled(self.config):
+            return []
+        now = self.clock()
+        lc = self.config.lifecycle
+        fleet = brk.view(nodes, now)
+        undo = [n.name for n in nodes
+                if n.drained and n.reason.strip() in vocab.HOOK_FAULT_REASONS
+                and not brk.keeps(fleet, n.name, now, max_share=lc.breaker_max_share, max_nodes=lc.breaker_max_nodes,
+                                  window_s=lc.breaker_window_s)]
+        if not undo:
+            return []
+        cap = brk.limit(fleet.total, lc.breaker_max_share, lc.breaker_max_nodes)
+        try:
+            self.client.resume(undo)
+        except SlurmFTError as exc:
+            log.error("ALERT: drain-rate breaker: prolog/epilog drains past the limit %d (%s) not undone: %s",
+                      cap, compress(undo), exc)
+            return []
+        log.error("ALERT: drain-rate breaker: prolog/epilog failures drained nodes past the limit %d within %s; "
+                  "resumed %s (a burst of hook failures is more likely slurm-ft's or the site's trouble than "
+                  "the nodes')", cap, brk._span(lc.breaker_window_s), compress(undo))
+        return undo
+
+    def _tell(self, job_id: int, kind: str, nodes: Iterable[str], why: str = "") -> None:
+        """Tell a hot-spare job's supervisor (`scontrol notify`, read in its output): best effort, the
+        supervisor's own backstop read covers a notice that does not arrive."""
+        for node in nodes:
+            try:
+                self.client.notify(job_id, vocab.event_line(kind, node, why))
+            except SlurmFTError as exc:
+                log.warning("job %s not told that %s is %s: %s", job_id, node, kind, exc)
 
     def _breaker_open(self, nodes: Optional[Sequence[Node]] = None) -> bool:
         """The lifecycle drain-rate breaker (issue 6): while it is open no new recovery starts.
@@ -286,6 +328,9 @@ class Controller:
             hold = None     # the job does not restart: its supervisor relaunches the step in the allocation
             jn.update_incident(self.conn, iid, note=HOT_NOTE + f"{spec.hot_spares} hot spare(s), "
                                                             f"{spec.train_nodes} training nodes")
+            for fault in step.reason.split("; "):     # its supervisor may not have heard from the node
+                node, _, why = fault.partition(": ")
+                self._tell(job.job_id, "failed", [node], why)
         if hold:    # the plan keeps this job held: a restart would start from scratch over its checkpoints
             jn.update_incident(self.conn, iid, note=hold)
             log.error("incident %s: job %s stays held: %s", iid, step.job_id, hold)
@@ -349,6 +394,8 @@ class Controller:
                 self.membership.change({p: Delta(remove=tuple(sorted(failed))) for p in moved}, parts)
         if not moved and not drained and not refused:
             return "skipped", "already out of the job partitions"
+        if moved and inc.note.startswith(HOT_NOTE):   # its supervisor may give these back to Slurm now
+            self._tell(inc.job_id, "quarantined", sorted(failed))
         # a node the breaker refused stays in its partition: the step is not done (retried, not looped on)
         return ("failed" if refused_nodes else "ok"), "; ".join(
             [f"{compress(sorted(failed)) if failed else '-'} out of {','.join(moved) or '-'}"]

@@ -4,8 +4,11 @@
 
 Runs as the user, inside the job: no root, nothing of the controller. It launches the training step,
 `srun -N N --nodelist=<N healthy nodes of the allocation> --kill-on-bad-exit=1 PROGRAM ARGS` (with
-{ckpt} resolved to the latest complete checkpoint at every launch), and polls Slurm's view of its
-nodes. What it does about a fault is hotplan.decide's answer; this module only carries it out:
+{ckpt} resolved to the latest complete checkpoint at every launch), and learns of its nodes' faults by
+event: the node that drains itself, and the controller, tell the job (`scontrol notify`), and the
+supervisor reads those notices in its own output file (notices.py), without a Slurm call. It reads its
+nodes from Slurm only at its start, every BACKSTOP_S (a fault no notice reported), and before it ends a
+job on a failed step. What it does about a fault is hotplan.decide's answer; this module only carries it out:
 stop the step, shrink the job to give back the failed nodes the controller has quarantined already (so
 it saw them in the job and journaled the incident; the others at a later relaunch), launch the step again
 on healthy nodes. Each
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Seque
 
 from slurm_ft import heartbeat
 from slurm_ft.job import ckptfallback, hang, jobstart, rendezvous, startlog
+from slurm_ft.job.notices import Follower
 from slurm_ft.job import hotplan as hp
 from slurm_ft.job.nodefault import node_fault
 from slurm_ft.slurm.client import SlurmClient
@@ -48,7 +52,11 @@ from slurm_ft.slurm.hostlist import compress
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
 
-POLL_S = 0.5                 # Slurm reads per second the supervisor costs: 2
+POLL_S = 0.05                # local only: the step's status and the output file's size
+BACKSTOP_S = 300.0           # a read of the job's nodes from Slurm, for a fault no notice reported
+BLIND_BACKSTOP_S = 10.0      # ... when the output is no file (no notices can be read)
+QUARANTINE_WAIT_S = 1.0      # after a fault, how long the relaunch waits for the controller's quarantine
+                             # notice before it reads the partitions itself (a quarantined node may leave)
 STOP_GRACE_S = 10.0          # SIGTERM to srun, then SIGKILL
 LAUNCH_ENV = "SLURM_FT_LAUNCH"   # the launch number within this start of the job (0, 1, ...)
 HANG_POLL_S = 1.0            # progress reads per second (one small file per rank)
@@ -92,6 +100,7 @@ class Supervisor:
     def __init__(self, client: SlurmApi, job_id: int, train_nodes: Optional[int], ckpt_dir: str, argv: Sequence[str],
                  env: Optional[Mapping[str, str]] = None, poll_s: float = POLL_S, hang_timeout: float = 0,
                  max_restarts: int = 0, ckpt_fails: int = ckptfallback.DEFAULT_M,
+                 notices: Optional[Follower] = None, backstop_s: float = BACKSTOP_S,
                  say: Callable[[str], None] = lambda m: print(f"slurm-ft supervisor: {m}", file=sys.stderr,
                                                              flush=True)):
         self.client = client
@@ -121,11 +130,17 @@ class Supervisor:
         # an XID older than its look-back), and a node Slurm would not take back stays in the job.
         self.failed: Dict[str, str] = {}
         self.addrs: Dict[str, str] = {}    # node -> NodeAddr, from the last read of the nodes
+        self.notices = notices             # None: the job's own output file, at run()
+        self.backstop_s = backstop_s
+        self.next_read = 0.0               # monotonic time of the next backstop read
+        self.reads_due: List[float] = []   # reads before the job ends on a failed step (hotplan.EXIT_GRACE_S)
+        self.quarantine_notices: Set[str] = set()   # nodes the controller says it quarantined
+        self.hang_restarts = 0             # restarts in place after a hang, in this run of the job
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
-        """node -> fault for those of `nodes` failed now or before in this run of the job; None when Slurm
-        cannot be read (then nothing is decided)."""
+        """Read Slurm: node -> fault for those of `nodes` failed now or before in this run of the job; None
+        when Slurm cannot be read (then nothing is decided)."""
         try:
             got = self.client.nodes(list(nodes))
         except Exception as exc:   # noqa: BLE001 - any failure to read is "unknown", never "healthy"
@@ -133,7 +148,32 @@ class Supervisor:
             return None
         self.failed.update({x.name: why for x in got for why in [node_fault(x)] if why})
         self.addrs.update({x.name: x.addr for x in got if x.addr})
+        return self.known(nodes)
+
+    def known(self, nodes: Sequence[str]) -> Dict[str, str]:
+        """node -> fault for those of `nodes` known failed (notices and reads so far)."""
         return {x: why for x, why in self.failed.items() if x in nodes}
+
+    def take_notices(self) -> None:
+        """What the node's side and the controller told the job since the last poll (no Slurm call)."""
+        if self.notices is None:
+            return
+        for kind, node, why in self.notices.events():
+            if kind == "quarantined":
+                self.quarantine_notices.add(node)
+            elif node not in self.failed:
+                self.failed[node] = why or "failed (slurm-ft notice)"
+                self.log("notice", node=node, reason=why[:300])
+
+    def current_faults(self, allocation: Sequence[str], now: float) -> Dict[str, str]:
+        """The allocation's known faults after this poll's notices, and a read of Slurm when one is due
+        (the backstop, or before the job ends on a failed step)."""
+        self.take_notices()
+        if now >= self.next_read or (self.reads_due and now >= self.reads_due[0]):
+            self.next_read = now + self.backstop_s
+            self.reads_due = [t for t in self.reads_due if t > now]
+            self.faults(allocation)
+        return self.known(allocation)
 
     def log(self, event: str, **fields: object) -> None:
         if self.ckpt_dir:
@@ -206,7 +246,14 @@ class Supervisor:
         allocation, batch_host = tuple(job.nodes), job.batch_host
         if self.n is None:
             self.n = len(allocation)
+        if self.notices is None:
+            self.notices = Follower.own_stderr()
+            if self.notices is None:
+                self.backstop_s = min(self.backstop_s, BLIND_BACKSTOP_S)
+                self.say(f"the job's output is not a file: no notices of node faults can be read; reading Slurm "
+                         f"every {self.backstop_s:g} s instead")
         first = hp.first_launch(allocation, self.faults(allocation) or {}, self.n)
+        self.next_read = time.monotonic() + self.backstop_s
         if first.kind != "launch":
             return self._fallback(first)
         rc = self.launch(first.nodes, first.reason)
@@ -219,11 +266,9 @@ class Supervisor:
             now = time.monotonic()
             if rc is not None and self.exited_at is None:
                 self.exited_at = now
-            faults = self.faults(allocation)
-            if faults is None:
-                if rc is None:
-                    continue
-                faults = {}              # the step is over: its exit status stands on its own
+                if rc != 0:              # Slurm's word before the job ends on this step's exit status
+                    self.reads_due = [now + hp.EXIT_GRACE_S]
+            faults = self.current_faults(allocation, now)
             view = hp.View(allocation=allocation, faults=faults, batch_host=batch_host, train_nodes=self.n,
                            step_nodes=self.step_nodes, step_rc=rc,
                            since_exit_s=now - self.exited_at if rc is not None and self.exited_at is not None
@@ -264,7 +309,9 @@ class Supervisor:
         self.say(f"fault: {act.reason}")
         self.stop()
         self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t_fault, 3))
-        allocation = self.shrink(allocation, self.quarantined(partitions, act.release))
+        allocation = self.shrink(allocation, self.quarantined(partitions, act.release,
+                                                              time.monotonic() + QUARANTINE_WAIT_S
+                                                              - (time.time() - t_fault)))
         return self.launch(act.nodes, f"relaunch without {compress(act.failed)}"), allocation
 
     # --- hangs ------------------------------------------------------------------------------------
@@ -315,12 +362,16 @@ class Supervisor:
         act = hp.decide(self.checked(view, "hang_check"))
         if act.kind != "wait":
             return act                  # a culprit: the fault path (relaunch without it, or fallback)
-        used = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, jobstart.STARTS_LOG))
-                   if r.get("event") == "hang_restart" and r.get("job") == str(self.job_id))
+        # counted in the starts log (across this job's starts), and here: a job with no checkpoint
+        # directory (submitted before that was refused) has no log, and must still stop restarting
+        logged = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, jobstart.STARTS_LOG))
+                     if r.get("event") == "hang_restart" and r.get("job") == str(self.job_id)) if self.ckpt_dir else 0
+        used = max(logged, self.hang_restarts)
         if not hang.restarts_left(self.max_restarts, self.restart, used):
             return hp.Action("exit", rc=hp.EXIT_RESTART_LIMIT,
                              reason=f"hung with no culprit and the restart limit is used up ({self.restart} requeue(s) "
                                     f"+ {used} restart(s) in place of max_restarts {self.max_restarts}): {why}")
+        self.hang_restarts = used + 1
         self.log("hang_restart", launch=self.launches - 1, restarts=self.restart + used + 1)
         return hp.Action("restart", nodes=self.step_nodes, reason=f"restart in place after a hang, no culprit: {why}")
 
@@ -340,18 +391,24 @@ class Supervisor:
             self.say(f"the hang checks took over {CHECK_TIMEOUT_S:g} s: killed")
         return hang.culprits(out or "")
 
-    def quarantined(self, partitions: str, nodes: Sequence[str]) -> Tuple[str, ...]:
+    def quarantined(self, partitions: str, nodes: Sequence[str], until: float) -> Tuple[str, ...]:
         """Those of `nodes` the controller has taken out of the job's partitions: it saw them failed in
-        the job and journaled the incident, so they may leave the job. The others stay in it, unused,
-        until the next relaunch (no wait for the controller on the way back to training)."""
+        the job and journaled the incident, so they may leave the job. Its notice says so; without one by
+        `until` (monotonic), one read of the partitions does. The others stay in the job, unused, until
+        the next relaunch (no longer wait for the controller on the way back to training)."""
         if not nodes or not self.may_shrink:
             return ()
+        while not set(nodes) <= self.quarantine_notices and self.notices is not None and time.monotonic() < until:
+            time.sleep(self.poll_s)
+            self.take_notices()
+        if set(nodes) <= self.quarantine_notices:
+            return tuple(nodes)
         try:
             members = {x for p in partitions.split(",") if p for x in self.client.partition(p).nodes}
         except Exception as exc:   # noqa: BLE001 - cannot tell: keep them for now
             self.say(f"cannot read partition {partitions}: {exc}")
-            return ()
-        return tuple(x for x in nodes if x not in members)
+            return tuple(x for x in nodes if x in self.quarantine_notices)
+        return tuple(x for x in nodes if x not in members or x in self.quarantine_notices)
 
     def _fallback(self, act: hp.Action) -> int:
         """Hand over to the controller: stop the step and keep the failed nodes in the job so Slurm

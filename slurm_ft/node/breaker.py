@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection, Dict, Iterable, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Collection, Dict, Iterable, Optional, Tuple
 
 from slurm_ft.vocab import HOOK_FAULT_REASONS, owned, slurm_time
 
@@ -72,27 +72,12 @@ def _span(seconds: float) -> str:
 
 # --- the fleet-wide breaker over a Slurm snapshot ---------------------------------------------------
 
-# Slurm's own drain reasons for a failed prolog/epilog: on a slurm-ft cluster, our hooks caused them
-
-
 @dataclass(frozen=True)
 class FleetView:
     """What the breaker needs from one Slurm snapshot: fleet size and the nodes we took out, with when."""
     total: int
     out: Tuple[Tuple[str, float], ...]      # (node, unix time of its drain reason)
     taken_at: float
-
-    def to_dict(self) -> Dict[str, object]:
-        return {"total": self.total, "out": [list(o) for o in self.out], "taken_at": self.taken_at}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "FleetView":
-        """From `to_dict` output (the node-local copy the prolog reads); ValueError when malformed."""
-        try:
-            out = tuple((str(n), float(t)) for n, t in d["out"])
-            return cls(int(d["total"]), out, float(d["taken_at"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed fleet view: {exc}") from None
 
 
 def taken_out_by_us(node: Node) -> bool:

@@ -8,26 +8,21 @@ see one fleet-wide breaker, with no node-local state to reset.
 When the count cannot be known (Slurm unreachable, a malformed answer) the answer is NO, logged as an
 error: slurm-ft's own trouble must never take nodes out.
 
-Prolog and epilog cannot call Slurm. They decide from the fleet view the node's last `check --drain`
-saved next to its state file (`save_view`/`hook_decision`); a missing, corrupt or older than
-`health.fleet_view_max_age_s` view is an unknown count: the finding is reported, the node not drained.
+Prolog and epilog ask only when they are about to fail the node (`hook_decision`): a healthy node's
+hooks and health checks read nothing of the fleet, so slurmctld's load does not grow as nodes x fleet.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
-from slurm_ft.fsutil import atomic_write
 from slurm_ft.node import breaker as brk
-from slurm_ft.node.state import path_for
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
@@ -50,11 +45,10 @@ def decide(config: Config, fleet: brk.FleetView, nodes: Iterable[str], now: floa
 def fleet_view(config: Config, *, client: Optional[SlurmApi] = None, snapshot: Optional[Sequence[Node]] = None,
                now: Optional[float] = None) -> brk.FleetView:
     """The breaker's view of the fleet from `snapshot` (slurm.types.Node list), else a fresh read of every node
-    (`client.fleet_nodes()`: the light one, as every node's health check makes it)."""
+    (`client.fleet_nodes()`, the light one: made only when a drain is about to happen, never on a healthy run)."""
     now = time.time() if now is None else now
     if snapshot is None:
         if client is None:
-            # the prolog/epilog load guard for hook_decision and never call Slurm
             # lazy: only a caller without a client pays for the Slurm backend
             from slurm_ft.slurm.backend import client_from_config
             client = client_from_config(config)
@@ -153,52 +147,21 @@ def is_open(config: Config, nodes: Optional[Sequence[Node]] = None, now: Optiona
     return None
 
 
-# --- the hook path: the node-local copy of the last fleet view ------------------------------------
+# --- the hook path ---------------------------------------------------------------------------------
 
-def view_path(config: Config, node: str) -> Path:
-    p = path_for(config.health, node)
-    return p.with_name(p.name + ".fleet")
+HOOK_READ_TIMEOUT_S = 10.0     # a prolog/epilog must not wait long on a busy slurmctld: unknown says no
 
 
-def save_view(config: Config, node: str, fleet: brk.FleetView) -> None:
-    """Keep the view for this node's prolog/epilog (best effort: a failure only logs)."""
-    path = view_path(config, node)
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(fleet.to_dict()) + "\n", mode=0o600)
-    except OSError as exc:
-        log.warning("fleet view %s not written: %s", path, exc)
-
-
-def load_view(config: Config, node: str) -> Optional[brk.FleetView]:
-    path = view_path(config, node)
-    try:
-        raw = path.read_bytes()[:4 << 20]
-        return brk.FleetView.from_dict(json.loads(raw))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, AttributeError) as exc:
-        log.error("fleet view %s unusable: %s", path, exc)
-        return None
-
-
-def view_age(config: Config, node: str, now: float) -> Optional[float]:
-    v = load_view(config, node)
-    return None if v is None else now - v.taken_at
-
-
-def hook_decision(config: Config, node: str, now: Optional[float] = None) -> brk.Decision:
-    """May the prolog/epilog fail this node (Slurm then drains it)? From the saved view; unknown says no."""
+def hook_decision(config: Config, node: str, now: Optional[float] = None,
+                  client: Optional[SlurmApi] = None) -> brk.Decision:
+    """May the prolog/epilog fail this node (Slurm then drains it)? Asked only when the hook is about to
+    fail it (rare: a healthy node's hooks never call Slurm), from a fresh read of the fleet; an unknown
+    count says no. Hooks on many nodes failing at once may each see room for one more: the controller
+    settles such a burst afterwards (fleet/controller.py, `settle_hook_drains`)."""
     if not enabled(config):
         return brk.Decision(True, "breaker disabled", 0, 1 << 30)
-    now = time.time() if now is None else now
-    fleet = load_view(config, node)
-    max_age = config.health.fleet_view_max_age_s
-    if fleet is None or not (0 <= now - fleet.taken_at <= max_age):
-        what = ("no fleet view saved" if fleet is None
-                else f"fleet view is {now - fleet.taken_at:.0f} s old (max {max_age:g} s)")
-        why = (f"fleet drain count unknown ({what}; the HealthCheckProgram `check --drain` saves it); "
-               f"not draining {node}")
-        log.error("%s", why)
-        return brk.Decision(False, why, 0, 0)
-    return decide(config, fleet, [node], now)
+    if client is None:
+        # lazy: only a failing hook pays for the Slurm backend
+        from slurm_ft.slurm.backend import client_from_config
+        client = client_from_config(config, timeout=HOOK_READ_TIMEOUT_S)
+    return may_take_out(config, [node], client=client, actor="hook", now=now)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.config import Config, HealthConfig, NodeType
-from slurm_ft.errors import CommandError, ConfigError, SlurmFTError
+from slurm_ft.errors import CommandError, ConfigError
 from slurm_ft.node import drain as dr, levels, state as st
 from slurm_ft.node.gather import Reader, gather
 from slurm_ft.node.probes import ProbeContext, get as get_probe, query_check
@@ -199,6 +199,9 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
             with st.locked(path, node) as state:
                 if level == "prolog" and job_id:
                     state["job"] = {"id": str(job_id), "start": now}
+                    st.job_started(state, job_id, now)
+                elif level == "epilog" and job_id:
+                    st.job_ended(state, job_id)
                 st.record(state, level, report.checks, report.findings, now,
                           job_id=job_id if level == "epilog" else None)
                 if state.get("nvml_hangs"):
@@ -209,8 +212,6 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
             active = st.active(before)
     else:
         active = st.active(before)
-    if drain and client is not None:
-        _save_fleet_view(config, node, client, now)
     if report.install_error:
         return report          # our install is broken: it saw nothing, so it drains and resumes nothing
     if drain and (not report.hung or not report.healthy):
@@ -238,21 +239,6 @@ def _count_hang(report: Report, config: Config, path: Path, node: str, record: b
     if hangs >= after:
         report.findings.append(Finding("inventory", Severity.FAIL, f"NVML hung in {hangs} checks in a row "
                                        f"(a GPU degrading under load)", "NVML_HUNG", None, Action.REBOOT))
-
-
-def _save_fleet_view(config: Config, node: str, client: SlurmApi, now: float) -> None:
-    """Keep Slurm's fleet view for this node's prolog/epilog, which may not call Slurm (see guard)."""
-    # lazy: only --drain saves the fleet view; a prolog/epilog check must not load the breaker
-    from slurm_ft.node import guard
-    if not guard.enabled(config):
-        return
-    age = guard.view_age(config, node, now)
-    if age is not None and 0 <= age < config.health.fleet_view_max_age_s / 3:
-        return                 # fresh enough: spare slurmctld a fleet-wide read per node per interval
-    try:
-        guard.save_view(config, node, guard.fleet_view(config, client=client, now=now))
-    except SlurmFTError as exc:
-        log.warning("fleet view not refreshed (the prolog/epilog will not drain once it is stale): %s", exc)
 
 
 def _drain_step(report: Report, node: str, config: Config, client: Optional[SlurmApi], path: Path,
@@ -288,8 +274,13 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
     try:
         outcome = dr.apply(client, node, plan.decision, config=config, now=now)
         report.drain = outcome.to_dict()
+        if outcome.action == "drained":
+            report.drain["at"] = f"{time.time():.3f}"     # when Slurm had it: what the jobs' and controller's latencies count from
     except CommandError as exc:
         return _unreachable(report, exc)
+    if outcome.action == "drained":
+        from slurm_ft.node import tell   # lazy: a new drain only; the hooks' start-up does not load it
+        tell.after_drain(client, config, node, outcome.reason, st.running_jobs(state))
     ours_now = outcome.action in ("drained", "reason_updated", "kept") and vocab.owned(outcome.reason)
     if record and (ours_now or believed is not ours_now):
         try:

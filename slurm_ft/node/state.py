@@ -9,6 +9,8 @@ root-only (0600 in a 0700 directory), and refused when others can write it.
      "active": [finding + {"level", "time"}],      # fail findings not yet cleared by a re-check
      "last": {"quick": {"since", "healthy", "codes"}, ...},  # "since": when that result last changed
      "job": {"id": "1234", "start": 1764429000.0},  # written by the prolog, read by the epilog
+     "running": {"1234": 1764429000.0},             # jobs whose prolog ran here and epilog not yet: who
+                                                    # to tell when slurm-ft drains the node (node/tell.py)
      "xid_history": {"3:13": ["1201", "1234"]}}     # app-class Xids per GPU:code, the jobs they hit
 
 A run whose result did not change writes nothing (no fsync per health check on a healthy node).
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 
 VERSION = 1
 HISTORY_JOBS = 20          # app-class Xid history kept per GPU:code
+MAX_RUNNING = 64           # jobs remembered as running here (a node whose epilogs never ran keeps no more)
 
 
 def path_for(hc: HealthConfig, node: str) -> Path:
@@ -74,7 +77,7 @@ def _shape_problem(data: Any) -> str:
     if not isinstance(data, dict) or data.get("version") != VERSION:
         return f"not a slurm-ft v{VERSION} state file"
     types: Dict[str, Union[type, Tuple[type, ...]]] = {"active": list, "last": dict, "xid_history": dict,
-                                                       "job": (dict, type(None))}
+                                                       "job": (dict, type(None)), "running": dict}
     for key, tp in types.items():
         if key in data and not isinstance(data[key], tp):
             return f"{key} is a {type(data[key]).__name__}"
@@ -194,6 +197,23 @@ def record(state: Dict[str, Any], level: str, checks: Iterable[str], findings: I
                     jobs.append(job_id)
                     del jobs[:-HISTORY_JOBS]
     return state
+
+
+def job_started(state: Dict[str, Any], job_id: str, now: float) -> None:
+    """The prolog ran for `job_id` here: it runs on this node until its epilog (`job_ended`)."""
+    running = state.setdefault("running", {})
+    running[str(job_id)] = now
+    for old in sorted(running, key=lambda j: running[j])[:-MAX_RUNNING]:
+        del running[old]
+
+
+def job_ended(state: Dict[str, Any], job_id: str) -> None:
+    (state.get("running") or {}).pop(str(job_id), None)
+
+
+def running_jobs(state: Mapping[str, Any]) -> List[int]:
+    """The jobs whose prolog ran on this node and whose epilog has not (yet)."""
+    return sorted(int(j) for j in (state.get("running") or {}) if str(j).isdigit())
 
 
 def xid_history(state: Mapping[str, Any]) -> Dict[Tuple[int, int], int]:

@@ -38,9 +38,11 @@ def get_client(backend: str = "auto", env: Optional[Mapping[str, str]] = None,
     return commands
 
 
-def client_from_config(config: "Config") -> SlurmClient:
-    """The client a slurm-ft Config asks for (section `slurm`: conf, timeout_s, backend)."""
+def client_from_config(config: "Config", timeout: Optional[float] = None) -> SlurmClient:
+    """The client a slurm-ft Config asks for (section `slurm`: conf, timeout_s, backend); `timeout`: a
+    shorter limit than the config's for a caller that must not wait long (a prolog)."""
     section = getattr(config, "slurm", None)
     if section is None:
-        return SlurmClient()
-    return get_client(section.backend, timeout=section.timeout_s, conf=section.conf or None)
+        return SlurmClient(timeout=timeout or DEFAULT_TIMEOUT_S)
+    limit = min(section.timeout_s, timeout) if timeout else section.timeout_s
+    return get_client(section.backend, timeout=limit, conf=section.conf or None)

@@ -130,9 +130,13 @@ class SlurmClient:
 
     # --- reads ---------------------------------------------------------------------------------
     def nodes(self, names: Optional[NodeSpec] = None) -> List[Node]:
-        """Nodes in Slurm's order, or the named ones in the order given; an unknown name -> UsageError."""
+        """Nodes in Slurm's order, or the named ones in the order given; an unknown name -> UsageError.
+        One name asks slurmctld for that node alone (`node`); any other selection reads every node once:
+        Slurm has no multi-node filter (a hostlist is expanded and matched client side)."""
         wanted = _node_list(names) if names is not None else None
-        all_nodes = self._all_nodes()
+        if wanted is not None and len(wanted) == 1:
+            return [self.node(wanted[0])]
+        all_nodes = self.fleet_nodes(wanted)
         if wanted is None:
             return all_nodes
         by_name = {n.name: n for n in all_nodes}
@@ -141,21 +145,30 @@ class SlurmClient:
             raise UsageError(f"unknown node{'s' if len(missing) > 1 else ''}: {compress(missing)}")
         return [by_name[n] for n in wanted]
 
-    def _all_nodes(self) -> List[Node]:
-        if self._json_ok:
-            # >= 23.02's sinfo --json groups nodes by partition and state, without a `nodes` list
-            argv = ["scontrol", "show", "node", "--json"] if self.features().scontrol_json else ["sinfo", "--json"]
-            res = self._json_or_none(argv)
-            if res is not None:
-                return self._parse(res, parse.parse_nodes_json)
-        return self.fleet_nodes()
+    def fleet_nodes(self, among: Optional[Iterable[str]] = None) -> List[Node]:
+        """Every node (or those `among` them) from `scontrol show node -o`: one node-info RPC and no JSON
+        to render; the same Nodes as the JSON reads on 22.05, 24.11 and 26.05
+        (tests/unit/test_slurm_versions.py). `among`: only those records are parsed (a job's few nodes
+        out of a fleet's thousands cost the parse of a few)."""
+        res = self._run(["scontrol", "show", "node", "-o"])
+        text = res.stdout if among is None else parse.records_of(res.stdout, "NodeName", set(among))
+        return self._parse(replace(res, stdout=text), parse.parse_nodes_kv)
 
-    def fleet_nodes(self) -> List[Node]:
-        """Every node from `scontrol show node -o`: one node-info RPC and no JSON to render. The same
-        Nodes as the JSON read on 22.05, 24.11 and 26.05 (tests/unit/test_slurm_versions.py); at 2,112
-        nodes the command takes 0.03 CPU-s, `sinfo --json` 0.33. For the breaker's fleet view, which every
-        node's health check reads."""
-        return self._parse(self._run(["scontrol", "show", "node", "-o"]), parse.parse_nodes_kv)
+    def node(self, name: str) -> Node:
+        """One node. `sinfo -n NAME` is the one read that asks slurmctld for a single node
+        (REQUEST_NODE_INFO_SINGLE, plus the partition table); `scontrol show node NAME` packs every node.
+        sinfo lists nodes by partition: a node in none (one the controller quarantined) is read from the
+        whole table instead. Unknown -> UsageError."""
+        names = _node_list(name)
+        if len(names) != 1:
+            raise UsageError(f"one node expected, got {name!r}")
+        res = self._run(["sinfo", "-N", "-h", "-O", parse.sinfo_node_format(), "-n", names[0]])
+        found = [n for n in self._parse(res, parse.parse_sinfo_nodes) if n.name == names[0]]
+        if not found:
+            found = self.fleet_nodes([names[0]])
+        if not found:
+            raise UsageError(f"unknown node: {names[0]}")
+        return found[0]
 
     def _json_or_none(self, argv: List[str]) -> Optional[Result]:
         """Run a --json read; None (and -o from now on) when this Slurm has no --json (< 21.08).
@@ -169,9 +182,6 @@ class SlurmClient:
             self._json_ok = False
             return None
         raise SlurmError(res.argv, res.returncode, res.stderr or res.stdout)
-
-    def node(self, name: str) -> Node:
-        return self.nodes([name])[0]
 
     def jobs(self, job_ids: Optional[Iterable[int]] = None) -> List[Job]:
         """Jobs slurmctld still knows (pending, running, and finished within MinJobAge)."""
@@ -192,20 +202,27 @@ class SlurmClient:
         return [by_id[j] for j in wanted if j in by_id]
 
     def job(self, job_id: int) -> Job:
-        """One job; unknown (or long finished) -> JobNotFound. Fills StdOut from `scontrol show job -o`
-        where the JSON leaves it empty (22.05) or as the unexpanded pattern (`out-%j.txt`, 26.05)."""
+        """One job: `scontrol show job -o JID` asks slurmctld for that job alone (REQUEST_JOB_INFO_SINGLE;
+        the JSON reads of 22.05 dump every job), and gives StdOut expanded on every version. Unknown (or
+        long finished) -> JobNotFound."""
         jid = _job_id(job_id)
-        found = self.jobs([jid])
+        res = self._run(["scontrol", "show", "job", "-o", str(jid)], check=False)
+        if res.returncode != 0 and "invalid job id" in (res.stderr + res.stdout).lower():
+            raise JobNotFound(f"job {jid} not found (unknown id, or finished more than MinJobAge ago)")
+        if res.returncode != 0:
+            raise SlurmError(res.argv, res.returncode, res.stderr or res.stdout)
+        found = [j for j in self._parse(res, parse.parse_jobs_kv) if j.job_id == jid]
         if not found:
             raise JobNotFound(f"job {jid} not found (unknown id, or finished more than MinJobAge ago)")
-        job = found[0]
-        if not job.std_out or "%" in job.std_out:
-            res = self._run(["scontrol", "show", "job", "-o", str(jid)], check=False)
-            if res.returncode == 0:
-                kv = self._parse(res, parse.parse_jobs_kv)
-                if kv and kv[0].std_out:
-                    job = replace(job, std_out=kv[0].std_out)
-        return job
+        return found[0]
+
+    def notify(self, job_id: int, message: str) -> None:
+        """`scontrol notify JOB MESSAGE`: one RPC; the job's batch step prints the line on its stderr (its
+        output file). The job's owner or root may send it."""
+        jid = _job_id(job_id)
+        if not message or len(message) > 1000 or _CONTROL_RE.search(message):
+            raise UsageError(f"notify: a message of 1-1000 printable characters, got {message[:40]!r}")
+        self._run(["scontrol", "notify", str(jid), message])
 
     def partitions(self) -> List[Partition]:
         return self._parse(self._run(["scontrol", "show", "partition", "-o"]), parse.parse_partitions_kv)

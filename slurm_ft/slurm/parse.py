@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import Any, Callable, Collection, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 from slurm_ft.slurm.hostlist import expand
@@ -193,6 +194,20 @@ def parse_job_line(line: str, order: Tuple[str, ...] = JOB_ORDER,
     return out
 
 
+def records_of(text: str, key: str, names: Collection[str]) -> str:
+    """The records of `scontrol show X -o` output whose first field `key=` names one of `names`
+    (continuation lines included), unparsed: what a caller wanting a few records out of thousands parses."""
+    out: List[str] = []
+    keep = False
+    head = key + "="
+    for line in text.split("\n"):
+        if line.startswith(head):
+            keep = line[len(head):].split(" ", 1)[0] in names
+        if keep:
+            out.append(line)
+    return "\n".join(out) + ("\n" if out else "")
+
+
 def _plain_value(value: str, rank: Dict[str, int]) -> bool:
     """A non-free-text value: one word, then only ` Key=word` of keys this parser does not know."""
     words = value.rstrip(" ").split(" ")
@@ -212,6 +227,12 @@ def _unambiguous_fallback(line: str, cands: Sequence[Tuple[int, int, int]], orde
 def _val(d: Dict[str, str], key: str) -> str:
     v = d.get(key, "")
     return "" if v in _NULLS else v
+
+
+def _free_text(d: Dict[str, str], key: str) -> str:
+    """A field users write (Comment): only Slurm's own "(null)" means unset; "None" or "n/a" are theirs."""
+    value = d.get(key, "")
+    return "" if value == "(null)" else value
 
 
 def _int(text: object, default: int = 0) -> int:
@@ -296,6 +317,60 @@ def parse_nodes_kv(text: str) -> List[Node]:
     return [node_from_kv(d) for d in parse_records(text, NODE_KEYS)]
 
 
+# `sinfo -N -O` fields for one node (SlurmClient.node): sinfo with exactly one host asks slurmctld for
+# that node alone. The two free-text fields come last, so a separator inside the reason cannot shift the others.
+SINFO_NODE_FIELDS = ("NodeList", "StateComplete", "Timestamp", "User", "NodeAddr", "CPUs", "Memory", "Gres",
+                     "Partition", "Comment", "Reason")
+SINFO_SEP = "\x1f"     # ASCII unit separator: printed after every field
+
+
+def sinfo_node_format() -> str:
+    """The `-O` argument for SINFO_NODE_FIELDS (no width: sinfo pads nothing and cuts nothing)."""
+    return ",".join(f"{f}:{SINFO_SEP}" for f in SINFO_NODE_FIELDS)
+
+
+def parse_sinfo_nodes(text: str) -> List[Node]:
+    """`sinfo -N -h -O <sinfo_node_format()>` -> nodes. sinfo prints a node once per partition: those
+    rows are one Node with every partition (the default partition's `*` dropped). A node in no partition
+    is not printed at all."""
+    nodes: Dict[str, Node] = {}
+    n_fields = len(SINFO_NODE_FIELDS)
+    for line in text.split("\n"):
+        if not line.strip():
+            continue
+        head = line.split(SINFO_SEP, n_fields - 2)
+        if len(head) != n_fields - 1:
+            raise ValueError(f"not a sinfo node row: {line[:80]!r}")
+        comment, sep, reason = head[-1].partition(SINFO_SEP)   # the reason may hold anything but a newline
+        if not sep or not reason.endswith(SINFO_SEP):
+            raise ValueError(f"not a sinfo node row: {line[:80]!r}")
+        reason = reason[:-len(SINFO_SEP)]
+        name, state_text, when, user, addr, cpus, memory, gres, partition = (v.strip() for v in head[:-1])
+        if not name or name in _NULLS:
+            raise ValueError(f"sinfo row without a node name: {line[:80]!r}")
+        state, flags = parse_node_state(state_text.upper())
+        part = partition.rstrip("*")
+        if name in nodes:
+            old = nodes[name]
+            if part and part not in old.partitions:
+                nodes[name] = replace(old, partitions=old.partitions + (part,))
+            continue
+        if reason == "none" and when in ("Unknown", ""):     # what sinfo prints for no reason at all
+            reason = ""
+        nodes[name] = Node(
+            name=name, state=state, flags=flags,
+            reason=reason if reason not in _NULLS else "",
+            reason_user=user if user not in _NULLS else "",
+            reason_time=when if when not in _NULLS else "",
+            partitions=(part,) if part and part not in _NULLS else (),
+            gres=gres if gres not in _NULLS else "",
+            cpus=_int(cpus), real_memory_mb=_int(memory),
+            comment=comment if comment not in _NULLS else "",
+            addr=addr if addr not in _NULLS else "",
+        )
+    return list(nodes.values())
+
+
 def node_from_json(n: Json) -> Node:
     """One node of 22.05's `sinfo --json` (state a string, flags apart) or of the data_parser JSON of
     `scontrol show node --json` (>= 23.02: state a list, base state first, then its flags)."""
@@ -344,8 +419,8 @@ def job_from_kv(d: Dict[str, str]) -> Job:
         nodes=_names(d.get("NodeList", "")),
         num_nodes=_int(d.get("NumNodes")),
         excluded_nodes=_names(d.get("ExcNodeList", "")),
-        comment=_val(d, "Comment"),
-        admin_comment=_val(d, "AdminComment"),
+        comment=_free_text(d, "Comment"),
+        admin_comment=_free_text(d, "AdminComment"),
         restart_count=_int(d.get("Restarts")),
         requeue=d.get("Requeue") == "1",
         held=_is_held(priority, reason, d.get("JobState", "")),
@@ -516,11 +591,34 @@ def parse_config(text: str) -> Dict[str, str]:
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         key = key.strip()
-        if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key):
+        if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*(\[\d+\])?", key):
             out.setdefault(key, value.strip())
     if not out:
         raise ValueError("no `Key = value` lines in `scontrol show config`")
     return out
+
+
+def munge_socket(config: Mapping[str, str]) -> Optional[str]:
+    """The munge socket slurmctld authenticates with (`AuthInfo = socket=PATH,...`), or None: munge's default."""
+    for part in config.get("AuthInfo", "").split(","):
+        key, _, value = part.strip().partition("=")
+        if key == "socket" and value:
+            return value
+    return None
+
+
+def controller_host(config: Mapping[str, str]) -> str:
+    """Where the primary slurmctld runs: `SlurmctldHost[0] = name(addr)` -> addr (else name); "" unknown."""
+    m = re.fullmatch(r"\s*([^()\s]+)(?:\(([^()\s]+)\))?\s*", config.get("SlurmctldHost[0]", ""))
+    return (m.group(2) or m.group(1)) if m else ""
+
+
+def slurmd_spool_dir(config: Mapping[str, str], node: str, host: str) -> str:
+    """SlurmdSpoolDir with slurmd's %n (node name) and %h (host name) filled in; "" when unset."""
+    spool = config.get("SlurmdSpoolDir", "")
+    if spool in _NULLS:
+        return ""
+    return spool.replace("%n", node).replace("%h", host)
 
 
 def format_epoch(value: Any) -> str:

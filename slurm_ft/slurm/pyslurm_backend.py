@@ -10,7 +10,7 @@ other call is inherited from the commands backend, so the behaviour users see st
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Iterable, List, Optional
 
 from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.slurm.types import Node
@@ -49,8 +49,9 @@ def unusable_reason(commands: SlurmClient) -> Optional[str]:
 class PySlurmClient(SlurmClient):
     backend = "pyslurm"
 
-    def fleet_nodes(self) -> List[Node]:
-        return self._all_nodes()       # in-process already: no command to spare
+    def fleet_nodes(self, among: Optional[Iterable[str]] = None) -> List[Node]:
+        wanted = None if among is None else set(among)
+        return [n for n in self._all_nodes() if wanted is None or n.name in wanted]
 
     def _all_nodes(self) -> List[Node]:
         pyslurm = _import()

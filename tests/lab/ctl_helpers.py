@@ -82,10 +82,16 @@ LAB_FAULT = "slurm-ft: LAB_FAULT gpu3 set by the test"
 
 
 def fail_node(lab, node: str, reason: str = LAB_FAULT) -> None:
-    """What the health check does on a fatal finding: drain with a slurm-ft reason. Its code is no check's:
-    the fake driver holds no evidence of this fault, so the lab's periodic HealthCheckProgram would resume
-    an XID79 drain mid-test (as it should a drain whose fault it cannot see: CI 2026-11-30, three rooms)."""
+    """What the health check does on a fatal finding: drain with a slurm-ft reason, then tell the node's
+    jobs and wake the controller (node/tell.py). Its code is no check's: the fake driver holds no evidence
+    of this fault, so the lab's periodic HealthCheckProgram would resume an XID79 drain mid-test (as it
+    should a drain whose fault it cannot see: CI 2026-11-30, three rooms)."""
+    from slurm_ft.config import load_config
+    from slurm_ft.node import state, tell
     lab.client.drain([node], reason)
+    config = load_config(str(lab.config_path))
+    running = state.running_jobs(state.load(state.path_for(config.health, node), node))
+    tell.after_drain(lab.client, config, node, reason, running)
 
 
 def xid_drain(lab, node: str, value: int = 79, gpu: int = 3) -> subprocess.CompletedProcess:

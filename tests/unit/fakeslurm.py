@@ -7,7 +7,8 @@ scheduler (run on every read) start a pending job on idle, healthy nodes of its 
 job's excluded nodes. A node read carries its partitions, and MAINTENANCE+RESERVED while a reservation
 holds it. Every write is recorded in `calls`, in Slurm's words: ("drain", nodes, reason), ("resume",
 nodes), ("partition", name, nodes), ("requeue", job, hold), ("release", job), ("update", job, fields),
-("shrink", job, nodes), ("update_node", node, fields), ("reboot", nodes, reason), ("cancel", job).
+("shrink", job, nodes), ("update_node", node, fields), ("reboot", nodes, reason), ("cancel", job),
+("notify", job, message). Every read is recorded in `reads`.
 The real daemons are exercised by tests/lab/.
 """
 from __future__ import annotations
@@ -44,39 +45,51 @@ class FakeSlurm:
         self.requeuing: Set[int] = set()         # requeued, COMPLETING until the next read
         self.fleet_reads_fail = False            # a read of every node fails (a swamped slurmctld's timeout);
                                                  # one node's read still answers
+        self.reads: List[tuple] = []             # every read, in the client's words: ("fleet",), ("node", name),
+                                                 # ("jobs",), ("job", id), ("partitions",),
+                                                 # ("partition", name)
 
     # --- reads ------------------------------------------------------------------------------------
     def version(self) -> Tuple[int, int, int]:
         return (22, 5, 8)
 
     def nodes(self, names: Optional[NodeSpec] = None) -> List[Node]:
-        if names is None and self.fleet_reads_fail:
+        wanted = node_names(names) if names is not None else None
+        if wanted is not None and len(wanted) == 1:   # as the client: one name is a single-node read
+            return [self.node(wanted[0])]
+        return self.fleet_nodes(wanted)
+
+    def fleet_nodes(self, among: Optional[Iterable[str]] = None) -> List[Node]:
+        self.reads.append(("fleet",))
+        if self.fleet_reads_fail:
             raise CommandError(["scontrol", "show", "node"], 1, "Unable to contact slurm controller")
         self._tick()
-        wanted = set(node_names(names)) if names is not None else None
+        wanted = set(among) if among is not None else None
         return [self._node(x) for x in sorted(self.n) if wanted is None or x in wanted]
 
-    def fleet_nodes(self) -> List[Node]:         # the breaker's read: the same nodes
-        return self.nodes()
-
     def node(self, name: str) -> Node:
+        self.reads.append(("node", name))
         return self._node(name)
 
     def jobs(self, job_ids: Optional[Iterable[int]] = None) -> List[Job]:
+        self.reads.append(("jobs",))
         self._tick()
         wanted = set(job_ids) if job_ids is not None else None
         return [j for jid, j in self.j.items() if wanted is None or jid in wanted]
 
     def job(self, job_id: int) -> Job:
+        self.reads.append(("job", job_id))
         self._tick()
         if job_id not in self.j:
             raise JobNotFound(f"job {job_id} not found")
         return self.j[job_id]
 
     def partitions(self) -> List[Partition]:
+        self.reads.append(("partitions",))
         return [Partition(p, tuple(ns)) for p, ns in self.parts.items()]
 
     def partition(self, name: str) -> Partition:
+        self.reads.append(("partition", name))
         return Partition(name, tuple(self.parts[name]))
 
     def reservations(self) -> List[Reservation]:
@@ -160,6 +173,9 @@ class FakeSlurm:
     def submit(self, argv_or_script: Union[Sequence[str], str], *, env: Optional[Mapping[str, str]] = None,
                cwd: Optional[str] = None, timeout: Optional[float] = None) -> int:
         raise NotImplementedError("FakeSlurm runs no batch scripts: add_job() places a job, or override submit")
+
+    def notify(self, job_id: int, message: str) -> None:
+        self.calls.append(("notify", job_id, message))
 
     def cancel(self, job_id: int, signal: Optional[str] = None) -> None:
         self.calls.append(("cancel", job_id))

@@ -19,9 +19,6 @@ import pytest
 from hypothesis import example, given, strategies as st
 
 from slurm_ft.cli.check import parser
-from slurm_ft.config import load_config
-from slurm_ft.node import breaker as brk, guard
-from slurm_ft.slurm.types import Node
 from slurm_ft.node.check_socket import SERVED_LEVELS, ask, served_node
 
 SLURM_FT = str(Path(sys.executable).parent / "slurm-ft")
@@ -42,7 +39,9 @@ def node(tmp_path):
     nvml.write_text("")
     cfg = tmp_path / "slurm-ft.yaml"
     cfg.write_text(f"state_dir: {tmp_path}/state\nhealth:\n  kmsg_path: {tmp_path}/k\n"
-                   f"  state_file: {tmp_path}/st/{{node}}.json\n  deadline_s: {{quick: 1.0}}\n")
+                   f"  state_file: {tmp_path}/st/{{node}}.json\n  deadline_s: {{quick: 1.0}}\n"
+                   # no breaker: a hook's fail finding prints the verdict without asking Slurm (none here)
+                   "lifecycle:\n  breaker_max_share: 0\n")
     cfg.chmod(0o644)
     env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), SLURM_FT_FAKE_NVML_STATE=str(nvml),
                SLURM_FT_FAKE_NODE="n1", SLURMD_NODENAME="n1", SLURM_FT_CONFIG=str(cfg),
@@ -78,12 +77,6 @@ def node(tmp_path):
         def fault(line: str) -> None:
             nvml.write_text(line + "\n")
 
-        @staticmethod
-        def save_fleet_view() -> None:
-            """What the last HealthCheckProgram run saved of the fleet: 20 nodes, none drained."""
-            nodes = [Node(f"n{i}", "IDLE") for i in range(1, 21)]
-            guard.save_view(load_config(str(cfg)), "n1", brk.view(nodes, time.time()))
-
     N.env = env
     yield N
     for p in watchers:
@@ -98,7 +91,6 @@ def _same(text: str) -> str:
 
 @pytest.mark.parametrize("level", ["quick", "prolog", "epilog"])
 def test_a_served_check_answers_what_the_hooks_own_process_does(node, level):
-    node.save_fleet_view()           # the breaker has room: a hook's fail finding prints the verdict
     node.start()
     for fault in ("", "gpu 6 remap_failure 1"):
         node.fault(fault)

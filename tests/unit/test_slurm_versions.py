@@ -32,9 +32,21 @@ def json_nodes(version: str):
     return {n.name: n for n in parse.parse_nodes_json(read(version, name))}
 
 
+def numbered(version: str, jobs):
+    """The capture's jobs by their order of submission, 1 = the running `train run` job (its id is in
+    sbatch_parsable.txt; a lab numbers its jobs from its own port, FirstJobId): earlier ones (the hang
+    check's) are left out."""
+    off = parse.parse_sbatch_parsable(read(version, "sbatch_parsable.txt")) - 1
+    return {j.job_id - off: j for j in jobs if j.job_id > off}
+
+
 def json_jobs(version: str):
     name = "scontrol_show_job.json" if feats(version).scontrol_json else "squeue.json"
-    return {j.job_id: j for j in parse.parse_jobs_json(read(version, name))}
+    return numbered(version, parse.parse_jobs_json(read(version, name)))
+
+
+def kv_jobs(version: str):
+    return numbered(version, parse.parse_jobs_kv(read(version, "scontrol_show_job.txt")))
 
 
 # --- versions.py -------------------------------------------------------------------------------------
@@ -144,7 +156,7 @@ def test_expedited_requeue_held_after_a_non_zero_exit():
     j = json_jobs("26.05")[7]
     assert (j.state, j.held, j.restart_count, j.exit_code, j.priority) == ("REQUEUE_HOLD", True, 1, "3:0", 0)
     assert j.nodes == ()
-    kv = {k.job_id: k for k in parse.parse_jobs_kv(read("26.05", "scontrol_show_job.txt"))}
+    kv = kv_jobs("26.05")
     assert kv[7].state == j.state
 
 
@@ -153,9 +165,9 @@ def test_expedited_requeue_held_after_a_non_zero_exit():
 def test_json_stdout_by_version(version, tail):
     """22.05 and 26.05 give the --output pattern unexpanded in JSON (24.11 expands it): for those
     SlurmClient.job() reads the expanded path from `scontrol show job -o`."""
-    assert json_jobs(version)[1].std_out.endswith(tail)
-    kv = {k.job_id: k for k in parse.parse_jobs_kv(read(version, "scontrol_show_job.txt"))}
-    assert kv[1].std_out.endswith("/train-1.out")
+    first = json_jobs(version)[1]
+    assert first.std_out.endswith(tail.replace("1", str(first.job_id)))
+    assert kv_jobs(version)[1].std_out.endswith(f"/train-{first.job_id}.out")
 
 
 @pytest.mark.parametrize("version", ["24.11", "26.05"])
@@ -169,12 +181,13 @@ def test_newer_sinfo_json_is_refused_not_misread(version):
 def test_squeue_json_on_every_version(version):
     """squeue --json parses everywhere, but from 23.02 it applies squeue's default filter (finished jobs
     left out): that is why the client reads `scontrol show job --json` there."""
-    sq = {j.job_id: j for j in parse.parse_jobs_json(read(version, "squeue.json"))}
-    finished = {5, 6}
+    sq = {j.job_id for j in numbered(version, parse.parse_jobs_json(read(version, "squeue.json"))).values()}
+    every = json_jobs(version)
+    finished = {every[5].job_id, every[6].job_id}
     if version == "22.05":
-        assert set(sq) == set(json_jobs(version))
+        assert sq == {j.job_id for j in every.values()}
     else:
-        assert set(sq) == set(json_jobs(version)) - finished
+        assert sq == {j.job_id for j in every.values()} - finished
 
 
 @pytest.mark.parametrize("version", ["22.05"])
@@ -215,7 +228,7 @@ def test_node_state_list(states):
 def test_kv_and_json_agree_on_every_version(version):
     """`scontrol show job -o` (the fallback, and StdOut's source) reads the same jobs as the JSON,
     with the keys 24.11 and 26.05 added (ExpeditedRequeue=, SubmitLine=, ...) kept out of the values."""
-    kv = {j.job_id: j for j in parse.parse_jobs_kv(read(version, "scontrol_show_job.txt"))}
+    kv = kv_jobs(version)
     js = json_jobs(version)
     assert kv.keys() == js.keys()
     for jid in kv:

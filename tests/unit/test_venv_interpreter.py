@@ -11,15 +11,11 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from slurm_ft.config import load_config
 from slurm_ft_lab import fake_nvml, inject
-from slurm_ft.node import breaker, guard
-from slurm_ft.slurm.types import Node
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "gpu001"
@@ -57,7 +53,8 @@ def lab(tmp_path) -> Path:
     fake_nvml.build(tmp_path / "lib")
     (tmp_path / "slurm-ft.yaml").write_text(
         f"state_dir: {tmp_path}/state\n"
-        f"health:\n  kmsg_path: {tmp_path}/nodes/{{node}}/kmsg\n  state_file: {tmp_path}/nodes/{{node}}/state.json\n")
+        f"health:\n  kmsg_path: {tmp_path}/nodes/{{node}}/kmsg\n  state_file: {tmp_path}/nodes/{{node}}/state.json\n"
+        "lifecycle:\n  breaker_max_share: 0\n")      # no breaker: a failing prolog asks no Slurm (none here)
     (tmp_path / "state").mkdir(mode=0o700)
     return tmp_path
 
@@ -75,9 +72,6 @@ def test_prolog_hook_from_a_venv_reads_the_gpus_through_pynvml(venv, lab):
     assert ok.returncode == 0, ok.stderr
     # a fault only NVML sees (no kernel-log line): the hook fails the job only if pynvml ran
     inject.inject(lab, NODE, "ecc_dbe", gpu=2, log=False)
-    # the fleet count a health check would have saved (a prolog cannot ask Slurm): room to drain
-    fleet = [Node(f"gpu{i:03d}", "IDLE") for i in range(1, 65)]
-    guard.save_view(load_config(str(lab / "slurm-ft.yaml")), NODE, breaker.view(fleet, time.time()))
     bad = subprocess.run(hook, env=node_env(venv, lab), capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1, bad.stderr
     found = json.loads((lab / "nodes" / NODE / "state.json").read_text())["active"]

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from slurm_ft_lab.cluster import Lab, LabSpec
 from slurm_ft.slurm.client import SlurmClient
+from slurm_ft.slurm.parse import sinfo_node_format
+from slurm_ft.vocab import EVENT_MARK, event_line
 
 HERE = Path(__file__).resolve().parent
 REASON = 'slurm-ft: XID79 gpu3 "fell off the bus" a=b; c=\'d\''
@@ -103,6 +105,16 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
     os.kill(slurmd, signal.SIGKILL)
     c.wait_for(lambda: "NOT_RESPONDING" in c.node("gpu004").flags, 60, "gpu004 not responding")
     save("scontrol_show_node.txt", ["scontrol", "show", "node", "-o"])
+    one = ["sinfo", "-N", "-h", "-O", sinfo_node_format(), "-n"]   # SlurmClient.node: one node asked for
+    save("sinfo_node_draining.txt", [*one, "gpu002"])
+    save("sinfo_node_drained.txt", [*one, "gpu003"])
+    save("sinfo_node_noresp.txt", [*one, "gpu004"])
+    save("sinfo_node_unknown.txt", [*one, "gpu999"])
+    # what a job's output shows of `scontrol notify` (the node's watcher tells the job of a drain)
+    c.notify(running, event_line("failed", "gpu001", REASON))
+    out_file = work / f"train-{running}.out"
+    c.wait_for(lambda: EVENT_MARK in out_file.read_text(errors="replace"), 30, "the notice in the job's output")
+    (out_dir / "notify_batch_output.txt").write_text(out_file.read_text(errors="replace"))
     save("sinfo.json", ["sinfo", "--json"])
     save("sinfo_N.txt", ["sinfo", "-h", "-N", "-o", "%N %T"])
     save("scontrol_show_job.txt", ["scontrol", "show", "job", "-o"])
@@ -114,6 +126,7 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
         save(f"scontrol_show_{what}.json", ["scontrol", "show", what, "--json"])
     c.wait_for(lambda: c.node("gpu004").state == "DOWN", 60, "gpu004 down")
     save("scontrol_show_node_down.txt", ["scontrol", "show", "node", "-o", "gpu004"])
+    save("sinfo_node_down.txt", [*one, "gpu004"])
     save("scontrol_show_node_down.json", ["scontrol", "show", "node", "gpu004", "--json"])
     time.sleep(0.1)
 
@@ -129,6 +142,12 @@ def capture_hang_check(lab: Lab, c: SlurmClient, work: Path, out_dir: Path) -> N
     nodes = ["gpu001", "gpu002", "gpu003", "gpu004"]
     job = c.submit(["-w", ",".join(nodes), "-N4", "--wrap", "sleep 600"], cwd=str(work))
     c.wait_job_state(job, "RUNNING", 60)
+    # RUNNING comes before the prologs end (PrologFlags=Alloc): a GPU lost before then fails the prolog
+    from slurm_ft.config import load_config
+    from slurm_ft.node import state
+    health = load_config(str(lab.config_path)).health
+    c.wait_for(lambda: all(job in state.running_jobs(state.load(state.path_for(health, n))) for n in nodes), 60,
+               "the prologs' records")
     inject(lab.dir, "gpu002", "gpu_lost", gpu=0, log=False)
     env = dict(lab.env(), SLURM_JOB_ID=str(job), LD_LIBRARY_PATH=str(lab.dir / "lib"))
     p = subprocess.run(check_argv(nodes, python=sys.executable), env=env, capture_output=True, text=True, timeout=300)
