@@ -47,9 +47,12 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
         except Exception as exc:  # noqa: BLE001 - any failure to read the log is reported, not fatal
             errors["xid"] = f"cannot read the kernel log: {exc}"
         if extra_xids:
+            given = kmsg.map_to_gpus(list(extra_xids), sample.gpus)
+            # the driver's own NVML event vouches for a syslog line of the same fault: one finding, that counts
+            xids = [replace(k, trusted=True) if not k.trusted and any(e.source == "nvml" and _same_fault(e, k)
+                                                                      for e in given) else k for k in xids]
             logged = list(xids)
-            xids += [e for e in kmsg.map_to_gpus(list(extra_xids), sample.gpus)
-                     if not any(_same_fault(e, k) for k in logged)]
+            xids += [e for e in given if not any(_same_fault(e, k) for k in logged)]
 
     if "disk" in checks:
         extra["disk"] = host.disk([hc.on(node, p) for p in hc.disk_paths])
