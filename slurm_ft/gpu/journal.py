@@ -25,7 +25,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from slurm_ft.gpu.kmsg import JOURNAL, Parser, Position
 from slurm_ft.gpu.sample import XidEvent
-from slurm_ft.runner import run
+from slurm_ft import runner
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def read(*, lookback_s: Optional[float] = None, now: Optional[float] = None, sxi
     """This boot's Xids in the journal, oldest first (those within `lookback_s` of `now`, when given).
     CommandError when journalctl fails (no journal of this boot, not installed): the caller reports it."""
     since = None if lookback_s is None else (time.time() if now is None else now) - lookback_s
-    lines = run(read_argv(since), timeout=READ_TIMEOUT_S).stdout.splitlines()
+    lines = runner.run(read_argv(since), timeout=READ_TIMEOUT_S).stdout.splitlines()
     if len(lines) >= MAX_RECORDS:
         log.warning("journal: read only the last %d kernel records of the look-back window", MAX_RECORDS)
     events = parse(lines, sxid=sxid)
@@ -109,8 +109,7 @@ def follow(*, poll_s: float, stop: Callable[[], bool], sxid: bool = False, start
     delay = RESTART_S[0]
     while not stop():
         started = time.monotonic()
-        proc = subprocess.Popen(follow_argv(cursor), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = runner.start(follow_argv(cursor))
         try:
             on_position(_position(cursor))          # following: an Xid from now on is seen
             for batch in _lines(proc, poll_s, stop):
