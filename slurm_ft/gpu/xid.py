@@ -135,9 +135,9 @@ def verdict(event: XidEvent) -> XidInfo:
         info = verdict(replace(event, trusted=True))
         if info.severity != "fail":
             return info
+        # the action stays the catalog's: what the fault would need, were it real (`xid explain`)
         return replace(info, name=f"{info.name} (unverified: a syslog line, which any user's `logger -t kernel` "
-                                  f"can write; drains when NVML reports it too)", severity="warn", action="none",
-                       drains=False)
+                                  f"can write; drains when NVML reports it too)", severity="warn", drains=False)
     info = lookup(event.xid)
     if event.kind == "sxid":
         # NVSwitch errors are not GPU Xids; the catalog does not cover them, report without draining.
