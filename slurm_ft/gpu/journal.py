@@ -23,11 +23,13 @@ import subprocess
 import time
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from slurm_ft.gpu.kmsg import JOURNAL, Parser, Position
+from slurm_ft.gpu.kmsg import JOURNAL, Parser, Position, dedupe_fallen
 from slurm_ft.gpu.sample import XidEvent
 from slurm_ft import runner
 
 log = logging.getLogger(__name__)
+
+SOURCE = JOURNAL               # the value of health.kmsg_path that names the journal
 
 FIELDS = ("MESSAGE", "_TRANSPORT", "SYSLOG_FACILITY")   # journalctl adds the cursor and the time itself
 MAX_RECORDS = 50_000           # ~10 MiB of JSON: a look-back on a node logging that much is cut (logged)
@@ -96,14 +98,14 @@ def read(*, lookback_s: Optional[float] = None, now: Optional[float] = None, sxi
     if len(lines) >= MAX_RECORDS:
         log.warning("journal: read only the last %d kernel records of the look-back window", MAX_RECORDS)
     events = parse(lines, sxid=sxid)
-    return [e for e in events if since is None or e.timestamp is None or e.timestamp >= since]
+    return dedupe_fallen([e for e in events if since is None or e.timestamp is None or e.timestamp >= since])
 
 
 def follow(*, poll_s: float, stop: Callable[[], bool], sxid: bool = False, start: Optional[Position] = None,
            on_position: Callable[[Position], None] = lambda pos: None) -> Iterator[XidEvent]:
     """Yield Xid events as journald stores them (kmsg.follow's contract): from the end, or just after
     the cursor of `start` (a position an earlier follow reported: {"path": "journal", "cursor": C})."""
-    cursor = start.get("cursor") if start and start.get("path") == JOURNAL else None
+    cursor = start.get("cursor") if start and start.get("path") == SOURCE else None
     cursor = cursor if isinstance(cursor, str) and cursor else None
     parser = Parser(source="journal", sxid=sxid)
     delay = RESTART_S[0]
@@ -129,7 +131,7 @@ def follow(*, poll_s: float, stop: Callable[[], bool], sxid: bool = False, start
 
 
 def _position(cursor: Optional[str]) -> Position:
-    where: Dict[str, object] = {"path": JOURNAL, "cursor": cursor}
+    where: Dict[str, object] = {"path": SOURCE, "cursor": cursor}
     return where
 
 

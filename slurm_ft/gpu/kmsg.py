@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 Position = Dict[str, Any]    # where a follow stopped reading: path plus boot/seq or inode/offset
 
 DEV_KMSG = "/dev/kmsg"
-JOURNAL = "journal"          # health.kmsg_path: the journal's kernel records, through journalctl (gpu/journal.py)
+JOURNAL = "journal"          # health.kmsg_path naming the journal: read by gpu/journal.py, not here
 
 _PCI = r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
 XID_RE = re.compile(
@@ -432,10 +432,6 @@ def read_xids(path: str = DEV_KMSG, *, lookback_s: Optional[float] = None, now: 
     A regular file is read from its end, at most max_bytes of it (a warning says when that cut the
     look-back window short). gpus maps PCI ids to NVML indexes. A missing file is an error unless missing_ok.
     """
-    if path == JOURNAL:
-        from slurm_ft.gpu import journal   # lazy: only a node configured to read the journal runs journalctl
-        events = dedupe_fallen(journal.read(lookback_s=lookback_s, now=now, sxid=sxid))
-        return map_to_gpus(events, gpus) if gpus else events
     if missing_ok and path != "-" and not os.path.exists(path):
         return []
     source = "kmsg" if (path == DEV_KMSG or path.endswith("kmsg")) else "file"
@@ -482,16 +478,11 @@ def follow(path: str = DEV_KMSG, *, poll_s: float = 0.05, stop: Optional[Callabl
     position is the boot and the last record's sequence number.
     A regular file: read what was appended; a truncated or replaced file is read again from its start
     (the lab's `heal` empties a node's log, as a reboot would); a position is its inode and offset.
-    `journal` (JOURNAL): `journalctl -k -f` (gpu/journal.py); a position is the journal cursor.
     on_position is called after the events of what was read so far were yielded.
     `stop` is called every poll_s; the generator ends when it returns true.
     """
     should_stop = stop or (lambda: False)
     report = on_position or (lambda pos: None)
-    if path == JOURNAL:
-        from slurm_ft.gpu import journal   # lazy: only a node configured to read the journal runs journalctl
-        yield from journal.follow(poll_s=poll_s, stop=should_stop, sxid=sxid, start=start, on_position=report)
-        return
     parser = Parser(source="kmsg", boot_time=boot_time, sxid=sxid)
     if _is_char_device(path):
         yield from _follow_kmsg(path, parser, poll_s, should_stop, from_start, start, report)

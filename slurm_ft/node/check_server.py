@@ -176,8 +176,8 @@ class CheckServer:
             return "bad arguments"
         if not (isinstance(env, dict) and all(k in proto.ENV_KEYS and isinstance(v, str) for k, v in env.items())):
             return "bad environment"
-        if any(jobscope.index_list(env[k]) is None for k in jobscope.ENV_KEYS if k in env):
-            return "a job GPU list that is not an index list"
+        if any(jobscope.device_list(env[k]) is None for k in jobscope.ENV_KEYS if k in env):
+            return "a job GPU list that is not one"
         if node != self.node or proto.served_node(argv, env) != self.node:
             return f"this watcher serves {self.node}"
         if _config_file(env) != _config_file(self.env):

@@ -27,7 +27,7 @@ PATH_ENV = "SLURM_FT_CHECK_SOCKET"           # may name the node ({node}): the l
 DEFAULT_PATH = "/run/slurm-ft/check.sock"
 SERVED_LEVELS = ("quick", "prolog", "epilog")
 # what a check reads of a hook's environment (the epilog's job GPUs: node/jobscope.py; the watcher
-# refuses a value that is not an index list, and the hook then judges it in its own process)
+# refuses a value that is no GPU list, and the hook then judges it in its own process)
 ENV_KEYS = ("SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_JOB_UID", "SLURM_JOB_RESERVATION", "SLURM_FT_CONFIG",
             "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
 VERSION = 1

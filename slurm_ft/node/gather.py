@@ -42,8 +42,12 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
     if "xid" in checks:
         try:
             path = hc.on(node, hc.kmsg_path)
-            xids += kmsg.read_xids(path, lookback_s=hc.xid_lookback_s, now=now, boot_time=host.boot_time(),
-                                   gpus=sample.gpus, missing_ok=path != kmsg.DEV_KMSG)
+            if path == kmsg.JOURNAL:
+                from slurm_ft.gpu import journal   # lazy: only a node set to read the journal runs journalctl
+                xids += kmsg.map_to_gpus(journal.read(lookback_s=hc.xid_lookback_s, now=now), sample.gpus)
+            else:
+                xids += kmsg.read_xids(path, lookback_s=hc.xid_lookback_s, now=now, boot_time=host.boot_time(),
+                                       gpus=sample.gpus, missing_ok=path != kmsg.DEV_KMSG)
         except Exception as exc:  # noqa: BLE001 - any failure to read the log is reported, not fatal
             errors["xid"] = f"cannot read the kernel log: {exc}"
         if extra_xids:
@@ -91,7 +95,7 @@ def _settled_processes(node: str, sample: NodeSample, hc: HealthConfig, reader: 
     and the probe leaves them alone. Our own pid never counts."""
     me = os.getpid()
     facts = host.processes(sorted({p for g in sample.gpus for p in g.processes if p != me}))
-    scope = job.on({g.index for g in sample.gpus})
+    scope = job.on({g.index: g.uuid for g in sample.gpus})
 
     def held(s: NodeSample) -> Dict[int, Set[int]]:
         return {g.index: {p for p in g.processes if p != me and scope.owns(g.index, _uid(facts, p))}

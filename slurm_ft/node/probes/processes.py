@@ -40,7 +40,7 @@ def ignored(proc: Process, allowed: Sequence[str]) -> bool:
 
 def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     facts: Dict[int, Process] = sample.extra.get("processes", {}) or {}
-    job = ctx.job.on({g.index for g in sample.gpus})
+    job = ctx.job.on({g.index: g.uuid for g in sample.gpus})
     out: List[Finding] = []
     for g in sample.gpus:
         if g.lost:
