@@ -6,8 +6,8 @@ not scoped: they fail the node for every job.
 slurmd sets, in the prolog and epilog environment (22.05, 24.11 and 26.05 alike: gres_common.c,
 `gres_common_prep_set_env`, from the job's GPU bitmap on this node):
 * SLURM_JOB_GPUS: Slurm's indexes of the job's GPUs here, "0,1,2,3";
-* CUDA_VISIBLE_DEVICES: each GPU's unique id where Slurm has one, else the same indexes. 26.05's
-  AutoDetect (nvml, nvidia) records every GPU's UUID ("GPU-8a3f..."), older versions only MIG
+* CUDA_VISIBLE_DEVICES: each GPU's unique id where Slurm has one, else the same indexes. AutoDetect
+  (nvml, nvidia) records every GPU's UUID ("GPU-8a3f...") since 25.11, so on 26.05; before, only MIG
   devices' ("MIG-..."): the 22.05 lab shows "4,5,6,7" for both variables.
 Slurm numbers a node's GPUs as gres/gpu sorts them: by device file (natural order), then, where
 AutoDetect=nvml gives Links, by the PCI order NVML enumerates: NVML's own indexes on a node whose
