@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 
 from slurm_ft.config import Config, HealthConfig
 from slurm_ft.finding import Severity
@@ -208,3 +209,14 @@ def test_following_the_journal_resumes_after_its_cursor(tmp_path, monkeypatch):
     assert got == [13] and where[-1] == {"path": "journal", "cursor": "s=1;i=3"}
     argvs = [json.loads(a) for a in (tmp_path / "argv").read_text().splitlines()]
     assert all(a[:2] == ["--dmesg", "--output=json"] and "--follow" in a for a in argvs)
+
+
+@given(st.text(max_size=300) | st.dictionaries(
+    st.sampled_from(["MESSAGE", "_TRANSPORT", "SYSLOG_FACILITY", "__REALTIME_TIMESTAMP", "__CURSOR"]),
+    st.none() | st.integers() | st.text(max_size=80) | st.lists(st.integers(-5, 300), max_size=80)).map(json.dumps))
+def test_any_journalctl_line_parses_without_error(line):
+    from slurm_ft.gpu import journal
+    rec = journal.record(line)
+    assert rec is None or (isinstance(rec[0], str) and isinstance(rec[2], bool) and len(rec[3]) < 512)
+    for e in journal.parse([line]):
+        catalog.verdict(e)

@@ -303,3 +303,11 @@ def test_an_ignore_entry_that_names_no_program_is_a_config_error(tmp_path, entry
     path.chmod(0o644)
     with pytest.raises(ConfigError, match=r"health.ignore_processes\[0\]"):
         load_config(str(path))
+
+
+@given(st.binary(max_size=64))
+def test_any_process_name_reads_as_one_line_of_printable_ascii(raw):
+    from slurm_ft.node.host import escape
+    shown = escape(raw)
+    assert shown.isascii() and shown.isprintable() and len(shown) <= 4 * len(raw)
+    assert bytes(shown, "ascii").decode("unicode_escape").encode("latin-1") == raw   # nothing lost
