@@ -78,7 +78,10 @@ class HealthConfig:
     kmsg_path: str = "/dev/kmsg"
     xid_lookback_s: float = 7200.0
     state_file: str = "/run/slurm-ft/node-state.json"
-    ignore_processes: Tuple[str, ...] = ("nvidia-persistenced", "nv-hostengine", "dcgmi", "nvidia-smi")
+    # programs (full paths of root-owned executables; a bare name: such a file in a system directory)
+    # allowed to hold a GPU between jobs: node/probes/processes.py
+    ignore_processes: Tuple[str, ...] = ("/usr/bin/nvidia-persistenced", "/usr/bin/nv-hostengine", "/usr/bin/dcgmi",
+                                         "/usr/bin/nvidia-smi")
     process_grace_s: float = 5.0     # epilog: a GPU process must still be there after this long to count
     burnin: BurninConfig = field(default_factory=BurninConfig)
     auto_resume: bool = True         # a healthy `check --drain` resumes a node that slurm-ft drained
@@ -254,6 +257,7 @@ def _parse(p: Path) -> Config:
         raise ConfigError(f"{p}: controller.trust must be one of {', '.join(TRUST_MODES)}, "
                           f"not {cfg.controller.trust!r}")
     _check_remediation(cfg.lifecycle.remediation, str(p))
+    _check_ignore_processes(cfg.health, str(p))
     _check_domains(cfg.planning, str(p))
     return cfg
 
@@ -293,6 +297,15 @@ def expand_domains(domains: Mapping[str, str]) -> Dict[str, List[str]]:
             seen[n] = name
         out[str(name)] = list(dict.fromkeys(nodes))
     return out
+
+
+def _check_ignore_processes(hc: "HealthConfig", file: str) -> None:
+    """Each entry names a program: an absolute path, or a bare name (older configs: a system program)."""
+    for i, entry in enumerate(hc.ignore_processes):
+        if not entry or ("/" in entry and not entry.startswith("/")) or entry.endswith("/") \
+                or not entry.isprintable():
+            raise ConfigError(f"{file}: health.ignore_processes[{i}]: {entry!r} is neither an executable's "
+                              f"absolute path (/usr/bin/nvidia-persistenced) nor a bare program name")
 
 
 def _check_levels(cfg: "Config", file: str) -> None:

@@ -38,8 +38,9 @@ def owned(reason: str) -> bool:
 
 
 def fit(text: str, limit: int = REASON_MAX) -> str:
-    """One line of at most `limit` characters; Slurm refuses a reason that ends in a space."""
-    return " ".join(text.split())[:limit].rstrip()
+    """One line of at most `limit` printable ASCII characters (anything else becomes '?': a reason may
+    quote a node's earlier one or a finding); Slurm refuses a reason that ends in a space."""
+    return "".join(c if " " <= c <= "~" else "?" for c in " ".join(text.split()))[:limit].rstrip()
 
 
 def slurm_time(text: Optional[str]) -> Optional[float]:

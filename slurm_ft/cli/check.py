@@ -101,8 +101,12 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
         from slurm_ft.slurm.backend import client_from_config  # lazy: hook start-up: only with --drain
         client = client_from_config(config)
     progress = _progress_bar() if level == "burnin" and err.isatty() and not as_json else None
+    job = None
+    if level == "epilog":
+        from slurm_ft.node.jobscope import JobScope  # lazy: hook start-up: only the epilog judges a job's GPUs
+        job = JobScope.from_env({**env, "SLURM_JOB_ID": job_id or ""})
     report = check_node(level, name, config, drain=drain, client=client, job_id=job_id,
-                        record=not args.no_state, progress=progress)
+                        record=not args.no_state, progress=progress, job=job)
     if as_json:
         print(json.dumps(report.to_dict(), indent=None), file=out)
     else:

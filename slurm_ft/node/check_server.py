@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple
 
 from slurm_ft.config import DEFAULT_PATH, ENV_VAR
 from slurm_ft.fsutil import refuse_unsafe
-from slurm_ft.node import check_socket as proto
+from slurm_ft.node import check_socket as proto, jobscope
 
 if TYPE_CHECKING:
     from typing import Callable, List, TextIO
@@ -176,6 +176,8 @@ class CheckServer:
             return "bad arguments"
         if not (isinstance(env, dict) and all(k in proto.ENV_KEYS and isinstance(v, str) for k, v in env.items())):
             return "bad environment"
+        if any(jobscope.device_list(env[k]) is None for k in jobscope.ENV_KEYS if k in env):
+            return "a job GPU list that is not one"
         if node != self.node or proto.served_node(argv, env) != self.node:
             return f"this watcher serves {self.node}"
         if _config_file(env) != _config_file(self.env):

@@ -56,9 +56,11 @@ def reason_text(findings: Sequence[Finding]) -> str:
 
 
 def _clean(text: str) -> str:
-    # one line of plain ASCII: Slurm prints reasons unquoted and some tools split on '|' or '='
-    text = text.encode("ascii", "replace").decode().replace("\n", " ").replace("|", "/").replace("=", ":")
-    return re.sub(r"\s+", " ", text).strip()
+    # one line of printable ASCII: Slurm prints reasons unquoted, some tools split on '|' or '=', and
+    # the client refuses a control byte (a process name is a user's: the probe escapes it, this is the
+    # last guard)
+    text = re.sub(r"\s+", " ", text).replace("|", "/").replace("=", ":")
+    return re.sub(r"[^\x20-\x7e]", "?", text).strip()
 
 
 def code_of(reason: str) -> str:

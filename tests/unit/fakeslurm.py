@@ -20,7 +20,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 from slurm_ft.errors import CommandError
 from slurm_ft.job.tag import FtSpec, encode
 from slurm_ft.slurm.api import NodeSpec
-from slurm_ft.slurm.client import JobNotFound
+from slurm_ft.slurm.client import JobNotFound, check_reason
 from slurm_ft.slurm.hostlist import expand
 from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 
@@ -106,6 +106,7 @@ class FakeSlurm:
 
     # --- nodes and partitions ---------------------------------------------------------------------
     def drain(self, nodes: NodeSpec, reason: str) -> List[str]:
+        check_reason(reason)                     # what the real client refuses before calling Slurm
         got = node_names(nodes)
         self.calls.append(("drain", tuple(got), reason))
         for x in got:
@@ -120,11 +121,14 @@ class FakeSlurm:
         return got
 
     def reboot(self, nodes: NodeSpec, reason: str) -> List[str]:
+        check_reason(reason)
         got = node_names(nodes)
         self.calls.append(("reboot", tuple(got), reason))
         return got
 
     def update_node(self, name: str, **fields: object) -> None:
+        if "Reason" in fields:
+            check_reason(str(fields["Reason"]))
         self.calls.append(("update_node", name, tuple(sorted(fields.items()))))
         if "Comment" in fields:
             self.n[name] = replace(self.n[name], comment=str(fields["Comment"]))

@@ -6,6 +6,7 @@ import time
 from hypothesis import given, strategies as st
 
 from slurm_ft import vocab
+from slurm_ft.slurm.client import check_reason
 
 
 def test_only_reasons_that_start_with_the_owner_are_ours():
@@ -19,6 +20,8 @@ def test_only_reasons_that_start_with_the_owner_are_ours():
 def test_a_fitted_reason_is_one_line_within_the_limit_and_never_ends_in_a_space(text):
     out = vocab.fit(text)
     assert len(out) <= vocab.REASON_MAX and out == out.strip() and "\n" not in out
+    assert check_reason(out) == out if out else True           # what the Slurm client accepts (issue 22)
+    assert out.isascii() and out.isprintable()
 
 
 def test_slurms_local_time_and_its_placeholders():
