@@ -186,10 +186,10 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
     path = st.path_for(config.health, node)
     before = st.load(path, node) if record else st.empty(node)
     xid_since = now - config.health.xid_lookback_s
-    if level == "epilog":
-        started = before.get("job") or {}
-        if job_id and str(started.get("id")) == str(job_id) and started.get("start"):
-            xid_since = float(started["start"])
+    if level == "epilog" and job_id:
+        started = st.job_start(before, job_id)    # this job's prolog here: on a shared node, not the last one's
+        if started is not None:
+            xid_since = started
     # Xids logged before somebody resumed a node slurm-ft had drained were dealt with (GPU reset, ...):
     # they stay in the kernel log until a reboot, but must not drain the node again
     xid_since = max(xid_since, float(before.get("xid_ack") or 0.0))

@@ -143,3 +143,13 @@ def test_node_state_roundtrip_keeps_running_jobs(tmp_path):
     with st.locked(path, "gpu001") as state:
         st.job_started(state, "42", 5.0)
     assert st.running_jobs(st.load(path, "gpu001")) == [42]
+
+
+def test_an_epilog_on_a_shared_node_counts_xids_from_its_own_jobs_start():
+    """Two jobs' prologs on one node: the second overwrote the last-prolog record, the running list keeps both."""
+    state = st.empty("gpu001")
+    state["job"] = {"id": "23", "start": 20.0}
+    st.job_started(state, "17", 10.0)
+    st.job_started(state, "23", 20.0)
+    assert st.job_start(state, "17") == 10.0 and st.job_start(state, "23") == 20.0
+    assert st.job_start(state, "99") is None

@@ -80,7 +80,6 @@ def _epilog(node, tmp_path, **env):
 def test_a_neighbours_live_rank_does_not_fail_the_ending_jobs_epilog(node, tmp_path, procs):
     procs.append(named_process(b"python"))
     node.fault(f"gpu 5 proc {procs[0].pid} 1000000")          # job B's rank on GPU 5, alive
-    node.save_fleet_view()                                    # the breaker has room: a fail would be a verdict
     code, out, err, _ = _epilog(node, tmp_path, SLURM_JOB_ID="7", SLURM_JOB_UID="0", SLURM_JOB_GPUS="0,1,2,3",
                                 CUDA_VISIBLE_DEVICES="0,1,2,3")
     assert code == 0 and "epilog: healthy" in out and "slurm-ft-verdict" not in out, out + err
@@ -91,7 +90,6 @@ def test_a_neighbours_live_rank_does_not_fail_the_ending_jobs_epilog(node, tmp_p
 def test_the_watcher_judges_the_same_gpus_as_the_hooks_own_process(node, tmp_path, procs):
     procs.append(named_process(b"python"))
     node.fault(f"gpu 5 proc {procs[0].pid} 1000000")
-    node.save_fleet_view()
     _epilog(node, tmp_path)                                   # the config's grace, before the watcher reads it
     node.start()
     for gpus_, want in (("0,1,2,3", 0), ("4,5,6,7", 1)):
