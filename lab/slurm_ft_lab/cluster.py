@@ -797,7 +797,7 @@ def rate_limiter_status() -> str:
         version = versions.installed_version()
     except CommandError as exc:
         return f"unknown ({exc})"
-    text = ".".join(map(str, version))
+    text = f"{version[0]}.{version[1]:02d}.{version[2]}"
     if versions.features(version).rate_limiter:
         return f"on: SlurmctldParameters=rl_enable, its defaults (Slurm {text}; root exempt)"
     return f"none: Slurm {text} has no RPC rate limiter (23.02+)"
