@@ -92,6 +92,7 @@ def measure_requeue_delay(sc: Scenario) -> float:
     about 121 s; `--requeue=expedite` where enabled: eligible at once, so the delay is about 0)."""
     from slurm_ft.vocab import slurm_time as parse_slurm_time
     c = sc.client
+    # root's job, in the pool (a site keeps `spares` to root): the delay is Slurm's, whoever's job it is
     res = run(["sbatch", "--parsable", c.requeue_option(), "-p", "spares", "-N", "1", "-o", "/dev/null",
                "--wrap", "sleep 600"], timeout=60, env=sc.env)
     jid = int(res.stdout.strip().split(";")[0])

@@ -378,8 +378,10 @@ class Supervisor:
     def check_nodes(self, nodes: Sequence[str], drain: bool = False) -> Dict[str, str]:
         """node -> why, for the nodes the prolog-level checks fail (with `drain`, each drains itself when it may)."""
         try:
+            # stderr to the job's: a check that could not see (no watcher on its node to read the kernel
+            # log for the user) says so there, labelled by task
             proc = subprocess.Popen(check_argv(nodes, drain=drain), env=self.env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, text=True, errors="replace")
+                                    text=True, errors="replace")
         except OSError as exc:
             self.say(f"cannot run the hang checks: {exc}; no culprit")
             return {}

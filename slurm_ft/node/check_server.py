@@ -38,6 +38,9 @@ MAX_ARGS = 32
 
 
 class CheckServer:
+    SOCKET_UMASK = 0o177     # srw-------: root's hooks only (and SO_PEERCRED checked again per connection)
+    DIR_MODE = 0o700         # the socket's directory, when the server makes it
+
     def __init__(self, node: str, handler: Handler, lock: threading.Lock,
                  env: Optional[Mapping[str, str]] = None) -> None:
         self.node = node
@@ -54,12 +57,14 @@ class CheckServer:
         """Listen and serve in a thread; False (and why, logged) when this watcher cannot serve."""
         try:
             directory = os.path.dirname(self.path) or "."
-            os.makedirs(directory, mode=0o700, exist_ok=True)
+            if not os.path.isdir(directory):
+                os.makedirs(directory, mode=self.DIR_MODE, exist_ok=True)
+                os.chmod(directory, self.DIR_MODE)       # the service's umask (0077) must not narrow it
             refuse_unsafe(directory, "check socket directory")
             if not self._clear_stale():
                 return False
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            old = os.umask(0o177)
+            old = os.umask(self.SOCKET_UMASK)
             try:
                 sock.bind(self.path)
             finally:

@@ -40,8 +40,8 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
     xids = list(sample.xids)
 
     if "xid" in checks:
+        path = hc.on(node, hc.kmsg_path)
         try:
-            path = hc.on(node, hc.kmsg_path)
             if path == kmsg.JOURNAL:
                 from slurm_ft.gpu import journal   # lazy: only a node set to read the journal runs journalctl
                 xids += kmsg.map_to_gpus(journal.read(lookback_s=hc.xid_lookback_s, now=now), sample.gpus)
@@ -49,7 +49,7 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
                 xids += kmsg.read_xids(path, lookback_s=hc.xid_lookback_s, now=now, boot_time=host.boot_time(),
                                        gpus=sample.gpus, missing_ok=path != kmsg.DEV_KMSG)
         except Exception as exc:  # noqa: BLE001 - any failure to read the log is reported, not fatal
-            errors["xid"] = f"cannot read the kernel log: {exc}"
+            errors["xid"] = _kmsg_error(path, exc)
         if extra_xids:
             given = kmsg.map_to_gpus(list(extra_xids), sample.gpus)
             # the driver's own NVML event vouches for a syslog line of the same fault: one finding, that counts
@@ -73,6 +73,14 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
     if errors:
         extra["errors"] = {**extra.get("errors", {}), **errors}
     return replace(sample, xids=tuple(xids), extra=extra)
+
+
+def _kmsg_error(path: str, exc: BaseException) -> str:
+    """Why the kernel log could not be read, in one line; a user's check says who it ran as."""
+    if isinstance(exc, PermissionError) or isinstance(exc.__cause__, PermissionError):
+        return (f"kernel log {path} not readable as uid {os.geteuid()} (root only: kernel.dmesg_restrict=1, "
+                f"or the file's mode): Xids not seen")
+    return f"cannot read the kernel log: {exc}"
 
 
 def _sample_clocks(node: str, first: NodeSample, hc: HealthConfig, reader: Reader) -> Dict[int, List[Optional[int]]]:

@@ -175,16 +175,19 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
 def check_node(level: str, node: str, config: Config, *, drain: bool = False, client: Optional[SlurmApi] = None,
                job_id: Optional[str] = None, record: bool = True, reader: Optional[Reader] = None,
                extra_xids: Sequence[XidEvent] = (), progress: Optional[Callable[[int, int, str], None]] = None,
-               now: Optional[float] = None, job: Optional[JobScope] = None) -> Report:
+               now: Optional[float] = None, job: Optional[JobScope] = None,
+               read_state: Optional[bool] = None) -> Report:
     """A whole node check as the entry points use it: state file in, run, state file out, drain/resume.
 
     The prolog notes the job's start (the epilog then judges only Xids logged during the job) and the
     epilog keeps the per-GPU history of application Xids. `client` is a SlurmClient (only with drain).
     `job`: the epilog's job (jobscope.JobScope.from_env of the hook's environment), see run_level.
+    `read_state` (default: `record`): read the state file without writing it (a user's look through
+    the watcher: Xids acknowledged at a resume stay acknowledged).
     """
     now = time.time() if now is None else now
     path = st.path_for(config.health, node)
-    before = st.load(path, node) if record else st.empty(node)
+    before = st.load(path, node) if (record if read_state is None else read_state) else st.empty(node)
     xid_since = now - config.health.xid_lookback_s
     if level == "epilog" and job_id:
         started = st.job_start(before, job_id)    # this job's prolog here: on a shared node, not the last one's

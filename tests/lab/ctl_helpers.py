@@ -12,6 +12,8 @@ from typing import List, Optional
 
 import yaml
 
+from slurm_ft_lab import users
+
 PY = sys.executable
 JOBS = Path(__file__).resolve().parent / "jobs"
 
@@ -28,26 +30,37 @@ def controller_config(lab, tmp_path: Path) -> Path:
     return path
 
 
-def slurm_ft(lab, config: Optional[Path], *args, env=None, timeout=300, check=True) -> subprocess.CompletedProcess:
-    e = dict(lab.env)
+def slurm_ft(lab, config: Optional[Path], *args, env=None, timeout=300, check=True, user: Optional[str] = None,
+             cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """`slurm-ft ARGS`. `slurm-ft sbatch` runs as the lab's job user (a user submits their job; `user`
+    names another, "root" submits as root); every other command as root (the admin, the controller)."""
+    user = user or (lab.user if args[:1] == ("sbatch",) else "root")
+    e = dict(lab.env) if user == "root" else lab.user_env(user)
     if config is not None:
         e["SLURM_FT_CONFIG"] = str(config)
     e.update(env or {})
-    p = subprocess.run([PY, "-m", "slurm_ft", *args], capture_output=True, text=True, timeout=timeout, env=e)
+    argv = [PY, "-m", "slurm_ft", *args]
+    if user != "root":
+        argv = lab.cluster.user_argv(argv, user)
+        cwd = cwd or lab.cluster.user_home(user)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
     if check:
         assert p.returncode == 0, f"slurm-ft {' '.join(args)}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
     return p
 
 
-def submit_ft(lab, tmp_path: Path, nodes: int, *extra: str) -> int:
-    p = slurm_ft(lab, None, "sbatch", *extra, "-N", str(nodes), "-o", str(tmp_path / "job-%j.out"),
+def submit_ft(lab, work: Path, nodes: int, *extra: str) -> int:
+    """A fault-tolerant sleeper of the job user's, output in `work` (a directory they own: the `work` fixture)."""
+    p = slurm_ft(lab, None, "sbatch", *extra, "-N", str(nodes), "-o", str(work / "job-%j.out"),
                  "/bin/sleep", "3600")
     return int(p.stdout.split()[-1])
 
 
-def submit_plain(lab, tmp_path: Path, nodes: int) -> int:
-    p = subprocess.run(["sbatch", "--parsable", "--exclusive", "-N", str(nodes), "-o", str(tmp_path / "plain-%j.out"),
-                        "--wrap", "sleep 3600"], capture_output=True, text=True, timeout=30, env=lab.env)
+def submit_plain(lab, work: Path, nodes: int) -> int:
+    """An ordinary job beside the fault-tolerant ones (a filler, a neighbour), of another lab user: what it
+    does inside does not matter, whose it is does (it is not the FT job's user's)."""
+    p = lab.run_as(["sbatch", "--parsable", "--exclusive", "-N", str(nodes), "-o", "/dev/null",
+                    "--wrap", "sleep 3600"], user=users.NAMES[1], timeout=30)
     assert p.returncode == 0, p.stderr
     return int(p.stdout.strip().split(";")[0])
 
@@ -148,3 +161,35 @@ def periodic_check_skips(lab, node: str):
         yield
     finally:
         hook.write_text(saved)
+
+
+@contextmanager
+def watching(lab, nodes, log_dir: Path, *options: str):
+    """`slurm-ft watch` on each of `nodes` (root, as its systemd service on a cluster's node): it follows
+    the node's kernel log (and NVML Xid events; `--no-nvml`: not those), answers the node's hooks and
+    its users' checks (the supervisor's, over the query socket). Yields node -> its log file. A watcher
+    starts at the end of its node's kernel log: a line written before it started is one it missed."""
+    procs = []
+    try:
+        for n in nodes:
+            (lab.dir / "nodes" / n / "state.json.watch").unlink(missing_ok=True)   # no saved place: a fresh boot's
+            log = log_dir / f"watch-{n}.log"
+            env = dict(lab.env, SLURMD_NODENAME=n, LD_LIBRARY_PATH=str(lab.dir / "lib"))
+            procs.append((n, log, subprocess.Popen([PY, "-m", "slurm_ft", "-v", "watch", "--node", n, *options],
+                                                   env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)))
+        deadline = time.monotonic() + 120
+        for n, log, p in procs:
+            while "slurm-ft watch on" not in log.read_text():
+                assert p.poll() is None and time.monotonic() < deadline, f"watch on {n}: {log.read_text()[-2000:]}"
+                time.sleep(0.1)
+            assert "answering users on" in log.read_text(), log.read_text()
+        yield {n: log for n, log, _ in procs}
+    finally:
+        for _, _, p in procs:
+            p.terminate()
+        for _, _, p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()

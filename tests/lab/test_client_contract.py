@@ -32,6 +32,9 @@ def client(request, lab) -> SlurmClient:
     lab.reset()
 
 
+# The jobs here are root's, submitted by the client under test: the contract is the client's as slurm-ft's
+# root components use it (the controller reads every job, the sweep submits its validation jobs as root).
+# A user's job read by that client: test_a_users_job_as_roots_client_reads_it.
 def _sleep_job(client, lab, tmp_path, nodes=2, *extra):
     return client.submit([f"-N{nodes}", "--gres=gpu:8", "-o", str(tmp_path / "out-%j.txt"), *extra,
                           "--wrap", "sleep 600"], cwd=str(tmp_path))
@@ -134,6 +137,17 @@ def test_submit_with_env_and_cwd(client, lab, tmp_path):
     assert job.work_dir == str(tmp_path) and job.exit_code == "0:0" and job.user == "root"
     assert client.job(jid).std_out == str(tmp_path / "out.txt")
     assert (tmp_path / "out.txt").read_text().strip() == f"hello arg one {tmp_path}"
+
+
+def test_a_users_job_as_roots_client_reads_it(lab, work):
+    """Every fault-tolerant job of a cluster is a user's: what the controller (root) reads of it, and what
+    the user's own client reads (their sbatch, their squeue)."""
+    mine = lab.as_user()
+    jid = mine.submit(["-N1", "-o", "out.txt", "--wrap", "id -un"], cwd=str(work))
+    job = lab.client.wait_job_state(jid, "COMPLETED", 60)
+    assert job.user == lab.user and job.work_dir == str(work) and job.exit_code == "0:0"
+    assert (work / "out.txt").read_text().strip() == lab.user
+    assert mine.job(jid).user == lab.user
 
 
 def test_submit_script_text_and_list(client, lab, tmp_path):

@@ -101,6 +101,7 @@ def test_broken_install_drains_nothing_through_the_real_hooks(lab, hooks, tmp_pa
     broken_hc = tmp_path / "healthcheck"
     broken_hc.write_text(with_lines(hooks["healthcheck"], lines))
     broken_hc.chmod(0o755)
+    # a plain job of root's: what runs inside does not matter here, only the hooks' verdict on the node
     p = subprocess.run(["sbatch", "--parsable", "-w", node, "--no-requeue", "-o", str(tmp_path / "j.out"),
                         "--wrap", "sleep 1"], capture_output=True, text=True, timeout=30, env=lab.env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr

@@ -73,7 +73,6 @@ def _slurm_ft(lab, config, *args, node=None, timeout=600):
 
 
 def test_xid79_on_one_node_of_a_2048_node_job_is_recovered_onto_a_spare_and_nothing_else(fleet, tmp_path):
-    os.chmod(tmp_path, 0o755)
     data = yaml.safe_load(Path(fleet.config_path).read_text()) or {}
     data["state_dir"] = str(tmp_path / "state")
     config = tmp_path / "slurm-ft.yaml"
@@ -81,15 +80,17 @@ def test_xid79_on_one_node_of_a_2048_node_job_is_recovered_onto_a_spare_and_noth
     os.chmod(config, 0o644)
     client = SlurmClient(env={"SLURM_CONF": str(fleet.conf)})
     spec = fleet.spec
-    p = _slurm_ft(fleet, config, "sbatch", "--ckpt-dir", str(tmp_path / "ckpt"), "-N", "2048",
-                  "-o", str(tmp_path / "job-%j.out"), "/bin/sleep", "3600")
+    work = fleet.work_dir("fleet-test")            # the job user's, as on a cluster; root's config in tmp_path
+    p = subprocess.run(fleet.user_argv([PY, "-m", "slurm_ft", "sbatch", "--ckpt-dir", str(work / "ckpt"), "-N", "2048",
+                                        "-o", str(work / "job-%j.out"), "/bin/sleep", "3600"]),
+                       capture_output=True, text=True, timeout=600, env=fleet.user_env(), cwd=str(work))
     assert p.returncode == 0, p.stderr
     jid = int(p.stdout.split()[-1])
     job = client.wait_job_state(jid, "RUNNING", timeout=600)
     assert len(job.nodes) == 2048
     # RUNNING comes with the allocation (PrologFlags=Alloc); the batch script starts, and its output
     # file appears, once all 2,048 prologs passed: only then is the fault one of a running job
-    out = tmp_path / f"job-{jid}.out"
+    out = work / f"job-{jid}.out"
     deadline = time.monotonic() + 600
     while not out.exists():
         assert time.monotonic() < deadline, f"job {jid} did not start: {client.job(jid)}"

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ctl_helpers import slurm_ft
 from slurm_ft_lab import inject as inj
 
 pytestmark = pytest.mark.lab
@@ -47,14 +48,8 @@ def make_config(lab, tmp_path: Path, *, own_state: bool = True, **lifecycle) -> 
 
 
 def ft(lab, cfg, *args, env=None, timeout=180, ok=True) -> subprocess.CompletedProcess:
-    e = dict(lab.env)
-    if cfg is not None:
-        e["SLURM_FT_CONFIG"] = str(cfg)
-    e.update(env or {})
-    p = subprocess.run([PY, "-m", "slurm_ft", *args], capture_output=True, text=True, timeout=timeout, env=e)
-    if ok:
-        assert p.returncode == 0, f"slurm-ft {' '.join(args)}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p
+    """`slurm-ft ARGS` as ctl_helpers.slurm_ft runs it: `sbatch` as the lab's job user, the rest as root."""
+    return slurm_ft(lab, cfg, *args, env=env, timeout=timeout, check=ok)
 
 
 def detect(lab, cfg, node: str) -> subprocess.CompletedProcess:
@@ -107,15 +102,15 @@ def clean(lab):
     _forget_health_state(lab)
 
 
-def test_full_lap_fault_recovery_quarantine_repair_validate_and_reuse(clean, tmp_path):
+def test_full_lap_fault_recovery_quarantine_repair_validate_and_reuse(clean, tmp_path, work):
     lab = clean
     cfg = make_config(lab, tmp_path, pool_target=1)
     spare, *others = lab.spare_nodes
     lab.client.drain(others, HOLD)                # only `spare` is a healthy spare: the swaps are predictable
     lab.client.set_partition_nodes("train", lab.train_nodes[:4])   # a full partition: a restart needs the spare
     assert ft(lab, cfg, "sweep").stdout == ""     # first sweep: records the spares, says nothing
-    started = tmp_path / "started"               # written by the batch script: prologs are done
-    job_id = int(ft(lab, None, "sbatch", "-N", "4", "-o", str(tmp_path / "job-%j.out"),
+    started = work / "started"                   # written by the batch script: prologs are done
+    job_id = int(ft(lab, None, "sbatch", "-N", "4", "-o", str(work / "job-%j.out"),
                     "/bin/sh", "-c", f"touch {started} && exec sleep 3600").stdout.split()[-1])
     job = wait_running(lab, job_id, marker=started)
     bad = job.nodes[1]
@@ -189,7 +184,7 @@ def test_lemon_ends_on_the_rma_list(clean, tmp_path):
     assert lemon in [r["node"] for r in json.loads(ft(lab, cfg, "status", "--json").stdout)["rma"]]
 
 
-def test_a_fault_on_every_node_drains_no_more_than_the_breaker_allows(clean, tmp_path):
+def test_a_fault_on_every_node_drains_no_more_than_the_breaker_allows(clean, tmp_path, work):
     """The lab's own config and state dir: the background HealthCheckProgram shares this breaker."""
     lab = clean
     cfg = make_config(lab, tmp_path, own_state=False, breaker_max_share=0.1, breaker_max_nodes=0)
@@ -197,9 +192,9 @@ def test_a_fault_on_every_node_drains_no_more_than_the_breaker_allows(clean, tmp
     try:
         nodes = lab.train_nodes + lab.spare_nodes
         limit = max(1, math.floor(0.1 * len(nodes)))
-        started = tmp_path / "started"
+        started = work / "started"
         t0 = time.time()
-        job_id = int(ft(lab, None, "sbatch", "-N", "2", "-o", str(tmp_path / "job-%j.out"),
+        job_id = int(ft(lab, None, "sbatch", "-N", "2", "-o", str(work / "job-%j.out"),
                         "/bin/sh", "-c", f"touch {started} && exec sleep 3600").stdout.split()[-1])
         job = wait_running(lab, job_id, marker=started)
         for n in nodes:

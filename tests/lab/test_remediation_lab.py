@@ -40,15 +40,15 @@ def sweep_until(lab, cfg, done, timeout: float = 120.0) -> str:
     raise AssertionError(f"sweeps did not get there within {timeout:g} s:\n{out}")
 
 
-def test_xid79_node_is_rebooted_validated_and_back_in_spares_then_rma_on_a_second_fault(clean, tmp_path):
+def test_xid79_node_is_rebooted_validated_and_back_in_spares_then_rma_on_a_second_fault(clean, tmp_path, work):
     lab = clean
     cfg = make_config(lab, tmp_path, remediation=remediation(lab))
     spare, *others = lab.spare_nodes
     lab.client.drain(others, HOLD)                # only `spare` is a healthy spare: the swap is predictable
     lab.client.set_partition_nodes("train", lab.train_nodes[:4])
     assert ft(lab, cfg, "sweep").stdout == ""
-    started = tmp_path / "started"
-    job_id = int(ft(lab, None, "sbatch", "-N", "4", "-o", str(tmp_path / "job-%j.out"),
+    started = work / "started"
+    job_id = int(ft(lab, None, "sbatch", "-N", "4", "-o", str(work / "job-%j.out"),
                     "/bin/sh", "-c", f"touch {started} && exec sleep 3600").stdout.split()[-1])
     job = wait_running(lab, job_id, marker=started)
     bad = job.nodes[2]

@@ -46,7 +46,8 @@ def node(tmp_path):
     cfg.chmod(0o644)
     env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), SLURM_FT_FAKE_NVML_STATE=str(nvml),
                SLURM_FT_FAKE_NODE="n1", SLURMD_NODENAME="n1", SLURM_FT_CONFIG=str(cfg),
-               SLURM_FT_CHECK_SOCKET=str(tmp_path / "run" / "check-{node}.sock"))
+               SLURM_FT_CHECK_SOCKET=str(tmp_path / "run" / "check-{node}.sock"),
+               SLURM_FT_QUERY_SOCKET=str(tmp_path / "run" / "query-{node}.sock"))
     watchers = []
 
     class N:

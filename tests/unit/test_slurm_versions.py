@@ -95,9 +95,13 @@ def test_lab_configuration_by_version():
     old, mid, new = (feats(v) for v in VERSIONS)
     assert versions.lab_cgroup_conf(old) is None
     assert "CgroupPlugin=disabled" in versions.lab_cgroup_conf(mid)
-    assert versions.lab_conf_lines(old) == versions.lab_conf_lines(mid) == ""
+    assert versions.lab_conf_lines(old) == ""                  # 22.05: no rate limiter, no expedite
+    assert [ln for ln in versions.lab_conf_lines(mid).splitlines() if not ln.startswith("#")] == [
+        "SlurmctldParameters=rl_enable"]
     lines = versions.lab_conf_lines(new)
-    assert "SlurmctldParameters=enable_expedited_requeue" in lines and "HealthCheckTimeout=" in lines
+    # both in one SlurmctldParameters line
+    assert "\nSlurmctldParameters=enable_expedited_requeue,rl_enable\n" in lines and "HealthCheckTimeout=" in lines
+    assert lines.count("SlurmctldParameters=") == 1
     # and the running 26.05 lab did take them
     config = parse.parse_config(read("26.05", "scontrol_show_config.txt"))
     assert config["HealthCheckTimeout"].split()[0] == "30"
