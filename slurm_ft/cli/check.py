@@ -8,8 +8,8 @@ never change the exit code.
 
 The prolog/epilog hooks fail a job's node only on the positive signal VERDICT ("slurm-ft-verdict: FAIL
 <reason>" on stdout): printed only when the check ran to a verdict with a node fault AND the breaker
-lets the node go (`--drain`: this run drained it or keeps our drain; prolog/epilog: the fleet view the
-last health check saved has room, see slurm_ft.node.guard). Any other end (an import error, a
+lets the node go (`--drain`: this run drained it or keeps our drain; prolog/epilog: the fleet's drain
+count, read then, has room: see slurm_ft.node.guard). Any other end (an import error, a
 config error, a kill, a refused drain) has no such line and the hooks exit 0.
 """
 from __future__ import annotations
