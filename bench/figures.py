@@ -8,7 +8,7 @@
                             --hang hang.json > figures.json
 
 Each measured figure is the median over the runs that measured it (each run's own figure is its p50
-over its faults); each curve point is one run's p50 at its node count. The configured and stated
+over its faults); each curve point is the median over the runs at its node count. The configured and stated
 figures, the job's and the levers' come from --base unchanged. The file records when and where it was
 measured: the date, this machine (CPU, cores, memory), the Slurm version the benches reported, and each
 run's load average. `slurm-ft sim --figures FILE` reads it (a site's own file needs only the figures it
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         for name, v in got.items():
             values.setdefault(name, []).append((v, path))
         for name, (n, v) in curve.items():
-            points.setdefault(name, {})[n] = (v, path)
+            points.setdefault(name, {}).setdefault(n, []).append((v, path))
         versions.add(data.get("slurm", {}).get("version", "?"))
         lab = data["lab"]
         runs.append({"file": Path(path).name, "path": data["path"], "training_nodes": lab["nodes"] - lab["hot_spares"],
@@ -88,7 +88,8 @@ def main(argv=None) -> int:
     curves = dict(base.get("curves", {}))
     for name, pts in sorted(points.items()):
         old = curves.get(name, {})
-        curves[name] = {"points": fg.curve_points([(n, v) for n, (v, _) in pts.items()]),
+        curves[name] = {"points": fg.curve_points([(n, statistics.median(v for v, _ in runs_n))
+                                                   for n, runs_n in pts.items()]),
                         "use": old.get("use", sorted(pts)) if set(old.get("use", [])) <= set(pts) else sorted(pts),
                         "kind": "measured",
                         "source": old.get("source", f"bench/recovery.py, the {name} phase's p50 at each node count")}

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
-from slurm_ft.cli.spares import observed_from_journal
 from slurm_ft.errors import EnvironmentProblem, UsageError
 from slurm_ft.plan import figures as fg
 from slurm_ft.plan import levers as lv
@@ -201,6 +200,7 @@ def sim(ctx: click.Context, profile: Optional[str], profile_file: Optional[str],
     if planned_share is not None and not 0 <= planned_share <= 1:
         raise UsageError(f"--planned-swaps must be a share between 0 and 1, got {planned_share}")
     if from_journal:   # one class: node faults at the journal's rate, each taking a node out
+        from slurm_ft.cli.spares import observed_from_journal  # lazy: the journal's readers, only --from-journal
         obs = observed_from_journal(ctx, fleet_nodes, 0.95)
         gpn = gpus_per_node or 8
         prof = pr.profile_from_dict({"name": "journal", "days": obs.days, "gpus": obs.nodes * gpn, "gpus_per_node": gpn,

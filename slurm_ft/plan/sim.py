@@ -159,8 +159,9 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
 
     # The loop is the whole cost (100,000 GPUs x 365 days: ~17,000 faults a seed): every route is looked
     # up once per class into flat tuples, the helpers are inlined and each cause is a local float.
-    def flat(r: Route) -> Tuple[float, float, float, float, bool]:
-        return (r.detect_s, r.sched_s, r.swap_s, r.restart_s if r.restart_s is not None else restart, r.requeue)
+    def flat(r: Route) -> Tuple[float, float, float, float, bool, float]:
+        return (r.detect_s, r.sched_s, r.swap_s, r.restart_s if r.restart_s is not None else restart, r.requeue,
+                max(r.sched_s, r.swap_s))
 
     # index 2 * class + (1 if the fault takes its node): the requeue (or in-place) route, the in-allocation one
     routes = [flat(policy.route(c.kind, sw)) for c in classes for sw in (False, True)]
@@ -240,7 +241,7 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
                 way = h
                 absorbed = True
                 hot_left -= 1
-        det, sched, swap_s, rest, requeue = way
+        det, sched, swap_s, rest, requeue, m = way
         if planned:
             det = delta + persist       # a save, written through, then the swap: no work lost
         if running and R == 1:     # run_segment(up_since, t, True), inlined: the hot path
@@ -248,8 +249,8 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
             k = int(e // cycle)
             rem = e - k * cycle
             work = k * tau
-            ckpt = k * delta
             checkpoints += k
+            l_ckpt += k * delta
             if rem <= tau:
                 wasted = rem
                 if k and rem < persist:     # the latest save is still being written: resume from the one before
@@ -257,27 +258,29 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
                     work -= tau
             else:
                 wasted = tau
-                ckpt += rem - tau
+                l_ckpt += rem - tau
             if planned:
                 work += wasted
                 wasted = 0.0
-            share = (n - missing) / n
-            useful += work * share
-            l_ckpt += ckpt
-            l_lost += wasted * share
-            l_shrunk += (work + wasted) * (1 - share)
-        floor = t if running else busy_until      # time before `floor` is already charged
+            if missing:
+                share = (n - missing) / n
+                useful += work * share
+                l_lost += wasted * share
+                l_shrunk += (work + wasted) * (1 - share)
+            else:
+                useful += work
+                l_lost += wasted
         t_det = t + det
-        ready_nodes = t_det
-        wait_end = t_det
         while repairs and repairs[0] <= t_det:  # nodes back from repair
             pop(repairs)
             pool += 1
+        wait_end = t_det
+        ready = t_det + sched
         back = None
         need = owed if requeue else 0
         if swap:
             replacements += 1
-            back = t_det + (-log(1.0 - rnd_repair()) / (1 / repair_mean) if rep_exp else repair_mean)
+            back = t_det + (-log(1.0 - rnd_repair()) * repair_mean if rep_exp else repair_mean)
             push(repairs, back)
             if len(repairs) > max_in_repair:
                 max_in_repair = len(repairs)
@@ -291,32 +294,32 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
         if need:
             if requeue:
                 owed = 0
-            take = pool if pool < need else need
-            pool -= take
-            need -= take
-            if not need:
-                ready_nodes = t_det + swap_s
-            elif elastic_min is not None and n - missing - need >= elastic_min:
-                missing += need
-                shrinks += 1
+            if pool >= need:            # the common case: a spare (or the ones owed) from the pool
+                pool -= need
+                ready = t_det + m
             else:
-                exhaustions += 1
-                while need:
-                    back_one = pop(repairs)
-                    if back_one > wait_end:
-                        wait_end = back_one
-                    need -= 1
-                ready_nodes = wait_end + swap_s
+                need -= pool
+                pool = 0
+                if elastic_min is not None and n - missing - need >= elastic_min:
+                    missing += need
+                    shrinks += 1
+                else:
+                    exhaustions += 1
+                    while need:
+                        back_one = pop(repairs)
+                        if back_one > wait_end:
+                            wait_end = back_one
+                        need -= 1
+                    if wait_end + swap_s > ready:
+                        ready = wait_end + swap_s
         if requeue:
             hot_left = K        # a requeued job asks for its N + K nodes again
-        while missing and pool > 0:            # an elastic job takes back what it lacks, at no extra cost
-            pool -= 1
-            missing -= 1
+        if missing:
+            while missing and pool > 0:         # an elastic job takes back what it lacks, at no extra cost
+                pool -= 1
+                missing -= 1
         if pool < min_pool:
             min_pool = pool
-        ready = t_det + sched
-        if ready_nodes > ready:
-            ready = ready_nodes
         end = ready + rest
         if R > 1:       # one group of R recovers; the others train on
             g = int(rnd_path() * R)
@@ -331,7 +334,23 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
                 c = classes[ci]
                 faults.append(SimFault(t, t_det, c.name, c.kind, swap, back, end, "replica group"))
             continue
+        if running and wait_end == t_det and end <= T:      # the common case: nothing to clip
+            if planned:
+                l_ckpt += det
+            else:
+                l_det += det
+            l_sched += ready - t_det
+            l_restart += rest
+            busy_until = up_since = end
+            if planned or absorbed or not requeue:
+                path_hits[3 if planned else 1 if absorbed else 2] += 1      # requeues: the rest, counted at the end
+            if faults is not None:
+                c = classes[ci]
+                faults.append(SimFault(t, t_det, c.name, c.kind, swap, back, busy_until,
+                                       PATHS[3 if planned else 1 if absorbed else 0 if requeue else 2]))
+            continue
         # each cause charged for [a, b] clipped to [floor, T]: time before floor is charged already
+        floor = t if running else busy_until
         a = t if t > floor else floor
         b = t_det if t_det < T else T
         if b > a:
