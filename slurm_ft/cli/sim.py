@@ -326,7 +326,8 @@ def sim(ctx: click.Context, profile: Optional[str], profile_file: Optional[str],
         s = _setup(cfg, prof, pol, G, gpn, days, 0, repair_hours, repair_dist, ckpt_interval_min, blocking, write,
                    rs.requeued, None, target, job_d, "--restart-s" if restart_s is not None else "a requeued job's")
         done = simlib.replay(s.policy, s.params, schedule)
-        start = lv.startup(figs, job)
+        start = lv.startup(figs, job, supervised=bool(s.policy.hot_spares) or "hang_timeout" in
+                           " ".join(s.policy.levers))
         out_r = _replay_dict(done, start, G)
         out_r.update({"policy": s.policy.name, "levers": list(s.policy.levers), "figures": figs.to_dict(),
                       "checkpoint_interval_s": s.params.ckpt_interval_s, "checkpoint_cost_s": s.params.ckpt_cost_s})

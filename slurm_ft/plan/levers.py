@@ -140,9 +140,11 @@ def restarts(f: Figures, job: JobCosts) -> Restarts:
     return Restarts(f.curve("restart_launch_s").at(job.nodes) + own, f.curve("relaunch_s").at(job.nodes) + own)
 
 
-def startup(f: Figures, job: JobCosts) -> float:
-    """The job's first start: RUNNING -> computing (launch + each rank's own start; nothing to load)."""
-    return f.curve("restart_launch_s").at(job.nodes) + job.init_s
+def startup(f: Figures, job: JobCosts, supervised: bool) -> float:
+    """The job's first start to its first step (launch + each rank's own start; nothing to load), as
+    `slurm-ft status --job` counts it: from the batch step's start (a requeued job's launch), or, under
+    the supervisor, from its first launch of the step (a relaunch's)."""
+    return f.curve("relaunch_s" if supervised else "restart_launch_s").at(job.nodes) + job.init_s
 
 
 def build(x: Features, f: Figures, job: JobCosts, name: str = "slurm-ft") -> Policy:

@@ -3,14 +3,16 @@ hang, GPU faults met on hot spares, one with the hot spares used up), and `slurm
 that schedule and the figures slurm-ft ships (measured by the benches), predicts the lost GPU-seconds
 `slurm-ft status --job J --json` measures, within 20%.
 
-The job: `slurm-ft sbatch --hot-spares 2 --hang-timeout 15 -N 4` of the lab's trainer (0.5 s steps, a
-checkpoint every 5), submitted as the lab submits jobs (its default user). The faults, in order:
-  1. rank 1 stops stepping (no Xid): the supervisor's hang timeout and checks, restart in place
+The job: `slurm-ft sbatch --hot-spares 2 --hang-timeout 20 -N 4` of the lab's trainer (0.5 s steps, a
+checkpoint every 10), submitted as the lab submits jobs (its default user). The faults, in order:
+  1. rank 1 stops stepping after step 14 (no Xid): the supervisor's hang timeout and checks, restart in place
   2. Xid 79 on a GPU of the step: `slurm-ft watch` drains the node, relaunch on a hot spare
   3. the same on another node: the second hot spare
   4. the same again: no hot spare left, the controller requeues the job onto a pool spare
   5. the same on the requeued job, which has its hot spares again: in the allocation
-Each fault comes a few steps after a checkpoint, so each costs redone steps as well as its recovery.
+Each fault comes steps after a checkpoint, so each costs redone steps as well as its recovery. The lab shares
+its 2 cores with whatever else runs: the figures were measured at load 15-70, and at a load far above
+that every phase (the checks' srun, the ranks' start) takes longer than they say; the test prints the load.
 """
 from __future__ import annotations
 
@@ -25,14 +27,13 @@ import pytest
 from ctl_helpers import slurm_ft
 from slurm_ft.runner import run
 from slurm_ft_lab.scenario import Scenario, run_key
-from slurm_ft_lab.trainer import read_log
 
 pytestmark = pytest.mark.lab
 
 PY = sys.executable
 STEP_S = 0.5
-CKPT_EVERY = 5
-HANG_S = 15
+CKPT_EVERY = 10
+HANG_S = 20
 N, K = 4, 2
 
 
@@ -44,7 +45,7 @@ def _submit(lab, sc: Scenario) -> int:
     env = dict(lab.env, LD_LIBRARY_PATH=str(lab.dir / "lib"))     # the nodes' "driver" (fake NVML)
     trainer = [PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(sc.ckpt_dir), "--resume", "{ckpt}",
                "--steps", "1000000", "--step-time", str(STEP_S), "--ckpt-every", str(CKPT_EVERY),
-               "--stall-at", "8", "--stall-rank", "1"]
+               "--stall-at", "14", "--stall-rank", "1"]
     res = run([PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(sc.ckpt_dir), "--max-restarts", "20",
                "--hot-spares", str(K), "--hang-timeout", str(HANG_S), "-N", str(N), "-J", "goodput-sim",
                "--ntasks-per-node=1", "--gres=gpu:8", "--open-mode=append", "-o", str(sc.work / "job.out"),
@@ -68,8 +69,8 @@ def test_the_simulator_predicts_a_lab_job_s_lost_gpu_seconds_within_20_percent(l
         sc.wait_event(lambda e: e.get("event") == "step" and run_key(e) == (0, 0) and e["step"] >= 3, 300, "step 3")
         _status(lab, cfg, jid)              # slurm-ft sees the first run's progress
         # 1. the hang: rank 1 stops after step 8; the last step the gang finished is the fault's time
-        sc.wait_event(lambda e: e.get("event") == "stall", 120, "the stall")
-        sc.wait_event(lambda e: e.get("event") == "step" and run_key(e) == (0, 1) and e["step"] >= 8, 180,
+        sc.wait_event(lambda e: e.get("event") == "stall", 120, "the stall")       # after step 14
+        sc.wait_event(lambda e: e.get("event") == "step" and run_key(e) == (0, 1) and e["step"] >= 14, 180,
                       "steps after the hang's restart in place")
         last = max((e for e in sc.events() if e.get("event") == "step" and run_key(e) == (0, 0)), key=lambda e: e["step"])
         faults.append(("hang", "hang", False, last["t"], (0, 0)))
@@ -77,7 +78,7 @@ def test_the_simulator_predicts_a_lab_job_s_lost_gpu_seconds_within_20_percent(l
         # 2-5. Xid 79 on a GPU of the training step (never the batch host: the scenario picks among the others)
         for i in range(4):
             key = sc.current_run()
-            r = sc.fault(victim_index=i, gpu=i, warmup_steps=CKPT_EVERY + 2, timeout=300)
+            r = sc.fault(victim_index=i, gpu=i, warmup_steps=CKPT_EVERY + 6, timeout=300)
             faults.append((f"xid79 {r.failed_node}", "crash", True, r.fault_t, key))
             after = sc.current_run()
             sc.wait_event(lambda e: e.get("event") == "step" and run_key(e) == after
@@ -107,9 +108,12 @@ def test_the_simulator_predicts_a_lab_job_s_lost_gpu_seconds_within_20_percent(l
                            for name, kind, swap, t, key in faults]}
     sched = work / "schedule.json"
     sched.write_text(json.dumps(schedule))
+    # the job's checkpoint interval as it ran: the median time between two of its checkpoints
+    saves = [e["t"] for e in events if e.get("event") == "ckpt"]
+    interval = statistics.median(b - a for a, b in zip(saves, saves[1:]) if b - a < 4 * CKPT_EVERY * STEP_S)
     p = slurm_ft(lab, None, "sim", "--schedule", str(sched), "--gpus", str(8 * N), "--gpus-per-node", "8",
                  "--hot-spares", str(K), "--hang-timeout", str(HANG_S), "--init-s", "0", "--checkpoint-cost-s", "0",
-                 "--checkpoint-interval", str(CKPT_EVERY * step_s / 60), "--json")
+                 "--checkpoint-interval", str(interval / 60), "--json")
     sim = json.loads(p.stdout)
     assert [f["way"] for f in sim["faults"]] == actual_ways
     predicted = sim["lost_seconds"]["total"]
@@ -127,4 +131,4 @@ def test_the_simulator_predicts_a_lab_job_s_lost_gpu_seconds_within_20_percent(l
     # the redone steps are the schedule's arithmetic: the same within a step a fault (ranks report once a second)
     sim_redone = sum(f["lost_work_s"] for f in sim["faults"])
     assert abs(sim_redone - lost["redone_steps"]) <= len(faults) * 2 * step_s, "\n".join(rows)
-    assert statistics.median(f["after_s"] for f in schedule["faults"]) > CKPT_EVERY * step_s
+    assert statistics.median(f["after_s"] for f in schedule["faults"]) > interval        # past a checkpoint
