@@ -119,6 +119,7 @@ class Figures:
     levers: Dict[str, Figure] = field(default_factory=dict)
     measured: Dict[str, Any] = field(default_factory=dict)      # when, where, which Slurm (printed as given)
     files: List[str] = field(default_factory=list)
+    measured_by: Dict[str, Dict[str, Any]] = field(default_factory=dict)    # file -> its measured section
 
     def s(self, name: str) -> float:
         return self.get(name).value
@@ -138,19 +139,19 @@ class Figures:
     def over(self, other: "Figures") -> "Figures":
         """These figures, with `other`'s wherever it has one (a site's file over the shipped one)."""
         return Figures({**self.figures, **other.figures}, {**self.curves, **other.curves}, {**self.job, **other.job},
-                       {**self.levers, **other.levers}, {**self.measured, **other.measured} if other.measured
-                       else dict(self.measured), self.files + other.files)
+                       {**self.levers, **other.levers}, dict(self.measured), self.files + other.files,
+                       {**self.measured_by, **other.measured_by})
 
     def with_figure(self, name: str, value: float, kind: str, source: str) -> "Figures":
         """A copy with one figure replaced (a flag given on the command line)."""
         out = Figures(dict(self.figures), dict(self.curves), dict(self.job), dict(self.levers), dict(self.measured),
-                      list(self.files))
+                      list(self.files), dict(self.measured_by))
         table = out.job if name in JOB else out.levers if name in LEVERS else out.figures
         table[name] = Figure(name, value, kind, source, "command line")
         return out
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"files": self.files, "measured": self.measured,
+        return {"files": self.files, "measured": self.measured, "measured_by_file": self.measured_by,
                 "figures": {k: v.to_dict() for k, v in sorted(self.figures.items())},
                 "curves": {k: v.to_dict() for k, v in sorted(self.curves.items())},
                 "job": {k: v.to_dict() for k, v in sorted(self.job.items())},
@@ -256,7 +257,8 @@ def parse(text: str, origin: str) -> Figures:
     if "planned_swap_share" in levers and levers["planned_swap_share"].value > 1:
         raise UsageError(f"{_where(origin, 'levers', 'planned_swap_share')}.value must be a share between 0 and 1")
     return Figures(_table(data, "figures", FIGURES, "s", origin), curves, _table(data, "job", JOB, "value", origin),
-                   levers, {str(k): v for k, v in measured.items()}, [origin])
+                   levers, {str(k): v for k, v in measured.items()}, [origin],
+                   {origin: {str(k): v for k, v in measured.items()}} if measured else {})
 
 
 def missing(f: Figures) -> List[str]:

@@ -145,9 +145,10 @@ def routes_lines(p: Policy, restart: float) -> List[str]:
 
 def figures_lines(f: Figures, names: Sequence[str] = ()) -> List[str]:
     """Each figure with its kind and source, and the file it came from."""
-    out = [f"Figures from {', '.join(f.files)}"
-           + (f" (measured {', '.join(f'{k} {v}' for k, v in f.measured.items() if k in ('date', 'machine', 'slurm'))})"
-              if f.measured else "") + ":"]
+    out = [f"Figures from {', '.join(f.files)}:"]
+    for name, m in f.measured_by.items():
+        out.append(f"  {name} measured " + ", ".join(f"{k} {m[k]}" for k in ("date", "machine", "slurm") if k in m)
+                   + (f" ({m['note']})" if "note" in m else ""))
     for table in (f.figures, f.job, f.levers):
         for name in (names or sorted(table)):
             if name in table:

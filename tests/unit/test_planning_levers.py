@@ -434,3 +434,20 @@ def test_every_cause_is_known_to_the_report():
     from slurm_ft.plan.sim_report import CAUSE_LABELS, SHORT
     assert set(CAUSE_LABELS) == set(SHORT) == set(CAUSES)
     assert SimFault(0, 0, "x", "crash", True, None, 1).path == ""
+
+
+def test_a_bench_recovery_output_lays_its_phases_over_the_figures(capsys):
+    bench = BENCH / "recovery-hot-spare-8.json"
+    code, out, err = run_cli(capsys, "sim", "--seeds", "1", "--days", "3", "--hot-spares", "1",
+                             "--recovery-figures", str(bench), "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    run = json.loads(bench.read_text())["slurm_ft"]["segments"]
+    sees = d["figures"]["figures"]["supervisor_sees_s"]
+    assert sees["file"] == str(bench) and sees["value"] == run["see: drained -> supervisor sees it (poll)"]["p50_s"]
+    relaunch = d["figures"]["curves"]["relaunch_s"]
+    assert [8, run["relaunch: srun on N nodes -> ranks load the checkpoint"]["p50_s"]] in relaunch["points"]
+    assert d["figures"]["figures"]["slurmd_timeout_s"]["file"] == "slurm-ft's figures-lab.json"
+    assert d["figures"]["files"] == ["slurm-ft's figures-lab.json", str(bench)]
+    code, out, err = run_cli(capsys, "sim", "--seeds", "1", "--policy", "slurm", "--recovery-figures", str(bench))
+    assert code == 2 and "--recovery-figures goes with --policy slurm-ft" in err
