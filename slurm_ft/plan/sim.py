@@ -6,20 +6,29 @@ Model (every choice here is printed with the results):
   and whether it needs a node swap with the class's `replace` share (true = always, false = never).
   One process for the whole job, not one timer per node: the same law, and ~1 event per interruption.
 - A fault stops the job. A hardware fault (a class that needs a node swap) counts even during a recovery,
-  since the job holds its nodes; a software fault (no swap) only while the job runs. Recovery: detection (by kind, from the policy), then the scheduler delay
-  (requeue_s) and, if the class needs a node swap, a spare (swap_s) side by side, then the job's restart
-  (relaunch + checkpoint load). A fault that lands during a recovery starts its own; the job resumes
-  when the later one is done, and time is charged once, to whichever recovery is still running.
+  since the job holds its nodes; a software fault (no swap) only while the job runs. Each fault takes the
+  way back the policy gives its kind and need of a node (profiles.Route; plan/levers.py builds them from
+  a site's features): detection, then the scheduling (requeue delay, epilogs, prologs; or stopping the
+  step) and, for a fault that takes its node, a spare (swap_s) side by side, then the restart. A job
+  with K hot spares meets a node-taking fault inside its allocation while one is left and the node is
+  not the batch host (drawn: 1 in n); a requeue refills them. A fault that lands during a recovery starts
+  its own; the job resumes when the later one is done, and time is charged once.
 - The failed node goes to repair for a time drawn from an exponential (or fixed) distribution of mean
   `repair_hours`, then back to the pool. An empty pool makes the job wait for the first node back
   ("pool exhaustion"), or, for an elastic job above its minimum, run on fewer nodes at proportionally
   lower throughput until a later recovery finds spares again (regrowing costs no extra restart then).
-- While running, the job checkpoints after every `ckpt_interval_s` of compute, blocking `ckpt_cost_s`.
-  A fault loses the compute since the last complete checkpoint (a checkpoint being written is lost too).
+- While running, the job checkpoints after every `ckpt_interval_s` of compute, blocking `ckpt_cost_s`;
+  an asynchronous save then writes for `ckpt_persist_s` in the background. A fault loses the compute
+  since the last written checkpoint (one being saved or written does not count yet).
+- Planned swaps: a share of node-taking GPU faults is swapped at a checkpoint written through, before it
+  fails: no detection, no work lost. Replica groups: a fault stops one of R groups for its way back; the
+  others train on (1/R of the compute missing meanwhile), and no work is lost.
 - Every second of the elapsed time is charged to exactly one of: useful, checkpointing, lost work,
   detection, scheduling (requeue delay and swap), waiting for spares, restart, shrunk (capacity missing
-  while elastic), so the causes add up to the elapsed time and ETTR = useful / elapsed.
-Pure: seeded `random.Random` streams (faults; repairs), no clock.
+  while elastic, or a replica group out), so the causes add up to the elapsed time and ETTR = useful /
+  elapsed.
+`replay` takes a given schedule of faults through the same ways back, without drawing anything.
+Pure: seeded `random.Random` streams (faults; repairs; which node; planned), no clock.
 """
 from __future__ import annotations
 
@@ -163,10 +172,17 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
         return (r.detect_s, r.sched_s, r.swap_s, r.restart_s if r.restart_s is not None else restart, r.requeue,
                 max(r.sched_s, r.swap_s))
 
-    # index 2 * class + (1 if the fault takes its node): the requeue (or in-place) route, the in-allocation one
-    routes = [flat(policy.route(c.kind, sw)) for c in classes for sw in (False, True)]
-    inalloc = [None if a is None else flat(a) for a in (policy.absorbed(c.kind, sw) for c in classes
-                                                        for sw in (False, True))]
+    # The ways back, 4 per class: index 4 * class + 2 * (the fault takes its node) + (inside the allocation);
+    # the in-allocation one is None where the policy has none for that kind.
+    ways: List[Tuple[float, float, float, float, bool, float]] = []
+    can: List[bool] = []            # the way exists (an in-allocation one may not: then never chosen)
+    for c in classes:
+        for sw in (False, True):
+            ways.append(flat(policy.route(c.kind, sw)))
+            absorbed_way = policy.absorbed(c.kind, sw)
+            ways.append(flat(absorbed_way if absorbed_way is not None else Route(0.0, 0.0)))
+            can += [True, absorbed_way is not None]
+    fast = [0] * len(ways)          # faults of each way met while running, with nothing to clip: charged at the end
     reps = [c.replace for c in classes]
     plannable = [c.kind == "crash" for c in classes]     # a GPU's own signals can announce it, not a lost host
     plan_share = policy.planned_share
@@ -176,14 +192,13 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
     elastic_min = p.elastic_min_nodes
     rnd, rnd_repair, rnd_path, rnd_plan = rng.random, rng_repair.random, rng_path.random, rng_plan.random
     log, push, pop = math.log, heapq.heappush, heapq.heappop
-    l_ckpt = l_lost = l_shrunk = l_det = l_wait = l_sched = l_restart = 0.0
+    l_ckpt = l_lost = l_shrunk = l_det = l_wait = l_sched = l_restart = 0.0   # l_ckpt: besides whole saves
     useful = 0.0
     degraded = 0.0                  # replica groups: job-seconds of one group missing while it recovers
     group_end = [0.0] * R           # when each group is back
     checkpoints = 0
     class_hits = [0] * len(classes)
-    path_hits = [0] * len(PATHS)
-    first_seen: List[int] = []      # class indices in the order first hit (the report's order)
+    path_hits = [0] * len(PATHS)    # the ways of the faults charged in the loop (the others: from `fast`)
     pool = p.spares
     repairs: List[float] = []       # heap of times nodes come back from repair
     missing = 0                     # nodes an elastic job runs without
@@ -193,7 +208,6 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
     max_in_repair, min_pool = 0, pool
     up_since = 0.0                  # when the job last started computing
     busy_until = 0.0                # end of the recovery in progress (<= up_since when running)
-    interruptions = 0
 
     def run_segment(a: float, b: float, failed: bool) -> None:
         """Account compute from a to b at the current size; `failed`: stopped by a fault."""
@@ -202,18 +216,16 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
         k = int(e // cycle)
         rem = e - k * cycle
         work = k * tau
-        ckpt = k * delta
         checkpoints += k
         wasted = 0.0
         if rem <= tau:
             wasted, tail = (rem, 0.0) if failed else (0.0, rem)
         else:
             wasted, tail = (tau, 0.0) if failed else (0.0, tau)
-            ckpt += rem - tau
+            l_ckpt += rem - tau
         work += tail
         share = (n - missing) / n
         useful += work * share
-        l_ckpt += ckpt
         l_lost += wasted * share
         l_shrunk += (work + wasted) * (1 - share)
 
@@ -227,21 +239,15 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
         running = t >= busy_until
         if not running and not swap:
             continue        # a software fault needs the job's processes: none run during a recovery
-        interruptions += 1
-        if not class_hits[ci]:
-            first_seen.append(ci)
         class_hits[ci] += 1
-        ri = ci + ci + swap
+        wi = 4 * ci + 2 * swap
         planned = plan_share and swap and running and plannable[ci] and rnd_plan() < plan_share
         absorbed = False
-        way = routes[ri]
-        if hot_left:
-            h = inalloc[ri]
-            if h is not None and rnd_path() * n >= 1:     # not the batch host: its loss ends the allocation
-                way = h
-                absorbed = True
-                hot_left -= 1
-        det, sched, swap_s, rest, requeue, m = way
+        if hot_left and can[wi + 1] and rnd_path() * n >= 1:    # not the batch host: its loss
+            wi += 1                                                             # ends the allocation
+            absorbed = True
+            hot_left -= 1
+        det, sched, swap_s, rest, requeue, m = ways[wi]
         if planned:
             det = delta + persist       # a save, written through, then the swap: no work lost
         if running and R == 1:     # run_segment(up_since, t, True), inlined: the hot path
@@ -250,7 +256,6 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
             rem = e - k * cycle
             work = k * tau
             checkpoints += k
-            l_ckpt += k * delta
             if rem <= tau:
                 wasted = rem
                 if k and rem < persist:     # the latest save is still being written: resume from the one before
@@ -274,32 +279,36 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
         while repairs and repairs[0] <= t_det:  # nodes back from repair
             pop(repairs)
             pool += 1
-        wait_end = t_det
-        ready = t_det + sched
-        back = None
-        need = owed if requeue else 0
         if swap:
             replacements += 1
             back = t_det + (-log(1.0 - rnd_repair()) * repair_mean if rep_exp else repair_mean)
             push(repairs, back)
             if len(repairs) > max_in_repair:
                 max_in_repair = len(repairs)
-            if absorbed:        # the job runs on: the controller refills its partition when the pool can
-                if pool > 0:
-                    pool -= 1
-                else:
-                    owed += 1
+        else:
+            back = None
+        wait_end = t_det
+        if absorbed:            # the job runs on: the controller refills its partition when the pool can
+            ready = t_det + sched
+            if pool > 0:
+                pool -= 1
             else:
-                need += 1
-        if need:
+                owed += 1
+            exact = True
+        elif swap or (owed and requeue):        # a node for the job: the pool's (and the ones owed)
+            need = swap + owed if requeue else 1
             if requeue:
                 owed = 0
-            if pool >= need:            # the common case: a spare (or the ones owed) from the pool
+                hot_left = K    # a requeued job asks for its N + K nodes again
+            if pool >= need:            # the common case
                 pool -= need
                 ready = t_det + m
+                exact = True
             else:
+                exact = False
                 need -= pool
                 pool = 0
+                ready = t_det + sched
                 if elastic_min is not None and n - missing - need >= elastic_min:
                     missing += need
                     shrinks += 1
@@ -312,8 +321,11 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
                         need -= 1
                     if wait_end + swap_s > ready:
                         ready = wait_end + swap_s
-        if requeue:
-            hot_left = K        # a requeued job asks for its N + K nodes again
+        else:
+            ready = t_det + sched
+            exact = True
+            if requeue:
+                hot_left = K
         if missing:
             while missing and pool > 0:         # an elastic job takes back what it lacks, at no extra cost
                 pool -= 1
@@ -334,20 +346,13 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
                 c = classes[ci]
                 faults.append(SimFault(t, t_det, c.name, c.kind, swap, back, end, "replica group"))
             continue
-        if running and wait_end == t_det and end <= T:      # the common case: nothing to clip
-            if planned:
-                l_ckpt += det
-            else:
-                l_det += det
-            l_sched += ready - t_det
-            l_restart += rest
+        if running and exact and not planned and end <= T:     # the common case: nothing to clip
+            fast[wi] += 1
             busy_until = up_since = end
-            if planned or absorbed or not requeue:
-                path_hits[3 if planned else 1 if absorbed else 2] += 1      # requeues: the rest, counted at the end
             if faults is not None:
                 c = classes[ci]
-                faults.append(SimFault(t, t_det, c.name, c.kind, swap, back, busy_until,
-                                       PATHS[3 if planned else 1 if absorbed else 0 if requeue else 2]))
+                faults.append(SimFault(t, t_det, c.name, c.kind, swap, back, end,
+                                       PATHS[1 if absorbed else 0 if requeue else 2]))
             continue
         # each cause charged for [a, b] clipped to [floor, T]: time before floor is charged already
         floor = t if running else busy_until
@@ -373,25 +378,32 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
         if end > busy_until:
             busy_until = end
             up_since = end
-        if planned or absorbed or not requeue:
-            path_hits[3 if planned else 1 if absorbed else 2] += 1      # requeues: the rest, counted at the end
+        path_hits[3 if planned else 1 if absorbed else 0 if requeue else 2] += 1
         if faults is not None:
             c = classes[ci]
             faults.append(SimFault(t, t_det, c.name, c.kind, swap, back, busy_until,
                                    PATHS[3 if planned else 1 if absorbed else 0 if requeue else 2]))
-    path_hits[0] = interruptions - sum(path_hits)
+    for wi, count in enumerate(fast):       # the fast path's faults, charged by their way
+        if count:
+            det, sched, swap_s, rest, requeue, m = ways[wi]
+            l_det += count * det
+            l_sched += count * m
+            l_restart += count * rest
+            path_hits[1 if wi & 1 else 0 if requeue else 2] += count
+    interruptions = sum(class_hits)
     if busy_until < T:
         run_segment(up_since, T, False)
+    l_ckpt += checkpoints * delta
     if degraded:        # a missing group's share of the compute (its share of the blocking saves stays there)
         degraded *= tau / cycle
         useful -= degraded
         l_shrunk += degraded
     lost = {"checkpointing": l_ckpt, "lost_work": l_lost, "detection": l_det, "scheduling": l_sched,
             "waiting_for_spares": l_wait, "restart": l_restart, "shrunk": l_shrunk}
-    by_class = {classes[i].name: class_hits[i] for i in first_seen}
+    by_class = {c.name: h for c, h in zip(classes, class_hits) if h}
     by_kind = dict.fromkeys(KINDS, 0)
-    for i in first_seen:
-        by_kind[classes[i].kind] += class_hits[i]
+    for c, h in zip(classes, class_hits):
+        by_kind[c.kind] += h
     return SimResult(seed, T, useful, lost, interruptions, by_class, by_kind, replacements, exhaustions,
                      shrinks, max_in_repair, min_pool, checkpoints, {k: v for k, v in zip(PATHS, path_hits) if v})
 
