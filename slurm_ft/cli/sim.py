@@ -533,7 +533,8 @@ def _plot_waterfall(rows: Sequence[Dict[str, Any]], s0: sim_report.SimSetup, pat
     bottoms = [ettr[0] if i == 0 else min(ettr[i - 1], ettr[i]) for i in xs]
     heights = [ettr[0] - 50 if i == 0 else abs(ettr[i] - ettr[i - 1]) for i in xs]
     bottoms[0] = 50
-    colours = ["grey" if i == 0 else ("tab:blue" if rows[i]["ships"] else "tab:orange") for i in xs]
+    colours = [{"slurm-ft": "tab:blue", "the job": "tab:green", "not yet": "tab:orange"}.get(r["ships"], "grey")
+               for r in rows]
     a1.bar(xs, heights, bottom=bottoms, color=colours)
     for i in xs:
         a1.text(i, ettr[i] + 0.3, f"{ettr[i]:.1f}", ha="center", fontsize=8)
@@ -543,7 +544,7 @@ def _plot_waterfall(rows: Sequence[Dict[str, Any]], s0: sim_report.SimSetup, pat
     a1.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
     a1.set_ylim(max(50.0, min(ettr) - 5), 100)
     a1.set_ylabel("ETTR (%), min..max over seeds")
-    a1.set_title("ETTR, one lever at a time (blue: ships; orange: not yet)")
+    a1.set_title("ETTR, one lever at a time (blue: slurm-ft's; green: the job's; orange: not shipped)", fontsize=10)
     bottom = [0.0] * len(rows)
     for cause in simlib.CAUSES:
         h = [r["lost_hours_by_cause"][cause] for r in rows]

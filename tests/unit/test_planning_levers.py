@@ -451,3 +451,15 @@ def test_a_bench_recovery_output_lays_its_phases_over_the_figures(capsys):
     assert d["figures"]["files"] == ["slurm-ft's figures-lab.json", str(bench)]
     code, out, err = run_cli(capsys, "sim", "--seeds", "1", "--policy", "slurm", "--recovery-figures", str(bench))
     assert code == 2 and "--recovery-figures goes with --policy slurm-ft" in err
+
+
+def test_one_figure_can_be_set_on_the_command_line(capsys):
+    code, out, err = run_cli(capsys, "sim", "--seeds", "1", "--days", "3", "--policy", "slurm",
+                             "--set", "collective_timeout_s=120", "--set", "manual_swap_s=600", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    crash = next(r for r in d["routes"] if r["fault"] == "crash/swap")
+    assert crash["detect_s"] == 120 and crash["swap_s"] == 150 + 600 - 120     # drained at half the interval
+    assert d["figures"]["figures"]["collective_timeout_s"] == {"value": 120.0, "kind": "configured",
+                                                              "source": "--set on the command line",
+                                                              "file": "command line"}
