@@ -15,12 +15,11 @@ from slurm_ft.plan import levers as lv
 from slurm_ft.plan import profiles as pr
 from slurm_ft.plan import sim as simlib
 from slurm_ft.plan import sim_report
-from slurm_ft.plan.explain import num, rnd
+from slurm_ft.plan.explain import Derivation, num, rnd
 from slurm_ft.plan.jobcost import job_costs
 
 if TYPE_CHECKING:
     from slurm_ft.config import PlanningConfig
-    from slurm_ft.plan.explain import Derivation
 
 # The figures measured on this project's lab, shipped as package data (bench/figures.py writes it)
 SHIPPED_FIGURES = Path(__file__).resolve().parent.parent / "data" / "figures-lab.json"
@@ -456,7 +455,6 @@ def _setup(cfg: PlanningConfig, prof: pr.Profile, pol: pr.Policy, gpus: int, gpu
            ckpt_interval_min: Optional[float], ckpt_cost_s: float, ckpt_persist_s: float, restart_s: float,
            elastic_min_nodes: Optional[int], target: Optional[float], job: Derivation,
            restart_note: str) -> sim_report.SimSetup:
-    from slurm_ft.plan.explain import Derivation
     return sim_report.setup(
         prof, pol, gpus=gpus, gpus_per_node=gpus_per_node,
         days=days if days is not None else prof.days, spares=spares,
