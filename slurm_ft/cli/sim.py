@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # The figures measured on this project's lab, shipped as package data (bench/figures.py writes it)
 SHIPPED_FIGURES = Path(__file__).resolve().parent.parent / "data" / "figures-lab.json"
-ByteRobust_AIM = 0.97       # ByteRobust's 97% ETTR over 3 months on 9,600 GPUs (arXiv 2509.16293)
+BYTEROBUST_AIM = 0.97       # ByteRobust's 97% ETTR over 3 months on 9,600 GPUs (arXiv 2509.16293)
 
 
 def _read(path: str) -> str:
@@ -137,7 +137,7 @@ def load_figures(figures_file: Optional[str], recovery_figures: Optional[str]) -
               help="Run slurm, llama3-like and slurm-ft (and a --policy-file) on the same faults, side by side.")
 @click.option("--waterfall", is_flag=True,
               help="ETTR from Slurm alone, adding one lever at a time, each with its hours lost by cause.")
-@click.option("--aim", type=float, default=ByteRobust_AIM, show_default=True,
+@click.option("--aim", type=float, default=BYTEROBUST_AIM, show_default=True,
               help="With --waterfall: the ETTR to reach (ByteRobust's 97%).")
 @click.option("--schedule", "schedule_file", type=click.Path(dir_okay=False), default=None,
               help="A given list of faults (JSON, docs/planning.md): each one's way back and cost under the policy, "

@@ -88,13 +88,6 @@ class Features:
 SLURM_ALONE = Features()
 
 
-def shipped(f: Figures, *, hot_spares: int = 0, hang_timeout_s: Optional[float] = None,
-            expedite: bool = False) -> Features:
-    """slurm-ft as it ships: the watcher, the controller's requeue with StartTime=now and its spare swap,
-    and, where the job asks for them, hot spares and hang detection."""
-    return Features(True, True, True, hot_spares, hang_timeout_s, expedite=expedite)
-
-
 def with_lever(x: Features, lever: str, f: Figures) -> Features:
     """`x` with one more lever on, at the setting the figures' `levers` section states."""
     if lever == "hot_spares":
