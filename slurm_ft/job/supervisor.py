@@ -183,6 +183,9 @@ class Supervisor:
     def launch(self, nodes: Sequence[str], reason: str) -> Optional[int]:
         """Start the training step on `nodes`; an exit status when it cannot start (no checkpoint read)."""
         t0 = time.time()
+        # the last step the launch before reached, read before this one's ranks replace the reports: goodput's
+        # redone steps after a relaunch, as jobstart's `before` after a requeue
+        before = jobstart.last_progress(self.ckpt_dir) if self.ckpt_dir else None
         resolved, found, rc, fields = jobstart.prepare(self.argv, self.ckpt_dir, self.say, job=str(self.job_id),
                                                        m=self.ckpt_fails, restart=self.restart)
         if rc is not None:
@@ -206,7 +209,7 @@ class Supervisor:
         self.log("launch", launch=self.launches, nodes=compress(nodes), ckpt=env["SLURM_FT_CKPT"],
                  step=found.step if found and found.path else None, reason=reason, rank0=rank0,
                  master=f"{rdv['MASTER_ADDR']}:{rdv['MASTER_PORT']}", prepare_s=round(time.time() - t0, 3),
-                 **fields)
+                 before=before, **fields)
         self.say(f"launch {self.launches} on {compress(nodes)}: {reason}")
         self.launches += 1
         return None

@@ -102,6 +102,31 @@ PROFILES: Dict[str, Profile] = {"llama3": LLAMA3}
 
 
 @dataclass(frozen=True)
+class Route:
+    """One way from a fault back to training, in seconds (means; the simulator uses them as given).
+
+    detect_s:  from the fault to the decision that the job (or its step) must start again
+    sched_s:   from that decision to the job's nodes ready (requeue delay, kill and epilogs, scheduling,
+               prologs; or, in the allocation, stopping the step)
+    swap_s:    to put a healthy node in place of the failed one, side by side with sched_s (a fault that
+               needs no node never waits for it)
+    restart_s: launch of every rank, its own start and the checkpoint load; None = the job's --restart-s
+    requeue:   the job is requeued (its hot spares are refilled, it asks for every node again); False:
+               the step restarts inside the allocation the job holds
+    """
+    detect_s: float
+    sched_s: float
+    swap_s: float = 0.0
+    restart_s: Optional[float] = None
+    requeue: bool = True
+    name: str = ""
+
+    def total(self, restart: float) -> float:
+        return self.detect_s + max(self.sched_s, self.swap_s) + (self.restart_s if self.restart_s is not None
+                                                                  else restart)
+
+
+@dataclass(frozen=True)
 class Policy:
     """How long each step of one recovery takes, in seconds (means; the simulator uses them as given).
 
@@ -110,6 +135,11 @@ class Policy:
     swap_s:    to put a healthy node in place of the failed one (only for faults that need one)
     restart_s: relaunch of all ranks plus loading the checkpoint; None = the job's own value
     requeue and swap run side by side: the job starts when both are done.
+
+    A policy built from a product's features (plan/levers.py) gives a Route per kind of fault and per
+    need of a node instead (`routes`, keys `crash/swap`, `crash/keep`, `node/swap`, ...), and a second
+    one for a fault the job's hot spares absorb (`in_allocation`); the flat figures above then only
+    describe it.
     """
     name: str
     detect_crash_s: float
@@ -119,9 +149,28 @@ class Policy:
     swap_s: float
     restart_s: Optional[float] = None
     source: str = ""
+    routes: Optional[Mapping[str, Route]] = None
+    in_allocation: Optional[Mapping[str, Route]] = None     # keys as routes; a missing key: not absorbed
+    hot_spares: int = 0                 # K per job
+    planned_share: float = 0.0          # share of node-taking crash faults swapped ahead, at a checkpoint
+    replica_groups: int = 1             # R: a fault stops one of R groups, the others train on
+    levers: Tuple[str, ...] = ()        # what the policy was built with, for the output
 
     def detect_s(self, kind: str) -> float:
         return {"crash": self.detect_crash_s, "node": self.detect_node_s, "hang": self.detect_hang_s}[kind]
+
+    def route(self, kind: str, swap: bool) -> Route:
+        """The way back for a fault of this kind that needs (swap) or keeps its node."""
+        key = f"{kind}/{'swap' if swap else 'keep'}"
+        if self.routes is not None and key in self.routes:
+            return self.routes[key]
+        return Route(self.detect_s(kind), self.requeue_s, self.swap_s if swap else 0.0, self.restart_s, True, key)
+
+    def absorbed(self, kind: str, swap: bool) -> Optional[Route]:
+        """The in-allocation way back for this fault while the job has a hot spare, or None."""
+        if self.in_allocation is None or not self.hot_spares:
+            return None
+        return self.in_allocation.get(f"{kind}/{'swap' if swap else 'keep'}")
 
 
 # Slurm alone, set up well: a HealthCheckProgram every 300 s (a crash is seen after 150 s on average),

@@ -185,7 +185,9 @@ def test_sim_json(capsys):
         assert key in d
     assert set(d["lost_hours_by_cause"]) == set(CAUSES)
     assert len(d["runs"]) == 3 and d["policy"] == "slurm-ft" and d["spares"] == 35
-    assert "documented defaults" in d["policy_source"]
+    # built from the features slurm-ft ships and the figures measured on its lab (the shipped file)
+    assert d["policy_source"].startswith("built from fast_detection, requeue_now, spare_swap")
+    assert "figures-lab.json" in d["policy_source"] and d["figures"]["measured"]["slurm"]
 
 
 def test_sim_text_shows_worked_inputs_and_policy_source(capsys, tmp_path):
@@ -294,9 +296,11 @@ def test_shorter_timeouts_can_be_tried_on_any_policy(capsys):
                              "--detect-node-s", "30")
     assert code == 0, err
     fast = json.loads(out)
-    assert fast["policy_figures"]["detect_s"] == {"crash": 1.0, "node": 30.0, "hang": 120.0}
+    crash = base["policy_figures"]["detect_s"]["crash"]        # the watcher's drain, as measured (the figures)
+    assert fast["policy_figures"]["detect_s"] == {"crash": crash, "node": 30.0, "hang": 120.0}
     assert "overridden: hang detection 120 s" in fast["policy_source"]
-    assert fast["lost_hours_by_cause"]["detection"] < base["lost_hours_by_cause"]["detection"] / 2
+    # software faults still wait for the collective timeout (their own way back: nothing to drain)
+    assert fast["lost_hours_by_cause"]["detection"] < base["lost_hours_by_cause"]["detection"] * 0.7
     assert fast["ettr"] > base["ettr"]
     code, _, err = run_cli(capsys, "sim", "--seeds", "1", "--detect-hang-s", "-1")
     assert code == 2 and "--detect-hang-s must be zero or more" in err
