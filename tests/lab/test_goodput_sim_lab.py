@@ -46,10 +46,12 @@ def _submit(lab, sc: Scenario) -> int:
     trainer = [PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(sc.ckpt_dir), "--resume", "{ckpt}",
                "--steps", "1000000", "--step-time", str(STEP_S), "--ckpt-every", str(CKPT_EVERY),
                "--stall-at", "14", "--stall-rank", "1"]
-    res = run([PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(sc.ckpt_dir), "--max-restarts", "20",
-               "--hot-spares", str(K), "--hang-timeout", str(HANG_S), "-N", str(N), "-J", "goodput-sim",
-               "--ntasks-per-node=1", "--gres=gpu:8", "--open-mode=append", "-o", str(sc.work / "job.out"),
-               *trainer], timeout=120, env=env, cwd=str(sc.work))
+    argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(sc.ckpt_dir), "--max-restarts", "20",
+            "--hot-spares", str(K), "--hang-timeout", str(HANG_S), "-N", str(N), "-J", "goodput-sim",
+            "--ntasks-per-node=1", "--gres=gpu:8", "--open-mode=append", "-o", str(sc.job_out), *trainer]
+    # as the lab's job user, in their directory (the scenario's job/), as a user submits on a cluster
+    res = run(lab.cluster.user_argv(argv), timeout=120, env=dict(lab.user_env(), LD_LIBRARY_PATH=env["LD_LIBRARY_PATH"]),
+              cwd=str(sc.job_dir))
     return int(res.stdout.strip().split(";")[0])
 
 
