@@ -21,7 +21,7 @@ whose job ended.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AbstractSet, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
 
 from slurm_ft.fleet.records import Incident, Placement, Step
 
@@ -128,14 +128,14 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
             faults[n] = faults.get(n, 0) + 1
     taken: Set[str] = {s for i in open_ for s in i.spares}
     pool = spare_pool(snap, policy, taken, faults)
+    for inc in sorted(open_, key=lambda i: i.id):
+        steps.extend(_advance(inc, snap, incidents, policy, now, pool))
     active = out.waves(snap.seen, now, nodes=policy.wave_nodes, window_s=policy.wave_window_s,
                        settle_s=policy.wave_settle_s)
-    hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=active)
-    for inc in sorted(open_, key=lambda i: i.id):
-        steps.extend(_advance(inc, snap, incidents, policy, now, pool, hold))
     if active:
         steps.append(Step("alert", 0, nodes=tuple(sorted({n for w in active for n in w.still_out})),
                           reason=out.describe(active, now)))
+    hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=active)
     if not outage(snap, policy):
         busy = {i.job_id for i in open_}
         claimed = {n for i in open_ for n in i.nodes}
@@ -338,7 +338,7 @@ class _IncidentFields(TypedDict):
 
 
 def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float,
-             pool: List[str], hold: AbstractSet[str] = frozenset()) -> List[Step]:
+             pool: List[str]) -> List[Step]:
     """The next step of one open incident, read off Slurm's current state."""
     job = snap.jobs.get(inc.job_id)
     base = _IncidentFields(job_id=inc.job_id, incident_id=inc.id, nodes=inc.nodes, partition=inc.partition)
@@ -360,7 +360,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     # Quarantine and swap first, while the job still runs: once it is requeued, its nodes run their
     # epilogs and Slurm is busiest, and those partition edits would sit on the critical path.
     if inc.note.startswith(HOT_NOTE):
-        return _advance_hot(inc, snap, incidents, policy, pool, spec, job, base, quarantined(), now, hold)
+        return _advance_hot(inc, snap, incidents, policy, pool, spec, job, base, quarantined(), now)
     if not quarantined():
         return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
     if inc.note.startswith(HOLD_PREFIX):
@@ -438,22 +438,22 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
 
 
 def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, pool: List[str],
-                 spec: Optional[FtSpec], job: Job, base: _IncidentFields, quarantined: bool, now: float,
-                 hold: AbstractSet[str] = frozenset()) -> List[Step]:
+                 spec: Optional[FtSpec], job: Job, base: _IncidentFields, quarantined: bool, now: float) -> List[Step]:
     """The in-allocation path: the job's supervisor relaunches its step on a hot spare and gives the
     failed node back (shrinks the job); the controller quarantines the node, refills the partition
     from the pool (a later requeue asks for N + K again) and closes the incident once the node has
     left the job. The requeue path takes over only on what the supervisor cannot handle: the job was
     requeued (by Slurm, after a node failure), or Slurm shows more failed nodes than its hot spares (or
-    its batch host failed). Never on a passing state: a job Slurm shows STOPPED, SIGNALING or COMPLETING
-    at the same restart count still runs, or is ending (then it is abandoned), and a node only in its
-    NOT_RESPONDING grace (or in a wave) is not failed yet: a requeue would kill a job that runs."""
+    its batch host failed), as the supervisor sees them (nodefault: it falls back on the same view and
+    then waits for the requeue). Never on a passing state: a job Slurm shows STOPPED, SIGNALING or
+    COMPLETING at the same restart count still runs, or is ending (then it is abandoned); a requeue would
+    kill a job that runs on its hot spare."""
     if job.restart_count > inc.restart_count:
         return [Step("note", **base, reason=f"job requeued (restart {job.restart_count}, {job.state}): "
                                             f"the requeue path takes over")]
     if not job.running:
         return [Step("poll", **base, reason=f"job is {job.state}: waiting for it to run on or end")]
-    failed_in_job = [n for n in failed_in_run(job, snap.nodes, incidents, policy) if n not in hold]
+    failed_in_job = failed_in_run(job, snap.nodes, incidents, policy)
     if failed_in_job and not in_supervisor_hands(job, spec, failed_in_job):
         why = (f"the batch host {job.batch_host} failed" if job.batch_host in failed_in_job
                else f"hot spares used up ({len(job.nodes) - len(failed_in_job)} healthy node(s) left)")

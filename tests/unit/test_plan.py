@@ -455,19 +455,6 @@ def test_a_passing_job_state_never_hands_a_hot_spare_incident_to_the_requeue_pat
     assert kinds(steps) == ["note"] and "requeue path takes over" in steps[0].reason
 
 
-def test_a_node_in_its_not_responding_grace_does_not_use_up_the_hot_spares():
-    """gpu003 stops answering for a moment under load: not a fault yet (grace), so the supervisor's
-    relaunch of gpu002's fault stays on the hot path."""
-    from slurm_ft.fleet.outage import Seen
-    nodes = [node("gpu001"), failed("gpu002"), node("gpu003", "ALLOCATED", {"NOT_RESPONDING"}), node("gpu004")]
-    snap = cluster(nodes, jobs=[hot_job()], specs=HOT, seen={"gpu003": Seen(NOW - 5)})
-    inc = hot_incident()
-    assert kinds(plan(snap, [inc], P, NOW)) == ["quarantine"]
-    late = replace(snap, seen={"gpu003": Seen(NOW - P.unresponsive_grace_s - 1)})
-    steps = plan(late, [inc], P, NOW)
-    assert kinds(steps) == ["note"] and "hot spares used up" in steps[0].reason
-
-
 def test_a_node_failed_earlier_in_the_run_counts_after_its_drain_was_resumed():
     """Slurm refused the shrink, so gpu002 (incident 1, recovered) stayed in the job; a health check then
     resumed its drain. A fault on gpu004 leaves 2 healthy nodes of the 3 needed: the supervisor falls
