@@ -244,8 +244,8 @@ class Controller:
                 log.warning("job %s: not opening an incident: %s", step.job_id, exc)
                 return "failed"
             return "ok"
-        if step.kind == "restore":
-            return self._restore_node(step, now)
+        if step.kind == "revalidate":
+            return self._revalidate_node(step, now)
         inc = _one(jn.incidents(self.conn, job_id=step.job_id, open_only=True))
         if inc is None or inc.id != step.incident_id:
             return "skipped"        # closed meanwhile (another cycle got there first)
@@ -298,7 +298,7 @@ class Controller:
         if self.on_step:
             self.on_step(step, "ok", step.reason, now)
 
-    def _restore_node(self, step: Step, now: float) -> str:
+    def _revalidate_node(self, step: Step, now: float) -> str:
         """Hand a node quarantined for not answering, answering again, to the sweep's validation: its drain
         reason becomes step.reason (vocab.REVALIDATE), checked again on a fresh read first. It stays
         drained and out of every partition until it passes (sweep.py)."""

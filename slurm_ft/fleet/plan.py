@@ -157,11 +157,11 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
                     claimed.update(step.nodes)
                     counted.update(step.nodes)
             steps.append(step)
-    steps.extend(_restores(snap, incidents, policy, now))
+    steps.extend(_revalidations(snap, incidents, policy, now))
     return steps
 
 
-def _restores(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
+def _revalidations(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
     """Nodes a closed incident quarantined for not answering, answering again: to validation, never
     straight back into service (a hang of the node itself looks the same as a lost network from here).
     One that stopped with a wave of others gets the lighter re-check (`outage` in the step's reason)."""
@@ -175,7 +175,7 @@ def _restores(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now
         if node is not None and out.restorable(node, snap.seen.get(name), snap.watching_since, now,
                                                policy.restore_after_s):
             wave = out.in_a_wave(name, snap.seen, nodes=policy.wave_nodes, window_s=policy.wave_window_s)
-            steps.append(Step("restore", inc.job_id, incident_id=inc.id, nodes=(name,),
+            steps.append(Step("revalidate", inc.job_id, incident_id=inc.id, nodes=(name,),
                               reason=out.revalidate_reason(node.reason, outage=wave)))
     return steps
 

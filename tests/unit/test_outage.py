@@ -1,5 +1,5 @@
 """An outage is not a fault: grace for NOT_RESPONDING, waves by rate, the fleet-wide out-of-service
-budget, and the restore of nodes quarantined for not answering (pure: outage.py and the plan)."""
+budget, and the revalidation of nodes quarantined for not answering (pure: outage.py and the plan)."""
 from __future__ import annotations
 
 from slurm_ft.fleet.records import Incident, StepRecord
@@ -149,13 +149,13 @@ def test_a_node_quarantined_for_not_answering_goes_to_validation_once_it_answers
     base = dict(bad={name: q}, incidents_nodes=[name])
     assert kinds(plan(snap(seen={name: out.Seen(NOW - 300, back_at=NOW - 10)}, **base), [inc], P, NOW)) == []
     steps = plan(snap(seen={name: out.Seen(NOW - 300, back_at=NOW - 31)}, **base), [inc], P, NOW)
-    assert kinds(steps) == ["restore"] and steps[0].nodes == (name,) and not steps[0].partition
+    assert kinds(steps) == ["revalidate"] and steps[0].nodes == (name,) and not steps[0].partition
     assert steps[0].reason.startswith("slurm-ft: REVALIDATE answers again; quarantined, DOWN+NOT_RESPONDING")
     # the sweep's rewrite of our reason is recognised too (the node answered after the next sweep)
     rewritten = Node(name, "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: QUARANTINED quarantined, DOWN: Not responding during job 7")
     steps = plan(snap(bad={name: rewritten}, incidents_nodes=[name], seen={name: out.Seen(NOW - 300, back_at=NOW - 31)}),
                  [inc], P, NOW)
-    assert kinds(steps) == ["restore"] and steps[0].reason.startswith("slurm-ft: REVALIDATE answers again; quarantined, DOWN: ")
+    assert kinds(steps) == ["revalidate"] and steps[0].reason.startswith("slurm-ft: REVALIDATE answers again; quarantined, DOWN: ")
     # still not answering, or a health check drained it since, or a real fault, or handed over already: stays
     assert kinds(plan(snap(seen={name: out.Seen(NOW - 300)}, **base), [inc], P, NOW)) == []
     for reason in ("slurm-ft: XID79 gpu2 fell off the bus", "slurm-ft: quarantined, slurm-ft: XID79 gpu2 during job 7",
@@ -171,7 +171,7 @@ def test_a_node_quarantined_before_its_wave_formed_gets_the_lighter_check():
     q = Node(name, "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: quarantined, DOWN: Not responding during job 7")
     seen = {name: out.Seen(NOW - 400, back_at=NOW - 200), **{n: out.Seen(NOW - 390, back_at=NOW - 200) for n in others}}
     steps = plan(snap(bad={name: q}, incidents_nodes=[name], seen=seen), [_closed([name], [])], P, NOW)
-    assert kinds(steps) == ["restore"] and steps[0].reason.startswith("slurm-ft: REVALIDATE outage, answers again")
+    assert kinds(steps) == ["revalidate"] and steps[0].reason.startswith("slurm-ft: REVALIDATE outage, answers again")
 
 
 def test_track_keeps_the_first_sighting_and_the_return():
