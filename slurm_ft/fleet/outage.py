@@ -117,25 +117,26 @@ def _wave_groups(seen: Mapping[str, Seen], *, nodes: int, window_s: float) -> Li
     chained into waves: a member within window_s of the previous one belongs to the same wave."""
     if nodes <= 0 or len(seen) < nodes:
         return []
-    spells = sorted(seen.items(), key=lambda kv: (kv[1].went_at, kv[0]))
-    starts = [s.went_at for _, s in spells]
-    member = [False] * len(spells)
-    covered = 0                         # spells[:covered] are marked already: O(n log n) in all
-    for lo in range(len(spells)):
-        hi = bisect.bisect_right(starts, starts[lo] + window_s)
+    names = sorted(seen)
+    starts = sorted((seen[n].went_at, n) for n in names)
+    times = [t for t, _ in starts]
+    member = [False] * len(starts)
+    covered = 0                         # starts[:covered] are marked already: O(n log n) in all
+    for lo, t in enumerate(times):
+        hi = bisect.bisect_right(times, t + window_s, lo)
         if hi - lo >= nodes:
             for i in range(max(lo, covered), hi):
                 member[i] = True
             covered = max(covered, hi)
     groups: List[List[str]] = []
     last: Optional[float] = None
-    for i, (name, s) in enumerate(spells):
+    for i, (t, name) in enumerate(starts):
         if not member[i]:
             continue
-        if last is None or s.went_at - last > window_s:
+        if last is None or t - last > window_s:
             groups.append([])
         groups[-1].append(name)
-        last = s.went_at
+        last = t
     return groups
 
 
