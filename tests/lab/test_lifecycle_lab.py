@@ -198,7 +198,6 @@ def test_a_fault_on_every_node_drains_no_more_than_the_breaker_allows(clean, tmp
         nodes = lab.train_nodes + lab.spare_nodes
         limit = max(1, math.floor(0.1 * len(nodes)))
         started = tmp_path / "started"
-        t0 = time.time()
         job_id = int(ft(lab, None, "sbatch", "-N", "2", "-o", str(tmp_path / "job-%j.out"),
                         "/bin/sh", "-c", f"touch {started} && exec sleep 3600").stdout.split()[-1])
         job = wait_running(lab, job_id, marker=started)
