@@ -113,7 +113,7 @@ class ControllerConfig:
     wave_nodes: int = 8                 # this many nodes stopping within wave_window_s: an outage, not faults
     wave_window_s: float = 120.0
     wave_settle_s: float = 60.0         # a wave holds its members back until this long after the last came back
-    restore_after_s: float = 30.0       # a node quarantined for not answering returns after answering this long
+    restore_after_s: float = 30.0       # a node quarantined for not answering goes to validation after answering this long
     trust: str = "auto"                 # the job field holding the FT tag: one of TRUST_MODES
                                         # (auto: admin_comment where slurmctld runs job_submit/lua)
 

@@ -264,11 +264,11 @@ def placements(conn: sqlite3.Connection) -> Dict[int, Dict[int, Placement]]:
 
 def record_placements(conn: sqlite3.Connection, queued: Iterable[Job], known: Dict[int, Dict[int, Placement]],
                       now: float) -> None:
-    """Remember each run of a job seen RUNNING for the first time; forget runs older than the one before
+    """Remember each run of a job seen running (Job.running) for the first time; forget runs older than the one before
     the current, and jobs no longer in the queue. `queued`: the FT jobs in the queue, `known`: the rows."""
     jobs = {j.job_id: j for j in queued}
     new = [j for j in jobs.values()
-           if j.state == "RUNNING" and j.nodes and j.restart_count not in known.get(j.job_id, {})]
+           if j.running and j.nodes and j.restart_count not in known.get(j.job_id, {})]
     old = [(jid, rc) for jid, runs in known.items() for rc in runs
            if jid not in jobs or rc < jobs[jid].restart_count - 1]
     if not new and not old:

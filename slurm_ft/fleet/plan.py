@@ -32,6 +32,7 @@ from slurm_ft.job.nodefault import node_fault
 from slurm_ft.fleet import outage as out
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job.tag import FtSpec
+from slurm_ft.slurm.hostlist import compress
 from slurm_ft import vocab
 from slurm_ft.vocab import ENDED_JOB_STATES, slurm_time
 
@@ -90,8 +91,13 @@ class Policy:
 # --- what counts as a failed node ------------------------------------------------------------------
 
 def failure(node: Optional[Node], policy: Policy) -> Optional[str]:
-    """Why the node counts as failed, or None (nodefault.node_fault under this policy's reasons)."""
-    return node_fault(node, policy.fail_prefix, policy.slurm_fault_reasons)
+    """Why the node counts as a fault the controller takes on, or None (nodefault.node_fault under this
+    policy's reasons). A node an admin set DOWN (or drained) with their own reason is theirs: never
+    claimed by a job, drained over, counted or replaced by slurm-ft."""
+    why = node_fault(node, policy.fail_prefix, policy.slurm_fault_reasons)
+    if why is None or node is None or vocab.admins(node.reason, policy.slurm_fault_reasons):
+        return None
+    return why
 
 
 def spare_pool(snap: Snapshot, policy: Policy, taken: Set[str], faults: Dict[str, int]) -> List[str]:
@@ -124,12 +130,13 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
     pool = spare_pool(snap, policy, taken, faults)
     for inc in sorted(open_, key=lambda i: i.id):
         steps.extend(_advance(inc, snap, incidents, policy, now, pool))
-    wave = out.wave(snap.seen, now, nodes=policy.wave_nodes, window_s=policy.wave_window_s,
-                    settle_s=policy.wave_settle_s)
-    if wave:
-        steps.append(Step("alert", 0, nodes=wave.still_out, reason=wave.describe(now)))
-    hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=wave)
-    if not snap.breaker_open and not outage(snap, policy):
+    active = out.waves(snap.seen, now, nodes=policy.wave_nodes, window_s=policy.wave_window_s,
+                       settle_s=policy.wave_settle_s)
+    if active:
+        steps.append(Step("alert", 0, nodes=tuple(sorted({n for w in active for n in w.still_out})),
+                          reason=out.describe(active, now)))
+    hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=active)
+    if not outage(snap, policy):
         busy = {i.job_id for i in open_}
         claimed = {n for i in open_ for n in i.nodes}
         counted = set(snap.out_counted)
@@ -137,33 +144,39 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
             if job.job_id in busy or job.job_id not in snap.specs:
                 continue
             step = _detect(job, snap, incidents, policy, claimed | hold, now)
-            if step:
-                # a node a check drained is out already (that drain counted): only the rest cost
-                why = out.breaker_room(counted, [n for n in step.nodes if not snap.nodes[n].drained],
-                                       snap.out_limit)
+            if step is None:
+                continue
+            if step.kind == "open":
+                # The breaker stops drains, not the recovery of a drain it allowed: a node a check drained
+                # within the budget is out already and costs nothing more; the rest cost one each.
+                why = out.breaker_room(counted, snap.out_past_limit, step.nodes,
+                                       [n for n in step.nodes if snap.nodes[n].drained], snap.out_limit)
                 if why:
-                    steps.append(Step("alert", job.job_id, nodes=step.nodes, reason=f"job {job.job_id}: {why}"))
-                    continue
-                steps.append(step)
-                claimed.update(step.nodes)
-                counted.update(step.nodes)
-    steps.extend(_restores(snap, incidents, policy, now))
+                    step = Step("alert", job.job_id, nodes=step.nodes, reason=f"job {job.job_id}: {why}")
+                else:
+                    claimed.update(step.nodes)
+                    counted.update(step.nodes)
+            steps.append(step)
+    steps.extend(_revalidations(snap, incidents, policy, now))
     return steps
 
 
-def _restores(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
-    """Nodes a closed incident quarantined for not answering, answering again: back where they were."""
+def _revalidations(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
+    """Nodes a closed incident quarantined for not answering, answering again: to validation, never
+    straight back into service (a hang of the node itself looks the same as a lost network from here).
+    One that stopped with a wave of others gets the lighter re-check (`outage` in the step's reason)."""
     steps = []
     in_use = {n for p in snap.partitions.values() for n in p.nodes
               if p.name == policy.spare_partition or policy.is_job_partition(p.name)}
     for name, inc in sorted(out.latest_incident_of(incidents).items()):
         if inc.open or name in in_use:
             continue
-        if out.restorable(snap.nodes.get(name), snap.seen.get(name), snap.watching_since, now,
-                          policy.restore_after_s):
-            steps.append(Step("restore", inc.job_id, incident_id=inc.id, nodes=(name,),
-                              partition=out.restore_target(inc, policy.spare_partition),
-                              reason=f"{name} answers again: quarantined for not answering, not for a fault"))
+        node = snap.nodes.get(name)
+        if node is not None and out.restorable(node, snap.seen.get(name), snap.watching_since, now,
+                                               policy.restore_after_s):
+            wave = out.in_a_wave(name, snap.seen, nodes=policy.wave_nodes, window_s=policy.wave_window_s)
+            steps.append(Step("revalidate", inc.job_id, incident_id=inc.id, nodes=(name,),
+                              reason=out.revalidate_reason(node.reason, outage=wave)))
     return steps
 
 
@@ -177,13 +190,14 @@ def outage(snap: Snapshot, policy: Policy) -> bool:
 
 def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Policy,
             claimed: Set[str], now: float) -> Optional[Step]:
-    """An `open` step when this FT job has a failed node that no incident has handled yet."""
+    """An `open` step when this FT job has a failed node that no incident has handled yet (or an `alert`
+    when a requeued job's last run is unknown: then it claims nothing)."""
     part = _job_partition(job, snap, policy)
     if part is None:
         return None
     prev = _previous_run(job, snap, policy, now)
     hit_run = None              # the run the fault hit, when Slurm has already started the job again
-    if job.state == "RUNNING":
+    if job.running:
         failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
         # The same fault seen again through a stale read: an incident already requeued this run.
         handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
@@ -202,11 +216,19 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
             return None             # held by us after max-restarts: an admin releases it
         if job.exit_code.split(":")[0] in {str(x) for x in FINAL_EXITS}:
             return None             # "do not restart me", or the restart limit used up (its last exit status)
-        # Slurm requeued it (launch failed, node failure): the failed nodes are those still in its
-        # partition, drained or down, that no job is using; a held job will wait for us.
-        cands = job.nodes or snap.partitions[part].nodes
+        # Requeued (launch failed, node failure, its owner's `scontrol requeue`): the failed nodes are those
+        # of its last run, as Slurm still lists them or as the journal saw them run; never the other failed
+        # nodes of the partition, which are no fault of this job's.
+        cands = job.nodes or (prev.nodes if prev is not None else ())
         failed = [n for n in cands if n not in job.excluded_nodes and failure(snap.nodes.get(n), policy)
                   and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
+        if not cands:
+            others = [n for n in snap.partitions[part].nodes if n not in claimed and failure(snap.nodes.get(n), policy)]
+            if others:
+                return Step("alert", job.job_id, nodes=tuple(others), reason=(
+                    f"job {job.job_id} was requeued ({job.reason or job.state}, restart {job.restart_count}) but "
+                    f"the controller never saw where its last run ran (it started after): claiming none of "
+                    f"{part}'s failed nodes ({compress(others)}); the job starts again as Slurm schedules it"))
     else:
         return None
     failed = [n for n in failed if n not in claimed]
@@ -226,7 +248,7 @@ def _previous_run(job: Job, snap: Snapshot, policy: Policy, now: float) -> Optio
     if not older:
         return None
     current = runs.get(job.restart_count)
-    if job.state == "RUNNING" and current is not None and now - current.seen_at > policy.running_timeout_s:
+    if job.running and current is not None and now - current.seen_at > policy.running_timeout_s:
         return None
     return runs[max(older)]
 
@@ -325,7 +347,8 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     giving_up = restarts_without_progress(inc, incidents, job) >= max_restarts
 
     def quarantined() -> bool:
-        return not any(n in p.nodes for n in inc.nodes
+        # an admin's reason on a node (set since the incident opened) makes it theirs: it stays where it is
+        return not any(n in p.nodes for n in inc.nodes if not _admins(snap.nodes.get(n), policy)
                        for p in snap.partitions.values() if policy.is_job_partition(p.name))
 
     if job is None or job.state in ENDED_JOB_STATES:
@@ -345,7 +368,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
         # scratch over them. Held until someone looks; released by hand, it is confirmed like any other.
         if not inc.done("hold"):
             return [Step("hold", **base, hold=True, reason=inc.note[len(HOLD_PREFIX):])]
-        if job.state == "RUNNING" and _restarted(inc, job) and not any(n in job.nodes for n in inc.nodes):
+        if job.running and _restarted(inc, job) and not any(n in job.nodes for n in inc.nodes):
             return [Step("confirm", **base, reason=f"released by hand, running on {len(job.nodes)} nodes")]
         return []
     if giving_up:
@@ -384,7 +407,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if not inc.done("requeue"):
         return [Step("requeue", **base, reason="at once, without waiting for a collective timeout")]
 
-    if job.state == "RUNNING":
+    if job.running:
         if _restarted(inc, job):
             if any(n in job.nodes for n in inc.nodes):
                 return [Step("poll", **base, reason="running again, but on a failed node")]
@@ -419,11 +442,21 @@ def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], p
     """The in-allocation path: the job's supervisor relaunches its step on a hot spare and gives the
     failed node back (shrinks the job); the controller quarantines the node, refills the partition
     from the pool (a later requeue asks for N + K again) and closes the incident once the node has
-    left the job. The supervisor out of spares, or the job no longer running: the requeue path."""
+    left the job. The requeue path takes over only on what the supervisor cannot handle: the job was
+    requeued (by Slurm, after a node failure), or Slurm shows more failed nodes than its hot spares (or
+    its batch host failed), as the supervisor sees them (nodefault: it falls back on the same view and
+    then waits for the requeue). Never on a passing state: a job Slurm shows STOPPED, SIGNALING or
+    COMPLETING at the same restart count still runs, or is ending (then it is abandoned); a requeue would
+    kill a job that runs on its hot spare."""
+    if job.restart_count > inc.restart_count:
+        return [Step("note", **base, reason=f"job requeued (restart {job.restart_count}, {job.state}): "
+                                            f"the requeue path takes over")]
+    if not job.running:
+        return [Step("poll", **base, reason=f"job is {job.state}: waiting for it to run on or end")]
     failed_in_job = failed_in_run(job, snap.nodes, incidents, policy)
-    if job.state != "RUNNING" or job.restart_count > inc.restart_count or (
-            failed_in_job and not in_supervisor_hands(job, spec, failed_in_job)):
-        why = "hot spares used up" if job.state == "RUNNING" else f"job is {job.state}"
+    if failed_in_job and not in_supervisor_hands(job, spec, failed_in_job):
+        why = (f"the batch host {job.batch_host} failed" if job.batch_host in failed_in_job
+               else f"hot spares used up ({len(job.nodes) - len(failed_in_job)} healthy node(s) left)")
         return [Step("note", **base, reason=f"{why}: the requeue path takes over")]
     if not quarantined:
         return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason "
@@ -442,6 +475,10 @@ def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], p
                                                 "stays in the job unused (Slurm refused the shrink)")]
     return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node left "
                                             "the job")]
+
+
+def _admins(node: Optional[Node], policy: Policy) -> bool:
+    return node is not None and (node.drained or node.down) and vocab.admins(node.reason, policy.slurm_fault_reasons)
 
 
 def _completing(inc: Incident, snap: Snapshot, now: float, policy: Policy) -> str:

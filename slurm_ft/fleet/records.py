@@ -10,7 +10,8 @@ from typing import Optional, Tuple
 class Step:
     """One thing the controller will do, decided by the pure plan: `kind` names the act.
 
-    kinds: open, requeue, quarantine, swap, wait, hold, exclude, start, confirm, give_up, poll
+    kinds: open, requeue, quarantine, swap, wait, hold, exclude, start, confirm, give_up, poll, released,
+    note, abandon; alert (logged, no act); revalidate (a node, no incident step: fleet/outage.py)
     """
     kind: str
     job_id: int

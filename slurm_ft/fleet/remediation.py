@@ -39,6 +39,7 @@ from slurm_ft.node import breaker as brk
 from slurm_ft.fleet.states import Event, HistoryEntry, State
 from slurm_ft.gpu.xid import lookup
 from slurm_ft.slurm.types import Node
+from slurm_ft.vocab import admins
 
 # finding codes as node/drain.py writes them: XID79, SXID12028, GPU_LOST, NVLINK_DOWN, ECC_DBE_VOLATILE ...
 _CODE = re.compile(r"\b(S?XID\d+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b(?:\s+gpu(\d+))?")
@@ -307,6 +308,9 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
         pool = pools.get(name, NO_POOL)
         if state is State.REMEDIATING:
             steps[name] = _progress(name, node, now - since.get(name, now), policy)
+            continue
+        if admins(node.reason) and (node.drained or node.down):
+            steps[name] = Step(name, "manual", f"an admin's reason on it ({node.reason[:60]}): theirs", pool=pool)
             continue
         finding = last_finding(history, node.reason)
         if finding is None:

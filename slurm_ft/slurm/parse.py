@@ -477,6 +477,7 @@ def job_from_json(j: Json) -> Job:
         batch_host=j.get("batch_host") or "",
         exit_code=_exit_code_json(j.get("exit_code")),
         priority=priority,
+        base_state=_job_base_state(j.get("job_state")),
     )
 
 
@@ -494,6 +495,14 @@ def _job_state(value: object) -> str:
         if flag in parts:
             return flag
     return parts[0] if parts else "UNKNOWN"
+
+
+def _job_base_state(value: object) -> str:
+    """The base state where Slurm lists it first (data_parser JSON), else "": a single word may be a flag
+    standing in for it (22.05 prints COMPLETING for a requeued PENDING job and an ended one alike)."""
+    if isinstance(value, list) and value:
+        return str(value[0]).upper()
+    return ""
 
 
 def _number(value: Any, default: int = 0) -> int:

@@ -122,6 +122,25 @@ def once(lab, config: Path, budget: float = 120, env=None, check=True) -> subpro
     return slurm_ft(lab, config, "controller", "once", "--json", "--budget", str(budget), env=env, check=check)
 
 
+@contextmanager
+def controller_running(lab, config: Path, log: Path):
+    """`slurm-ft controller run` beside the test, as deployed: it sees every run of a job (journal.placements),
+    even one that only lasts its prolog."""
+    env = dict(lab.env, SLURM_FT_CONFIG=str(config))
+    with open(log, "w") as out:
+        proc = subprocess.Popen([PY, "-m", "slurm_ft", "controller", "run"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(120)      # it ends its current cycle first
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def crash_once(lab, config: Path, point: str, budget: float = 120) -> subprocess.CompletedProcess:
     """One controller cycle killed (SIGKILL) right after the journal write `point` (STEP:intent|result)."""
     e = dict(lab.env, SLURM_FT_CONFIG=str(config))

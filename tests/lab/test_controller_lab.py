@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ctl_helpers import (LAB_FAULT, controller_config, crash_once, fail_node, incidents, once, parts, slurm_ft, submit_ft,
-                         set_pool, submit_plain, wait_job)
+from ctl_helpers import (LAB_FAULT, controller_config, controller_running, crash_once, fail_node, incidents, once, parts,
+                         slurm_ft, submit_ft, set_pool, submit_plain, wait_job)
 
 pytestmark = pytest.mark.lab
 
@@ -150,23 +150,23 @@ def test_job_failing_again_and_again_stops_after_max_restarts(lab, cfg, work):
     assert len(incidents(lab, cfg)) == 2 and lab.client.job(jid).restart_count == 2   # no loop
 
 
-def test_prolog_failure_launch_failed_held_job_is_released_onto_a_spare(lab, cfg, work):
-    """A real prolog failure: Slurm drains the node ("Prolog error") and requeues the job HELD; we finish."""
+def test_prolog_failure_launch_failed_held_job_is_released_onto_a_spare(lab, cfg, work, tmp_path):
+    """A real prolog failure: Slurm drains the node ("Prolog error") and requeues the job HELD; we finish.
+    The controller runs beside it, as deployed: it saw the run the prolog ended (RUNNING, reason Prolog,
+    for the prolog's seconds), so the job's incident takes that run's failed node and no other."""
     bad = [n for n in lab.train_nodes if lab.client.node(n).state == "IDLE"][0]   # Slurm allocates lowest first
     # its HealthCheckProgram (as slurmd runs it at start) saves the fleet view the prolog's breaker reads
     subprocess.run([str(lab.dir / "hooks" / "healthcheck")], env=dict(lab.env, SLURMD_NODENAME=bad),
                    timeout=120, check=True)
     slurm_ft(lab, None, "lab", "inject", bad, "--dir", str(lab.dir), "--gpu", "2", "--xid", "79")
-    jid = submit_ft(lab, work, 2)
-    wait_job(lab, jid, state="PENDING", restart_count=1, timeout=60)
-    assert lab.client.node(bad).drained
-    held = lab.client.job(jid)      # Slurm's words (state_description), not just JobHeldUser
-    assert held.held and held.reason.replace("_", " ") == "launch failed requeued held", held.reason
-    once(lab, cfg)
-    job = wait_job(lab, jid)
-    [inc] = incidents(lab, cfg)
-    assert inc["status"] == "recovered" and inc["nodes"] == [bad]
+    with controller_running(lab, cfg, tmp_path / "controller.log"):
+        jid = submit_ft(lab, work, 2)
+        job = wait_job(lab, jid, restart_count=1, timeout=180)
+        inc = lab.client.wait_for(lambda: [i for i in incidents(lab, cfg) if i["status"] == "recovered"], 60,
+                                  "the incident closed")[0]
+    assert inc["nodes"] == [bad] and lab.client.node(bad).drained
     assert [s["outcome"] for s in inc["steps"] if s["name"] == "requeue"] == ["skipped"]   # Slurm had requeued it
+    assert "start" in [s["name"] for s in inc["steps"]]              # released from Slurm's launch-failed hold
     assert job.restart_count == 1 and bad not in job.nodes and bad not in parts(lab)["train"]
 
 

@@ -9,6 +9,7 @@ a user-forged tag in Comment ignored, and ordinary jobs untouched, with the plug
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
