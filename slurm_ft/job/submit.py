@@ -318,6 +318,10 @@ def sbatch_argv(req: SbatchRequest, starter_path: str, requeue: str = "--requeue
     argv = list(req.sbatch_options)
     if not req.job_name_given:
         argv.append("--job-name=" + os.path.basename(req.script))
+    if req.spec.hot_spares and "--no-kill" not in argv and "-k" not in argv:
+        # a node going DOWN must not kill the job: Slurm takes it out of the allocation, srun says so in
+        # the job's output, and the supervisor relaunches the step on a hot spare
+        argv.append("--no-kill")
     if via == "admin_comment":
         argv += [requeue, *plugin_options(req.spec), starter_path]
         return argv if inside_starter(req, via) else argv + ["--", req.script, *req.args]

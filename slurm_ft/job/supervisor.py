@@ -58,6 +58,7 @@ BLIND_BACKSTOP_S = 10.0      # ... when the output is no file (no notices can be
 QUARANTINE_WAIT_S = 1.0      # after a fault, how long the relaunch waits for the controller's quarantine
                              # notice before it reads the partitions itself (a quarantined node may leave)
 STOP_GRACE_S = 10.0          # SIGTERM to srun, then SIGKILL
+FALLBACK_REQUEUE_S = 120.0   # a job handed to the requeue path that nothing requeued: the supervisor does
 LAUNCH_ENV = "SLURM_FT_LAUNCH"   # the launch number within this start of the job (0, 1, ...)
 HANG_POLL_S = 1.0            # progress reads per second (one small file per rank)
 CHECK_TIMEOUT_S = 120.0      # the hang checks' srun, start-up included; then it is killed: no culprit
@@ -417,10 +418,20 @@ class Supervisor:
 
     def _fallback(self, act: hp.Action) -> int:
         """Hand over to the controller: stop the step and keep the failed nodes in the job so Slurm
-        shows them; the controller requeues the job (which ends this process)."""
+        shows them; the controller requeues the job (which ends this process). A fault only this
+        supervisor saw (a node down for a moment, a controller that is not running) would leave the job
+        idle: after FALLBACK_REQUEUE_S it requeues the job itself (its owner may); the controller then
+        finds the requeued job's failed nodes in its last run and recovers it as any other."""
         self.stop()
         self.log("fallback", nodes=compress(act.failed) if act.failed else "", reason=act.reason[:1000])
         self.say(f"no hot spare left: {act.reason}; waiting for the controller to requeue the job")
+        time.sleep(FALLBACK_REQUEUE_S)
+        self.say(f"not requeued after {FALLBACK_REQUEUE_S:g} s: requeuing the job myself")
+        try:
+            self.client.requeue(self.job_id)
+            self.log("requeue", reason="not requeued by the controller")
+        except Exception as exc:   # noqa: BLE001 - the job's time limit ends it otherwise
+            self.say(f"could not requeue the job: {exc}")
         while True:                  # until the requeue kills the batch step (or the job's time limit)
             time.sleep(3600)
 

@@ -302,6 +302,14 @@ def test_hot_spares_ask_for_n_plus_k_nodes_and_tag_n_and_k(words, opts, n):
     i = argv.index("/tmp/start.py")
     assert argv[i + 1:i + 7] == ["--ckpt-dir", "", "--hot-spares", str(req.spec.hot_spares),
                                  "--train-nodes", str(n)]
+    assert argv[:i].count("--no-kill") == 1      # a node going DOWN shrinks the job, never kills it
+
+
+def test_only_hot_spare_jobs_are_submitted_no_kill():
+    plain = parse(["-N", "4", "train.py"], file_exists=lambda p: False)
+    assert "--no-kill" not in sbatch_argv(plain, "/tmp/start.py")
+    given = parse(["--hot-spares", "1", "-N", "4", "--no-kill", "train.py"], file_exists=lambda p: False)
+    assert sbatch_argv(given, "/tmp/start.py").count("--no-kill") == 1
 
 
 @pytest.mark.parametrize("words,msg", [

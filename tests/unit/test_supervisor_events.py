@@ -186,3 +186,29 @@ def test_hang_restarts_end_at_the_limit_even_without_a_checkpoint_dir(tmp_path, 
     view = hp.View(allocation=ALLOC, faults={}, batch_host="n1", train_nodes=3, step_nodes=sup.step_nodes)
     kinds = [sup.hang_action(view, "no progress for 60 s").kind for _ in range(3)]
     assert kinds == ["restart", "exit", "exit"]
+
+
+def test_srun_saying_a_node_failed_is_a_failed_node(tmp_path):
+    """A hot-spare job runs --no-kill: a node that goes DOWN leaves the job, and srun says so."""
+    out = tmp_path / "o"
+    out.write_text("")
+    f = Follower(open(out, "rb"))
+    with open(out, "a") as w:
+        w.write("srun: error: Node failure on gpu003\nsrun: error: gpu002: task 1: Killed\n"
+                "rank 0: srun: error: Node failure on ../../x\n")
+    assert f.events() == [("failed", "gpu003", "DOWN: node failure reported to srun")]
+
+
+def test_a_job_handed_to_the_requeue_path_that_nothing_requeues_requeues_itself(tmp_path, monkeypatch):
+    """Its spares used up (or the batch host failed), the supervisor waits for the controller's requeue;
+    when none comes (only the supervisor saw the fault, or no controller runs) it requeues its own job."""
+    import slurm_ft.job.supervisor as sv
+    monkeypatch.setattr(sv, "FALLBACK_REQUEUE_S", 0.3)
+    slurm, sup, out = setup(tmp_path)
+    t, result = run_in_thread(sup)
+    wait_for(lambda: len(sup.launched) == 1)
+    for n in ("n3", "n4"):                                  # a failure, and the one hot spare too
+        slurm.fail(n, BAD)
+        say(out, event_line("failed", n, BAD))
+    wait_for(lambda: ("requeue", sup.job_id, False) in slurm.calls, timeout=10)
+    assert len(sup.launched) == 1                            # no relaunch: the requeue path's
