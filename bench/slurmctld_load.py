@@ -52,6 +52,7 @@ from slurm_ft_lab import users as lab_users                        # noqa: E402
 from slurm_ft_lab.cluster import Lab, LabSpec                        # noqa: E402
 from slurm_ft_lab.inject import heal, inject                        # noqa: E402
 from slurm_ft.runner import run                                    # noqa: E402
+from slurm_ft.slurm.client import SlurmClient                      # noqa: E402
 from slurm_ft.slurm.hostlist import expand                         # noqa: E402
 
 PY = sys.executable
@@ -131,9 +132,9 @@ def submit_plain(lab: Lab, work: Path, jobs: int, per_job: int, users: List[str]
     for i in range(jobs):
         user = users[i % len(users)]
         body = f"srun -N {per_job - 1} --ntasks-per-node=1 sleep 100000" if i % 2 == 0 else "sleep 100000"
-        p = subprocess.run(lab.user_argv(["sbatch", "--parsable", "-N", str(per_job), "-o", str(work / f"plain-{i}.out"),
+        p = subprocess.run(lab.user_argv(["sbatch", "--parsable", "-N", str(per_job), "-o", str(work / user / f"plain-{i}.out"),
                                           "--wrap", body], user), capture_output=True, text=True, timeout=120,
-                           env=lab.user_env(user), cwd=str(work))
+                           env=lab.user_env(user), cwd=str(lab.user_home(user)))
         if p.returncode != 0:
             raise SystemExit(f"sbatch as {user}: {p.stderr.strip()}")
         ids.append(int(p.stdout.split(";")[0]))
@@ -145,12 +146,12 @@ def submit_ft(lab: Lab, work: Path, jobs: int, per_job: int, users: List[str]) -
     for i in range(jobs):
         user = users[i % len(users)]
         hot = i % 2 == 0
-        ck = lab.give(work / f"ck-{i}", user)
-        argv = [PY, "-m", "slurm_ft", "sbatch", "--ckpt-dir", str(ck), "-o", str(work / f"job-{i}.out"),
+        ck = lab.give(work / user / f"ck-{i}", user)
+        argv = [PY, "-m", "slurm_ft", "sbatch", "--ckpt-dir", str(ck), "-o", str(work / user / f"job-{i}.out"),
                 *(["--hot-spares", "1", "-N", str(per_job - 1), "--ntasks-per-node=1"] if hot else ["-N", str(per_job)]),
                 "/bin/sleep", "100000"]
         p = subprocess.run(lab.user_argv(argv, user), capture_output=True, text=True, timeout=120,
-                           env=lab.user_env(user), cwd=str(work))
+                           env=lab.user_env(user), cwd=str(lab.user_home(user)))
         if p.returncode != 0:
             raise SystemExit(f"slurm-ft sbatch as {user}: {p.stderr.strip()}")
         out.append({"id": int(p.stdout.split()[-1]), "hot": hot, "ck": ck, "user": user})
@@ -158,7 +159,7 @@ def submit_ft(lab: Lab, work: Path, jobs: int, per_job: int, users: List[str]) -
 
 
 def wait_running(lab: Lab, ids: List[int], timeout: float) -> None:
-    c = lab.client()
+    c = SlurmClient(env=lab.env())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         states = {j.job_id: j.state for j in c.jobs(ids)}
@@ -170,7 +171,7 @@ def wait_running(lab: Lab, ids: List[int], timeout: float) -> None:
 
 def cancel_all(lab: Lab) -> None:
     run(["scancel", "--quiet", "--state=PENDING,RUNNING"], timeout=120, env=lab.env(), check=False)
-    c = lab.client()
+    c = SlurmClient(env=lab.env())
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and any(j.state in ("RUNNING", "COMPLETING", "PENDING") for j in c.jobs()):
         time.sleep(2)
@@ -229,7 +230,7 @@ class Faults:
         pool = [j for j in self.jobs if j["hot"] == hot]
         job = pool[self.cursor[hot] % len(pool)]
         self.cursor[hot] += 1
-        c = self.lab.client()
+        c = SlurmClient(env=self.env)
         info = c.job(job["id"])
         if info.state != "RUNNING":
             return
@@ -296,13 +297,15 @@ def one_size(nodes: int, args) -> dict:
                                 fast_hooks=True, health_interval_s=300))
     t0 = time.monotonic()
     lab.up(timeout=1800)
-    print(f"{nodes} nodes: lab up in {time.monotonic() - t0:.0f} s (slurm {lab.status().get('slurm', '?')})", flush=True)
+    print(f"{nodes} nodes: lab up in {time.monotonic() - t0:.0f} s", flush=True)
     users = [u.name for u in lab_users.ensure(lab_users.NAMES[:args.users])]
     per_job = layout(nodes, args.jobs)
-    work = Path(args.dir) / "load-work"
+    work = Path(args.dir) / "load-work"              # root's: the controller's config and journal
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    os.chmod(work, 0o777)
+    os.chmod(work, 0o755)
+    for u in users:                                    # each user's output and checkpoints, theirs
+        lab.give(work / u, u)
     result: dict = {"nodes": nodes, "jobs": args.jobs, "nodes_per_job": per_job, "users": len(users)}
     try:
         # --- without slurm-ft ------------------------------------------------------------------------
