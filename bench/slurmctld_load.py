@@ -132,7 +132,7 @@ def submit_plain(lab: Lab, work: Path, jobs: int, per_job: int, users: List[str]
     for i in range(jobs):
         user = users[i % len(users)]
         body = f"srun -N {per_job - 1} --ntasks-per-node=1 sleep 100000" if i % 2 == 0 else "sleep 100000"
-        p = subprocess.run(lab.user_argv(["sbatch", "--parsable", "-N", str(per_job), "-o", str(work / user / f"plain-{i}.out"),
+        p = subprocess.run(lab.user_argv(["sbatch", "--parsable", "--exclusive", "-N", str(per_job), "-o", str(work / user / f"plain-{i}.out"),
                                           "--wrap", body], user), capture_output=True, text=True, timeout=120,
                            env=lab.user_env(user), cwd=str(lab.user_home(user)))
         if p.returncode != 0:
@@ -147,7 +147,7 @@ def submit_ft(lab: Lab, work: Path, jobs: int, per_job: int, users: List[str]) -
         user = users[i % len(users)]
         hot = i % 2 == 0
         ck = lab.give(work / user / f"ck-{i}", user)
-        argv = [PY, "-m", "slurm_ft", "sbatch", "--ckpt-dir", str(ck), "-o", str(work / user / f"job-{i}.out"),
+        argv = [PY, "-m", "slurm_ft", "sbatch", "--exclusive", "--ckpt-dir", str(ck), "-o", str(work / user / f"job-{i}.out"),
                 *(["--hot-spares", "1", "-N", str(per_job - 1), "--ntasks-per-node=1"] if hot else ["-N", str(per_job)]),
                 "/bin/sleep", "100000"]
         p = subprocess.run(lab.user_argv(argv, user), capture_output=True, text=True, timeout=120,
@@ -170,8 +170,10 @@ def wait_running(lab: Lab, ids: List[int], timeout: float) -> None:
 
 
 def cancel_all(lab: Lab) -> None:
-    run(["scancel", "--quiet", "--state=PENDING,RUNNING"], timeout=120, env=lab.env(), check=False)
     c = SlurmClient(env=lab.env())
+    ids = [str(j.job_id) for j in c.jobs() if j.state not in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT")]
+    if ids:
+        run(["scancel", "--quiet", *ids], timeout=120, env=lab.env(), check=False)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and any(j.state in ("RUNNING", "COMPLETING", "PENDING") for j in c.jobs()):
         time.sleep(2)
