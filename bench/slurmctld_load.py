@@ -133,7 +133,7 @@ def submit_plain(lab: Lab, work: Path, jobs: int, per_job: int, users: List[str]
         user = users[i % len(users)]
         body = f"srun -N {per_job - 1} --ntasks-per-node=1 sleep 100000" if i % 2 == 0 else "sleep 100000"
         p = subprocess.run(lab.user_argv(["sbatch", "--parsable", "--exclusive", "-N", str(per_job), "-o", str(work / user / f"plain-{i}.out"),
-                                          "--wrap", body], user), capture_output=True, text=True, timeout=120,
+                                          "--wrap", body], user), capture_output=True, text=True, timeout=600,
                            env=lab.user_env(user), cwd=str(lab.user_home(user)))
         if p.returncode != 0:
             raise SystemExit(f"sbatch as {user}: {p.stderr.strip()}")
@@ -150,7 +150,7 @@ def submit_ft(lab: Lab, work: Path, jobs: int, per_job: int, users: List[str]) -
         argv = [PY, "-m", "slurm_ft", "sbatch", "--exclusive", "--ckpt-dir", str(ck), "-o", str(work / user / f"job-{i}.out"),
                 *(["--hot-spares", "1", "-N", str(per_job - 1), "--ntasks-per-node=1"] if hot else ["-N", str(per_job)]),
                 "/bin/sleep", "100000"]
-        p = subprocess.run(lab.user_argv(argv, user), capture_output=True, text=True, timeout=120,
+        p = subprocess.run(lab.user_argv(argv, user), capture_output=True, text=True, timeout=600,
                            env=lab.user_env(user), cwd=str(lab.user_home(user)))
         if p.returncode != 0:
             raise SystemExit(f"slurm-ft sbatch as {user}: {p.stderr.strip()}")
