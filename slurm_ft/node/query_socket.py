@@ -21,7 +21,7 @@ import socket
 import stat
 import time
 
-from slurm_ft.node.check_socket import Answer, read_bounded
+from slurm_ft.node.check_socket import Answer, options, read_bounded
 
 TYPE_CHECKING = False          # typing's import is a tenth of what asking the watcher costs
 if TYPE_CHECKING:
@@ -66,29 +66,11 @@ class Query:
 def parse(argv: Sequence[str], env: Mapping[str, str]) -> Optional[Query]:
     """The Query that `slurm-ft check ARGV` is; None when it is not one a user may ask the watcher
     (another level, --local, --job-id, an option this parser does not know)."""
-    seen: Dict[str, object] = {"level": "quick", "node": "", "json": False, "drain": False}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in _FLAGS:
-            if _FLAGS[arg]:
-                seen[_FLAGS[arg]] = True
-            i += 1
-            continue
-        key, eq, value = arg.partition("=")
-        if key not in _VALUED or (eq and not key.startswith("--")):
-            return None
-        if not eq:
-            if i + 1 == len(argv) or argv[i + 1].startswith("-"):
-                return None
-            i += 1
-            value = argv[i]
-        if _VALUED[key] == "level" and value not in LEVELS:
-            return None          # argparse checks every --level given, not only the last one
-        seen[_VALUED[key]] = value
-        i += 1
+    seen = options(argv, _FLAGS, _VALUED, LEVELS)
+    if seen is None:
+        return None
     node = str(seen["node"]) or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    return Query(node, str(seen["level"]), bool(seen["json"]), bool(seen["drain"]))
+    return Query(node, str(seen["level"]), bool(seen.get("json")), bool(seen.get("drain")))
 
 
 def socket_path(node: str, env: Mapping[str, str]) -> str:
