@@ -126,7 +126,21 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
     elif not report.healthy and not as_json and _may_fail(report, config, name, drain, err):
         from slurm_ft.node.drain import reason_text  # lazy: hook start-up: only on a fail verdict
         print(f"{VERDICT} {reason_text(report.findings)}", file=out)
+        if level == "prolog" and job_id and job_id.isdigit():
+            _wake_for_prolog(config, name, int(job_id), err)
     return code, report.hung
+
+
+def _wake_for_prolog(config: Config, node: str, job_id: int, err: TextIO) -> None:
+    """The controller learns which node this job's run had before Slurm requeues it with none (best effort)."""
+    from slurm_ft.errors import SlurmFTError  # lazy: only a failing prolog
+    from slurm_ft.node import tell
+    from slurm_ft.node.guard import HOOK_READ_TIMEOUT_S
+    from slurm_ft.slurm.backend import client_from_config
+    try:
+        tell.prolog_failed(client_from_config(config, timeout=HOOK_READ_TIMEOUT_S), config, node, job_id)
+    except (SlurmFTError, OSError) as exc:   # the verdict stands; the controller's poll finds the job
+        print(f"slurm-ft: warning: controller not woken: {exc}", file=err)
 
 
 def _say_blind(report: Report, unanswered: str, err: TextIO) -> None:

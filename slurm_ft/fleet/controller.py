@@ -26,7 +26,7 @@ from slurm_ft.fleet import journal as jn
 from slurm_ft.fleet import outage as out
 from slurm_ft.job.ckptscan import Scanner, hold_reason
 from slurm_ft.fleet.plan import (HOT_NOTE, PENDING_STATES, Policy, failed_in_run, fault_time, in_supervisor_hands,
-                                    plan)
+                                    plan, prolog_runs)
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job import trust
 from slurm_ft.job.tag import with_note
@@ -34,7 +34,7 @@ from slurm_ft.node import breaker as brk, guard
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
 from slurm_ft.slurm.types import Job, Node
-from slurm_ft import vocab
+from slurm_ft import vocab, wake
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
@@ -52,6 +52,7 @@ class CycleResult:
     elapsed_s: float = 0.0
 
 
+FAILED_PROLOG_KEEP_S = 600.0   # a failed prolog's wake, until its job is read requeued
 FULL_READ_S = 1.0      # while only waiting on jobs: a full observe at least this often
 
 
@@ -87,6 +88,15 @@ class Controller:
         self._watching_since = clock()
         self._alerted: Dict[str, str] = {}       # alert key -> last text logged (loud once per change)
         self._trust: Optional[str] = None        # the job field holding FT tags (trust.resolve), read once
+        self._failed_prologs: Dict[int, Tuple[FrozenSet[str], float]] = {}   # job -> nodes, when (wakes)
+
+    def heard(self, payload: str) -> None:
+        """A node's verified wake (slurm_ft/wake.py): a failed prolog's names its job, kept for the plan a
+        while (prolog_runs); the cycle that follows reads Slurm anyway."""
+        node, job = wake.parse(payload)
+        if job is not None:
+            nodes, _ = self._failed_prologs.get(job, (frozenset(), 0.0))
+            self._failed_prologs[job] = (nodes | {node}, self.clock())
 
     # --- observe -----------------------------------------------------------------------------------
 
@@ -104,7 +114,16 @@ class Controller:
                 specs[j.job_id] = spec
         now = self.clock()
         placements = jn.placements(self.conn)       # as of the previous read: the plan compares with them
-        jn.record_placements(self.conn, [j for j in jobs if j.job_id in specs], placements, now)
+        ft_jobs = {j.job_id: j for j in jobs if j.job_id in specs}
+        jn.record_placements(self.conn, ft_jobs.values(), placements, now)
+        self._failed_prologs = {jid: v for jid, v in self._failed_prologs.items()
+                                if jid in ft_jobs and now - v[1] < FAILED_PROLOG_KEEP_S}
+        learnt = prolog_runs(ft_jobs, placements, self._failed_prologs)
+        jn.add_placements(self.conn, learnt)
+        for run in learnt:
+            log.info("job %s: run %d had %s (a failed prolog's wake; Slurm requeued it with none)", run.job_id,
+                     run.restart_count, compress(list(run.nodes)))
+            placements.setdefault(run.job_id, {})[run.restart_count] = run
         p = self.policy
         self._seen = out.track(self._seen, nodes, now, horizon_s=p.wave_window_s + p.wave_settle_s + 3600)
         counted, limit, past = self._out_of_service(nodes, now)
@@ -288,6 +307,8 @@ class Controller:
             return "ok"
         if step.kind == "revalidate":
             return self._revalidate_node(step, now)
+        if step.kind == "release":
+            return self._release_unclaimed(step)
         inc = _one(jn.incidents(self.conn, job_id=step.job_id, open_only=True))
         if inc is None or inc.id != step.incident_id:
             return "skipped"        # closed meanwhile (another cycle got there first)
@@ -308,6 +329,15 @@ class Controller:
         if self.on_step:
             self.on_step(step, outcome, detail, done)
         return outcome
+
+    def _release_unclaimed(self, step: Step) -> str:
+        try:
+            self.client.release(step.job_id)
+        except SlurmFTError as exc:
+            log.warning("job %s: not released: %s", step.job_id, exc)
+            return "failed"
+        log.error("ALERT: %s", step.reason)
+        return "ok"
 
     def _open(self, step: Step, now: float) -> None:
         job = self.client.job(step.job_id)

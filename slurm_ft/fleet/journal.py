@@ -281,6 +281,17 @@ def record_placements(conn: sqlite3.Connection, queued: Iterable[Job], known: Di
             conn.execute("DELETE FROM placements WHERE job_id = ? AND restart_count = ?", (jid, rc))
 
 
+def add_placements(conn: sqlite3.Connection, runs: Iterable[Placement]) -> None:
+    """Runs learnt otherwise than by seeing them (a failed prolog's wake): kept like those seen."""
+    runs = list(runs)
+    if not runs:
+        return
+    with transaction(conn):
+        for p in runs:
+            conn.execute("INSERT OR IGNORE INTO placements(job_id, restart_count, nodes, seen_at) VALUES (?, ?, ?, ?)",
+                         (p.job_id, p.restart_count, json.dumps(list(p.nodes)), p.seen_at))
+
+
 def _incident(r: sqlite3.Row, steps: List[StepRecord]) -> Incident:
     return Incident(
         id=r["id"], job_id=r["job_id"], status=r["status"], nodes=tuple(json.loads(r["nodes"])),

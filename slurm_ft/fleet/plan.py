@@ -21,7 +21,7 @@ whose job ended.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
 
 from slurm_ft.fleet.records import Incident, Placement, Step
 
@@ -224,11 +224,17 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
                   and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
         if not cands:
             others = [n for n in snap.partitions[part].nodes if n not in claimed and failure(snap.nodes.get(n), policy)]
-            if others:
-                return Step("alert", job.job_id, nodes=tuple(others), reason=(
+            spec = snap.specs.get(job.job_id)
+            # Held by Slurm after a launch failure, it would wait for a person: released, it starts again
+            # where Slurm schedules it (not on the node it failed on: Slurm drained that one).
+            release = (job.held and reason_in(job.reason, ("launch failed requeued held",))
+                       and spec is not None and job.restart_count <= spec.max_restarts)
+            if others or release:
+                return Step("release" if release else "alert", job.job_id, nodes=tuple(others), reason=(
                     f"job {job.job_id} was requeued ({job.reason or job.state}, restart {job.restart_count}) but "
                     f"the controller never saw where its last run ran (it started after): claiming none of "
-                    f"{part}'s failed nodes ({compress(others)}); the job starts again as Slurm schedules it"))
+                    f"{part}'s failed nodes ({compress(others) or 'none'}); the job starts again as Slurm "
+                    f"schedules it" + (", released from Slurm's hold" if release else "")))
     else:
         return None
     failed = [n for n in failed if n not in claimed]
@@ -251,6 +257,21 @@ def _previous_run(job: Job, snap: Snapshot, policy: Policy, now: float) -> Optio
     if job.running and current is not None and now - current.seen_at > policy.running_timeout_s:
         return None
     return runs[max(older)]
+
+
+def prolog_runs(jobs: Mapping[int, Job], known: Mapping[int, Mapping[int, Placement]],
+                failed_prologs: Mapping[int, Tuple[FrozenSet[str], float]]) -> List[Placement]:
+    """Runs a failed prolog ended before the controller saw them: the job, requeued by Slurm with no nodes
+    listed, ran last (restart count - 1) where its prologs failed (their wakes, slurm_ft/wake.py), when the
+    journal has no record of that run. `failed_prologs`: job id -> (nodes, when heard)."""
+    runs = []
+    for jid, (nodes, at) in sorted(failed_prologs.items()):
+        job = jobs.get(jid)
+        if job is None or job.nodes or job.running or job.restart_count < 1:
+            continue
+        if job.restart_count - 1 not in known.get(jid, {}):
+            runs.append(Placement(jid, job.restart_count - 1, tuple(sorted(nodes)), at))
+    return runs
 
 
 def _left_behind(prev: Placement, job: Job, snap: Snapshot, incidents: Sequence[Incident],

@@ -102,16 +102,18 @@ def test_xid79_on_one_node_of_a_2048_node_job_is_recovered_onto_a_spare_and_noth
     assert p.returncode == 1 and client.node(bad).reason.startswith("slurm-ft: XID79"), p.stdout + p.stderr
 
     deadline = time.monotonic() + 900
-    incs = []
+    incs: list = []
+    cycles = []                     # what each controller cycle said: the failure message's evidence
     while time.monotonic() < deadline:
         p = _slurm_ft(fleet, config, "controller", "once", "--json", "--budget", "120")
         # 3: a Slurm read failed (a slurmctld busy with 2,048 epilogs times out); the next cycle goes on
         assert p.returncode in (0, 3), p.stderr
+        cycles.append(f"rc {p.returncode}: {p.stdout.strip()[-400:]} {p.stderr.strip()[-400:]}")
         incs = json.loads(_slurm_ft(fleet, config, "incidents", "--json").stdout)
         if incs and incs[0]["status"] == "recovered":
             break
         time.sleep(1)
-    assert [(i["status"], i["nodes"]) for i in incs] == [("recovered", [bad])], incs
+    assert [(i["status"], i["nodes"]) for i in incs] == [("recovered", [bad])], (incs, cycles[:3], cycles[-3:])
     spare = incs[0]["spares"]
     assert len(spare) == 1 and spare[0] in spec.spare_nodes
 

@@ -8,7 +8,7 @@ import pytest
 from slurm_ft.fleet.records import Incident, Placement, StepRecord
 
 from slurm_ft.slurm.types import Job, Node, Partition
-from slurm_ft.fleet.plan import Policy, failed_in_run, failure, plan, restarts_without_progress
+from slurm_ft.fleet.plan import Policy, failed_in_run, failure, plan, prolog_runs, restarts_without_progress
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job.tag import FtSpec
 
@@ -169,15 +169,45 @@ def test_a_users_requeue_claims_only_its_last_runs_nodes_never_an_admins_down_no
 
 
 def test_a_requeued_job_whose_last_run_the_controller_never_saw_claims_nothing_and_says_so():
-    """The controller started after the requeue: the failed nodes of the partition may be anyone's."""
+    """The controller started after the requeue: the failed nodes of the partition may be anyone's. A job
+    Slurm holds after its launch failed is released (else it waits for a person); one a user requeued
+    is only talked about."""
     nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "Prolog error"),
              node("gpu003", "IDLE"), node("gpu004", "IDLE")]
     j = job("PENDING", nodes=(), restart=1, reason="launch failed requeued held", held=True)
     steps = plan(cluster(nodes, jobs=[j]), [], P, NOW)
-    assert kinds(steps) == ["alert"] and steps[0].job_id == 7 and steps[0].nodes == ("gpu002",)
+    assert kinds(steps) == ["release"] and steps[0].job_id == 7 and steps[0].nodes == ("gpu002",)
     assert "never saw where its last run ran" in steps[0].reason and "claiming none" in steps[0].reason
     healthy = [node(n, "IDLE") for n in TRAIN]
-    assert plan(cluster(healthy, jobs=[j]), [], P, NOW) == []          # nothing failed: nothing to say
+    assert kinds(plan(cluster(healthy, jobs=[j]), [], P, NOW)) == ["release"]   # held all the same
+    requeued = job("PENDING", nodes=(), restart=1, reason="BeginTime")
+    steps = plan(cluster(nodes, jobs=[requeued]), [], P, NOW)
+    assert kinds(steps) == ["alert"] and steps[0].nodes == ("gpu002",)
+    assert plan(cluster(healthy, jobs=[requeued]), [], P, NOW) == []   # nothing failed: nothing to say
+
+
+def test_a_job_past_its_restarts_is_not_released():
+    nodes = [node(n, "IDLE") for n in TRAIN]
+    j = job("PENDING", nodes=(), restart=6, reason="launch failed requeued held", held=True)
+    spec = FtSpec(max_restarts=5)
+    assert plan(cluster(nodes, jobs=[j], specs={7: spec}), [], P, NOW) == []
+
+
+def test_a_failed_prologs_wake_tells_where_the_run_slurm_forgot_ran():
+    """Slurm requeues the job held with no nodes before the controller reads it: the prolog's wake names
+    the node, and the incident claims it (and only it)."""
+    nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "Prolog error"),
+             node("gpu003", "IDLE", {"DRAIN"}, "Prolog error"), node("gpu004", "IDLE")]
+    j = job("PENDING", nodes=(), restart=1, reason="launch failed requeued held", held=True)
+    runs = prolog_runs({7: j}, {}, {7: (frozenset({"gpu002"}), NOW - 1)})
+    assert runs == [Placement(7, 0, ("gpu002",), NOW - 1)]
+    steps = plan(cluster(nodes, jobs=[j], placements={7: {0: runs[0]}}), [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
+    # a run the journal saw is not overwritten; a running job or one never requeued learns nothing
+    assert prolog_runs({7: j}, {7: {0: runs[0]}}, {7: (frozenset({"gpu003"}), NOW)}) == []
+    assert prolog_runs({7: job()}, {}, {7: (frozenset({"gpu002"}), NOW)}) == []
+    assert prolog_runs({7: job("PENDING", nodes=(), restart=0)}, {}, {7: (frozenset({"gpu002"}), NOW)}) == []
+    assert prolog_runs({}, {}, {7: (frozenset({"gpu002"}), NOW)}) == []
 
 
 def test_a_hold_by_a_user_or_requeuehold_is_not_slurms_requeue():
