@@ -34,6 +34,21 @@ TEST_LAB_DIR = os.environ.get("SLURM_FT_TEST_LAB_DIR", "/tmp/slurm-ft-test-lab")
 TEST_PORT_BASE = int(os.environ.get("SLURM_FT_TEST_PORT_BASE", "16000"))
 
 
+_terminal = None
+
+
+def pytest_configure(config):
+    global _terminal
+    _terminal = config.pluginmanager.get_plugin("terminalreporter")
+
+
+def pytest_runtest_logreport(report):
+    """A failed lab test named at once, not only in the summary: a suite that CI stops at its time limit
+    never prints the summary (.ci/run shows these lines then)."""
+    if report.failed and _terminal is not None:
+        _terminal.write_line(f"failed at once: {report.nodeid} ({report.when})")
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/lab/" in str(item.fspath).replace(os.sep, "/"):
