@@ -76,12 +76,13 @@ class LabHandle:
     def run_as(self, argv: Sequence[str], user: Optional[str] = None, *, env: Optional[Dict[str, str]] = None,
                cwd: Optional[Path] = None, timeout: float = 120) -> subprocess.CompletedProcess:
         """`argv` as the job user (or `user`), with the lab's environment plus `env`, in `cwd` (default:
-        their home); output captured as text. The exit status is the caller's to check."""
+        their home); output captured as text (bytes that are not UTF-8, e.g. a path Slurm echoes, replaced).
+        The exit status is the caller's to check."""
         user = user or self.user
         e = self.user_env(user)
         e.update(env or {})
         return subprocess.run(self.cluster.user_argv([str(a) for a in argv], user), capture_output=True, text=True,
-                              timeout=timeout, env=e, cwd=str(cwd or self.cluster.user_home(user)))
+                              errors="replace", timeout=timeout, env=e, cwd=str(cwd or self.cluster.user_home(user)))
 
     def as_user(self, user: Optional[str] = None) -> SlurmClient:
         """A SlurmClient whose commands run as the job user (or `user`): what they may do and see."""
