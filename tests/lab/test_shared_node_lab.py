@@ -6,9 +6,9 @@ epilog (slurmd's, with Slurm's own SLURM_JOB_GPUS) fails nothing, the node stays
 controller opens no incident and the fault-tolerant job runs on undisturbed. Then an Xid 79 on one of
 the fault-tolerant job's GPUs: the node drains and the controller recovers the job onto a spare.
 
-Runs as root, as the lab runs every job today (the node's slurmd runs the epilog as root in any case);
-nothing in it depends on the jobs' user being root: the neighbour's epilog leaves the other job's
-processes alone because they sit on GPUs Slurm did not give the neighbour.
+The fault-tolerant job is the lab user's, the neighbour root's (the node's slurmd runs every epilog as
+root in any case): the neighbour's epilog leaves the other job's processes alone because they sit on
+GPUs Slurm did not give the neighbour.
 """
 from __future__ import annotations
 
@@ -51,12 +51,11 @@ def _epilog_every_gpu(lab, node: str) -> dict:
     return json.loads(p.stdout)
 
 
-def test_a_neighbour_ending_leaves_the_ft_job_alone_and_an_xid_on_its_gpu_recovers_it(lab, cfg, tmp_path):
+def test_a_neighbour_ending_leaves_the_ft_job_alone_and_an_xid_on_its_gpu_recovers_it(lab, cfg, work, tmp_path):
     from slurm_ft_lab.inject import inject
-    ck, info = tmp_path / "ckpt", tmp_path / "ft.info"
-    ck.mkdir()
+    ck, info = lab.give(work / "ckpt"), work / "ft.info"       # the job user's, as their job writes there
     p = slurm_ft(lab, None, "sbatch", "--ckpt-dir", str(ck), "-N", "1", "-n", "1", "--gres=gpu:4",
-                 "-o", str(tmp_path / "ft-%j.out"), "/bin/sh", "-c", f'echo "$$ $SLURM_JOB_GPUS" > {info}; exec sleep 3600')
+                 "-o", str(work / "ft-%j.out"), "/bin/sh", "-c", f'echo "$$ $SLURM_JOB_GPUS" > {info}; exec sleep 3600')
     ft = int(p.stdout.split()[-1])
     node = wait_job(lab, ft).nodes[0]
     pid, gpus = _wait(lambda: info.exists() and info.read_text().split(), 60, "the FT job's pid and GPUs")

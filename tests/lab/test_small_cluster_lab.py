@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import TEST_LAB_DIR, TEST_PORT_BASE, lab_session
+from conftest import TEST_LAB_DIR, TEST_PORT_BASE, lab_session, work_dir
 from ctl_helpers import incidents, once, parts, slurm_ft, submit_ft, wait_job, xid_drain
 from slurm_ft_lab.cluster import LabSpec
 
@@ -43,6 +44,14 @@ def swork(slab, tmp_path):
     slab.reset()
 
 
+@pytest.fixture
+def sjob(slab, request):
+    """The job user's directory for their job's output (pytest's tmp_path is root's alone)."""
+    d = work_dir(slab, request)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 def default_config(lab, tmp_path: Path, **lifecycle) -> Path:
     """The lab's slurm-ft.yaml, untouched but for this test's state dir and metrics file (and `lifecycle`)."""
     data = yaml.safe_load(Path(lab.config_path).read_text()) or {}
@@ -58,10 +67,13 @@ def default_config(lab, tmp_path: Path, **lifecycle) -> Path:
     return path
 
 
-def test_the_fault_that_used_the_default_breakers_one_unit_is_recovered_onto_the_spare(slab, swork):
+def test_the_fault_that_used_the_default_breakers_one_unit_is_recovered_onto_the_spare(slab, swork, sjob):
     cfg = default_config(slab, swork)
-    jid = submit_ft(slab, swork, len(slab.train_nodes))               # the whole partition: it needs the spare
+    jid = submit_ft(slab, sjob, len(slab.train_nodes))               # the whole partition: it needs the spare
     job = wait_job(slab, jid, timeout=180)
+    # RUNNING comes with the allocation (PrologFlags=Alloc): the fault is one of a running job once the
+    # batch script started, after every prolog (an Xid met by a prolog is the prolog's to report)
+    slab.client.wait_for(lambda: (sjob / f"job-{jid}.out").exists(), 120, "the batch script's start")
     bad = job.nodes[1]
     chk = xid_drain(slab, bad)                 # the node's own check finds the Xid 79 and drains the node
     node = slab.client.node(bad)
@@ -70,7 +82,9 @@ def test_the_fault_that_used_the_default_breakers_one_unit_is_recovered_onto_the
     assert breaker["open"] and breaker["limit"] == 1, breaker          # that drain used the whole budget
 
     out = once(slab, cfg)
-    [inc] = incidents(slab, cfg)
+    incs = incidents(slab, cfg)
+    assert len(incs) == 1, (incs, out.stdout, out.stderr[-3000:])
+    [inc] = incs
     assert inc["status"] == "recovered" and inc["nodes"] == [bad], (inc, out.stdout, out.stderr)
     [spare] = inc["spares"]
     job = wait_job(slab, jid, restart_count=1)
@@ -89,9 +103,9 @@ def test_the_fault_that_used_the_default_breakers_one_unit_is_recovered_onto_the
 
 @pytest.mark.parametrize("reason", ["admin: DIMM swap, ticket 4711",
                                     "admin: XID79 twice this week, RMA ticket 4711"])   # a code remediation knows
-def test_a_users_requeue_beside_an_admins_down_node_claims_moves_and_reboots_nothing(slab, swork, reason):
+def test_a_users_requeue_beside_an_admins_down_node_claims_moves_and_reboots_nothing(slab, swork, sjob, reason):
     cfg = default_config(slab, swork, spare_recheck_s=0, remediation={"mode": "on"})
-    jid = submit_ft(slab, swork, 2)
+    jid = submit_ft(slab, sjob, 2)
     job = wait_job(slab, jid, timeout=180)
     assert '"steps": []' in once(slab, cfg, budget=10).stdout        # the controller sees where it runs
     admins = next(n for n in slab.train_nodes if n not in job.nodes)
