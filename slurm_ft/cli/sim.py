@@ -507,6 +507,10 @@ def _plot(data: Dict[str, List[Dict[str, float]]], s: sim_report.SimSetup, path:
     a2.set_title(f"ETTR vs checkpoint interval (cost {p.ckpt_cost_s:g} s)")
     a2.legend(loc="lower center")
     fig.suptitle(f"{s.profile.name}, policy {s.policy.name}: {p.gpus:,} GPUs, {p.days:g} days")
+    _save(fig, plt, path)
+
+
+def _save(fig: Any, plt: Any, path: str) -> None:
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)
@@ -555,13 +559,7 @@ def _plot_waterfall(rows: Sequence[Dict[str, Any]], s0: sim_report.SimSetup, pat
     a2.set_title("where the time goes")
     a2.legend(fontsize=8)
     fig.suptitle(f"{s0.profile.name}: {p.gpus:,} GPUs, {p.days:g} days, {p.spares} pool spares")
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write the plot: {exc.strerror}") from None
-    finally:
-        plt.close(fig)
+    _save(fig, plt, path)
 
 
 def _schedule(path: str) -> List[simlib.ScheduledFault]:

@@ -117,6 +117,9 @@ class CheckServer:
         except OSError:
             pass
 
+    WHAT = "check socket"
+    GIVING_UP = "not serving checks any more"
+
     def _serve(self) -> None:
         while not self._stop.is_set() and self._sock is not None:
             try:
@@ -124,15 +127,20 @@ class CheckServer:
             except socket.timeout:
                 continue
             except OSError as exc:
-                log.error("check socket %s: %s; not serving checks any more", self.path, exc)
+                log.error("%s %s: %s; %s", self.WHAT, self.path, exc, self.GIVING_UP)
                 break
-            with conn:
-                hung = self._one(conn)
-            if hung:
-                log.error("an NVML call hung in a served check: hooks on %s run their own checks from now on",
-                          self.node)
+            if not self._handle(conn):
                 break
         self._close()
+
+    def _handle(self, conn: socket.socket) -> bool:
+        """Serve one connection (and close it); False when the server must stop."""
+        with conn:
+            hung = self._one(conn)
+        if hung:
+            log.error("an NVML call hung in a served check: hooks on %s run their own checks from now on",
+                      self.node)
+        return not hung
 
     def _one(self, conn: socket.socket) -> bool:
         """Answer one connection; True when its check hung in NVML."""

@@ -58,33 +58,25 @@ class QueryServer(CheckServer):
             log.warning("users cannot reach %s: %s is not searchable by others", self.path, directory)
         return True
 
-    def _serve(self) -> None:
-        while not self._stop.is_set() and self._sock is not None:
-            try:
-                conn, _ = self._sock.accept()
-            except socket.timeout:
-                continue
-            except OSError as exc:
-                log.error("query socket %s: %s; not answering users any more", self.path, exc)
-                break
-            self._admit(conn)
-        self._close()
+    WHAT = "query socket"
+    GIVING_UP = "not answering users any more"
 
-    def _admit(self, conn: socket.socket) -> None:
+    def _handle(self, conn: socket.socket) -> bool:
         """Refuse at once (no read) or hand the question to a thread of its own."""
         try:
             uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
         except OSError:
             conn.close()
-            return
+            return True
         with self._mutex:
             why = self.limits.admit(uid, self.clock())
         if why:
             log.info("query socket: refused uid %d: %s", uid, why)
             self._send(conn, {"v": proto.VERSION, "refused": why})
             _discard_and_close(conn)
-            return
+            return True
         threading.Thread(target=self._one_user, args=(conn, uid), name=f"query-uid{uid}", daemon=True).start()
+        return True
 
     def _send(self, conn: socket.socket, reply: Dict[str, object]) -> None:
         try:
