@@ -134,9 +134,9 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
 def _wake_for_prolog(config: Config, node: str, job_id: int, err: TextIO) -> None:
     """The controller learns which node this job's run had before Slurm requeues it with none (best effort)."""
     from slurm_ft.errors import SlurmFTError  # lazy: only a failing prolog
-    from slurm_ft.node import tell
-    from slurm_ft.node.guard import HOOK_READ_TIMEOUT_S
-    from slurm_ft.slurm.backend import client_from_config
+    from slurm_ft.node import tell  # lazy: only a failing prolog
+    from slurm_ft.node.guard import HOOK_READ_TIMEOUT_S  # lazy: only a failing prolog
+    from slurm_ft.slurm.backend import client_from_config  # lazy: only a failing prolog
     try:
         tell.prolog_failed(client_from_config(config, timeout=HOOK_READ_TIMEOUT_S), config, node, job_id)
     except (SlurmFTError, OSError) as exc:   # the verdict stands; the controller's poll finds the job

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -144,6 +145,7 @@ def test_journal_records_of_the_kernel_transport_are_believed_a_loggers_forged()
     assert events[0].timestamp == pytest.approx(BT + 5) and events[0].source == "journal"
 
 
+@pytest.mark.skipif(shutil.which("journalctl") is None, reason="no journalctl on this machine (systemd not installed)")
 def test_the_real_journalctl_takes_our_arguments(tmp_path):
     """Our argv against this machine's journalctl, on an empty journal directory (no daemon here): only
     the missing boot is refused, never an option (an unknown one, or a time it cannot parse)."""
