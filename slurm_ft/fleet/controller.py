@@ -265,7 +265,7 @@ class Controller:
         """Loud, once per change: a wave of unresponsive nodes, a quarantine the breaker refused."""
         keys = {}
         for a in alerts:
-            key = "wave" if a.job_id == 0 else f"job{a.job_id}"
+            key = {0: "wave", -1: "outage"}.get(a.job_id, f"job{a.job_id}")
             keys[key] = a.reason
             if self._alerted.get(key) != a.reason:
                 log.error("ALERT: %s", a.reason)

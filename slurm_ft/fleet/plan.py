@@ -136,7 +136,12 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
         steps.append(Step("alert", 0, nodes=tuple(sorted({n for w in active for n in w.still_out})),
                           reason=out.describe(active, now)))
     hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=active)
-    if not outage(snap, policy):
+    if outage(snap, policy):
+        down = sum(1 for n in snap.nodes.values() if n.down)
+        steps.append(Step("alert", -1, reason=(
+            f"Slurm outage: {down} of {len(snap.nodes)} nodes unresponsive (over {policy.outage_share:.0%}): "
+            f"no new recoveries until it passes (slurmctld restarted, the network, an overloaded host?)")))
+    else:
         busy = {i.job_id for i in open_}
         claimed = {n for i in open_ for n in i.nodes}
         counted = set(snap.out_counted)

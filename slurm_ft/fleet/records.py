@@ -11,7 +11,7 @@ class Step:
     """One thing the controller will do, decided by the pure plan: `kind` names the act.
 
     kinds: open, requeue, quarantine, swap, wait, hold, exclude, start, confirm, give_up, poll, released,
-    note, abandon; alert (logged, no act); revalidate (a node, no incident step: fleet/outage.py); release
+    note, abandon; alert (logged, no act; job 0: a wave of unresponsive nodes, -1: an outage); revalidate (a node, no incident step: fleet/outage.py); release
     (a job Slurm holds after a launch failure whose run the controller never saw: no incident)
     """
     kind: str
