@@ -45,9 +45,9 @@ def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
                      "--step-time", "0.5", "--ckpt-every", "5", "--gpu-check", "off", user=user)
         jobs.append({"id": int(p.stdout.split()[-1]), "ck": ck, "user": user})
     for j in jobs:
-        j["job"] = wait_job(lab, j["id"], "RUNNING", timeout=300)
+        j["job"] = wait_job(lab, j["id"], "RUNNING", timeout=600)      # 20 jobs starting beside CI's other rooms
     for j in jobs:
-        c.wait_for(lambda: any(e["event"] == "step" and e["step"] >= 7 for e in read_log(str(j["ck"]))), 300,
+        c.wait_for(lambda: any(e["event"] == "step" and e["step"] >= 7 for e in read_log(str(j["ck"]))), 600,
                    f"job {j['id']} past a checkpoint")
     loops = [subprocess.Popen(lab.cluster.user_argv(["/bin/sh", "-c", "while :; do squeue >/dev/null 2>&1; "
                                                      "sleep 0.3; done"], u), env=lab.user_env(u),
