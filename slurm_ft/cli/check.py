@@ -23,9 +23,10 @@ from slurm_ft.vocab import LEVELS
 
 if TYPE_CHECKING:          # annotations only: the hooks' start-up imports none of these
     import argparse
-    from typing import Callable, Mapping, Sequence, TextIO, Tuple
+    from typing import Callable, Mapping, Optional, Sequence, TextIO, Tuple
 
     from slurm_ft.config import Config
+    from slurm_ft.slurm.api import SlurmApi
     from slurm_ft.node.query_socket import Query
     from slurm_ft.node.run import Report
 
@@ -99,7 +100,7 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
         # for: a prolog failing it first would leave nothing to reset and no verdict naming the findings
         print(f"{name}: slurm-ft validation job {job_id or '?'}: the job checks the node itself", file=out)
         return 0, False
-    client = None
+    client: Optional[SlurmApi] = None
     if drain:
         from slurm_ft.slurm.backend import client_from_config  # lazy: hook start-up: only with --drain
         client = client_from_config(config)
@@ -123,22 +124,24 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
         print(f"slurm-ft: error: {report.install_error} (slurm-ft's install, not the node: nothing drained)",
               file=err)
         code = 2
-    elif not report.healthy and not as_json and _may_fail(report, config, name, drain, err):
-        from slurm_ft.node.drain import reason_text  # lazy: hook start-up: only on a fail verdict
-        print(f"{VERDICT} {reason_text(report.findings)}", file=out)
-        if level == "prolog" and job_id and job_id.isdigit():
-            _wake_for_prolog(config, name, int(job_id), err)
+    elif not report.healthy and not as_json:
+        if report.level in HOOK_LEVELS and client is None:
+            from slurm_ft.node.guard import hook_client  # lazy: hook start-up: only a failing hook asks Slurm
+            client = hook_client(config)
+        if _may_fail(report, config, name, drain, err, client):
+            from slurm_ft.node.drain import reason_text  # lazy: hook start-up: only on a fail verdict
+            print(f"{VERDICT} {reason_text(report.findings)}", file=out)
+            if level == "prolog" and job_id and job_id.isdigit() and client is not None:
+                _wake_for_prolog(client, config, name, int(job_id), err)
     return code, report.hung
 
 
-def _wake_for_prolog(config: Config, node: str, job_id: int, err: TextIO) -> None:
+def _wake_for_prolog(client: SlurmApi, config: Config, node: str, job_id: int, err: TextIO) -> None:
     """The controller learns which node this job's run had before Slurm requeues it with none (best effort)."""
     from slurm_ft.errors import SlurmFTError  # lazy: only a failing prolog
     from slurm_ft.node import tell  # lazy: only a failing prolog
-    from slurm_ft.node.guard import HOOK_READ_TIMEOUT_S  # lazy: only a failing prolog
-    from slurm_ft.slurm.backend import client_from_config  # lazy: only a failing prolog
     try:
-        tell.prolog_failed(client_from_config(config, timeout=HOOK_READ_TIMEOUT_S), config, node, job_id)
+        tell.prolog_failed(client, config, node, job_id)
     except (SlurmFTError, OSError) as exc:   # the verdict stands; the controller's poll finds the job
         print(f"slurm-ft: warning: controller not woken: {exc}", file=err)
 
@@ -185,7 +188,8 @@ def answer_user(query: Query, out: TextIO, err: TextIO, config: Config, may_drai
     return code, report.hung
 
 
-def _may_fail(report: Report, config: Config, node: str, drain: bool, err: TextIO) -> bool:
+def _may_fail(report: Report, config: Config, node: str, drain: bool, err: TextIO,
+              client: Optional[SlurmApi] = None) -> bool:
     """Does this fail finding take the node out (the VERDICT line)? Only within the breaker."""
     if drain:
         if not report.drain:
@@ -194,7 +198,7 @@ def _may_fail(report: Report, config: Config, node: str, drain: bool, err: TextI
     if report.level not in HOOK_LEVELS:
         return True            # a manual check: nothing acts on the verdict but a person
     from slurm_ft.node import guard  # lazy: hook start-up: only a hook's fail verdict asks the breaker
-    decision = guard.hook_decision(config, node)
+    decision = guard.hook_decision(config, node, client=client)
     if not decision.allowed:
         print(f"slurm-ft: error: fail finding reported, node not failed: {decision.reason}", file=err)
     return decision.allowed

@@ -274,9 +274,7 @@ def record_placements(conn: sqlite3.Connection, queued: Iterable[Job], known: Di
     if not new and not old:
         return
     with transaction(conn):
-        for j in new:
-            conn.execute("INSERT OR IGNORE INTO placements(job_id, restart_count, nodes, seen_at) VALUES (?, ?, ?, ?)",
-                         (j.job_id, j.restart_count, json.dumps(list(j.nodes)), now))
+        _insert_placements(conn, [Placement(j.job_id, j.restart_count, j.nodes, now) for j in new])
         for jid, rc in old:
             conn.execute("DELETE FROM placements WHERE job_id = ? AND restart_count = ?", (jid, rc))
 
@@ -287,9 +285,13 @@ def add_placements(conn: sqlite3.Connection, runs: Iterable[Placement]) -> None:
     if not runs:
         return
     with transaction(conn):
-        for p in runs:
-            conn.execute("INSERT OR IGNORE INTO placements(job_id, restart_count, nodes, seen_at) VALUES (?, ?, ?, ?)",
-                         (p.job_id, p.restart_count, json.dumps(list(p.nodes)), p.seen_at))
+        _insert_placements(conn, runs)
+
+
+def _insert_placements(conn: sqlite3.Connection, runs: Iterable[Placement]) -> None:
+    for p in runs:
+        conn.execute("INSERT OR IGNORE INTO placements(job_id, restart_count, nodes, seen_at) VALUES (?, ?, ?, ?)",
+                     (p.job_id, p.restart_count, json.dumps(list(p.nodes)), p.seen_at))
 
 
 def _incident(r: sqlite3.Row, steps: List[StepRecord]) -> Incident:

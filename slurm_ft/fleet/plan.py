@@ -136,8 +136,8 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
         steps.append(Step("alert", 0, nodes=tuple(sorted({n for w in active for n in w.still_out})),
                           reason=out.describe(active, now)))
     hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=active)
-    if outage(snap, policy):
-        down = sum(1 for n in snap.nodes.values() if n.down)
+    down = outage(snap, policy)
+    if down:
         steps.append(Step("alert", -1, reason=(
             f"Slurm outage: {down} of {len(snap.nodes)} nodes unresponsive (over {policy.outage_share:.0%}): "
             f"no new recoveries until it passes (slurmctld restarted, the network, an overloaded host?)")))
@@ -185,12 +185,11 @@ def _revalidations(snap: Snapshot, incidents: Sequence[Incident], policy: Policy
     return steps
 
 
-def outage(snap: Snapshot, policy: Policy) -> bool:
-    """Most of the cluster unresponsive at once: a Slurm-side outage; swapping spares would not help."""
-    if not snap.nodes:
-        return False
-    unresponsive = sum(1 for n in snap.nodes.values() if n.down)
-    return unresponsive > policy.outage_share * len(snap.nodes)
+def outage(snap: Snapshot, policy: Policy) -> int:
+    """Most of the cluster unresponsive at once: a Slurm-side outage; swapping spares would not help.
+    How many nodes are unresponsive then, else 0."""
+    down = sum(1 for n in snap.nodes.values() if n.down)
+    return down if snap.nodes and down > policy.outage_share * len(snap.nodes) else 0
 
 
 def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Policy,

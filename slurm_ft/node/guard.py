@@ -142,8 +142,11 @@ def hook_decision(config: Config, node: str, now: Optional[float] = None,
     settles such a burst afterwards (fleet/controller.py, `settle_hook_drains`)."""
     if not enabled(config):
         return brk.Decision(True, "breaker disabled", 0, 1 << 30)
-    if client is None:
-        # lazy: only a failing hook pays for the Slurm backend
-        from slurm_ft.slurm.backend import client_from_config
-        client = client_from_config(config, timeout=HOOK_READ_TIMEOUT_S)
-    return may_take_out(config, [node], client=client, actor="hook", now=now)
+    return may_take_out(config, [node], client=client or hook_client(config), actor="hook", now=now)
+
+
+def hook_client(config: Config) -> SlurmApi:
+    """The Slurm client of a hook about to fail its node, with the hooks' short timeout."""
+    # lazy: only a failing hook pays for the Slurm backend
+    from slurm_ft.slurm.backend import client_from_config
+    return client_from_config(config, timeout=HOOK_READ_TIMEOUT_S)
