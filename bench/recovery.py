@@ -47,43 +47,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_ft_lab.cluster import Lab, LabSpec                       # noqa: E402
-from slurm_ft_lab.scenario import Scenario    # noqa: E402
+from slurm_ft_lab.recovery_summary import pct, summary             # noqa: E402
+from slurm_ft_lab.scenario import Scenario                         # noqa: E402
 from slurm_ft.runner import run                                    # noqa: E402
 from slurm_ft.slurm import versions                                # noqa: E402
-
-PHASES = ["drain", "incident", "quarantine", "swap", "requeue", "pending, exclude", "start now", "running", "resumed",
-          "first step after"]
-HOT_PHASES = ["drain", "step fault seen", "step stopped", "relaunched", "incident", "resumed", "first step after",
-              "quarantine", "swap", "incident closed"]
-HOT_SEGMENTS = [
-    ("detect: fault -> drained (slurm-ft watch)", "fault", "drain"),
-    ("see: drained -> supervisor sees it (poll)", "drain", "step fault seen"),
-    ("stop the training step (srun)", "step fault seen", "step stopped"),
-    ("relaunch: srun on N nodes -> ranks load the checkpoint", "step stopped", "resumed"),
-    ("first step (trainer)", "resumed", "first step after"),
-]
-
-
-SEGMENTS = [
-    ("detect: fault -> drained (slurm-ft watch)", "fault", "drain"),
-    ("decide: drained -> incident open (controller)", "drain", "incident"),
-    ("quarantine + swap -> requeue issued (controller)", "incident", "requeue"),
-    ("kill + 64 epilogs -> PENDING (Slurm)", "requeue", "pending, exclude"),
-    ("exclude + StartTime=now (controller)", "pending, exclude", "start now"),
-    ("schedule + 64 prologs -> RUNNING (Slurm)", "start now", "running"),
-    ("srun + 64 ranks load the checkpoint (trainer)", "running", "resumed"),
-    ("first step (trainer)", "resumed", "first step after"),
-]
-
-
-def pct(values, q: float):
-    """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
-    xs = sorted(values)
-    if len(xs) == 1:
-        return xs[0]
-    k = (len(xs) - 1) * q / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def measure_requeue_delay(sc: Scenario) -> float:
@@ -268,30 +235,10 @@ def main(argv=None) -> int:
     if args.path == "slurm":
         return _slurm_alone_only(args, requeue_delay, first_launch_s)
 
-    per_phase = {}
-    for name in (HOT_PHASES if hot else PHASES):
-        vals = [r.at(name) for r in results if r.at(name) is not None]
-        if vals:
-            per_phase[name] = {"p50_s": round(pct(vals, 50), 3), "p95_s": round(pct(vals, 95), 3), "n": len(vals)}
-    # where the time goes: consecutive segments of the timeline
-    segments = {}
-    for label, a, b in (HOT_SEGMENTS if hot else SEGMENTS):
-        vals = [r.at(b) - r.at(a) for r in results if r.at(a) is not None and r.at(b) is not None]
-        if vals:
-            segments[label] = {"p50_s": round(pct(vals, 50), 3), "p95_s": round(pct(vals, 95), 3),
-                               "from": a, "to": b}
+    sft = summary(results, hot=bool(hot))
+    per_phase, segments = sft["phases"], sft["segments"]
     totals = [r.fault_to_resume_s for r in results]
-    # the step's (re)launch -> first step: from the hot-spare supervisor's stop, or from StartTime=now; where
-    # Slurm started the job before any start step (expedited requeue, >= 25.11), from the requeue (it
-    # includes the old run's kill and epilogs)
-    def launched(r):
-        for phase in (("step stopped",) if hot else ("start now", "requeue")):
-            if r.at(phase) is not None:
-                return r.at(phase)
-        return None
-    launch = [r.at("first step after") - launched(r) for r in results
-              if launched(r) is not None and r.at("first step after") is not None]
-    launch_p50 = pct(launch, 50) if launch else 0.0
+    launch_p50 = sft["launch_to_first_step_p50_s"]
     alone_total = args.collective_timeout + requeue_delay + launch_p50
     out = {
         "path": args.path,
@@ -302,16 +249,7 @@ def main(argv=None) -> int:
                 "step_time_s": args.step_time, "ckpt_every": args.ckpt_every,
                 "load_average_start": round(load_start, 1), "load_average_1m": round(os.getloadavg()[0], 1)},
         "faults": len(results),
-        "slurm_ft": {
-            "fault_to_first_step_p50_s": round(pct(totals, 50), 3),
-            "fault_to_first_step_p95_s": round(pct(totals, 95), 3),
-            "fault_to_running_p50_s": per_phase.get("running", {}).get("p50_s"),
-            "launch_to_first_step_p50_s": round(launch_p50, 3),
-            "steps_lost": [r.steps_lost for r in results],
-            "phases": per_phase,
-            "segments": segments,
-            "runs": [r.to_dict() for r in results],
-        },
+        "slurm_ft": sft,
         "slurm_alone": {
             "fault_to_first_step_s": round(alone_total, 1),
             "components": [
