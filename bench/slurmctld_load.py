@@ -420,7 +420,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     sizes = [int(x) for x in args.nodes.split(",")]
-    results = [one_size(n, args) for n in sizes]
+    results = []
+    for n in sizes:              # each size's figures as soon as it is done: a larger size may not come up
+        results.append(one_size(n, args))
+        print(f"{n} nodes: " + json.dumps(summary(results[-1])), file=sys.stderr, flush=True)
     rows = [summary(r) for r in results]
     if args.json:
         print(json.dumps({"rows": rows, "raw": results}, indent=1, default=str))
