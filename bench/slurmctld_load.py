@@ -29,7 +29,9 @@ incident opened), the drain time being when the watcher's `scontrol update` retu
 figure grows from the smallest size to the largest.
 
 It takes the machine: run it alone. At 4,096 nodes the lab holds ~4 GB. The largest size is 4,032: with its
-63 pool spares that is the lab's 4,096 nodes; each node's port lies below the ephemeral range (32768).
+63 pool spares that is the lab's 4,096 nodes; each node's port lies below the ephemeral range (32768). Its
+slurmd and their threads need more pids than a kernel.pid_max of 32,768 gives (fork: "Resource temporarily
+unavailable"); raise it on the host first.
 """
 from __future__ import annotations
 
