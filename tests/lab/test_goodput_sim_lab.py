@@ -126,8 +126,8 @@ def test_the_simulator_accounts_for_a_lab_job_s_lost_gpu_seconds_within_20_perce
     # the ways back the product took: in place (the hang), in the allocation, the requeue
     assert keys == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)], keys
     actual_ways = ["in place", "in allocation", "in allocation", "requeue", "in allocation"]
-    figures = _figures_of(lab, work, [r for r, w in zip(results, actual_ways[1:]) if w != "requeue"],
-                          [r for r, w in zip(results, actual_ways[1:]) if w == "requeue"])
+    requeued = [r for r, w in zip(results, actual_ways[1:]) if w == "requeue"]
+    figures = _figures_of(lab, work, [r for r in results if r not in requeued], requeued)
 
     # what slurm-ft measured
     assert g["restarts"] and len(g["restarts"]) == 5 and g["step_time_s"], g
