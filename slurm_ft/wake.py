@@ -104,7 +104,7 @@ class Listener:
                 self._last = now
                 payload = verify(data, self.munge_socket, self.uids)
                 if payload is not None:
-                    log.debug("woken by %s (%s)", payload, peer[0])
+                    log.info("woken by %s (%s)", payload, peer[0])
                     return payload
             if time.monotonic() >= deadline:
                 return None

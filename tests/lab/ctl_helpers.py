@@ -66,11 +66,15 @@ def submit_plain(lab, work: Path, nodes: int) -> int:
 
 
 def wait_job(lab, job_id: int, state: str = "RUNNING", timeout: float = 120.0, **more):
+    """The job once in `state`; RUNNING: once its prologs ended too. RUNNING comes with the allocation
+    (PrologFlags=Alloc): a fault injected while a prolog still runs fails that prolog instead (Slurm
+    requeues the job held), a path of its own (CI 2026-12-02, 22.05 at load ~90: prologs past 2 s)."""
     deadline = time.monotonic() + timeout
     job = None
     while time.monotonic() < deadline:
         job = lab.client.job(job_id)
-        if job.state == state and all(getattr(job, k) == v for k, v in more.items()):
+        if job.state == state and all(getattr(job, k) == v for k, v in more.items()) \
+                and not (state == "RUNNING" and job.reason == "Prolog"):
             return job
         time.sleep(0.1)
     raise AssertionError(f"job {job_id} not {state} {more} within {timeout} s; last seen {job}")
@@ -169,17 +173,45 @@ def with_lines(wrapper: str, lines: str) -> str:
     return head + lines + sep + tail
 
 
+def write_hook(path: Path, text: str) -> None:
+    """Replace a lab hook wrapper at once (a slurmd may exec it at any moment: never a half-written one)."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    os.chmod(tmp, path.stat().st_mode & 0o7777)
+    os.replace(tmp, path)
+
+
+def hook_runs_on(node: str) -> List[int]:
+    """Pids of the hooks' processes now running for `node`: root's, below a slurmd or slurmstepd (the
+    job's tasks are its user's; a test's watcher has no slurmd above it)."""
+    import psutil
+    daemons = ("slurmd", "slurmstepd")
+    pids = []
+    for p in psutil.process_iter(["uids", "name"]):
+        try:
+            if p.info["uids"] is None or p.info["uids"].real != 0 or p.info["name"] in daemons:
+                continue
+            if p.environ().get("SLURMD_NODENAME") == node and any(a.name() in daemons for a in p.parents()):
+                pids.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return pids
+
+
 @contextmanager
 def periodic_check_skips(lab, node: str):
     """slurmd's periodic HealthCheckProgram leaves `node` alone meanwhile: it would drain it for a fault
-    the test injects at any moment (every node is checked once per HealthCheckInterval, cycled)."""
+    the test injects at any moment (every node is checked once per HealthCheckInterval, cycled). A run
+    that began before is waited out: under load one lasts seconds, and it would read the fault too
+    (CI 2026-12-02, 24.11: an Xid meant for the watcher to miss was drained at once)."""
     hook = lab.dir / "hooks" / "healthcheck"
     saved = hook.read_text()
-    hook.write_text(with_lines(saved, f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
+    write_hook(hook, with_lines(saved, f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
     try:
+        lab.client.wait_for(lambda: not hook_runs_on(node), 120, f"the hooks running on {node} to end", 0.5)
         yield
     finally:
-        hook.write_text(saved)
+        write_hook(hook, saved)
 
 
 @contextmanager

@@ -78,7 +78,8 @@ def test_a_drain_wakes_the_controller_which_would_otherwise_sleep_a_minute(lab, 
     config.write_text(data)
     env = dict(lab.env, SLURM_FT_CONFIG=str(config))
     log = open(tmp_path / "controller.log", "w")
-    ctl = subprocess.Popen([PY, "-m", "slurm_ft", "controller", "run"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    ctl = subprocess.Popen([PY, "-m", "slurm_ft", "-v", "controller", "run"], env=env, stdout=log,
+                           stderr=subprocess.STDOUT)     # -v: the wakes heard or refused, printed on failure
     try:
         job_id = submit_ft(lab, work, 2)
         job = wait_job(lab, job_id, "RUNNING", timeout=120)
@@ -88,6 +89,7 @@ def test_a_drain_wakes_the_controller_which_would_otherwise_sleep_a_minute(lab, 
         drained = xid_drain(lab, victim)
         assert drained.returncode == 1, drained.stdout + drained.stderr
         t_drain = time.time()
+        print(drained.stdout + drained.stderr)             # the check's own lines: the wake sent or not
         inc = lab.client.wait_for(lambda: [i for i in incidents(lab, config)
                                            if victim in i["nodes"]], 30, "the incident")[0]
         assert inc["opened_at"] - t_drain < 5.0, inc      # a wake; polling alone would take up to 60 s

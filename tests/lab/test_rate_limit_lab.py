@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from slurm_ft.job import startlog
 from slurm_ft_lab import users
 from slurm_ft_lab.trainer import read_log
 from tests.lab.ctl_helpers import PY, fail_node, slurm_ft, wait_job
@@ -27,6 +28,22 @@ JOBS_PER_USER = 2
 def first_step_of_launch(ck, launch: int):
     return next((e for e in read_log(str(ck)) if e["event"] == "step" and e.get("launch", 0) == launch
                  and e.get("restart", 0) == 0), None)
+
+
+def timeline(ck, t0: float) -> list:
+    """The supervisor's events and the trainer's starts after t0, in time order, each at its offset."""
+    events = startlog.read(str(ck / "slurm-ft-starts.jsonl")) + [e for e in read_log(str(ck)) if e["event"] != "step"]
+    return [f"{e.get('t', 0) - t0:7.1f} s {e}" for e in sorted(events, key=lambda e: e.get("t", 0))
+            if e.get("t", 0) >= t0 - 1]
+
+
+def show(client, jobs) -> None:
+    """Printed by pytest only when the test failed: where each job not yet relaunched stands."""
+    for j in jobs:
+        out = j["ck"].parent / f"out{j['i']}" / "job.out"
+        print(f"== job {j['id']} ({j['user']}, victim {j.get('victim')}): {client.job(j['id'])}")
+        print(*(out.read_text(errors="replace").splitlines()[-40:] if out.exists() else ["(no job.out)"]), sep="\n")
+        print(*timeline(j["ck"], 0)[-12:], sep="\n")
 
 
 def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
@@ -43,7 +60,7 @@ def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
                      "--ntasks-per-node=1", "-o", str(lab.give(homes[user] / f"out{i}", user) / "job.out"),
                      PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
                      "--step-time", "0.5", "--ckpt-every", "5", "--gpu-check", "off", user=user)
-        jobs.append({"id": int(p.stdout.split()[-1]), "ck": ck, "user": user})
+        jobs.append({"id": int(p.stdout.split()[-1]), "ck": ck, "user": user, "i": i})
     for j in jobs:
         j["job"] = wait_job(lab, j["id"], "RUNNING", timeout=600)      # 20 jobs starting beside CI's other rooms
     for j in jobs:
@@ -61,13 +78,19 @@ def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
             fail_node(lab, j["victim"])                   # drained, the job told, the controller woken
         took = []
         for j in jobs:
-            first = c.wait_for(lambda: first_step_of_launch(j["ck"], 1), 300, f"job {j['id']} relaunched")
+            try:
+                first = c.wait_for(lambda: first_step_of_launch(j["ck"], 1), 300, f"job {j['id']} relaunched")
+            except BaseException:
+                show(c, [j for j in jobs if not first_step_of_launch(j["ck"], 1)])
+                raise
             took.append(first["t"] - t_fault)
             assert c.job(j["id"]).restart_count == 0      # the hot-spare path: no requeue
             start = next(e for e in read_log(str(j["ck"])) if e["event"] == "start" and e.get("launch") == 1)
             assert start["resumed_from"]
         print(f"fault -> first step on the hot spare, {len(jobs)} jobs of {len(USERS)} users with empty buckets: "
               f"p50 {statistics.median(took):.1f} s, max {max(took):.1f} s")
+        slowest = jobs[took.index(max(took))]
+        print(f"the slowest, job {slowest['id']}:", *timeline(slowest["ck"], t_fault), sep="\n  ")
         assert statistics.median(took) < 60 and max(took) < 180
     finally:
         for p in loops:
