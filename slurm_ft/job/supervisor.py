@@ -57,7 +57,8 @@ BACKSTOP_S = 300.0           # a read of the job's nodes from Slurm, for a fault
 BLIND_BACKSTOP_S = 10.0      # ... when the output is no file (no notices can be read)
 QUARANTINE_WAIT_S = 1.0      # after a fault, how long the relaunch waits for the controller's quarantine
                              # notice before it reads the partitions itself (a quarantined node may leave)
-STOP_GRACE_S = 10.0          # SIGTERM to srun, then SIGKILL
+STOP_GRACE_S = 10.0          # SIGTERM to srun (it forwards it to the ranks), then the step is cancelled
+STEP_END_S = 120.0           # ... through slurmctld, and srun waited for again; then SIGKILL (not ended)
 FALLBACK_REQUEUE_S = 120.0   # a job handed to the requeue path that nothing requeued: the supervisor does
 LAUNCH_ENV = "SLURM_FT_LAUNCH"   # the launch number within this start of the job (0, 1, ...)
 HANG_POLL_S = 1.0            # progress reads per second (one small file per rank)
@@ -215,16 +216,37 @@ class Supervisor:
         self.launches += 1
         return None
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """End the running step; whether it ended. srun forwards SIGTERM to the ranks and exits once
+        they are gone. A killed srun would not end them: its step runs on, writing the checkpoint
+        directory beside the next launch (a loaded lab, 26.05: for 60 s; the relaunch resumed from a
+        checkpoint the old ranks then deleted). So a step that outlives the grace is cancelled through
+        slurmctld, and srun waited for again."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
-            return
+            return True
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(STOP_GRACE_S)
+            return True
+        except subprocess.TimeoutExpired:
+            pass
+        self.say(f"the step did not end {STOP_GRACE_S:g} s after SIGTERM: cancelling it through Slurm")
+        try:
+            steps = self.client.steps(self.job_id)      # only the training step runs now (checks are waited for)
+            for step in steps:
+                self.client.cancel_step(self.job_id, step)
+            self.log("cancel_step", steps=steps)
+        except Exception as exc:   # noqa: BLE001 - srun may still end it; if not, the requeue path will
+            self.say(f"could not cancel the step: {exc}")
+        try:
+            proc.wait(STEP_END_S)
+            return True
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        self.say(f"the step did not end {STEP_END_S:g} s after its cancel: no launch beside it")
+        return False
 
     def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> Tuple[str, ...]:
         """The allocation without `release`, given back to Slurm; unchanged when the shrink fails."""
@@ -288,7 +310,7 @@ class Supervisor:
             if act.kind == "wait":
                 continue
             if act.kind == "exit":
-                self.stop()              # a hung step, when the restart limit ends the job
+                self.stop()              # a hung step, when the restart limit ends the job (ending it ends all)
                 self.log("exit", rc=act.rc, reason=act.reason)
                 self.say(act.reason)
                 assert act.rc is not None        # every exit action carries its status (hotplan.decide, hang_action)
@@ -297,7 +319,8 @@ class Supervisor:
                 return self._fallback(act)
             if act.kind == "restart":
                 t0 = time.time()
-                self.stop()
+                if not self.stop():
+                    return self._fallback(hp.Action("fallback", reason=f"{act.reason}; the old step would not end"))
                 self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t0, 3))
                 rc = self.launch(act.nodes, act.reason)
             else:
@@ -311,7 +334,9 @@ class Supervisor:
         t_fault = time.time()
         self.log("fault", nodes=compress(act.failed), reason=act.reason[:1000])
         self.say(f"fault: {act.reason}")
-        self.stop()
+        if not self.stop():
+            return self._fallback(dataclasses.replace(act, kind="fallback",
+                                                      reason=f"{act.reason}; the old step would not end")), allocation
         self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t_fault, 3))
         allocation = self.shrink(allocation, self.quarantined(partitions, act.release,
                                                               time.monotonic() + QUARANTINE_WAIT_S
@@ -424,7 +449,7 @@ class Supervisor:
         finds the requeued job's failed nodes in its last run and recovers it as any other."""
         self.stop()
         self.log("fallback", nodes=compress(act.failed) if act.failed else "", reason=act.reason[:1000])
-        self.say(f"no hot spare left: {act.reason}; waiting for the controller to requeue the job")
+        self.say(f"to the requeue path: {act.reason}; waiting for the controller to requeue the job")
         time.sleep(FALLBACK_REQUEUE_S)
         self.say(f"not requeued after {FALLBACK_REQUEUE_S:g} s: requeuing the job myself")
         try:

@@ -586,6 +586,17 @@ def parse_sbatch_parsable(text: str) -> int:
     return int(first)
 
 
+def parse_step_ids(text: str, job_id: int) -> List[int]:
+    """`squeue --steps --jobs=JID --noheader --format=%i` prints one `JID.STEP` a line: the numbered steps
+    (srun's), sorted; `JID.batch`, `JID.extern` and anything else are not those."""
+    steps = set()
+    for line in text.splitlines()[:10_000]:
+        job, sep, step = line.strip().partition(".")
+        if sep and job == str(job_id) and step.isdigit() and len(step) <= 10:
+            steps.add(int(step))
+    return sorted(steps)
+
+
 def parse_version(text: str) -> Tuple[int, int, int]:
     """`slurm 22.05.8` / `slurm-wlm 22.05.8` -> (22, 5, 8)."""
     m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)

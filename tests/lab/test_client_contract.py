@@ -150,6 +150,20 @@ def test_a_users_job_as_roots_client_reads_it(lab, work):
     assert mine.job(jid).user == lab.user
 
 
+def test_a_users_step_is_listed_then_cancelled_and_the_job_runs_on(lab, work):
+    """What the hot-spare supervisor (the job's user) does to a training step that srun could not end: its
+    numbered steps (not batch, not extern), then `scancel JOB.STEP`; the job itself runs on."""
+    mine = lab.as_user()
+    jid = mine.submit(["-N1", "-o", "out.txt", "--wrap", "srun sleep 600; sleep 600"], cwd=str(work))
+    try:
+        assert mine.wait_for(lambda: mine.steps(jid), 120, "the job's srun step") == [0]
+        mine.cancel_step(jid, 0)
+        mine.wait_for(lambda: mine.steps(jid) == [], 60, "the step gone")
+        assert mine.job(jid).state == "RUNNING"
+    finally:
+        mine.cancel(jid)
+
+
 def test_submit_script_text_and_list(client, lab, tmp_path):
     jid = client.submit("#!/bin/sh\n#SBATCH -N2\n#SBATCH --gres=gpu:8\nsleep 600\n", cwd=str(tmp_path))
     job = client.wait_job_state(jid, "RUNNING", 30)

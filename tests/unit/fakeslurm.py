@@ -47,7 +47,8 @@ class FakeSlurm:
                                                  # one node's read still answers
         self.reads: List[tuple] = []             # every read, in the client's words: ("fleet",), ("node", name),
                                                  # ("jobs",), ("job", id), ("partitions",),
-                                                 # ("partition", name)
+                                                 # ("partition", name), ("steps", id)
+        self.running_steps: Dict[int, List[int]] = {}   # job -> its numbered steps now running (a test sets it)
 
     # --- reads ------------------------------------------------------------------------------------
     def version(self) -> Tuple[int, int, int]:
@@ -186,6 +187,14 @@ class FakeSlurm:
         j = self.j[job_id]
         self._free(j.nodes)
         self.j[job_id] = replace(j, state="CANCELLED", nodes=())
+
+    def steps(self, job_id: int) -> List[int]:
+        self.reads.append(("steps", job_id))
+        return list(self.running_steps.get(job_id, []))
+
+    def cancel_step(self, job_id: int, step: int) -> None:
+        self.calls.append(("cancel_step", job_id, step))
+        self.running_steps[job_id] = [x for x in self.running_steps.get(job_id, []) if x != step]
 
     # --- reservations -----------------------------------------------------------------------------
     def create_reservation(self, nodes: NodeSpec, *, name: Optional[str] = None, start: str = "now",
