@@ -218,10 +218,9 @@ class Supervisor:
 
     def stop(self) -> bool:
         """End the running step; whether it ended. srun forwards SIGTERM to the ranks and exits once
-        they are gone. A killed srun would not end them: its step runs on, writing the checkpoint
-        directory beside the next launch (a loaded lab, 26.05: for 60 s; the relaunch resumed from a
-        checkpoint the old ranks then deleted). So a step that outlives the grace is cancelled through
-        slurmctld, and srun waited for again."""
+        they are gone. A killed srun would not end them: its ranks run on, writing the checkpoint
+        directory beside the next launch's (deleting the checkpoint it resumes from, in a loaded lab).
+        So a step that outlives the grace is cancelled through slurmctld, and srun waited for again."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return True

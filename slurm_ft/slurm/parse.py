@@ -592,7 +592,7 @@ def parse_step_ids(text: str, job_id: int) -> List[int]:
     steps = set()
     for line in text.splitlines()[:10_000]:
         job, sep, step = line.strip().partition(".")
-        if sep and job == str(job_id) and step.isdigit() and len(step) <= 10:
+        if sep and job == str(job_id) and step.isascii() and step.isdigit() and len(step) <= 10:
             steps.add(int(step))
     return sorted(steps)
 

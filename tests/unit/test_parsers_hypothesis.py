@@ -166,11 +166,12 @@ def test_any_config_text_loads_or_is_a_config_error(text):
 
 
 @SETTINGS
-@given(st.integers(1, 10**9), st.lists(st.integers(0, 10**6), max_size=8), st.lists(LINE_TEXT, max_size=8),
+@given(st.integers(1, 10**9), st.lists(st.integers(0, 10**6), max_size=8), st.lists(DETAIL, max_size=8),
        st.randoms())
 def test_squeue_steps_give_the_jobs_numbered_steps_and_nothing_else(job, steps, noise, rnd):
-    lines = [f"{job}.{s}" for s in steps] + [f"{job}.batch", f"{job}.extern", f"{job + 1}.7"] + noise
+    lines = [f"{job}.{s}" for s in steps] + [f"{job}.batch", f"{job}.extern", f"{job + 1}.7", f"{job}.\u00b2"] \
+        + [f"{job}.{x}" for x in noise]
     rnd.shuffle(lines)
     got = parse.parse_step_ids("\n".join(lines), job)
     assert got == sorted(got) and set(steps) <= set(got)
-    assert all(f"{job}.{s}" in (x.strip() for x in noise) for s in set(got) - set(steps))
+    assert all(f"{job}.{s}" in (f"{job}.{x}".strip() for x in noise) for s in set(got) - set(steps))
