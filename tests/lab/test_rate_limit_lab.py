@@ -37,13 +37,13 @@ def timeline(ck, t0: float) -> list:
             if e.get("t", 0) >= t0 - 1]
 
 
-def show(client, jobs) -> None:
+def show(client, jobs, t_fault: float) -> None:
     """Printed by pytest only when the test failed: where each job not yet relaunched stands."""
     for j in jobs:
         out = j["ck"].parent / f"out{j['i']}" / "job.out"
         print(f"== job {j['id']} ({j['user']}, victim {j.get('victim')}): {client.job(j['id'])}")
         print(*(out.read_text(errors="replace").splitlines()[-40:] if out.exists() else ["(no job.out)"]), sep="\n")
-        print(*timeline(j["ck"], 0)[-12:], sep="\n")
+        print(*timeline(j["ck"], t_fault)[-12:], sep="\n")
 
 
 def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
@@ -81,7 +81,7 @@ def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
             try:
                 first = c.wait_for(lambda: first_step_of_launch(j["ck"], 1), 300, f"job {j['id']} relaunched")
             except BaseException:
-                show(c, [j for j in jobs if not first_step_of_launch(j["ck"], 1)])
+                show(c, [j for j in jobs if not first_step_of_launch(j["ck"], 1)], t_fault)
                 raise
             took.append(first["t"] - t_fault)
             assert c.job(j["id"]).restart_count == 0      # the hot-spare path: no requeue
