@@ -446,8 +446,8 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--nodes-per-job", type=int, metavar="N",
                     help="each job's nodes (default: the fleet shared out): the same jobs on every fleet size, so "
-                         "what grows is the fleet alone (on 2 cores, 100 jobs over 1,024 nodes are ~1,000 "
-                         "slurmstepd, 92%% system CPU, a load of 330: the lab, not slurmctld, is measured)")
+                         "what grows is the fleet alone (and a small machine measures slurmctld, not a lab of "
+                         "a thousand slurmstepd)")
     ap.add_argument("--fault-every", type=float, default=60.0)
     ap.add_argument("--port-base", type=int, default=21000)
     ap.add_argument("--dir", default="/tmp/slurm-ft-load-lab")

@@ -198,20 +198,26 @@ def hook_runs_on(node: str) -> List[int]:
     return pids
 
 
-@contextmanager
-def periodic_check_skips(lab, node: str):
-    """slurmd's periodic HealthCheckProgram leaves `node` alone meanwhile: it would drain it for a fault
+def skip_periodic_check(lab, node: str) -> str:
+    """slurmd's periodic HealthCheckProgram leaves `node` alone from now on: it would drain it for a fault
     the test injects at any moment (every node is checked once per HealthCheckInterval, cycled). A run
-    that began before is waited out: under load one lasts seconds, and it would read the fault too
-    (CI 2026-12-02, 24.11: an Xid meant for the watcher to miss was drained at once)."""
+    that began before is waited out: under load one lasts seconds, and it would read the fault too.
+    Returns the wrapper as it was, for the caller to put back."""
     hook = lab.dir / "hooks" / "healthcheck"
     saved = hook.read_text()
     write_hook(hook, with_lines(saved, f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
+    lab.client.wait_for(lambda: not hook_runs_on(node), 120, f"the hooks running on {node} to end", 0.5)
+    return saved
+
+
+@contextmanager
+def periodic_check_skips(lab, node: str):
+    """skip_periodic_check meanwhile."""
+    saved = skip_periodic_check(lab, node)
     try:
-        lab.client.wait_for(lambda: not hook_runs_on(node), 120, f"the hooks running on {node} to end", 0.5)
         yield
     finally:
-        write_hook(hook, saved)
+        write_hook(lab.dir / "hooks" / "healthcheck", saved)
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ctl_helpers import hook_runs_on, with_lines, write_hook
+from ctl_helpers import skip_periodic_check, with_lines, write_hook
 from slurm_ft_lab import inject as inj
 
 pytestmark = pytest.mark.lab
@@ -88,9 +88,7 @@ def test_broken_install_drains_nothing_through_the_real_hooks(lab, hooks, tmp_pa
     node = lab.train_nodes[7]
     # slurmd's own periodic HealthCheckProgram leaves this node to the test (it drained it once in CI);
     # the `hooks` fixture restores the wrapper
-    write_hook(lab.dir / "hooks" / "healthcheck", with_lines(hooks["healthcheck"],
-                                                             f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
-    lab.client.wait_for(lambda: not hook_runs_on(node), 120, f"the hooks running on {node} to end", 0.5)
+    skip_periodic_check(lab, node)
     hc = tmp_path / "healthcheck-sound"
     hc.write_text(hooks["healthcheck"])
     hc.chmod(0o755)
