@@ -60,12 +60,16 @@ class InAllocation:
                     v.pool.remove(s)
                 return [Step("swap", **base, spares=tuple(fresh),
                              reason=f"refill {inc.partition} from {v.policy.spare_partition} (the job keeps running)")]
-        if any(n in job.nodes for n in inc.nodes):
-            if v.now - inc.opened_at < HOT_RELEASE_WAIT_S:
-                return [Step("poll", **base, reason="waiting for the job's supervisor to give the failed node back")]
-            return [Step("released", **base, reason=f"{self.released_as}; the failed node stays in the job unused "
-                                                    f"(Slurm refused the shrink)")]
-        return [Step("released", **base, reason=f"{self.released_as}; the failed node left the job")]
+        return self.release(v)
+
+    def release(self, v: IncidentView) -> List[Step]:
+        """Close once the supervisor gave the failed node back (shrank the job), or Slurm refused to."""
+        if any(n in v.job.nodes for n in v.inc.nodes):
+            if v.now - v.inc.opened_at < HOT_RELEASE_WAIT_S:
+                return [Step("poll", **v.base, reason="waiting for the job's supervisor to give the failed node back")]
+            return [Step("released", **v.base, reason=f"{self.released_as}; the failed node stays in the job unused "
+                                                      f"(Slurm refused the shrink)")]
+        return [Step("released", **v.base, reason=f"{self.released_as}; the failed node left the job")]
 
     def why_not(self, job: Job, spec: Optional[FtSpec], failed: Sequence[str]) -> str:
         if job.batch_host in failed:

@@ -5,16 +5,20 @@ torchft's quorum, healing live from a peer. The controller's part is the in-allo
 
   quarantine  the failed node leaves the job partitions (the job runs on); the supervisor is told
   swap        refill the job's partition from the pool
-  released    the failed group's node left the job
+  released    at once: the failed node stays in the job, drained and unused, until it ends or is requeued
+              (the supervisor never shrinks the job while other groups' steps run: groupplan.py)
 
 The requeue path takes over when the Lighthouse's host (the batch host) failed or fewer than
 paths.MIN_GROUPS whole groups could still run (job/paths.py, the supervisor's own rule).
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
+
+from slurm_ft.fleet.policies.base import IncidentView
 
 from slurm_ft.fleet.policies.in_allocation import InAllocation
+from slurm_ft.fleet.records import Step
 from slurm_ft.job.paths import MIN_GROUPS, REPLICA_GROUP
 from slurm_ft.job.tag import FtSpec
 from slurm_ft.slurm.types import Job
@@ -25,6 +29,10 @@ class ReplicaGroup(InAllocation):
     phases: Mapping[str, str] = {"open": "incident", "quarantine": "quarantine", "swap": "pool refill",
                                  "released": "group's node released"}
     released_as = "the failed replica group relaunched in the allocation, the others trained on"
+
+    def release(self, v: IncidentView) -> List[Step]:
+        return [Step("released", **v.base, reason=f"{self.released_as}; the failed node stays in the job, "
+                                                  f"drained and unused, until it ends or is requeued")]
 
     def why_not(self, job: Job, spec: Optional[FtSpec], failed: Sequence[str]) -> str:
         if job.batch_host in failed:
