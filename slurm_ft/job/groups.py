@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 LIGHTHOUSE = "torchft_lighthouse"
 LIGHTHOUSE_LOG = "slurm-ft-lighthouse.log"
 HEARTBEAT_MS = 1000          # the Lighthouse's heartbeat timeout: the healthy groups' pause at a fault
+HEARTBEAT_ENV = "SLURM_FT_LIGHTHOUSE_HEARTBEAT_MS"   # the job's own choice (100 ms to 10 min), exported at submit
 JOIN_MS = 10000              # how long a quorum waits for a heartbeating straggler (torchft's Slurm example)
 LIGHTHOUSE_SLOT = 99         # the rendezvous launch slot the Lighthouse's port is drawn from (groups use 0..98)
 GROUP_STOP_GRACE_S = 2.0     # a failed group's srun gets SIGTERM, then SIGKILL: its heartbeats must end fast
@@ -314,5 +315,7 @@ def main(ckpt_dir: str, train_nodes: int, groups: int, argv: Sequence[str], hang
     if not job.isdigit():
         print("slurm-ft supervisor: not inside a Slurm job (no SLURM_JOB_ID)", file=sys.stderr)
         return 2
-    return GroupSupervisor(SlurmClient(), int(job), train_nodes, groups, ckpt_dir, argv, hang_timeout=hang_timeout,
-                           max_restarts=max_restarts, ckpt_fails=ckpt_fails).run()
+    hb = os.environ.get(HEARTBEAT_ENV, "")
+    return GroupSupervisor(SlurmClient(), int(job), train_nodes, groups, ckpt_dir, argv,
+                           heartbeat_ms=int(hb) if hb.isdigit() and 100 <= int(hb) <= 600_000 else HEARTBEAT_MS,
+                           hang_timeout=hang_timeout, max_restarts=max_restarts, ckpt_fails=ckpt_fails).run()
