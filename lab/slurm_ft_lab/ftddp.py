@@ -15,6 +15,10 @@ Checkpoints (DCP, the fallback for a whole-job restart): every K committed steps
 rank 0 in the quorum saves model, optimizer and the Manager's step into DIR/step_N. A group started
 while the others train on (SLURM_FT_GROUP_REJOIN=1) does not load one: it heals from a peer.
 
+Without a Lighthouse (no TORCHFT_LIGHTHOUSE: the same job as one gang, e.g. under `--hot-spares K` alone)
+it is plain DDP over every rank of the step, saving DCP checkpoints from every rank and resuming from
+{ckpt}: a fault restarts the whole step (the comparison for replica groups).
+
 Each rank watches its node's GPUs as the gang trainer does (slurm_ft_lab.trainer.GpuWatch, the lab's
 fake NVML): a fatal Xid kills it (exit 1, a CUDA error), and srun's --kill-on-bad-exit its group.
 Rank 0 of each group appends to DIR/trainer-log.jsonl (trainer.EventLog): `start` (group, resumed
@@ -36,7 +40,8 @@ def parse_args(argv):
     p.add_argument("--resume", default="", help="DCP checkpoint to start from ('' = none); pass {ckpt}")
     p.add_argument("--steps", type=int, default=1000000)
     p.add_argument("--step-time", type=float, default=0.2, help="seconds of 'compute' per step")
-    p.add_argument("--save-every", type=int, default=20, help="DCP checkpoint every K committed steps (0 = never)")
+    p.add_argument("--save-every", "--ckpt-every", type=int, default=20,
+                   help="DCP checkpoint every K committed steps (0 = never)")
     p.add_argument("--timeout", type=float, default=30.0, help="torchft's collective timeout, seconds")
     p.add_argument("--quorum-timeout", type=float, default=120.0, help="torchft's quorum timeout, seconds")
     p.add_argument("--gpu-check", choices=("auto", "on", "off"), default="auto")
@@ -70,6 +75,8 @@ def main(argv=()) -> int:
     import slurm_ft
 
     addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    if not env.get("TORCHFT_LIGHTHOUSE"):
+        return gang(a, rank, world, addr, port, log, watch, node, t0)
     # the group's own gang, and the TCPStore the Manager needs (created here by rank 0, as torchrun would)
     dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=a.quorum_timeout))
@@ -141,6 +148,61 @@ def main(argv=()) -> int:
     if rank == 0:
         log.write("done", step=manager.current_step())
     manager.shutdown(wait=False)
+    dist.destroy_process_group()
+    return 0
+
+
+def gang(a, rank: int, world: int, addr: str, port: int, log, watch, node: str, t0: float) -> int:
+    """The same model as one gang: plain DDP over every rank, DCP checkpoints, resume from --resume."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import slurm_ft
+
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=a.quorum_timeout))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(32, 8)
+    ddp = DDP(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = 0
+    if a.resume:
+        sd = {"model": model.state_dict(), "optim": opt.state_dict(), "step": torch.tensor(0)}
+        dcp.load(sd, checkpoint_id=a.resume)
+        model.load_state_dict(sd["model"])
+        opt.load_state_dict(sd["optim"])
+        step = int(sd["step"])
+    if rank == 0:
+        log.write("start", step=step, resumed_from=a.resume or None, rejoin=False, world=world, groups=1,
+                  startup_s=round(time.time() - t0, 3))
+    gen = torch.Generator().manual_seed(1000 + rank)
+    while step < a.steps:
+        if watch is not None:
+            fault = watch.check()
+            if fault:
+                print(f"RuntimeError: CUDA error: unspecified launch failure ({fault} on {node}, rank {rank})",
+                      file=sys.stderr, flush=True)
+                log.write("fault", rank=rank, node=node, reason=fault, step=step)
+                os._exit(1)
+        if a.step_time:
+            time.sleep(a.step_time)
+        opt.zero_grad()
+        loss = ddp(torch.randn(16, 32, generator=gen)).pow(2).mean()
+        loss.backward()                              # the all-reduce over every rank: one gang
+        opt.step()
+        step += 1
+        slurm_ft.progress(step)
+        if rank == 0:
+            log.write("step", step=step, committed=True, participants=1, quorum=None, loss=round(float(loss), 6))
+        if a.save_every and step % a.save_every == 0:
+            path = os.path.join(a.ckpt_dir, f"step_{step}")
+            dcp.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": torch.tensor(step)},
+                     checkpoint_id=path)
+            if rank == 0:
+                log.write("ckpt", step=step, path=path)
+    if rank == 0:
+        log.write("done", step=step)
     dist.destroy_process_group()
     return 0
 

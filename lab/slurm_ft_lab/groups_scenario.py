@@ -75,10 +75,11 @@ class GroupFaultResult:
 
 class GroupScenario(Scenario):
     def __init__(self, lab, work, *, replica_groups: int = 2, hot_spares: int = 1, step_time: float = 0.3,
-                 save_every: int = 20, heartbeat_ms: Optional[int] = None, **kw):
+                 save_every: int = 20, heartbeat_ms: Optional[int] = None, gang: bool = False, **kw):
         super().__init__(lab, work, step_time=step_time, ckpt_every=save_every, hot_spares=hot_spares, **kw)
         self.replica_groups = replica_groups
-        self.path = "replica-group"
+        self.gang = gang                   # the same job as one gang under --hot-spares alone (Scenario.fault)
+        self.path = "hot-spare" if gang else "replica-group"
         self.heartbeat_ms = heartbeat_ms
 
     def submit(self, nodes: int, via: str = "wrapper") -> int:
@@ -90,9 +91,9 @@ class GroupScenario(Scenario):
                   "-o", str(self.job_out)]
         trainer = [PY, "-m", "slurm_ft_lab.ftddp", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
                    "--step-time", str(self.step_time), "--save-every", str(self.ckpt_every)]
+        groups = [] if self.gang else ["--replica-groups", str(self.replica_groups)]
         argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(self.ckpt_dir), "--max-restarts", "100",
-                "--replica-groups", str(self.replica_groups), "--hot-spares", str(self.hot_spares), "-N", str(train),
-                *sbatch, *trainer]
+                *groups, "--hot-spares", str(self.hot_spares), "-N", str(train), *sbatch, *trainer]
         env = dict(self.lab.user_env(), LD_LIBRARY_PATH=str(self.lab.dir / "lib"),
                    PYTHONPATH=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
         if self.heartbeat_ms:
@@ -108,9 +109,13 @@ class GroupScenario(Scenario):
         return [e for e in self.events() if e.get("event") == "step" and e.get("group") == group and e.get("committed")]
 
     def fault(self, *, victim_group: int = 1, gpu: int = 3, xid: int = 79, warmup_steps: int = 10,
-              timeout: float = 600.0, settle_s: float = 20.0) -> GroupFaultResult:  # type: ignore[override]
+              timeout: float = 600.0, settle_s: float = 20.0):  # type: ignore[override]
         """Wait until every group committed `warmup_steps` steps with the others, break a GPU of a node of
-        `victim_group` (not the batch host), time the group's return and the others' steps."""
+        `victim_group` (not the batch host), time the group's return and the others' steps. As one gang:
+        Scenario.fault (the whole step relaunched on the hot spare)."""
+        if self.gang:
+            return Scenario.fault(self, victim_index=1, gpu=gpu, xid=xid, warmup_steps=max(warmup_steps, self.ckpt_every + 2),
+                                  timeout=timeout)
         deadline = time.monotonic() + timeout
         while True:
             launches = self.group_launches()

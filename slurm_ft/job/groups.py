@@ -129,10 +129,11 @@ class GroupSupervisor(Supervisor):
         return None
 
     # --- one group's step ---------------------------------------------------------------------------
-    def launch_group(self, g: int, nodes: Sequence[str], reason: str) -> Optional[int]:
-        """Start group g's step on `nodes`; an exit status when it cannot start (no checkpoint read)."""
+    def launch_group(self, g: int, nodes: Sequence[str], reason: str, first: bool = False) -> Optional[int]:
+        """Start group g's step on `nodes`; an exit status when it cannot start (no checkpoint read). Not
+        `first` (a start of the job's groups) and with another group training: it rejoins, healing from a peer."""
         t0 = time.time()
-        rejoin = any(x.proc is not None and x.rc is None for i, x in enumerate(self.groups) if i != g)
+        rejoin = not first and any(x.proc is not None and x.rc is None for i, x in enumerate(self.groups) if i != g)
         resolved, found, rc, fields = jobstart.prepare(self.argv, self.ckpt_dir, self.say, job=str(self.job_id),
                                                        m=self.ckpt_fails, restart=self.restart)
         if rc is not None:
@@ -205,7 +206,7 @@ class GroupSupervisor(Supervisor):
             return 127
         for g, nodes in enumerate(layout):
             if nodes:
-                rc = self.launch_group(g, nodes, f"group {g} of {self.r}: {len(nodes)} node(s)")
+                rc = self.launch_group(g, nodes, f"group {g} of {self.r}: {len(nodes)} node(s)", first=True)
                 if rc is not None:
                     self.stop()
                     return rc

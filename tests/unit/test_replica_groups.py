@@ -184,3 +184,35 @@ def test_sbatch_replica_groups_asks_for_n_plus_k_and_starts_the_group_supervisor
         submit.parse(["--replica-groups", "2", "train.py"], file_exists=lambda p: True)
     with pytest.raises(UsageError, match=">= 2"):
         submit.parse(["--replica-groups", "1", "-N", "4", "train.py"], file_exists=lambda p: True)
+
+
+def test_status_reads_the_groups_of_the_latest_start_and_no_group_rejoin_counts_as_a_restart():
+    import json as _json
+    from slurm_ft.fleet.jobprogress import groups_of, parse_starts
+    lines = [
+        {"event": "lighthouse", "job": "7", "restart": 0, "t": 1.0},
+        {"event": "launch", "job": "7", "restart": 0, "launch": 0, "group": 0, "nodes": "gpu[001-002]", "t": 2.0,
+         "rejoin": False},
+        {"event": "launch", "job": "7", "restart": 0, "launch": 1, "group": 1, "nodes": "gpu[003-004]", "t": 2.0,
+         "rejoin": False},
+        {"event": "fault", "job": "7", "restart": 0, "group": 1, "nodes": "gpu004", "reason": "gpu004: XID79", "t": 9.0},
+        {"event": "launch", "job": "7", "restart": 0, "launch": 2, "group": 1, "nodes": "gpu[003,005]", "t": 9.5,
+         "rejoin": True},
+        {"event": "launch", "job": "8", "restart": 0, "launch": 0, "group": 5, "nodes": "x", "t": 1.0},
+        "not json", {"event": "launch", "job": "7", "restart": 0, "group": "1; rm -rf /", "nodes": "gpu009", "t": 3.0},
+    ]
+    text = "\n".join(x if isinstance(x, str) else _json.dumps(x) for x in lines)
+    got = groups_of(text, "7")
+    assert [(g["group"], g["state"], g["nodes"], g["launches"], g["faults"]) for g in got] == [
+        (0, "running", "gpu[001-002]", 1, 0), (1, "running", "gpu[003,005]", 2, 1)]
+    assert got[1]["last_fault"] == "gpu004: XID79"
+    assert [s.launch for s in parse_starts(text, "7")] == [0]          # group 0's start is the job's, no other
+    restarted = text + "\n" + _json.dumps({"event": "lighthouse", "job": "7", "restart": 1, "t": 20.0})
+    assert groups_of(restarted, "7") == []
+
+
+@given(st.text(max_size=400))
+def test_the_groups_reader_takes_any_text(text):
+    from slurm_ft.fleet.jobprogress import groups_of
+    for g in groups_of(text, "7"):
+        assert g["state"] in ("running", "parked")
