@@ -45,6 +45,8 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=30.0, help="torchft's collective timeout, seconds")
     p.add_argument("--quorum-timeout", type=float, default=120.0, help="torchft's quorum timeout, seconds")
     p.add_argument("--gpu-check", choices=("auto", "on", "off"), default="auto")
+    p.add_argument("--on-fault", choices=("die", "hang"), default="die",
+                   help="a fatal Xid kills the rank (a CUDA error), or hangs it (its group's Manager heartbeats on)")
     return p.parse_args(list(argv))
 
 
@@ -119,7 +121,10 @@ def main(argv=()) -> int:
             if fault:
                 print(f"RuntimeError: CUDA error: unspecified launch failure ({fault} on {node}, rank {rank})",
                       file=sys.stderr, flush=True)
-                log.write("fault", rank=rank, node=node, reason=fault, step=manager.current_step())
+                log.write("fault", rank=rank, node=node, reason=fault, step=manager.current_step(), action=a.on_fault)
+                if a.on_fault == "hang":
+                    while True:              # a kernel that never returns: torchft's threads heartbeat on
+                        time.sleep(3600)
                 os._exit(1)
         if a.step_time:
             time.sleep(a.step_time)

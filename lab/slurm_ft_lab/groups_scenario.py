@@ -75,12 +75,14 @@ class GroupFaultResult:
 
 class GroupScenario(Scenario):
     def __init__(self, lab, work, *, replica_groups: int = 2, hot_spares: int = 1, step_time: float = 0.3,
-                 save_every: int = 20, heartbeat_ms: Optional[int] = None, gang: bool = False, **kw):
+                 save_every: int = 20, heartbeat_ms: Optional[int] = None, gang: bool = False,
+                 on_fault: str = "die", **kw):
         super().__init__(lab, work, step_time=step_time, ckpt_every=save_every, hot_spares=hot_spares, **kw)
         self.replica_groups = replica_groups
         self.gang = gang                   # the same job as one gang under --hot-spares alone (Scenario.fault)
         self.path = "hot-spare" if gang else "replica-group"
         self.heartbeat_ms = heartbeat_ms
+        self.on_fault = on_fault
 
     def submit(self, nodes: int, via: str = "wrapper") -> int:
         """ftddp on `nodes` nodes (N + K), R replica groups of (nodes - K) / R."""
@@ -90,7 +92,7 @@ class GroupScenario(Scenario):
         sbatch = ["-J", "slurm-ft-groups", "--ntasks-per-node=1", "--gres=gpu:8", "--open-mode=append",
                   "-o", str(self.job_out)]
         trainer = [PY, "-m", "slurm_ft_lab.ftddp", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
-                   "--step-time", str(self.step_time), "--save-every", str(self.ckpt_every)]
+                   "--step-time", str(self.step_time), "--save-every", str(self.ckpt_every), "--on-fault", self.on_fault]
         groups = [] if self.gang else ["--replica-groups", str(self.replica_groups)]
         argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(self.ckpt_dir), "--max-restarts", "100",
                 *groups, "--hot-spares", str(self.hot_spares), "-N", str(train), *sbatch, *trainer]

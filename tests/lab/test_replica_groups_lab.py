@@ -45,8 +45,13 @@ def committed(ck: Path, group: int, launch=None) -> list:
             and (launch is None or e["launch"] == launch)]
 
 
+def events(ck: Path, event: str) -> list:
+    """The supervisor's `event` lines so far ([] before the job started)."""
+    return supervisor_events(ck, event) if (ck / "slurm-ft-starts.jsonl").exists() else []
+
+
 def launches(ck: Path, group: int) -> list:
-    return [e for e in supervisor_events(ck, "launch") if e.get("group") == group]
+    return [e for e in events(ck, "launch") if e.get("group") == group]
 
 
 def in_quorum(ck: Path, group: int, launch: int, steps: int = 3) -> list:
@@ -99,7 +104,7 @@ def test_a_fault_in_group_1_restarts_group_1_alone_on_the_hot_spare(lab, work, c
     assert back[0]["step"] > at_fault                            # at group 0's step, not from scratch
     time.sleep(5)
     assert_never_stopped(ck, 0, t_fault, back[0]["t"] + 5)
-    assert len(launches(ck, 0)) == 1 and not supervisor_events(ck, "fallback")
+    assert len(launches(ck, 0)) == 1 and not events(ck, "fallback")
 
     inc = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
                                        and i["status"] == "recovered"], 120, "the incident recovered")[0]
@@ -124,11 +129,11 @@ def test_two_faults_in_a_row_the_second_with_no_spare_left_trains_on_one_group(l
     second = next(x for x in expand(relaunch["nodes"]) if x != job.batch_host)
     t_second = time.time()
     fail_node(lab, second)
-    lab.client.wait_for(lambda: [e for e in supervisor_events(ck, "park") if e.get("group") == 1], 60, "group 1 parked")
+    lab.client.wait_for(lambda: [e for e in events(ck, "park") if e.get("group") == 1], 60, "group 1 parked")
     alone = lab.client.wait_for(lambda: [e for e in committed(ck, 0) if e["t"] > t_second and e["participants"] == 1][4:],
                                 60, "group 0 stepping alone")
     assert_never_stopped(ck, 0, t_first, alone[-1]["t"])
-    assert back[0]["t"] < t_second and not supervisor_events(ck, "fallback")
+    assert back[0]["t"] < t_second and not events(ck, "fallback")
     incs = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if i["status"] == "recovered"][1:], 120,
                                "both incidents recovered")
     assert [i["path"] for i in incs] == ["replica_group", "replica_group"]
@@ -142,7 +147,7 @@ def test_a_fault_on_the_lighthouse_host_takes_the_whole_job_requeue_path(lab, wo
     training(lab, ck, job_id)
     lab.client.wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a DCP checkpoint")
     fail_node(lab, job.batch_host)                   # the batch host: the supervisor and the Lighthouse
-    [fb] = lab.client.wait_for(lambda: supervisor_events(ck, "fallback"), 60, "the supervisor's fallback")
+    [fb] = lab.client.wait_for(lambda: events(ck, "fallback"), 60, "the supervisor's fallback")
     assert "Lighthouse" in fb["reason"]
     starts = lab.client.wait_for(lambda: [e for e in read_log(str(ck)) if e["event"] == "start" and e["restart"] == 1][1:],
                                  START_S, "both groups started again after the requeue")
