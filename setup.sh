@@ -2,7 +2,8 @@
 # Install what slurm-ft needs on a fresh Debian/Ubuntu machine, as root:
 #   apt: slurm-wlm, munge, a C compiler and make (the lab's fake NVML, the SPANK plugin), libslurm-dev
 #        (spank.h, for the plugin), python3 with venv
-#   pip: slurm-ft with its test and torch (CPU, for the DDP lab job) extras, and the lab (lab/), into ./.venv (Debian's system Python refuses pip installs)
+#   pip: slurm-ft with its test, torch (CPU, for the DDP lab job) and torchft (the replica-group lab job) extras,
+#        and the lab (lab/), into ./.venv (Debian's system Python refuses pip installs)
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -58,6 +59,12 @@ fi
 if ! .venv/bin/python -c 'import torch' 2>/dev/null &&
    ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[torch]' >.venv/torch-install.log 2>&1; then
   echo "setup.sh: no torch for $(.venv/bin/python -V) from the package index (.venv/torch-install.log): the torch tests will be skipped" >&2
+fi
+# torchft (the replica-group lab job and its Lighthouse): installed after torch, whose CPU build it keeps
+# (torchft==0.2.0 needs torch>=2.7). Without a build for this Python, its tests report as skipped.
+if .venv/bin/python -c 'import torch' 2>/dev/null && ! .venv/bin/python -c 'import torchft' 2>/dev/null &&
+   ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[torchft]' >.venv/torchft-install.log 2>&1; then
+  echo "setup.sh: no torchft for $(.venv/bin/python -V) from the package index (.venv/torchft-install.log): the replica-group tests will be skipped" >&2
 fi
 # the SPANK plugin (sbatch --ft-*): spank/slurm_ft.so, for plugstack.conf (README: "The Slurm plugins")
 make -s -C spank

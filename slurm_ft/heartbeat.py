@@ -43,11 +43,15 @@ def progress_dir(ckpt_dir: str) -> str:
 
 
 def _rank(env: Mapping[str, str]) -> int:
+    """The rank's number in the whole job: a replica group's ranks count from 0 in their own step, and the
+    supervisor exports where the group's ranks start (SLURM_FT_RANK_OFFSET), so groups never share a file."""
+    offset = env.get("SLURM_FT_RANK_OFFSET", "")
+    base = int(offset) if offset.isdigit() else 0
     for key in ("RANK", "SLURM_PROCID"):
         value = env.get(key, "")
         if value.isdigit():
-            return int(value)
-    return 0
+            return base + int(value)
+    return base
 
 
 def progress(step: int, *, force: bool = False) -> None:

@@ -38,7 +38,7 @@ SPANK_PLUGIN(slurm_ft, 1);
 #define MAX_DIR_LEN 1024          /* a checkpoint dir longer than this is refused at submit time */
 #define MAX_RESOLVE_OUTPUT 8192   /* what the resolver may print: one path and one step */
 
-enum { OPT_CKPT_DIR = 1, OPT_HOT_SPARES, OPT_MAX_RESTARTS, OPT_HANG_TIMEOUT, OPT_MIN_NODES };
+enum { OPT_CKPT_DIR = 1, OPT_HOT_SPARES, OPT_MAX_RESTARTS, OPT_HANG_TIMEOUT, OPT_MIN_NODES, OPT_REPLICA_GROUPS };
 
 /* One option: its name, the variable it becomes, and the range of an integer option. */
 struct ft_opt {
@@ -55,6 +55,7 @@ static struct ft_opt ft_opts[] = {
 	[OPT_MAX_RESTARTS] = {"ft-max-restarts", "SLURM_FT_MAX_RESTARTS", 0, 1000, "", 0},
 	[OPT_HANG_TIMEOUT] = {"ft-hang-timeout", "SLURM_FT_HANG_TIMEOUT", 1, 604800, "", 0},
 	[OPT_MIN_NODES] = {"ft-min-nodes", "SLURM_FT_MIN_NODES", 1, 100000, "", 0},
+	[OPT_REPLICA_GROUPS] = {"ft-replica-groups", "SLURM_FT_REPLICA_GROUPS", 2, 1000, "", 0},
 };
 #define N_OPTS ((int)(sizeof(ft_opts) / sizeof(ft_opts[0])))
 
@@ -79,6 +80,10 @@ static struct spank_option spank_opts[] = {
 	 1, OPT_HANG_TIMEOUT, opt_cb},
 	{"ft-min-nodes", "M", "slurm-ft: restart on fewer nodes, down to M, when no spare is left",
 	 1, OPT_MIN_NODES, opt_cb},
+	{"ft-replica-groups", "R",
+	 "slurm-ft: train as R torchft replica groups, a fault restarts only its group (2-1000; "
+	 "`slurm-ft sbatch --replica-groups`)",
+	 1, OPT_REPLICA_GROUPS, opt_cb},
 	SPANK_OPTIONS_TABLE_END
 };
 

@@ -25,6 +25,7 @@ def incident_dict(inc: Incident, aftermath: Sequence[HistoryEntry] = ()) -> Dict
         "nodes": list(inc.nodes),
         "faults": list(inc.faults),
         "partition": inc.partition,
+        "path": inc.path,
         "spares": list(inc.spares),
         "shrink_to": inc.shrink_to,
         "ckpt_step": inc.ckpt_step,
@@ -50,7 +51,7 @@ def render(inc: Incident, aftermath: Sequence[HistoryEntry] = ()) -> str:
     spare = ",".join(inc.spares) or ("none (shrunk to %d)" % inc.shrink_to if inc.shrink_to else "none")
     total = f"{inc.closed_at - inc.opened_at:.2f} s" if inc.closed_at else "open"
     lines = [f"incident {inc.id}  job {inc.job_id}  {inc.status.upper()}  failed {','.join(inc.nodes)}  "
-             f"spare {spare}  total {total}"]
+             f"spare {spare}  total {total}  path {inc.path}"]
     for fault in inc.faults:
         lines.append(f"  fault  {fault}")
     if inc.note:

@@ -1,7 +1,7 @@
 """`slurm-ft status`: one screen for people: the pool, open incidents, quarantined nodes, the breaker."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import json
 import time
@@ -94,4 +94,20 @@ def _job_goodput(config: Config, client: SlurmApi, job_id: int, as_json: bool) -
         except jobprogress.Unreadable as exc:
             click.echo(f"slurm-ft: job {job_id}: goodput not known: {exc}", err=True)
             raise SystemExit(EXIT_NEGATIVE) from None
-    click.echo(json.dumps(g.to_dict(), indent=2) if as_json else "\n".join(goodput.render(g)))
+    groups: List[Dict[str, Any]] = []
+    if spec.replica_groups:
+        try:
+            groups = jobprogress.groups_of(jobprogress.read_dir(spec.ckpt_dir).starts_text, str(job_id))
+        except jobprogress.Unreadable as exc:
+            click.echo(f"slurm-ft: job {job_id}: replica groups not known: {exc}", err=True)
+    if as_json:
+        click.echo(json.dumps({**g.to_dict(), **({"replica_groups": groups} if spec.replica_groups else {})}, indent=2))
+        return
+    click.echo("\n".join(goodput.render(g)))
+    if spec.replica_groups:
+        click.echo(f"replica groups: {spec.replica_groups} of {(spec.train_nodes or 0) // spec.replica_groups} node(s), "
+                   f"{spec.hot_spares} hot spare(s)")
+        for r in groups:
+            fault = f"; last fault: {r['last_fault']}" if r["last_fault"] else ""
+            click.echo(f"  group {r['group']}: {r['state']:<7} {r['nodes'] or '-'}  launches {r['launches']}, "
+                       f"faults {r['faults']}{fault}")

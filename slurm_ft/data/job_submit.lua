@@ -2,7 +2,7 @@
 slurm-ft job_submit policy (Slurm's job_submit/lua: JobSubmitPlugins=lua, this file next to slurm.conf).
 
 A job submitted with the slurm-ft SPANK plugin's options (sbatch --ft-ckpt-dir=DIR, --ft-min-nodes,
---ft-hot-spares, --ft-hang-timeout, --ft-max-restarts) reaches slurmctld with them in its job control
+--ft-hot-spares, --ft-replica-groups, --ft-hang-timeout, --ft-max-restarts) reaches slurmctld with them in its job control
 environment (SLURM_FT_*). This policy checks them again (the job control environment is the user's
 data), applies the site rules below, writes the fault-tolerance tag into AdminComment (which only
 admins can change; the controller trusts only that field where this policy is installed) and makes
@@ -21,6 +21,7 @@ local KEYS = {
 	{"SLURM_FT_CKPT_DIR", "ckpt"},
 	{"SLURM_FT_MIN_NODES", "min_nodes", 1, 100000},
 	{"SLURM_FT_HOT_SPARES", "hot_spares", 0, 10000},
+	{"SLURM_FT_REPLICA_GROUPS", "replica_groups", 2, 1000},   -- written with hot_spares (train_nodes first)
 	{"SLURM_FT_HANG_TIMEOUT", "hang_timeout", 1, 604800},
 	{"SLURM_FT_MAX_RESTARTS", "max_restarts", 0, 1000},
 }
@@ -122,14 +123,26 @@ local NO_VAL = slurm.NO_VAL or 4294967294
 local function train_nodes(job_desc, k)
 	local script = job_desc.script
 	if script == nil or not script:find(STARTER_MARK, 1, true) then
-		return nil, "hot spares need slurm-ft's supervisor in the batch step: submit with `slurm-ft sbatch --hot-spares`"
+		return nil, "hot spares and replica groups need slurm-ft's supervisor in the batch step: submit with " ..
+			"`slurm-ft sbatch --hot-spares` or `--replica-groups`"
 	end
 	local lo, hi = job_desc.min_nodes, job_desc.max_nodes
 	if lo == nil or lo == NO_VAL or lo == 0 or (hi ~= nil and hi ~= NO_VAL and hi ~= 0 and hi ~= lo) then
-		return nil, "hot spares need a fixed node count (-N N+K)"
+		return nil, "hot spares and replica groups need a fixed node count (-N N+K)"
 	end
 	if lo <= k then return nil, "-N " .. lo .. " leaves no node to train on" end
 	return lo - k, nil
+end
+
+-- the replica groups' count R, checked (nil when not asked for), or false and why not
+local function replica_groups(values)
+	local v = values.SLURM_FT_REPLICA_GROUPS
+	if v == nil then return nil, nil end
+	local n = (v:match("^%d%d?%d?%d?$") and tonumber(v)) or nil
+	if n == nil or n < 2 or n > 1000 then
+		return false, "--ft-replica-groups " .. v .. ": must be a whole number from 2 to 1000"
+	end
+	return n, nil
 end
 
 -- the tag for these values, or nil and the reason they are refused
@@ -140,8 +153,11 @@ local function tag_for(values, partition, job_desc)
 		return nil, "--ft-hang-timeout needs --ft-ckpt-dir: restarts after a hang are counted in the " ..
 			"checkpoint directory, and without one --ft-max-restarts could never end them"
 	end
+	local groups, gwhy = replica_groups(values)
+	if groups == false then return nil, gwhy end
 	for _, k in ipairs(KEYS) do
 		local v = values[k[1]]
+		if k[2] == "hot_spares" and v == nil and groups ~= nil then v = "0" end
 		if k[3] == nil then
 			if v ~= nil then
 				if #v > 1 and v:sub(-1) == "/" then v = v:sub(1, -2) end
@@ -168,13 +184,25 @@ local function tag_for(values, partition, job_desc)
 				if n == nil or n < k[3] or n > k[4] then
 					return nil, opt .. " " .. v .. ": must be a whole number from " .. k[3] .. " to " .. k[4]
 				end
-				if k[2] ~= "hot_spares" then
+				if k[2] == "replica_groups" then
+					-- written with hot_spares and train_nodes, above
+				elseif k[2] ~= "hot_spares" then
 					table.insert(parts, k[2] .. "=" .. string.format("%d", n))
-				elseif n > 0 then
+				elseif n > 0 or groups ~= nil then
 					local train, why = train_nodes(job_desc, n)
-					if train == nil then return nil, opt .. " " .. v .. ": " .. why end
+					if train == nil then
+						if groups ~= nil then opt, v = "--ft-replica-groups", tostring(groups) end
+						return nil, opt .. " " .. v .. ": " .. why
+					end
 					table.insert(parts, "hot_spares=" .. string.format("%d", n))
 					table.insert(parts, "train_nodes=" .. string.format("%d", train))
+					if groups ~= nil then
+						if train % groups ~= 0 then
+							return nil, "--ft-replica-groups " .. groups .. ": " .. train ..
+								" training node(s) are not a whole number of groups"
+						end
+						table.insert(parts, "replica_groups=" .. string.format("%d", groups))
+					end
 				end
 			end
 		end

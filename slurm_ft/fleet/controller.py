@@ -25,8 +25,9 @@ from slurm_ft.fleet.records import Incident, Step
 from slurm_ft.fleet import journal as jn
 from slurm_ft.fleet import outage as out
 from slurm_ft.job.ckptscan import Scanner, hold_reason
-from slurm_ft.fleet.plan import (HOT_NOTE, PENDING_STATES, Policy, failed_in_run, fault_time, in_supervisor_hands,
-                                    plan, prolog_runs)
+from slurm_ft.fleet import policies
+from slurm_ft.fleet.plan import fault_time, plan, prolog_runs
+from slurm_ft.fleet.policies.common import PENDING_STATES, Policy
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job import trust
 from slurm_ft.job.tag import with_note
@@ -317,8 +318,7 @@ class Controller:
         sid = jn.record_intent(self.conn, inc.id, step.kind, now, step.reason)
         self._journaled(step.kind, "intent")
         try:
-            run: Callable[[Step, Incident], Tuple[str, str]] = getattr(self, "_" + step.kind)
-            outcome, detail = run(step, inc)
+            outcome, detail = self.acts()[step.kind](step, inc)
         except SlurmFTError as exc:         # Slurm refused or timed out, or the job is gone: retried next read
             outcome, detail = "failed", str(exc)
             log.warning("incident %s job %s: %s failed: %s", inc.id, inc.job_id, step.kind, exc)
@@ -339,6 +339,14 @@ class Controller:
         log.error("ALERT: %s", step.reason)
         return "ok"
 
+    def acts(self) -> Dict[str, Callable[[Step, Incident], Tuple[str, str]]]:
+        """The act behind each step kind an incident's policy plans (fleet/policies; `open` and
+        `revalidate` are acted on before an incident exists)."""
+        return {"quarantine": self._quarantine, "swap": self._swap, "requeue": self._requeue,
+                "exclude": self._exclude, "start": self._start, "confirm": self._confirm, "hold": self._hold,
+                "wait": self._wait, "give_up": self._give_up, "abandon": self._abandon, "note": self._note,
+                "released": self._released}
+
     def _open(self, step: Step, now: float) -> None:
         job = self.client.job(step.job_id)
         spec = trust.spec_of(job, self.trusted_field())
@@ -346,21 +354,23 @@ class Controller:
         ckpt_step = found.step if found is not None else None
         snap_nodes = {n.name: n for n in self.client.nodes(sorted({*step.nodes, *job.nodes}))}
         fault_at = fault_time(Snapshot(nodes=snap_nodes, jobs={}, partitions={}), step.nodes)
+        path = step.path or "requeue"
+        supervised = path != "requeue" and spec is not None
+        # the job does not restart on a supervisor's path: no checkpoint hold (its supervisor relaunches in
+        # the allocation); the incident's note says what for people
+        hold = hold_reason(found) if found is not None and not supervised else None
+        note = policies.of_path(path).note(spec) if supervised and spec is not None else ""
         try:
             iid = jn.open_incident(
                 self.conn, job_id=step.job_id, nodes=step.nodes, faults=step.reason.split("; "),
                 partition=step.partition,
                 restart_count=job.restart_count if step.restart_count is None else step.restart_count,
                 job_nodes=job.num_nodes or len(job.nodes), ckpt_step=ckpt_step, fault_at=fault_at, now=now,
-                detail=f"job {job.job_id} {job.state} on {len(job.nodes)} nodes; {step.reason}")
+                detail=f"job {job.job_id} {job.state} on {len(job.nodes)} nodes; {step.reason}", path=path,
+                note=note)
         except jn.AlreadyOpen:
             return
-        hold = hold_reason(found) if found is not None else None
-        failed = {*step.nodes, *failed_in_run(job, snap_nodes, jn.incidents(self.conn, job_id=job.job_id), self.policy)}
-        if spec is not None and job.running and in_supervisor_hands(job, spec, sorted(failed)):
-            hold = None     # the job does not restart: its supervisor relaunches the step in the allocation
-            jn.update_incident(self.conn, iid, note=HOT_NOTE + f"{spec.hot_spares} hot spare(s), "
-                                                            f"{spec.train_nodes} training nodes")
+        if supervised:
             for fault in step.reason.split("; "):     # its supervisor may not have heard from the node
                 node, _, why = fault.partition(": ")
                 self._tell(job.job_id, "failed", [node], why)
@@ -431,7 +441,7 @@ class Controller:
                 self.membership.change({p: Delta(remove=tuple(sorted(failed))) for p in moved}, parts)
         if not moved and not drained and not refused_nodes:
             return "skipped", "; ".join(["already out of the job partitions"] + refused)
-        if moved and inc.note.startswith(HOT_NOTE):   # its supervisor may give these back to Slurm now
+        if moved and inc.path != "requeue":   # its supervisor may give these back to Slurm now
             self._tell(inc.job_id, "quarantined", sorted(failed))
         # a node the breaker refused stays in its partition: the step is not done (retried, not looped on)
         return ("failed" if refused_nodes else "ok"), "; ".join(

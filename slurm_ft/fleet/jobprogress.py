@@ -105,6 +105,8 @@ def parse_starts(text: str, job: str) -> List[Start]:
             continue
         if not isinstance(e, dict) or e.get("event") not in ("jobstart", "launch") or str(e.get("job", "")) != job:
             continue
+        if "group" in e and (e["group"] != 0 or e.get("rejoin") is True):
+            continue        # a replica group's launch: the job's start is group 0's, a group's rejoin none
         t, restart, step = e.get("t"), e.get("restart", 0), e.get("step")
         launch = e.get("launch", 0) if e["event"] == "launch" else 0
         if not (_num(t) and _int(restart) and _int(launch) and (step is None or _int(step))):
@@ -112,6 +114,36 @@ def parse_starts(text: str, job: str) -> List[Start]:
         before = parse_point(e.get("before"), job)
         out.append(Start(float(t), restart, launch, step if e.get("ckpt") else None, before))
     return out
+
+
+def groups_of(text: str, job: str) -> List[Dict[str, Any]]:
+    """A replica-group job's groups in its latest start, from the supervisor's lines in the starts log
+    (groups.py): per group its nodes, launches, faults, and whether it runs or waits parked."""
+    out: Dict[int, Dict[str, Any]] = {}
+    restart = -1
+    for line in text.splitlines():
+        try:
+            e = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(e, dict) or str(e.get("job", "")) != job or not _int(e.get("restart", 0)):
+            continue
+        if e["event"] == "lighthouse" and e.get("restart", 0) != restart:
+            restart, out = e.get("restart", 0), {}       # a new start of the job: its groups start over
+        g = e.get("group")
+        if not _int(g) or not 0 <= g < 10000 or e.get("restart", 0) != restart:
+            continue
+        rec = out.setdefault(g, {"group": g, "state": "parked", "nodes": "", "launches": 0, "faults": 0,
+                                 "last_fault": None, "since": None})
+        if e["event"] == "launch" and isinstance(e.get("nodes"), str) and _num(e.get("t")):
+            rec.update(state="running", nodes=e["nodes"][:200], since=e["t"])
+            rec["launches"] += 1
+        elif e["event"] == "fault":
+            rec["faults"] += 1
+            rec["last_fault"] = str(e.get("reason", ""))[:200]
+        elif e["event"] == "park":
+            rec.update(state="parked", nodes="", since=e.get("t") if _num(e.get("t")) else None)
+    return [out[g] for g in sorted(out)]
 
 
 def _read_dir(ckpt_dir: str) -> DirFiles:

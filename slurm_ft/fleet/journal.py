@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Literal, Optional, Seque
 from slurm_ft.errors import ConfigError
 from slurm_ft.fsutil import refuse_unsafe
 from slurm_ft.fleet.records import Incident, Placement, StepRecord
+from slurm_ft.job.paths import IN_ALLOCATION, REQUEUE
 from slurm_ft.slurm.types import Job
 
 if TYPE_CHECKING:
@@ -83,7 +84,15 @@ MIGRATIONS: List[str] = [
         PRIMARY KEY (job_id, restart_count)
     );
     """,
+    """
+    -- the recovery policy that owns the incident (fleet/policies): '' in rows written before this
+    -- column, read back from their note (LEGACY_NOTE_PATHS)
+    ALTER TABLE incidents ADD COLUMN path TEXT NOT NULL DEFAULT '';
+    """,
 ]
+# Before the path had its column, an incident's note started with its path's mark (journals written by
+# slurm-ft before schema 3): read so, they carry on where they stopped.
+LEGACY_NOTE_PATHS = (("hot-spare: ", IN_ALLOCATION),)
 
 
 def path_in(state_dir: str | os.PathLike[str]) -> Path:
@@ -161,15 +170,15 @@ def _statements(sql: str) -> Iterable[str]:
 
 def open_incident(conn: sqlite3.Connection, *, job_id: int, nodes: Sequence[str], faults: Sequence[str],
                   partition: str, restart_count: int, job_nodes: int, ckpt_step: Optional[int],
-                  fault_at: Optional[float], now: float, detail: str = "") -> int:
+                  fault_at: Optional[float], now: float, detail: str = "", path: str = REQUEUE, note: str = "") -> int:
     """Insert the incident and its `open` step in one transaction; a second open one for the job is refused."""
     try:
         with transaction(conn):
             cur = conn.execute(
                 "INSERT INTO incidents(job_id, status, nodes, faults, partition, restart_count, job_nodes,"
-                " ckpt_step, opened_at, fault_at) VALUES (?, 'open', ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ckpt_step, opened_at, fault_at, path, note) VALUES (?, 'open', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job_id, json.dumps(list(nodes)), json.dumps(list(faults)), partition, restart_count,
-                 job_nodes, ckpt_step, now, fault_at))
+                 job_nodes, ckpt_step, now, fault_at, path, note))
             incident_id = _rowid(cur)
             conn.execute("INSERT INTO steps(incident_id, name, intent_at, done_at, outcome, detail)"
                          " VALUES (?, 'open', ?, ?, 'ok', ?)", (incident_id, now, now, detail))
@@ -300,4 +309,9 @@ def _incident(r: sqlite3.Row, steps: List[StepRecord]) -> Incident:
         faults=tuple(json.loads(r["faults"])), partition=r["partition"], spares=tuple(json.loads(r["spares"])),
         restart_count=r["restart_count"], job_nodes=r["job_nodes"], shrink_to=r["shrink_to"],
         ckpt_step=r["ckpt_step"], opened_at=r["opened_at"], fault_at=r["fault_at"], closed_at=r["closed_at"],
-        note=r["note"], steps=tuple(steps))
+        note=r["note"], steps=tuple(steps), path=r["path"] or legacy_path(r["note"]))
+
+
+def legacy_path(note: str) -> str:
+    """The path of an incident journaled before the path had its column, from its note's mark."""
+    return next((path for mark, path in LEGACY_NOTE_PATHS if note.startswith(mark)), REQUEUE)

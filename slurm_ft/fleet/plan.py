@@ -2,15 +2,11 @@
 
 No subprocess, no clock: `now` comes in as an argument, so every rule here is a unit test away.
 
-For a fault-tolerant job with a failed node, an incident runs these steps, each idempotent:
-
-  open        the incident is journaled (job, failed nodes, their reasons, restart count)
-  quarantine  the failed nodes leave the job partitions and stay drained with their reason
-  swap        the best healthy spares move from the pool into the job's partition
-  requeue     `scontrol requeue` at once (held when it must wait for a spare, or gives up)
-  exclude     ExcNodeList += failed nodes (NumNodes lowered when an elastic job shrinks)
-  start       StartTime=now once Slurm shows PENDING/BeginTime (or release when held)
-  confirm     the job runs again on healthy nodes: the incident closes as recovered
+For a fault-tolerant job with a failed node, `open` journals an incident (job, failed nodes, their
+reasons, restart count) with the path of the recovery policy that claims it (fleet/policies: the job's
+supervisor in its allocation, a replica group, or the requeue path); the incident's next steps, each
+idempotent, are that policy's (`advance`). Common to all: an incident whose job ended still quarantines
+its nodes, then is abandoned.
 
 The plan never looks at what a step *did*: it reads Slurm's state from the snapshot, so a step whose
 result never reached the journal (a killed controller) is simply planned again, and its act finds
@@ -20,84 +16,24 @@ whose job ended.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurm_ft.fleet.records import Incident, Placement, Step
 
-from slurm_ft.slurm.types import Job, Node
-from slurm_ft.job.ckptscan import HOLD_PREFIX
+from slurm_ft.slurm.types import Job
 from slurm_ft.job.hotplan import FINAL_EXITS
-from slurm_ft.job.nodefault import node_fault
 from slurm_ft.fleet import outage as out
+from slurm_ft.fleet import policies
+from slurm_ft.fleet.policies.base import IncidentView
+# the settings and the shared facts live with the policies; imported from here by the controller and tests
+from slurm_ft.fleet.policies.common import (HELD_REASONS, PENDING_STATES, PEOPLE_HOLDS,  # noqa: F401
+                                            SLURM_REQUEUED_REASONS, IncidentFields, Policy, failed_in_run, failure,
+                                            of_job, quarantined, reason_in, refill_size)
+from slurm_ft.fleet.policies.in_allocation import HOT_RELEASE_WAIT_S  # noqa: F401
+from slurm_ft.fleet.policies.requeue_swap import restarts_without_progress  # noqa: F401
 from slurm_ft.fleet.snapshot import Snapshot
-from slurm_ft.job.tag import FtSpec
 from slurm_ft.slurm.hostlist import compress
-from slurm_ft import vocab
 from slurm_ft.vocab import ENDED_JOB_STATES, slurm_time
-
-if TYPE_CHECKING:
-    from slurm_ft.config import ControllerConfig
-
-# Reasons as Slurm 22.05 prints them (`launch_failed_requeued_held`); compared without case and `_`.
-HELD_REASONS = ("launch failed requeued held", "JobHeldAdmin", "JobHeldUser", "job requeued in held state")
-# Slurm requeued the job itself: the fault happened while it ran, so it is ours to finish.
-# (Not `job_requeued_in_held_state`: that is our own or an admin's `requeuehold`, which we leave alone.)
-SLURM_REQUEUED_REASONS = ("launch failed requeued held", "BeginTime", "NodeDown")
-# A user's or an admin's hold (`scontrol hold`, `requeuehold`): never Slurm's requeue after a fault.
-PEOPLE_HOLDS = ("JobHeldUser", "JobHeldAdmin", "job requeued in held state")
-# Pending, waiting to start again. From Slurm 25.11 a job requeued HELD stays REQUEUE_HOLD until released
-# (an expedited requeue after a non-zero exit with clean epilogs: the controller releases it like any hold).
-PENDING_STATES = ("PENDING", "REQUEUE_HOLD")
-
-
-def reason_in(reason: str, names: Iterable[str]) -> bool:
-    norm = reason.replace("_", " ").lower()
-    return any(norm.startswith(n.replace("_", " ").lower()) for n in names)
-
-
-@dataclass(frozen=True)
-class Policy:
-    spare_partition: str = "spares"
-    job_partitions: Tuple[str, ...] = ()          # () = every partition but the pool
-    fail_prefix: str = vocab.OWNER
-    slurm_fault_reasons: Tuple[str, ...] = vocab.SLURM_FAULT_REASONS
-    running_timeout_s: float = 120.0
-    # More than this share of all nodes DOWN/NOT_RESPONDING at once is Slurm's outage (slurmctld just
-    # restarted, the network), not failing GPUs: no new recoveries until it passes.
-    outage_share: float = 0.5
-    # An outage is not a fault (outage.py): NOT_RESPONDING is a fault after a grace; a wave (this many
-    # nodes stopping within the window) holds its members back and alerts; wrong quarantines come back.
-    unresponsive_grace_s: float = 60.0
-    wave_nodes: int = 8
-    wave_window_s: float = 120.0
-    wave_settle_s: float = 60.0
-    restore_after_s: float = 30.0
-
-    @classmethod
-    def from_config(cls, cc: ControllerConfig) -> "Policy":
-        return cls(spare_partition=cc.spare_partition, job_partitions=tuple(cc.job_partitions),
-                   slurm_fault_reasons=tuple(cc.slurm_fault_reasons), running_timeout_s=cc.running_timeout_s,
-                   unresponsive_grace_s=cc.unresponsive_grace_s, wave_nodes=cc.wave_nodes,
-                   wave_window_s=cc.wave_window_s, wave_settle_s=cc.wave_settle_s,
-                   restore_after_s=cc.restore_after_s)
-
-    def is_job_partition(self, name: str) -> bool:
-        if name == self.spare_partition:
-            return False
-        return not self.job_partitions or name in self.job_partitions
-
-
-# --- what counts as a failed node ------------------------------------------------------------------
-
-def failure(node: Optional[Node], policy: Policy) -> Optional[str]:
-    """Why the node counts as a fault the controller takes on, or None (nodefault.node_fault under this
-    policy's reasons). A node an admin set DOWN (or drained) with their own reason is theirs: never
-    claimed by a job, drained over, counted or replaced by slurm-ft."""
-    why = node_fault(node, policy.fail_prefix, policy.slurm_fault_reasons)
-    if why is None or node is None or vocab.admins(node.reason, policy.slurm_fault_reasons):
-        return None
-    return why
 
 
 def spare_pool(snap: Snapshot, policy: Policy, taken: Set[str], faults: Dict[str, int]) -> List[str]:
@@ -204,7 +140,7 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     if job.running:
         failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
         # The same fault seen again through a stale read: an incident already requeued this run.
-        handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
+        handled = {n for i in of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
                    for n in i.nodes}
         failed = [n for n in failed if n not in handled]
         if not failed and prev is not None:
@@ -215,7 +151,7 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     elif job.state in ("PENDING", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD") and (
             _slurm_requeued(job) or (prev is not None and not reason_in(job.reason, PEOPLE_HOLDS)
                                      and _left_behind(prev, job, snap, incidents, policy))):
-        mine = _of_job(incidents, job.job_id, job)
+        mine = of_job(incidents, job.job_id, job)
         if mine and mine[-1].status == "gave_up":
             return None             # held by us after max-restarts: an admin releases it
         if job.exit_code.split(":")[0] in {str(x) for x in FINAL_EXITS}:
@@ -245,8 +181,12 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     if not failed:
         return None
     reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed)
+    # a running job's supervisor may recover it in its allocation (job/paths.py); a requeued one is requeued
+    path = (policies.claim(job, snap.specs.get(job.job_id),
+                           sorted({*failed, *failed_in_run(job, snap.nodes, incidents, policy)})).path
+            if job.running and hit_run is None else "requeue")
     return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason="; ".join(reasons),
-                restart_count=hit_run)
+                restart_count=hit_run, path=path)
 
 
 def _previous_run(job: Job, snap: Snapshot, policy: Policy, now: float) -> Optional[Placement]:
@@ -281,42 +221,10 @@ def prolog_runs(jobs: Mapping[int, Job], known: Mapping[int, Mapping[int, Placem
 def _left_behind(prev: Placement, job: Job, snap: Snapshot, incidents: Sequence[Incident],
                  policy: Policy) -> List[str]:
     """Failed nodes of the job's previous run that it no longer holds and no incident of that run took."""
-    handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count >= prev.restart_count
+    handled = {n for i in of_job(incidents, job.job_id, job) if i.restart_count >= prev.restart_count
                for n in i.nodes}
     return [n for n in prev.nodes if n not in job.nodes and n not in handled
             and failure(snap.nodes.get(n), policy)]
-
-
-# The supervisor gives a quarantined node back as it relaunches the step (hotplan); past this, Slurm
-# refused the shrink and the node stays in the job, unused, until the job ends or is requeued.
-HOT_RELEASE_WAIT_S = 30.0
-HOT_NOTE = "hot-spare: "      # an incident the job's supervisor handles in its own allocation
-
-
-def in_supervisor_hands(job: Job, spec: Optional[FtSpec], failed: Sequence[str]) -> bool:
-    """A hot-spare job's fault is its supervisor's (it relaunches the step on its own spares) while the
-    batch host is healthy and the job still holds train_nodes healthy nodes. Otherwise (spares used up,
-    the batch host failed) it takes the requeue path like any other job."""
-    if spec is None or not spec.hot_spares or not spec.train_nodes:
-        return False
-    if job.batch_host in failed:
-        return False
-    return len(job.nodes) - len(failed) >= spec.train_nodes
-
-
-def failed_in_run(job: Job, nodes: Mapping[str, Node], incidents: Sequence[Incident], policy: Policy) -> List[str]:
-    """The job's nodes failed in this run of it: failed now, or named by an incident of this run. A health
-    check may resume its drain once the fault no longer shows (an Xid older than its look-back); the
-    node stays failed here, as it does for the job's supervisor (which then falls back to the requeue)."""
-    earlier = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count for n in i.nodes}
-    return [n for n in job.nodes if n in earlier or failure(nodes.get(n), policy)]
-
-
-def refill_size(spec: Optional[FtSpec]) -> Optional[int]:
-    """The node count a requeued hot-spare job asks for again: N + K (its shrinks lowered NumNodes)."""
-    if spec is None or not spec.hot_spares or not spec.train_nodes:
-        return None
-    return spec.train_nodes + spec.hot_spares
 
 
 def _slurm_requeued(job: Job) -> bool:
@@ -342,215 +250,16 @@ def fault_time(snap: Snapshot, nodes: Iterable[str]) -> Optional[float]:
     return min(times) if times else None
 
 
-def restarts_without_progress(inc: Incident, incidents: Sequence[Incident], job: Optional[Job] = None) -> int:
-    """Earlier recoveries of this job that found the same latest checkpoint (no step saved since)."""
-    return sum(1 for i in _of_job(incidents, inc.job_id, job)
-               if i.id < inc.id and i.status == "recovered" and i.ckpt_step == inc.ckpt_step)
-
-
-def _of_job(incidents: Sequence[Incident], job_id: int, job: Optional[Job]) -> List[Incident]:
-    """This job's incidents. Not those of an older job with the same id (ids start again with a fresh
-    slurmctld): a restart count never goes down. (SubmitTime cannot tell them apart: a requeue resets it.)"""
-    return [i for i in incidents if i.job_id == job_id and (job is None or i.restart_count <= job.restart_count)]
-
-
-class _IncidentFields(TypedDict):
-    """The Step fields every step of one incident shares (Step(kind, **base, ...))."""
-    job_id: int
-    incident_id: int
-    nodes: Tuple[str, ...]
-    partition: str
-
-
 def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float,
              pool: List[str]) -> List[Step]:
-    """The next step of one open incident, read off Slurm's current state."""
+    """The next step of one open incident: its policy's (fleet/policies), once the job is known to run on."""
     job = snap.jobs.get(inc.job_id)
-    base = _IncidentFields(job_id=inc.job_id, incident_id=inc.id, nodes=inc.nodes, partition=inc.partition)
-    spec = snap.specs.get(inc.job_id)
-    max_restarts = spec.max_restarts if spec else 0
-    giving_up = restarts_without_progress(inc, incidents, job) >= max_restarts
-
-    def quarantined() -> bool:
-        # an admin's reason on a node (set since the incident opened) makes it theirs: it stays where it is
-        return not any(n in p.nodes for n in inc.nodes if not _admins(snap.nodes.get(n), policy)
-                       for p in snap.partitions.values() if policy.is_job_partition(p.name))
-
+    base = IncidentFields(job_id=inc.job_id, incident_id=inc.id, nodes=inc.nodes, partition=inc.partition)
     if job is None or job.state in ENDED_JOB_STATES:
-        if not quarantined():
+        if not quarantined(inc, snap, policy):
             return [Step("quarantine", **base, reason="job ended; the failed nodes still leave the partition")]
         state = job.state if job else "gone"
         return [Step("abandon", **base, reason=f"job {inc.job_id} is {state}")]
-
-    # Quarantine and swap first, while the job still runs: once it is requeued, its nodes run their
-    # epilogs and Slurm is busiest, and those partition edits would sit on the critical path.
-    if inc.note.startswith(HOT_NOTE):
-        return _advance_hot(inc, snap, incidents, policy, pool, spec, job, base, quarantined(), now)
-    if not quarantined():
-        return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
-    if inc.note.startswith(HOLD_PREFIX):
-        # its checkpoints could not be read as complete (or not in time): a restart would start from
-        # scratch over them. Held until someone looks; released by hand, it is confirmed like any other.
-        if not inc.done("hold"):
-            return [Step("hold", **base, hold=True, reason=inc.note[len(HOLD_PREFIX):])]
-        if job.running and _restarted(inc, job) and not any(n in job.nodes for n in inc.nodes):
-            return [Step("confirm", **base, reason=f"released by hand, running on {len(job.nodes)} nodes")]
-        return []
-    if giving_up:
-        if not inc.done("requeue"):
-            return [Step("requeue", **base, hold=True,
-                         reason="held, gives up: " + _give_up_reason(inc, incidents, max_restarts, job))]
-        return [Step("give_up", **base, reason=_give_up_reason(inc, incidents, max_restarts, job))]
-
-    if not _swapped(inc, snap, policy):
-        need = len(inc.nodes) - len(inc.spares)
-        chosen = list(inc.spares)
-        fresh = [s for s in pool if s not in chosen][:max(need, 0)]
-        for s in fresh:
-            pool.remove(s)
-        chosen += fresh
-        short = len(inc.nodes) - len(chosen)
-        if short <= 0:
-            return [Step("swap", **base, spares=tuple(chosen),
-                         reason=f"{len(chosen)} spare(s) from {policy.spare_partition} into {inc.partition}")]
-        if spec is not None and _can_shrink(inc, spec, short):
-            size = inc.job_nodes - short
-            return [Step("swap", **base, spares=tuple(chosen), num_nodes=size,
-                         reason=f"pool short by {short}: shrink the job to {size} nodes (min_nodes "
-                                f"{spec.min_nodes})")]
-        for s in fresh:  # not enough: take none, so the pool serves whoever can run
-            pool.insert(0, s)
-        pool.sort()
-        if not inc.done("requeue"):   # the gang is dead anyway: stop it, held until a spare is free
-            return [Step("requeue", **base, hold=True, reason="held until a spare is free")]
-        if inc.status != "waiting":
-            return [Step("wait", **base, reason=f"waiting for a spare: {policy.spare_partition} has "
-                                                  f"{len(chosen)} healthy idle node(s), {len(inc.nodes)} needed")]
-        return []
-
-    # requeue: only a job still running on the fault needs it (Slurm may have requeued it already)
-    if not inc.done("requeue"):
-        return [Step("requeue", **base, reason="at once, without waiting for a collective timeout")]
-
-    if job.running:
-        if _restarted(inc, job):
-            if any(n in job.nodes for n in inc.nodes):
-                return [Step("poll", **base, reason="running again, but on a failed node")]
-            return [Step("confirm", **base, reason=f"running on {len(job.nodes)} nodes")]
-        return [Step("poll", **base, reason="requeue not seen by Slurm yet")]
-    if job.state not in PENDING_STATES:
-        return [Step("poll", **base, reason=f"job is {job.state}")]
-    if not inc.done("exclude"):
-        num_nodes = inc.shrink_to or refill_size(spec)
-        return [Step("exclude", **base, num_nodes=num_nodes,
-                     reason="exclude the failed nodes" + (f", NumNodes={num_nodes}" if num_nodes else ""))]
-    if job.held or reason_in(job.reason, HELD_REASONS):
-        return [Step("start", **base, hold=True, reason=f"release ({job.reason or 'held'}) and StartTime=now")]
-    eligible = slurm_time(job.eligible_time)
-    if job.reason == "BeginTime" or (eligible is not None and eligible > now + 1.0):
-        wait = _completing(inc, snap, now, policy)
-        if wait:    # StartTime=now sent while the old run's epilogs run does not stick: say so, send it once after
-            if not inc.note.startswith("waiting for Slurm"):
-                return [Step("note", **base, reason=wait)]
-            return [Step("poll", **base, reason=wait)]
-        # Only once Slurm shows the requeue finished: StartTime=now sent earlier does not stick.
-        return [Step("start", **base, reason="StartTime=now: skip Slurm's requeue delay")]
-    started = inc.step("start")
-    waited = now - (started.done_at or started.intent_at) if started else 0.0
-    if waited > policy.running_timeout_s and "not running after" not in inc.note:
-        return [Step("note", **base, reason=f"not running after {waited:.0f} s: pending ({job.reason})")]
-    return [Step("poll", **base, reason=f"pending ({job.reason})")]
-
-
-def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, pool: List[str],
-                 spec: Optional[FtSpec], job: Job, base: _IncidentFields, quarantined: bool, now: float) -> List[Step]:
-    """The in-allocation path: the job's supervisor relaunches its step on a hot spare and gives the
-    failed node back (shrinks the job); the controller quarantines the node, refills the partition
-    from the pool (a later requeue asks for N + K again) and closes the incident once the node has
-    left the job. The requeue path takes over only on what the supervisor cannot handle: the job was
-    requeued (by Slurm, after a node failure), or Slurm shows more failed nodes than its hot spares (or
-    its batch host failed), as the supervisor sees them (nodefault: it falls back on the same view and
-    then waits for the requeue). Never on a passing state: a job Slurm shows STOPPED, SIGNALING or
-    COMPLETING at the same restart count still runs, or is ending (then it is abandoned); a requeue would
-    kill a job that runs on its hot spare."""
-    if job.restart_count > inc.restart_count:
-        return [Step("note", **base, reason=f"job requeued (restart {job.restart_count}, {job.state}): "
-                                            f"the requeue path takes over")]
-    if not job.running:
-        return [Step("poll", **base, reason=f"job is {job.state}: waiting for it to run on or end")]
-    failed_in_job = failed_in_run(job, snap.nodes, incidents, policy)
-    if failed_in_job and not in_supervisor_hands(job, spec, failed_in_job):
-        why = (f"the batch host {job.batch_host} failed" if job.batch_host in failed_in_job
-               else f"hot spares used up ({len(job.nodes) - len(failed_in_job)} healthy node(s) left)")
-        return [Step("note", **base, reason=f"{why}: the requeue path takes over")]
-    if not quarantined:
-        return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason "
-                                                  "(the job runs on)")]
-    if not inc.done("swap") and not _swapped(inc, snap, policy):
-        fresh = [s for s in pool if s not in inc.spares][:len(inc.nodes)]
-        if fresh:
-            for s in fresh:
-                pool.remove(s)
-            return [Step("swap", **base, spares=tuple(fresh),
-                         reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")]
-    if any(n in job.nodes for n in inc.nodes):
-        if now - inc.opened_at < HOT_RELEASE_WAIT_S:
-            return [Step("poll", **base, reason="waiting for the job's supervisor to give the failed node back")]
-        return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node "
-                                                "stays in the job unused (Slurm refused the shrink)")]
-    return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node left "
-                                            "the job")]
-
-
-def _admins(node: Optional[Node], policy: Policy) -> bool:
-    return node is not None and (node.drained or node.down) and vocab.admins(node.reason, policy.slurm_fault_reasons)
-
-
-def _completing(inc: Incident, snap: Snapshot, now: float, policy: Policy) -> str:
-    """What Slurm is still finishing of the old run: its nodes' epilogs (COMPLETING in the job's
-    partition), or "" when nothing (or when that has lasted past running_timeout_s: start anyway)."""
-    part = snap.partitions.get(inc.partition)
-    if part is None:
-        return ""
-    busy = [n for n in part.nodes if n in snap.nodes and "COMPLETING" in snap.nodes[n].flags]
-    if not busy:
-        return ""
-    requeue = inc.step("requeue")
-    since = (requeue.done_at or requeue.intent_at) if requeue else inc.opened_at
-    if now - since > policy.running_timeout_s:
-        return ""
-    return (f"waiting for Slurm to complete job {inc.job_id}'s old run: epilogs on {len(busy)} node(s), "
-            f"COMPLETING since the requeue {now - since:.0f} s ago")
-
-
-def _swapped(inc: Incident, snap: Snapshot, policy: Policy) -> bool:
-    """The swap is done and still holds: its spares are in the job partition and out of the pool.
-
-    Read off Slurm, not only the journal: a slurmctld restarted without -R rebuilds partitions from
-    slurm.conf, which silently undoes a swap; the plan then does it again.
-    """
-    if not inc.done("swap"):
-        return False
-    target = snap.partitions.get(inc.partition)
-    pool = snap.partitions.get(policy.spare_partition)
-    return all((target is not None and s in target.nodes) and (pool is None or s not in pool.nodes)
-               for s in inc.spares)
-
-
-def _restarted(inc: Incident, job: Job) -> bool:
-    """The job runs again after the incident's requeue: its restart count moved if we requeued it;
-    if Slurm had requeued it before us (the requeue step was skipped), running at all is enough."""
-    requeue = inc.step("requeue")
-    if requeue is not None and requeue.outcome == "ok":
-        return job.restart_count > inc.restart_count
-    return True
-
-
-def _can_shrink(inc: Incident, spec: FtSpec, short: int) -> bool:
-    return bool(spec.min_nodes and inc.job_nodes - short >= spec.min_nodes)
-
-
-def _give_up_reason(inc: Incident, incidents: Sequence[Incident], max_restarts: int, job: Optional[Job]) -> str:
-    n = restarts_without_progress(inc, incidents, job)
-    where = f"checkpoint step {inc.ckpt_step}" if inc.ckpt_step is not None else "no checkpoint"
-    return f"{n} restart(s) without progress ({where}), max_restarts={max_restarts}"
+    view = IncidentView(inc=inc, snap=snap, incidents=incidents, policy=policy, pool=pool, now=now, job=job,
+                        spec=snap.specs.get(inc.job_id), base=base)
+    return policies.of_path(inc.path).advance(view)

@@ -24,6 +24,7 @@ class Step:
     num_nodes: Optional[int] = None     # shrink to this size (elastic job, short pool)
     reason: str = ""                    # why, for people (journal detail, logs)
     restart_count: Optional[int] = None  # open: the run the fault hit, when Slurm has restarted the job since
+    path: str = ""                      # open: the recovery policy that claims the incident (fleet/policies)
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,9 @@ class Incident:
     opened_at: float = 0.0
     fault_at: Optional[float] = None    # when the node was marked failed (drain time), if known
     closed_at: Optional[float] = None
-    note: str = ""
+    note: str = ""                      # for people; never read back to decide anything
     steps: Tuple[StepRecord, ...] = ()
+    path: str = "requeue"               # the recovery policy that owns it (fleet/policies, job/paths.py)
 
     @property
     def open(self) -> bool:

@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
+from slurm_ft.job.paths import can_relaunch
+
 # A step that failed may have failed *because* a node is going bad before slurm-ft drained it (the
 # watcher drains within a second of a fatal Xid; a health check may take longer, and on the lab's 2 cores
 # at load 120 the watcher's drain came 12-31 s after the Xid): wait this long for Slurm to show a node
@@ -89,7 +91,7 @@ def first_launch(allocation: Sequence[str], faults: Mapping[str, str], n: int) -
 
 def decide(v: View) -> Action:
     """The next action; `wait` when there is nothing to do until the next poll."""
-    if v.batch_host in v.faults:
+    if v.batch_host in v.faults:          # the rule is paths.py's: the controller reads the same
         return Action("fallback", failed=tuple(x for x in v.allocation if x in v.faults),
                       reason=f"the batch host {v.batch_host} failed ({v.faults[v.batch_host]})")
     if v.step_rc == EXIT_DO_NOT_RESTART:
@@ -105,7 +107,7 @@ def decide(v: View) -> Action:
         return Action("exit", rc=v.step_rc, reason=f"the training step failed (exit {v.step_rc}) and no node of "
                                                    f"it is faulty")
     nodes = pick(v.allocation, v.faults, v.train_nodes, prefer=v.step_nodes)
-    if nodes is None:
+    if nodes is None or not can_relaunch(v.allocation, v.faults, v.batch_host, v.train_nodes):
         return Action("fallback", failed=step_failed,
                       reason=f"hot spares used up: {len(v.allocation) - len(v.faults)} healthy node(s) left, "
                              f"{v.train_nodes} needed; " + _why(v.faults, step_failed))

@@ -126,7 +126,8 @@ def ckpt_env(found: Optional[ckpt.Latest], ckpt_dir: str) -> Dict[str, str]:
             "SLURM_FT_CKPT_STEP": "" if found is None or found.step is None else str(found.step)}
 
 
-STARTER_OPTIONS = ("--ckpt-dir", "--hot-spares", "--train-nodes", "--hang-timeout", "--max-restarts", "--ckpt-fails")
+STARTER_OPTIONS = ("--ckpt-dir", "--hot-spares", "--train-nodes", "--hang-timeout", "--max-restarts", "--ckpt-fails",
+                   "--replica-groups")
 
 
 def _options(argv: List[str]) -> Tuple[Optional[Dict[str, Any]], List[str]]:
@@ -198,11 +199,18 @@ def main(argv: Sequence[str]) -> int:
     opts, argv = _options(argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    if opts is None or not argv or (opts.get("hot_spares") and not opts.get("train_nodes")):
-        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR [--hot-spares K --train-nodes N] [--hang-timeout S] "
+    if opts is None or not argv or ((opts.get("hot_spares") or opts.get("replica_groups")) and not opts.get("train_nodes")):
+        print("slurm-ft jobstart: usage: jobstart --ckpt-dir DIR [--hot-spares K --train-nodes N] [--replica-groups R] "
+              "[--hang-timeout S] "
               "[--max-restarts R] [--ckpt-fails M] -- SCRIPT [ARGS...] | --resolve --ckpt-dir DIR", file=sys.stderr)
         return 2
     ckpt_dir, m = opts.get("ckpt_dir", ""), opts.get("ckpt_fails", ckptfallback.DEFAULT_M)
+    if opts.get("replica_groups"):
+        # lazy: the replica-group supervisor imports this module at its top (as supervisor.py does)
+        from slurm_ft.job import groups
+        return groups.main(ckpt_dir, opts["train_nodes"], opts["replica_groups"], argv,
+                           hang_timeout=opts.get("hang_timeout") or 0,
+                           max_restarts=opts.get("max_restarts", DEFAULT_MAX_RESTARTS), ckpt_fails=m)
     if opts.get("hot_spares") or opts.get("hang_timeout"):
         # the batch step supervises the training step (--hot-spares/--hang-timeout starts only)
         # lazy: breaks the import cycle with slurm_ft.job.supervisor, which imports this module at its top

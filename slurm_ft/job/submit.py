@@ -52,7 +52,7 @@ REFUSED = {
     "help": None, "usage": None, "version": None,
 }
 SHORT_NAMES = {"W": "wait", "h": "help", "V": "version", "J": "job-name", "N": "nodes", "a": "array"}
-OUR_OPTIONS = {"ckpt-dir", "min-nodes", "max-restarts", "hot-spares", "hang-timeout", "ckpt-fails"}
+OUR_OPTIONS = {"ckpt-dir", "min-nodes", "max-restarts", "hot-spares", "hang-timeout", "ckpt-fails", "replica-groups"}
 CKPT_FAILS_MAX = 1000
 
 
@@ -218,15 +218,20 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists: Callable[[str], bool
         if min_nodes is not None and min_nodes > nodes:
             raise UsageError(f"--min-nodes {min_nodes} is larger than the job's {nodes} nodes")
     hot = _limited(ours, "hot_spares") or 0
+    groups = _limited(ours, "replica_groups") or 0
     train_nodes = None
-    if hot:
+    if hot or groups:
+        what = "--replica-groups" if groups else "--hot-spares"
         if nodes is None:
-            raise UsageError("--hot-spares needs the training size as one number: -N N (the job asks for N + K)")
+            raise UsageError(f"{what} needs the training size as one number: -N N (the job asks for N + K)")
         if min_nodes is not None:
-            raise UsageError("--hot-spares and --min-nodes cannot be combined: a hot-spare job keeps its size")
+            raise UsageError(f"{what} and --min-nodes cannot be combined: the supervisor keeps the job's size")
         if any(w in ("-n", "--ntasks") or w.startswith("--ntasks=") for w in opts):
-            raise UsageError("--hot-spares with -n/--ntasks: the supervisor sizes the training step; give "
+            raise UsageError(f"{what} with -n/--ntasks: the supervisor sizes the training step; give "
                              "--ntasks-per-node (or nothing: one task per node)")
+        if groups and nodes % groups:
+            raise UsageError(f"--replica-groups {groups}: -N {nodes} is not a whole number of groups (N / R nodes "
+                             f"each)")
         train_nodes = nodes
         opts[nodes_at] = f"--nodes={nodes + hot}" if opts[nodes_at].startswith("--nodes=") else str(nodes + hot)
         nodes += hot
@@ -239,7 +244,7 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists: Callable[[str], bool
         script = path
     return SbatchRequest(
         spec=FtSpec(ckpt_dir=ckpt_dir, min_nodes=min_nodes, max_restarts=max_restarts, hot_spares=hot,
-                    train_nodes=train_nodes, hang_timeout=hang_timeout),
+                    train_nodes=train_nodes, hang_timeout=hang_timeout, replica_groups=groups),
         sbatch_options=tuple(opts), script=script, args=args, parsable=parsable,
         job_name_given=job_name, nodes=nodes, fixed_tasks=fixed_tasks,
         ckpt_fails=_int(ours["ckpt-fails"], "--ckpt-fails", 0, CKPT_FAILS_MAX) if "ckpt-fails" in ours else None,
@@ -293,7 +298,7 @@ def starter_script(directives: Sequence[str] = (), python: str = sys.executable,
 
 def supervised(spec: FtSpec) -> bool:
     """The batch step supervises the training step (hot spares, hangs): it resolves {ckpt} at every launch."""
-    return bool(spec.hot_spares or spec.hang_timeout)
+    return bool(spec.hot_spares or spec.hang_timeout or spec.replica_groups)
 
 
 def plugin_options(spec: FtSpec) -> List[str]:
@@ -301,6 +306,8 @@ def plugin_options(spec: FtSpec) -> List[str]:
     out = [f"--ft-ckpt-dir={spec.ckpt_dir}"] if spec.ckpt_dir else []
     if spec.hot_spares:         # the policy writes train_nodes from -N (N + K), for the starter only
         out.append(f"--ft-hot-spares={spec.hot_spares}")
+    if spec.replica_groups:
+        out.append(f"--ft-replica-groups={spec.replica_groups}")
     for key in ("min_nodes", "hang_timeout", "max_restarts"):
         if getattr(spec, key) is not None:
             out.append(f"--ft-{key.replace('_', '-')}={getattr(spec, key)}")
@@ -336,8 +343,10 @@ def inside_starter(req: SbatchRequest, via: str) -> Optional[List[str]]:
 def starter_argv(req: SbatchRequest) -> List[str]:
     """The starter's options (jobstart.STARTER_OPTIONS), then `--`, SCRIPT and ARGS."""
     argv = ["--ckpt-dir", req.spec.ckpt_dir]
-    if req.spec.hot_spares:
+    if req.spec.hot_spares or req.spec.replica_groups:
         argv += ["--hot-spares", str(req.spec.hot_spares), "--train-nodes", str(req.spec.train_nodes)]
+    if req.spec.replica_groups:
+        argv += ["--replica-groups", str(req.spec.replica_groups)]
     if req.spec.hang_timeout:        # the supervisor watches the job's progress (docs/jobs.md, "Hangs")
         argv += ["--hang-timeout", str(req.spec.hang_timeout), "--max-restarts", str(req.spec.max_restarts)]
         if not req.spec.hot_spares and req.nodes is not None:

@@ -123,3 +123,24 @@ def test_placements_keep_each_run_first_seen_and_forget_old_runs_and_gone_jobs(t
     assert sorted(jn.placements(conn)[7]) == [1, 2]          # the run before the current one is kept
     jn.record_placements(conn, [], jn.placements(conn), 50.0)                         # left the queue
     assert jn.placements(conn) == {}
+
+
+def test_a_journal_from_before_the_path_column_keeps_each_incident_on_its_path(tmp_path):
+    """Schema 2 journals (before `path`): an open hot-spare incident is read from its note's mark and
+    carries on on the in-allocation path; any other is the requeue path. New incidents keep theirs."""
+    import sqlite3
+    path = tmp_path / "state" / "journal.db"
+    path.parent.mkdir(mode=0o700)
+    old = sqlite3.connect(str(path))
+    jn.ensure_schema(old, jn.COMPONENT, jn.MIGRATIONS[:2])
+    for job, note in ((7, "hot-spare: 1 hot spare(s), 3 training nodes"), (8, "checkpoint hold: unreadable")):
+        old.execute("INSERT INTO incidents(job_id, status, nodes, opened_at, note) VALUES (?, 'open', '[\"n1\"]', 1.0, ?)",
+                    (job, note))
+    old.commit()
+    old.close()
+    conn = jn.connect(path)
+    assert jn.schema_version(conn) == len(jn.MIGRATIONS) == 3
+    assert {i.job_id: i.path for i in jn.incidents(conn)} == {7: "in_allocation", 8: "requeue"}
+    new = jn.open_incident(conn, job_id=9, nodes=["n2"], faults=[], partition="train", restart_count=0, job_nodes=4,
+                           ckpt_step=None, fault_at=None, now=2.0, path="replica_group", note="replica groups: 2 of 2")
+    assert [i.path for i in jn.incidents(conn) if i.id == new] == ["replica_group"]

@@ -73,8 +73,10 @@ def test_no_import_cycles_but_the_starters_dispatch():
         return False
 
     cycles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
-    # the generated starter's entry hands a hot-spare job to the supervisor, which reuses the starter's steps
-    assert cycles == [("slurm_ft.job.jobstart", "slurm_ft.job.supervisor")], cycles
+    # the generated starter's entry hands a hot-spare job to the supervisor, and a replica-group job to its
+    # supervisor (groups, built on the first), each reusing the starter's steps
+    assert cycles == [("slurm_ft.job.groups", "slurm_ft.job.jobstart"), ("slurm_ft.job.groups", "slurm_ft.job.supervisor"),
+                      ("slurm_ft.job.jobstart", "slurm_ft.job.supervisor")], cycles
 
 
 # Rooms by where the code runs (README, Layout). A room imports only the rooms below it: the controller host's

@@ -431,12 +431,13 @@ def hot_job(nodes=tuple(TRAIN), batch_host="gpu001", **kw):
 
 
 def hot_incident(steps=(), **kw):
-    return incident(steps, note="hot-spare: 1 hot spare(s), 3 training nodes", **kw)
+    return incident(steps, path="in_allocation", note="hot-spare: 1 hot spare(s), 3 training nodes", **kw)
 
 
 def test_hot_spare_fault_is_journaled_but_never_requeued_while_spares_last():
     snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], jobs=[hot_job()], specs=HOT)
-    assert kinds(plan(snap, [], P, NOW)) == ["open"]
+    [opened] = plan(snap, [], P, NOW)
+    assert opened.kind == "open" and opened.path == "in_allocation"
     # the incident: quarantine, refill the partition from the pool, then wait for the supervisor
     assert kinds(plan(snap, [hot_incident()], P, NOW)) == ["quarantine"]
     quarantined = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[hot_job()], specs=HOT)
@@ -502,11 +503,13 @@ def test_a_node_failed_earlier_in_the_run_counts_after_its_drain_was_resumed():
 
 
 def test_hot_spare_batch_host_failure_is_requeued():
-    from slurm_ft.fleet.plan import in_supervisor_hands
+    from slurm_ft.fleet.policies import claim
     j = hot_job(batch_host="gpu002")
-    assert not in_supervisor_hands(j, HOT[7], ["gpu002"])
-    assert in_supervisor_hands(j, HOT[7], ["gpu003"])
-    assert not in_supervisor_hands(j, FtSpec(ckpt_dir="/ck"), ["gpu003"])
+    assert claim(j, HOT[7], ["gpu002"]).path == "requeue"
+    assert claim(j, HOT[7], ["gpu003"]).path == "in_allocation"
+    assert claim(j, FtSpec(ckpt_dir="/ck"), ["gpu003"]).path == "requeue"
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], jobs=[j], specs=HOT)
+    assert [(s.kind, s.path) for s in plan(snap, [], P, NOW)] == [("open", "requeue")]
 
 
 def test_requeued_hot_spare_job_asks_for_n_plus_k_again():

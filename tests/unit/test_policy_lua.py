@@ -80,3 +80,21 @@ def test_whatever_the_policy_tags_the_controller_reads(policy, path):
         spec = decode(comment, noted=True)
         want = path[:-1] if len(path) > 1 and path.endswith(b"/") else path
         assert spec is not None and spec.ckpt_dir.encode() == want
+
+
+def test_replica_groups_are_tagged_as_the_wrapper_tags_them_and_need_the_starter(policy):
+    from slurm_ft.job.submit import STARTER_MARK
+    starter = f"#!/usr/bin/python3\n{STARTER_MARK}resolves...\n"
+    rc, comment, user = policy.submit({"SLURM_FT_CKPT_DIR": b"/ck", "SLURM_FT_REPLICA_GROUPS": b"2",
+                                       "SLURM_FT_HOT_SPARES": b"1"}, script=starter, min_nodes=5)
+    assert (rc, user) == (0, "")
+    assert comment == encode(FtSpec(ckpt_dir="/ck", hot_spares=1, train_nodes=4, replica_groups=2))
+    rc, comment, _ = policy.submit({"SLURM_FT_CKPT_DIR": b"/ck", "SLURM_FT_REPLICA_GROUPS": b"2"}, script=starter,
+                                   min_nodes=4)
+    assert (rc, comment) == (0, encode(FtSpec(ckpt_dir="/ck", hot_spares=0, train_nodes=4, replica_groups=2)))
+    rc, _, user = policy.submit({"SLURM_FT_REPLICA_GROUPS": b"2"}, min_nodes=4)              # not the starter
+    assert rc == -1 and "supervisor" in user
+    rc, _, user = policy.submit({"SLURM_FT_REPLICA_GROUPS": b"3"}, script=starter, min_nodes=4)
+    assert rc == -1 and "not a whole number of groups" in user
+    rc, _, user = policy.submit({"SLURM_FT_REPLICA_GROUPS": b"1"}, script=starter, min_nodes=4)
+    assert rc == -1 and "from 2 to 1000" in user

@@ -17,7 +17,8 @@ from slurm_ft.errors import UsageError
 @click.command("demo")
 @click.option("--dir", "directory", metavar="PATH", envvar="SLURM_FT_LAB",
               help="Lab directory (default /tmp/slurm-ft-lab, or $SLURM_FT_LAB); brought up if needed.")
-@click.option("--nodes", default=64, show_default=True, help="Worker nodes (the job uses all of them).")
+@click.option("--nodes", default=None, type=int, help="Worker nodes (the job uses all of them).  [default: 64; "
+              "with --replica-groups R: R x 2 + K]")
 @click.option("--spares", default=4, show_default=True, help="Spare nodes.")
 @click.option("--gpus-per-node", default=8, show_default=True)
 @click.option("--port-base", default=17000, show_default=True, help="For a lab brought up here.")
@@ -27,18 +28,31 @@ from slurm_ft.errors import UsageError
 @click.option("--xid", default=79, show_default=True, help="The fatal Xid injected.")
 @click.option("--keep", is_flag=True, help="Leave the recovered job running (default: cancel it at the end).")
 @click.option("--timeout", default=600.0, show_default=True, help="Give up after this many seconds per phase.")
-@click.option("--hot-spares", default=0, show_default=True, type=click.IntRange(0, 8),
-              help="Hot spare nodes held in the job (the in-allocation path; 0 = the requeue path).")
+@click.option("--hot-spares", default=None, type=click.IntRange(0, 8),
+              help="Hot spare nodes held in the job (the in-allocation path; 0 = the requeue path).  [default: 0; "
+                   "with --replica-groups: 1]")
+@click.option("--replica-groups", default=0, show_default=True, type=click.IntRange(0, 16),
+              help="Train as R torchft replica groups (FT-DDP over gloo, slurm_ft_lab.ftddp; needs torch and "
+                   "torchft): a fault restarts only its group. The job uses --nodes (default R x 2 + K) with "
+                   "--hot-spares K (default 1) of them idle; 0 = one gang.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end instead of the timeline.")
 @click.option("--via", type=click.Choice(["wrapper", "plugin"]), default="wrapper", show_default=True,
               help="Submit with `slurm-ft sbatch`, or through slurm-ft's Slurm plugins (the lab comes up with "
                    "--plugin): plain `sbatch --ft-ckpt-dir`, or `slurm-ft sbatch` with --hot-spares.")
 def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_every, gpu, xid, keep, timeout,
-         hot_spares, as_json, via) -> None:
+         hot_spares, replica_groups, as_json, via) -> None:
     """Run a 64-node trainer, break one GPU mid-run, and watch slurm-ft bring the job back on a spare."""
     from slurm_ft_lab.cluster import Lab, LabSpec
     from slurm_ft_lab.scenario import Scenario
 
+    if hot_spares is None:
+        hot_spares = 1 if replica_groups else 0
+    if nodes is None:
+        nodes = replica_groups * 2 + hot_spares if replica_groups else 64
+    job_nodes = nodes                    # a replica-group job's size (the gang demo uses the whole lab)
+    if replica_groups == 1 or replica_groups and (nodes - hot_spares) % replica_groups:
+        raise UsageError(f"--replica-groups {replica_groups}: {nodes - hot_spares} training node(s) must be 2 or more "
+                         f"whole groups")
     if spares < 1:
         raise UsageError("the demo needs at least one spare (--spares 1 or more)")
     if not 0 <= gpu < gpus_per_node:
@@ -68,6 +82,11 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
 
     if hot_spares >= nodes:
         raise UsageError(f"--hot-spares {hot_spares} leaves no training node of {nodes}")
+    if replica_groups:
+        if job_nodes > nodes:
+            raise UsageError(f"the lab in {lab.dir} has {nodes} nodes in `train`, the job needs {job_nodes}")
+        return _groups_demo(lab, job_nodes, replica_groups, hot_spares, step_time, gpu, xid, keep, timeout, as_json, say,
+                            on_phase)
     sc = Scenario(lab, lab.dir / "demo", step_time=step_time, ckpt_every=ckpt_every, on_phase=on_phase,
                   hot_spares=hot_spares)
     sc.prepare()
@@ -100,6 +119,44 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
                + (" (no requeue)" if hot_spares else ""))
     click.echo(f"{result.failed_node} stays drained, out of `train` (quarantined)")
     click.echo(f"the incident:  slurm-ft --config {sc.config_path} incidents")
+    if keep:
+        click.echo(f"job {result.job_id} keeps running; stop it with: scancel {result.job_id}")
+    click.echo(f"take the lab down:  slurm-ft lab down --dir {lab.dir}")
+
+
+def _groups_demo(lab, nodes, groups, hot_spares, step_time, gpu, xid, keep, timeout, as_json, say, on_phase) -> None:
+    """A fault in one of R torchft replica groups: only that group restarts (no whole-job requeue phase)."""
+    from slurm_ft_lab.groups_scenario import GroupScenario
+    try:
+        import torchft  # noqa: F401  (lazy: only this demo needs it)
+    except ImportError:
+        raise UsageError("--replica-groups runs torchft's FT-DDP: install torch and torchft (setup.sh does)") from None
+    per = (nodes - hot_spares) // groups
+    sc = GroupScenario(lab, lab.dir / "demo", replica_groups=groups, hot_spares=hot_spares, step_time=step_time,
+                       on_phase=on_phase)
+    sc.prepare()
+    sc.start_controller()
+    try:
+        job = sc.submit(nodes)
+        say(f"submitted job {job} as user {lab.job_user}: {groups} torchft replica groups of {per} node(s) "
+            f"(FT-DDP over gloo) + {hot_spares} hot spare node(s), with `slurm-ft sbatch --replica-groups {groups}`")
+        say(f"training: waiting for every group to step in the quorum; then a fatal Xid {xid} goes to GPU {gpu} of a "
+            f"node of group 1 ...")
+        say("timeline (seconds since the fault):")
+        result = sc.fault(victim_group=1, gpu=gpu, xid=xid, timeout=timeout)
+    finally:
+        sc.stop(cancel=not keep)
+    out = result.to_dict()
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"job {result.job_id}: group {result.failed_group} lost {result.failed_node} (GPU {gpu}, Xid {xid}) and "
+               f"came back on hot spare {result.spare_node}, in the quorum {result.fault_to_resume_s:.2f} s after the "
+               f"fault (healed from a peer; no requeue, no whole-job restart)")
+    for g, h in sorted(result.healthy.items()):
+        click.echo(f"group {g} trained on: longest step {h['pause_s']:.2f} s around the fault (usual {h['step_s']:.2f} s), "
+                   f"{h['steps_lost']} step(s) lost, {h['steps_after']} committed since the fault")
+    click.echo(f"GPU-seconds lost to the fault: {result.gpu_seconds_lost():.0f}")
     if keep:
         click.echo(f"job {result.job_id} keeps running; stop it with: scancel {result.job_id}")
     click.echo(f"take the lab down:  slurm-ft lab down --dir {lab.dir}")
