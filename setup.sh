@@ -3,6 +3,7 @@
 #   apt: slurm-wlm, munge, a C compiler and make (the lab's fake NVML, the SPANK plugin), libslurm-dev
 #        (spank.h, for the plugin), python3 with venv
 #   pip: slurm-ft with its test and torch (CPU, for the DDP lab job) extras, and the lab (lab/), into ./.venv (Debian's system Python refuses pip installs)
+#        and the peers extra (nvidia-resiliency-ext, torchft: bench/peers.py)
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -58,6 +59,13 @@ fi
 if ! .venv/bin/python -c 'import torch' 2>/dev/null &&
    ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[torch]' >.venv/torch-install.log 2>&1; then
   echo "setup.sh: no torch for $(.venv/bin/python -V) from the package index (.venv/torch-install.log): the torch tests will be skipped" >&2
+fi
+# bench/peers.py's contenders (NVIDIA's ft_launcher, torchft): on top of that torch, never another one.
+# Without them, the peers' lab test is skipped with this reason; the rest of the suite runs.
+if .venv/bin/python -c 'import torch' 2>/dev/null &&
+   ! .venv/bin/python -c 'import torchft, nvidia_resiliency_ext' 2>/dev/null &&
+   ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[peers]' >.venv/peers-install.log 2>&1; then
+  echo "setup.sh: no nvidia-resiliency-ext/torchft for $(.venv/bin/python -V) (.venv/peers-install.log): the peers' test will be skipped" >&2
 fi
 # the SPANK plugin (sbatch --ft-*): spank/slurm_ft.so, for plugstack.conf (README: "The Slurm plugins")
 make -s -C spank
