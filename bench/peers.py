@@ -190,12 +190,16 @@ def main(argv=None) -> int:
         "reference": REFERENCE,
         "rows": [r.to_dict() for r in rows],
         "runs": {k: [{"victim": r.victim, "gpu": r.gpu, "failed_group": r.failed_group, "error": r.error,
-                      "drained": r.drained, "figures": r.figures.to_dict() if r.figures else None}
+                      "drained": r.drained, "figures": r.figures.to_dict() if r.figures else None,
+                      "fault_t": r.fault_t, "controller": r.controller, "events": r.events}
                      for r in v] for k, v in runs.items()},
     }
     if args.save:
         Path(args.save).write_text(json.dumps(out, indent=2) + "\n")
-    if args.json:
+    if args.json:                   # the events stay in --save's file
+        for v in out["runs"].values():
+            for r in v:
+                r.pop("events")
         print(json.dumps(out, indent=2))
     else:
         print()

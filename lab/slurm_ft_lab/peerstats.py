@@ -9,7 +9,7 @@ group; torchft's replica groups are several, which step on without a failed one.
 * fault -> full strength: every group stepping again (replica groups: a quorum of all of them again);
 * steps redone: the steps done before the fault that the job did again (it resumed from an older state);
 * GPU-seconds lost: for each group, from its last step before the fault to the end of the window (full
-  strength + `tail` steps), the time its slots did no new work: the window less `useful steps x P`, where
+  strength, and `tail` steps past the newest step done before the fault), the time its slots did no new work: the window less `useful steps x P`, where
   P is the step period before the fault and a useful step is one past the newest step done before the
   fault, once per group. A job that never faltered loses about 0 by this count, however long the window.
 """
@@ -127,11 +127,11 @@ def analyze(events: List[dict], fault_t: float, victim: str, shape: Shape, *, fa
     else:
         full_t = first["t"]
 
-    end = 0.0
+    end = 0.0                       # every group at full strength and `tail` steps past where the job was
     for g in range(shape.groups):
-        tail_steps = [e for e in by_group.get(g, []) if e["t"] > full_t]
+        tail_steps = [e for e in by_group.get(g, []) if e["t"] > full_t and e["step"] > s_star]
         if len(tail_steps) < tail:
-            raise NotRecovered(f"group {g}: {len(tail_steps)} of {tail} steps at full strength")
+            raise NotRecovered(f"group {g}: {len(tail_steps)} of {tail} steps at full strength past step {s_star}")
         end = max(end, tail_steps[tail - 1]["t"])
 
     lost = 0.0

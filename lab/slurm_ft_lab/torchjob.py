@@ -20,7 +20,8 @@ Modes:
   Manager (FT-DDP: per-step quorum from the Lighthouse, live recovery of the weights from a healthy
   group). Group 0 saves DCP checkpoints as the fallback.
 
-Every event is one JSON line appended to --events: ``up`` (each rank: its node), ``start`` (rank 0 of the
+Every event is one JSON line appended to --events: ``up`` (each rank: its node), ``imported`` and
+``joined`` (each rank: torch imported, the process group formed), ``start`` (rank 0 of the
 run: step, resumed_from, world, nodes), ``step`` (rank 0: step, participants in torchft), ``saved``,
 ``fault``, ``heal`` (torchft: weights received from a peer), ``done``. Each carries ``run`` (job, Slurm
 restart, supervisor launch, launcher restart, replica group), ``t`` and ``group``.
@@ -175,7 +176,9 @@ def main(argv=()) -> int:
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
+    log.write("imported", rank=rank)
     host, port = _rendezvous(args, rank, world, f"{job}-{restart}-{launch}-{elastic}-g{group}")
+    log.write("joined", rank=rank)
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 4)
     inner = torch.optim.SGD(model.parameters(), lr=0.01)
