@@ -3,7 +3,8 @@
 #   apt: slurm-wlm, munge, a C compiler and make (the lab's fake NVML, the SPANK plugin), libslurm-dev
 #        (spank.h, for the plugin), python3 with venv
 #   pip: slurm-ft with its test, torch (CPU, for the DDP lab job) and torchft (the replica-group lab job) extras,
-#        and the lab (lab/), into ./.venv (Debian's system Python refuses pip installs)
+#        the peers extra (nvidia-resiliency-ext: bench/peers.py) and the lab (lab/), into ./.venv (Debian's
+#        system Python refuses pip installs)
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -65,6 +66,13 @@ fi
 if .venv/bin/python -c 'import torch' 2>/dev/null && ! .venv/bin/python -c 'import torchft' 2>/dev/null &&
    ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[torchft]' >.venv/torchft-install.log 2>&1; then
   echo "setup.sh: no torchft for $(.venv/bin/python -V) from the package index (.venv/torchft-install.log): the replica-group tests will be skipped" >&2
+fi
+# bench/peers.py's contenders (NVIDIA's ft_launcher, torchft): on top of that torch, never another one.
+# Without them, the peers' lab test is skipped with this reason; the rest of the suite runs.
+if .venv/bin/python -c 'import torch' 2>/dev/null &&
+   ! .venv/bin/python -c 'import nvidia_resiliency_ext' 2>/dev/null &&
+   ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[peers]' >.venv/peers-install.log 2>&1; then
+  echo "setup.sh: no nvidia-resiliency-ext for $(.venv/bin/python -V) (.venv/peers-install.log): the peers' test will be skipped" >&2
 fi
 # the SPANK plugin (sbatch --ft-*): spank/slurm_ft.so, for plugstack.conf (README: "The Slurm plugins")
 make -s -C spank

@@ -131,7 +131,8 @@ class NodeState:
     node: str
     gpus: List[GpuState]
     name: str = "NVIDIA H100 80GB HBM3"
-    driver: str = "550.54.15"
+    driver: str = "570.133.20"     # an R570 driver: the recovery-action field (R565+) the fake reports, and
+                                   # what NVIDIA's ft_launcher needs before its node check looks at all
     nvlinks: int = MAX_LINKS
     init_error: int = 0
 

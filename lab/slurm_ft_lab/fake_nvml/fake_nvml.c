@@ -11,7 +11,7 @@
  * inode, size or mtime changes, so `slurm-ft lab inject` shows up without restarting anything.
  * State file format (written by lab/slurm_ft_lab/inject.py), one setting per line, '#' comments:
  *
- *   gpus 8                      nvlinks 18                 name NVIDIA H100 80GB HBM3   driver 550.54.15
+ *   gpus 8                      nvlinks 18                 name NVIDIA H100 80GB HBM3   driver 570.133.20
  *   gpu <i> uuid GPU-...        gpu <i> pci 00000000:18:00.0
  *   gpu <i> lost 1              (every call on that GPU -> NVML_ERROR_GPU_IS_LOST)
  *   gpu <i> ecc_dbe_volatile N  ecc_dbe_aggregate N  ecc_sbe_volatile N  ecc_sbe_aggregate N
@@ -146,7 +146,7 @@ static void set_defaults(struct state *s)
     s->ngpus = 8;
     s->nlinks = MAX_LINKS;
     snprintf(s->name, sizeof(s->name), "NVIDIA H100 80GB HBM3");
-    snprintf(s->driver, sizeof(s->driver), "550.54.15");
+    snprintf(s->driver, sizeof(s->driver), "570.133.20");
     for (int i = 0; i < MAX_GPUS; i++) {
         struct gpu *g = &s->g[i];
         char key[200];
