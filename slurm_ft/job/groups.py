@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -56,7 +55,8 @@ HEARTBEAT_MS = 1000          # the Lighthouse's heartbeat timeout: the healthy g
 HEARTBEAT_ENV = "SLURM_FT_LIGHTHOUSE_HEARTBEAT_MS"   # the job's own choice (100 ms to 10 min), exported at submit
 JOIN_MS = 10000              # how long a quorum waits for a heartbeating straggler (torchft's Slurm example)
 LIGHTHOUSE_SLOT = 99         # the rendezvous launch slot the Lighthouse's port is drawn from (groups use 0..98)
-GROUP_STOP_GRACE_S = 2.0     # a failed group's srun gets SIGTERM, then SIGKILL: its heartbeats must end fast
+GROUP_STOP_GRACE_S = 2.0     # a failed group's srun gets SIGTERM, then its step is cancelled: its heartbeats
+                             # must end fast
 
 
 @dataclass
@@ -69,6 +69,11 @@ class Running:
     exited_at: Optional[float] = None     # monotonic
     rc: Optional[int] = None
     next_hang_poll: float = 0.0
+
+
+def step_name(g: int) -> str:
+    """Group g's srun step name (squeue, sacct): how its step alone is found to be cancelled."""
+    return f"slurm-ft-group{g}"
 
 
 def lighthouse_argv(binary: str, port: int, heartbeat_ms: int = HEARTBEAT_MS) -> List[str]:
@@ -154,7 +159,7 @@ class GroupSupervisor(Supervisor):
             self.say(f"cannot run {resolved[0]}: {exc}")
             return 127
         run = self.groups[g]
-        run.proc = subprocess.Popen(srun_argv(nodes, self.tasks_per_node, program), env=env)
+        run.proc = subprocess.Popen(srun_argv(nodes, self.tasks_per_node, program, step_name(g)), env=env)
         run.nodes, run.launch, run.started_t, run.exited_at, run.rc = tuple(nodes), self.launches, time.time(), None, None
         self.log("launch", launch=self.launches, group=g, nodes=compress(nodes), ckpt=env["SLURM_FT_CKPT"],
                  step=found.step if found and found.path else None, reason=reason, rank0=rank0, rejoin=rejoin,
@@ -163,21 +168,14 @@ class GroupSupervisor(Supervisor):
         self.launches += 1
         return None
 
-    def stop_group(self, g: int, grace_s: float = GROUP_STOP_GRACE_S) -> None:
-        proc = self.groups[g].proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    def stop_group(self, g: int, grace_s: float = GROUP_STOP_GRACE_S) -> bool:
+        """End group g's step (its own, by name: the other groups' run on); whether it ended."""
+        return self.end_step(self.groups[g].proc, grace_s, step_name(g))
 
-    def stop(self) -> None:
-        """Every group's step and the Lighthouse (the job ends, or the requeue path takes over)."""
-        for g in range(self.r):
-            self.stop_group(g, STOP_GRACE_S)
+    def stop(self) -> bool:
+        """Every group's step and the Lighthouse (the job ends, or the requeue path takes over); whether
+        every step ended."""
+        ended = all([self.stop_group(g, STOP_GRACE_S) for g in range(self.r)])
         if self.lighthouse is not None and self.lighthouse.poll() is None:
             self.lighthouse.terminate()
             try:
@@ -185,6 +183,7 @@ class GroupSupervisor(Supervisor):
             except subprocess.TimeoutExpired:
                 self.lighthouse.kill()
                 self.lighthouse.wait()
+        return ended
 
     # --- the loop ----------------------------------------------------------------------------------
     def run(self) -> int:
@@ -258,7 +257,9 @@ class GroupSupervisor(Supervisor):
             self.log("fault", group=g, nodes=compress(act.failed), reason=act.reason[:1000])
             self.say(f"group {g}: fault: {act.reason}")
         old = self.groups[g].nodes
-        self.stop_group(g)
+        if not self.stop_group(g):       # its ranks may still write: never launched beside
+            return self._fallback(hp.Action("fallback", failed=act.failed,
+                                            reason=f"group {g}'s step did not end: {act.reason}"))
         if old:
             self.log("stopped", group=g, nodes=compress(old), stop_s=round(time.time() - t0, 3))
         if act.kind == "park":

@@ -67,10 +67,12 @@ EXIT_CHECK_AFTER_S = 2.0     # a failed step with no fault shown this long gets 
                              # watcher usually drains it within a second: no check on that path)
 
 
-def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str]) -> List[str]:
+def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str], name: Optional[str] = None) -> List[str]:
+    """The training step's srun; `name` names the step (not the job), so that it alone can be cancelled."""
     n = len(nodes)
     return ["srun", f"--nodes={n}", f"--ntasks={n * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}",
-            f"--nodelist={compress(nodes)}", "--kill-on-bad-exit=1", *program]
+            f"--nodelist={compress(nodes)}", "--kill-on-bad-exit=1", *([f"--job-name={name}"] if name else []),
+            *program]
 
 
 def check_argv(nodes: Sequence[str], python: str = sys.executable, drain: bool = False) -> List[str]:
@@ -217,25 +219,29 @@ class Supervisor:
         return None
 
     def stop(self) -> bool:
-        """End the running step; whether it ended. srun forwards SIGTERM to the ranks and exits once
-        they are gone. A killed srun would not end them: its ranks run on, writing the checkpoint
-        directory beside the next launch's (deleting the checkpoint it resumes from, in a loaded lab).
-        So a step that outlives the grace is cancelled through slurmctld, and srun waited for again."""
-        proc = self.proc
+        """End the running step; whether it ended (end_step)."""
+        return self.end_step(self.proc, STOP_GRACE_S)
+
+    def end_step(self, proc: Optional["subprocess.Popen[bytes]"], grace_s: float, name: Optional[str] = None) -> bool:
+        """End the step srun `proc` runs (named `name`, when several run); whether it ended. srun forwards
+        SIGTERM to the ranks and exits once they are gone. A killed srun would not end them: its ranks run
+        on, writing the checkpoint directory beside the next launch's (deleting the checkpoint it resumes
+        from, in a loaded lab). So a step that outlives the grace is cancelled through slurmctld, and srun
+        waited for again; one that still runs is never launched beside (the caller's requeue path)."""
         if proc is None or proc.poll() is not None:
             return True
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(STOP_GRACE_S)
+            proc.wait(grace_s)
             return True
         except subprocess.TimeoutExpired:
             pass
-        self.say(f"the step did not end {STOP_GRACE_S:g} s after SIGTERM: cancelling it through Slurm")
+        self.say(f"the step did not end {grace_s:g} s after SIGTERM: cancelling it through Slurm")
         try:
-            steps = self.client.steps(self.job_id)      # only the training step runs now (checks are waited for)
+            steps = self.client.steps(self.job_id, name)   # the training steps alone (checks are waited for)
             for step in steps:
                 self.client.cancel_step(self.job_id, step)
-            self.log("cancel_step", steps=steps)
+            self.log("cancel_step", steps=steps, **({"name": name} if name else {}))
         except Exception as exc:   # noqa: BLE001 - srun may still end it; if not, the requeue path will
             self.say(f"could not cancel the step: {exc}")
         try:

@@ -586,13 +586,16 @@ def parse_sbatch_parsable(text: str) -> int:
     return int(first)
 
 
-def parse_step_ids(text: str, job_id: int) -> List[int]:
-    """`squeue --steps --jobs=JID --noheader --format=%i` prints one `JID.STEP` a line: the numbered steps
-    (srun's), sorted; `JID.batch`, `JID.extern` and anything else are not those."""
+def parse_step_ids(text: str, job_id: int, name: Optional[str] = None) -> List[int]:
+    """`squeue --steps --jobs=JID --noheader --format=%i %j` prints `JID.STEP NAME` a line: the numbered
+    steps (srun's), sorted, those named `name` alone when given; `JID.batch`, `JID.extern` and anything
+    else are not those. A step's name is its user's (srun --job-name): compared whole, never parsed."""
     steps = set()
     for line in text.splitlines()[:10_000]:
-        job, sep, step = line.strip().partition(".")
-        if sep and job == str(job_id) and step.isascii() and step.isdigit() and len(step) <= 10:
+        sid, _, step_name = line.strip().partition(" ")
+        job, sep, step = sid.partition(".")
+        if (sep and job == str(job_id) and step.isascii() and step.isdigit() and len(step) <= 10
+                and (name is None or step_name.strip() == name)):
             steps.add(int(step))
     return sorted(steps)
 

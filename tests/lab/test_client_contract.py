@@ -152,13 +152,22 @@ def test_a_users_job_as_roots_client_reads_it(lab, work):
 
 def test_a_users_step_is_listed_then_cancelled_and_the_job_runs_on(lab, work):
     """What the hot-spare supervisor (the job's user) does to a training step that srun could not end: its
-    numbered steps (not batch, not extern), then `scancel JOB.STEP`; the job itself runs on."""
+    numbered steps (not batch, not extern), then `scancel JOB.STEP`; the job itself runs on. A replica
+    group's step is found by its name (srun --job-name names the step, not the job); the other runs on."""
     mine = lab.as_user()
-    jid = mine.submit(["-N1", "-o", "out.txt", "--wrap", "srun sleep 600; sleep 600"], cwd=str(work))
+    jid = mine.submit(["-N2", "-J", "users-job", "-o", "out.txt", "--wrap",
+                       "srun -N1 --job-name=slurm-ft-group1 sleep 600 & srun -N1 sleep 600; sleep 600"], cwd=str(work))
     try:
-        assert mine.wait_for(lambda: mine.steps(jid), 120, "the job's srun step") == [0]
-        mine.cancel_step(jid, 0)
-        mine.wait_for(lambda: mine.steps(jid) == [], 60, "the step gone")
+        mine.wait_for(lambda: len(mine.steps(jid)) == 2, 120, "the job's two steps")
+        named = mine.steps(jid, "slurm-ft-group1")
+        other = [s for s in mine.steps(jid) if s not in named]
+        assert len(named) == 1 and len(other) == 1 and mine.steps(jid, "slurm-ft-group0") == []
+        mine.cancel_step(jid, named[0])
+        mine.wait_for(lambda: mine.steps(jid) == other, 60, "the named step gone, the other running")
+        job = mine.job(jid)
+        assert job.state == "RUNNING" and job.name == "users-job"
+        mine.cancel_step(jid, other[0])
+        mine.wait_for(lambda: mine.steps(jid) == [], 60, "the steps gone")
         assert mine.job(jid).state == "RUNNING"
     finally:
         mine.cancel(jid)

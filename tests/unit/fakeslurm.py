@@ -49,6 +49,7 @@ class FakeSlurm:
                                                  # ("jobs",), ("job", id), ("partitions",),
                                                  # ("partition", name), ("steps", id)
         self.running_steps: Dict[int, List[int]] = {}   # job -> its numbered steps now running (a test sets it)
+        self.step_names: Dict[Tuple[int, int], str] = {}  # (job, step) -> its name (srun --job-name)
 
     # --- reads ------------------------------------------------------------------------------------
     def version(self) -> Tuple[int, int, int]:
@@ -188,9 +189,9 @@ class FakeSlurm:
         self._free(j.nodes)
         self.j[job_id] = replace(j, state="CANCELLED", nodes=())
 
-    def steps(self, job_id: int) -> List[int]:
+    def steps(self, job_id: int, name: Optional[str] = None) -> List[int]:
         self.reads.append(("steps", job_id))
-        return list(self.running_steps.get(job_id, []))
+        return [s for s in self.running_steps.get(job_id, []) if name is None or self.step_names.get((job_id, s)) == name]
 
     def cancel_step(self, job_id: int, step: int) -> None:
         self.calls.append(("cancel_step", job_id, step))

@@ -167,11 +167,17 @@ def test_any_config_text_loads_or_is_a_config_error(text):
 
 @SETTINGS
 @given(st.integers(1, 10**9), st.lists(st.integers(0, 10**6), max_size=8), st.lists(DETAIL, max_size=8),
-       st.randoms())
-def test_squeue_steps_give_the_jobs_numbered_steps_and_nothing_else(job, steps, noise, rnd):
-    lines = [f"{job}.{s}" for s in steps] + [f"{job}.batch", f"{job}.extern", f"{job + 1}.7", f"{job}.\u00b2"] \
+       st.lists(st.text(max_size=40), max_size=8), st.randoms())
+def test_squeue_steps_give_the_jobs_numbered_steps_and_nothing_else(job, steps, noise, names, rnd):
+    named = {s: (names[i] if i < len(names) else "python") for i, s in enumerate(steps)}
+    lines = [f"{job}.{s} {named[s]}" for s in steps] + [f"{job}.batch batch", f"{job}.extern extern",
+                                                         f"{job + 1}.7 slurm-ft-group1", f"{job}.\u00b2 x"] \
         + [f"{job}.{x}" for x in noise]
     rnd.shuffle(lines)
-    got = parse.parse_step_ids("\n".join(lines), job)
+    text = "\n".join(lines)
+    got = parse.parse_step_ids(text, job)
     assert got == sorted(got) and set(steps) <= set(got)
-    assert all(f"{job}.{s}" in (f"{job}.{x}".strip() for x in noise) for s in set(got) - set(steps))
+    assert all(f"{job}.{s}" in (f"{job}.{x}".strip().partition(" ")[0] for x in noise) for s in set(got) - set(steps))
+    # by name: a user's step names are compared whole; another job's step of that name is not this job's
+    one = parse.parse_step_ids(text, job, "slurm-ft-group1")
+    assert {s for s in steps if named[s].strip() == "slurm-ft-group1"} <= set(one) <= set(got)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
-from slurm_ft.job import hotplan as hp
+from slurm_ft.job import groupplan as gp, groups as gs, hotplan as hp
 from slurm_ft.job import supervisor as sv
 
 DEAF_SRUN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
@@ -91,3 +91,57 @@ def test_a_step_that_ends_on_sigterm_costs_no_slurm_call(quick):
     sup.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     assert sup.stop() is True
     assert not [c for c in slurm.calls if c[0] == "cancel_step"] and ("steps", jid) not in slurm.reads
+
+
+# --- replica groups: one group's step stopped, the others' untouched ------------------------------
+
+class Groups(gs.GroupSupervisor):
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.launched, self.handed = [], []
+
+    def launch_group(self, g, nodes, reason, first=False):
+        self.launched.append((g, tuple(nodes)))
+        return None
+
+    def _fallback(self, act):
+        self.handed.append(act)
+        return 99
+
+
+def grouped(slurm, said):
+    """Two groups of one node, each its own named step; group 1's srun ignores SIGTERM."""
+    jid = slurm.add_job(3)
+    slurm.running_steps[jid] = [0, 1]
+    slurm.step_names.update({(jid, 0): gs.step_name(0), (jid, 1): gs.step_name(1)})
+    sup = Groups(slurm, jid, 2, 2, "", ["train"], env={}, notices=None)
+    sup.say = said.append
+    proc = subprocess.Popen(DEAF_SRUN, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "up\n"
+    slurm.srun = proc
+    sup.groups[0] = gs.Running(nodes=("n1",), proc=subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
+    sup.groups[1] = gs.Running(nodes=("n2",), proc=proc)
+    return jid, sup, proc
+
+
+def test_a_groups_step_that_outlives_sigterm_is_cancelled_by_its_name_and_the_other_group_steps_on(quick):
+    slurm, said = Slurm(ends=True), []
+    jid, sup, proc = grouped(slurm, said)
+    try:
+        assert sup.carry_out(gp.Action("relaunch", group=1, nodes=("n3",), failed=("n2",), reason="n2 failed")) is None
+        assert [c for c in slurm.calls if c[0] == "cancel_step"] == [("cancel_step", jid, 1)]
+        assert sup.launched == [(1, ("n3",))] and not sup.handed
+        assert sup.groups[0].proc.poll() is None and slurm.running_steps[jid] == [0]
+    finally:
+        sup.groups[0].proc.kill()
+
+
+def test_a_groups_step_that_will_not_end_is_never_launched_beside_the_job_takes_the_requeue_path(quick):
+    slurm, said = Slurm(ends=False), []
+    jid, sup, proc = grouped(slurm, said)
+    try:
+        assert sup.carry_out(gp.Action("relaunch", group=1, nodes=("n3",), failed=("n2",), reason="n2 failed")) == 99
+        assert sup.launched == [] and [(a.kind, a.failed) for a in sup.handed] == [("fallback", ("n2",))]
+        assert "group 1's step did not end" in sup.handed[0].reason and proc.poll() is not None
+    finally:
+        sup.groups[0].proc.kill()
