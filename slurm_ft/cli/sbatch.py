@@ -60,9 +60,12 @@ def sbatch(ctx: click.Context, argv: Tuple[str, ...]) -> None:
     """Submit SCRIPT as a fault-tolerant job.
 
     \b
-    slurm-ft sbatch [--ckpt-dir DIR] [--min-nodes M] [--max-restarts K] [--hot-spares K] [--hang-timeout S]
-                    [--ckpt-fails M] [SBATCH-OPTIONS...] SCRIPT [ARGS...]
+    slurm-ft sbatch [--ckpt-dir DIR] [--min-nodes M] [--max-restarts K] [--hot-spares K] [--replica-groups R]
+                    [--hang-timeout S] [--ckpt-fails M] [SBATCH-OPTIONS...] SCRIPT [ARGS...]
 
+    --hot-spares K: K nodes beside the N that train; a failed node's step is relaunched on one in the
+    allocation. --replica-groups R: the job trains as R torchft replica groups of N / R nodes (the
+    supervisor runs the Lighthouse); a fault stops and relaunches its group alone (docs/jobs.md).
     --hang-timeout S: no slurm_ft.progress() report for S seconds is a hang (checks, then relaunch or
     restart in place; docs/jobs.md). --ckpt-fails M (3): a checkpoint the job failed on M starts in a
     row is passed over for the previous one.
@@ -70,8 +73,8 @@ def sbatch(ctx: click.Context, argv: Tuple[str, ...]) -> None:
     The job is submitted with --requeue (--requeue=expedite on Slurm >= 25.11 with enable_expedited_requeue)
     and a slurm-ft tag, so the controller may requeue it on a spare node: where the slurm-ft plugins are
     installed (controller.trust), as sbatch --ft-* options that the job_submit policy turns into the tag
-    in AdminComment; elsewhere in the job's Comment. It says on stderr which it used. Every `{ckpt}` in SCRIPT or ARGS becomes, at every (re)start, the newest complete
-    checkpoint in DIR (empty on the first start); SLURM_FT_CKPT holds the same. SCRIPT and ARGS are passed
+    in AdminComment; elsewhere in the job's Comment. It says on stderr which it used. Every `{ckpt}` in SCRIPT or ARGS becomes, at every (re)start, the
+    newest complete checkpoint in DIR (empty on the first start); SLURM_FT_CKPT holds the same. SCRIPT and ARGS are passed
     as an argv array, never through a shell. #SBATCH lines at the top of SCRIPT are honoured as by sbatch.
     Prints `Submitted batch job N` (only N with --parsable).
     """

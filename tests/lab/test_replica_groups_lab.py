@@ -134,8 +134,9 @@ def test_two_faults_in_a_row_the_second_with_no_spare_left_trains_on_one_group(l
                                 60, "group 0 stepping alone")
     assert_never_stopped(ck, 0, t_first, alone[-1]["t"])
     assert back[0]["t"] < t_second and not events(ck, "fallback")
-    incs = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if i["status"] == "recovered"][1:], 120,
-                               "both incidents recovered")
+    lab.client.wait_for(lambda: len([i for i in incidents(lab, controller) if i["status"] == "recovered"]) >= 2, 120,
+                        "both incidents recovered")
+    incs = [i for i in incidents(lab, controller) if i["status"] == "recovered"]
     assert [i["path"] for i in incs] == ["replica_group", "replica_group"]
     assert all("requeue" not in [s["name"] for s in i["steps"]] for i in incs)
     assert lab.client.job(job_id).restart_count == 0
@@ -149,8 +150,10 @@ def test_a_fault_on_the_lighthouse_host_takes_the_whole_job_requeue_path(lab, wo
     fail_node(lab, job.batch_host)                   # the batch host: the supervisor and the Lighthouse
     [fb] = lab.client.wait_for(lambda: events(ck, "fallback"), 60, "the supervisor's fallback")
     assert "Lighthouse" in fb["reason"]
-    starts = lab.client.wait_for(lambda: [e for e in read_log(str(ck)) if e["event"] == "start" and e["restart"] == 1][1:],
-                                 START_S, "both groups started again after the requeue")
+    def restarted():
+        return [e for e in read_log(str(ck)) if e["event"] == "start" and e["restart"] == 1]
+    starts = lab.client.wait_for(lambda: len(restarted()) >= 2 and restarted(), START_S,
+                                 "both groups started again after the requeue")
     assert all(s["resumed_from"] and s["step"] >= 10 for s in starts)      # from the DCP fallback checkpoint
     back = wait_job(lab, job_id, "RUNNING", timeout=60)
     assert back.restart_count == 1 and job.batch_host not in back.nodes and len(back.nodes) == 5
