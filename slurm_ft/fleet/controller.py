@@ -9,6 +9,7 @@ kills it right after each journal write, through `on_journal`, and starts anothe
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import time
@@ -25,11 +26,11 @@ from slurm_ft.fleet.records import Incident, Step
 from slurm_ft.fleet import journal as jn
 from slurm_ft.fleet import outage as out
 from slurm_ft.job.ckptscan import Scanner, hold_reason
-from slurm_ft.fleet.plan import (HOT_NOTE, PENDING_STATES, Policy, failed_in_run, fault_time, in_supervisor_hands,
-                                    plan)
+from slurm_ft.fleet.plan import (HOT_NOTE, PENDING_STATES, PLANNED_DEFERRED_NOTE, PLANNED_HOT_NOTE,
+                                 PLANNED_RESTART_NOTE, Policy, failed_in_run, fault_time, in_supervisor_hands, plan)
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job import trust
-from slurm_ft.job.tag import with_note
+from slurm_ft.job.tag import FtSpec, with_note
 from slurm_ft.node import breaker as brk, guard
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
@@ -74,7 +75,7 @@ class Controller:
         self.conn = conn
         self.config = config
         self.cc = config.controller
-        self.policy = Policy.from_config(self.cc)
+        self.policy = dataclasses.replace(Policy.from_config(self.cc), planned_wait_s=config.lifecycle.planned_wait_s)
         self.clock = clock
         self.sleep = sleep
         self.on_step = on_step          # called (step, outcome, detail, now) after each act: the demo's timeline
@@ -324,6 +325,9 @@ class Controller:
             return
         hold = hold_reason(found) if found is not None else None
         failed = {*step.nodes, *failed_in_run(job, snap_nodes, jn.incidents(self.conn, job_id=job.job_id), self.policy)}
+        if step.planned:
+            self._open_planned(step, job, spec, iid, sorted(failed), now)
+            return
         if spec is not None and job.state == "RUNNING" and in_supervisor_hands(job, spec, sorted(failed)):
             hold = None     # the job does not restart: its supervisor relaunches the step in the allocation
             jn.update_incident(self.conn, iid, note=HOT_NOTE + f"{spec.hot_spares} hot spare(s), "
@@ -335,6 +339,35 @@ class Controller:
             jn.update_incident(self.conn, iid, note=hold)
             log.error("incident %s: job %s stays held: %s", iid, step.job_id, hold)
         log.warning("incident %s: job %s, failed %s (%s)", iid, step.job_id, ",".join(step.nodes), step.reason)
+        self._journaled("open", "intent")
+        self._journaled("open", "result")
+        if self.on_step:
+            self.on_step(step, "ok", step.reason, now)
+
+    def _open_planned(self, step: Step, job: Job, spec: Optional[FtSpec], iid: int, out: List[str],
+                      now: float) -> None:
+        """Say which path a planned swap takes (`incidents` shows it): the job's supervisor at its next
+        checkpoint (a hot spare), a spare before it starts again (pending after a restart), or, running
+        with no hot spare, the job's next restart (noted and closed at once: `deferred`)."""
+        nodes = ", ".join(step.nodes)
+        if job.state == "RUNNING" and spec is not None and in_supervisor_hands(job, spec, out) \
+                and job.batch_host not in step.nodes:
+            jn.update_incident(self.conn, iid, note=PLANNED_HOT_NOTE + f"the job's supervisor moves off {nodes} at "
+                                                                       f"its next checkpoint ({spec.hot_spares} hot "
+                                                                       f"spare(s))")
+            for fault in step.reason.split("; "):     # its supervisor may not have heard from the node
+                node, _, why = fault.partition(": ")
+                self._tell(job.job_id, "degraded", [node], why)
+        elif job.state == "RUNNING":
+            why = ("its batch host" if job.batch_host in step.nodes else "no hot spare left" if spec is not None
+                   and spec.hot_spares else "no hot spare")
+            note = (PLANNED_DEFERRED_NOTE + f"{why}: {nodes} drained, no new job lands there; the job runs on "
+                                            f"and a spare takes its place at the job's next restart")
+            jn.close_incident(self.conn, iid, "deferred", now, note)
+        else:
+            jn.update_incident(self.conn, iid, note=PLANNED_RESTART_NOTE + f"a spare takes the place of {nodes} "
+                                                                           f"before job {job.job_id} starts again")
+        log.warning("incident %s: job %s, planned swap of %s (%s)", iid, step.job_id, nodes, step.reason)
         self._journaled("open", "intent")
         self._journaled("open", "result")
         if self.on_step:
@@ -394,7 +427,7 @@ class Controller:
                 self.membership.change({p: Delta(remove=tuple(sorted(failed))) for p in moved}, parts)
         if not moved and not drained and not refused:
             return "skipped", "already out of the job partitions"
-        if moved and inc.note.startswith(HOT_NOTE):   # its supervisor may give these back to Slurm now
+        if moved and inc.note.startswith((HOT_NOTE, PLANNED_HOT_NOTE)):   # its supervisor may give these back now
             self._tell(inc.job_id, "quarantined", sorted(failed))
         # a node the breaker refused stays in its partition: the step is not done (retried, not looped on)
         return ("failed" if refused_nodes else "ok"), "; ".join(
@@ -476,8 +509,11 @@ class Controller:
         if job.state != "RUNNING":
             return "failed", f"job is {job.state} ({job.reason})"
         now = self.clock()
-        jn.close_incident(self.conn, inc.id, "recovered", now,
-                          inc.note if inc.note.startswith("shrunk") else "")
+        if inc.note.startswith(PLANNED_RESTART_NOTE):   # no fault of ours to count: a planned swap done
+            jn.close_incident(self.conn, inc.id, "planned", now, inc.note)
+        else:
+            jn.close_incident(self.conn, inc.id, "recovered", now,
+                              inc.note if inc.note.startswith("shrunk") else "")
         return "ok", f"running on {compress(job.nodes)}"
 
     def _released(self, step: Step, inc: Incident) -> Tuple[str, str]:
@@ -489,6 +525,21 @@ class Controller:
         kept = [n for n in inc.nodes if n in job.nodes]
         return "ok", (f"running on {compress(job.nodes)}; "
                       + (f"{compress(kept)} still in the job, unused" if kept else f"released {compress(inc.nodes)}"))
+
+    def _planned(self, step: Step, inc: Incident) -> Tuple[str, str]:
+        """Close a planned swap in a hot-spare job: its supervisor moved off the node (or kept it, unused)."""
+        job = self.client.job(inc.job_id)
+        if job.state != "RUNNING":
+            return "failed", f"job is {job.state} ({job.reason})"
+        jn.close_incident(self.conn, inc.id, "planned", self.clock(), f"{inc.note}; {step.reason}")
+        kept = [n for n in inc.nodes if n in job.nodes]
+        return "ok", (f"running on {compress(job.nodes)}; "
+                      + (f"{compress(kept)} still in the job, unused" if kept else f"released {compress(inc.nodes)}"))
+
+    def _superseded(self, step: Step, inc: Incident) -> Tuple[str, str]:
+        """A fault (or a restart) overtook a planned swap: its incident takes the node along."""
+        jn.close_incident(self.conn, inc.id, "superseded", self.clock(), f"{inc.note}; {step.reason}")
+        return "ok", step.reason
 
     def _hold(self, step: Step, inc: Incident) -> Tuple[str, str]:
         """Keep the job from starting: requeue it held if it still runs, hold it if Slurm requeued it."""

@@ -12,6 +12,13 @@ For a fault-tolerant job with a failed node, an incident runs these steps, each 
   start       StartTime=now once Slurm shows PENDING/BeginTime (or release when held)
   confirm     the job runs again on healthy nodes: the incident closes as recovered
 
+A planned swap (a node drained `slurm-ft: PLANNED ...` for a soft signal while a fault-tolerant job runs on
+it: node/planned.py) is no fault and never requeues a job. With a hot spare the incident runs quarantine and
+swap (the pool refills the partition) and waits for the job's supervisor to move off the node at its next
+checkpoint (closed `planned`); without one it is noted `deferred` at once: the node goes with the job's next
+restart (any later incident of the job takes it too, and a restart with nothing else to do opens one that
+swaps a spare in for it). A fault in a job with an open planned incident supersedes it.
+
 The plan never looks at what a step *did*: it reads Slurm's state from the snapshot, so a step whose
 result never reached the journal (a killed controller) is simply planned again, and its act finds
 the work done. `poll` means "wait a moment and read again"; `wait` parks an incident until a spare
@@ -33,7 +40,7 @@ from slurm_ft.fleet import outage as out
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job.tag import FtSpec
 from slurm_ft import vocab
-from slurm_ft.vocab import ENDED_JOB_STATES, slurm_time
+from slurm_ft.vocab import ENDED_JOB_STATES, planned, slurm_time
 
 if TYPE_CHECKING:
     from slurm_ft.config import ControllerConfig
@@ -72,6 +79,7 @@ class Policy:
     wave_window_s: float = 120.0
     wave_settle_s: float = 60.0
     restore_after_s: float = 30.0
+    planned_wait_s: float = 1800.0      # a hot-spare job's supervisor waits this long for its checkpoint
 
     @classmethod
     def from_config(cls, cc: ControllerConfig) -> "Policy":
@@ -92,6 +100,11 @@ class Policy:
 def failure(node: Optional[Node], policy: Policy) -> Optional[str]:
     """Why the node counts as failed, or None (nodefault.node_fault under this policy's reasons)."""
     return node_fault(node, policy.fail_prefix, policy.slurm_fault_reasons)
+
+
+def degraded(node: Optional[Node]) -> bool:
+    """Out for a planned swap: drained `slurm-ft: PLANNED ...` (no fault: its jobs run on)."""
+    return node is not None and node.drained and planned(node.reason)
 
 
 def spare_pool(snap: Snapshot, policy: Policy, taken: Set[str], faults: Dict[str, int]) -> List[str]:
@@ -136,7 +149,8 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
         for job in sorted(snap.jobs.values(), key=lambda j: j.job_id):
             if job.job_id in busy or job.job_id not in snap.specs:
                 continue
-            step = _detect(job, snap, incidents, policy, claimed | hold, now)
+            step = _detect(job, snap, incidents, policy, claimed | hold, now) or _detect_planned(
+                job, snap, incidents, policy, claimed)
             if step:
                 # a node a check drained is out already (that drain counted): only the rest cost
                 why = out.breaker_room(counted, [n for n in step.nodes if not snap.nodes[n].drained],
@@ -212,9 +226,38 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     failed = [n for n in failed if n not in claimed]
     if not failed:
         return None
-    reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed)
-    return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason="; ".join(reasons),
+    # out for a planned swap: they leave with this restart too (no second restart for them later)
+    along = [n for n in (job.nodes if job.state == "RUNNING" else (job.nodes or snap.partitions[part].nodes))
+             if degraded(snap.nodes.get(n)) and n not in claimed and n not in failed and n not in job.excluded_nodes
+             and (job.state == "RUNNING" or snap.nodes[n].state not in ("ALLOCATED", "MIXED"))]
+    reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed) + tuple(
+        f"{n}: {snap.nodes[n].reason}" for n in along)
+    return Step("open", job.job_id, nodes=tuple(failed + along), partition=part, reason="; ".join(reasons),
                 restart_count=hit_run)
+
+
+def _detect_planned(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Policy,
+                    claimed: Set[str]) -> Optional[Step]:
+    """An `open` step (planned) for an FT job with nodes out for a planned swap that no incident of this
+    run named yet: while it runs (its supervisor moves at a checkpoint, or the swap waits for its next
+    restart), or pending again after a restart (a spare takes their place before it starts)."""
+    part = _job_partition(job, snap, policy)
+    if part is None:
+        return None
+    named = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count for n in i.nodes}
+    if job.state == "RUNNING":
+        cands: Sequence[str] = job.nodes
+    elif job.state in PENDING_STATES and job.restart_count and not reason_in(job.reason, PEOPLE_HOLDS):
+        cands = [n for n in (job.nodes or snap.partitions[part].nodes)
+                 if n not in job.excluded_nodes and snap.nodes.get(n) is not None
+                 and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
+    else:
+        return None
+    out = [n for n in cands if degraded(snap.nodes.get(n)) and n not in named and n not in claimed]
+    if not out:
+        return None
+    return Step("open", job.job_id, nodes=tuple(out), partition=part, planned=True,
+                reason="; ".join(f"{n}: {snap.nodes[n].reason}" for n in out))
 
 
 def _previous_run(job: Job, snap: Snapshot, policy: Policy, now: float) -> Optional[Placement]:
@@ -244,6 +287,9 @@ def _left_behind(prev: Placement, job: Job, snap: Snapshot, incidents: Sequence[
 # refused the shrink and the node stays in the job, unused, until the job ends or is requeued.
 HOT_RELEASE_WAIT_S = 30.0
 HOT_NOTE = "hot-spare: "      # an incident the job's supervisor handles in its own allocation
+PLANNED_HOT_NOTE = "planned, hot spare: "          # the supervisor moves off the node at its next checkpoint
+PLANNED_RESTART_NOTE = "planned, at restart: "     # a spare takes the node's place before the job starts again
+PLANNED_DEFERRED_NOTE = "planned, deferred: "      # no hot spare: the node goes with the job's next restart
 
 
 def in_supervisor_hands(job: Job, spec: Optional[FtSpec], failed: Sequence[str]) -> bool:
@@ -322,7 +368,9 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     base = _IncidentFields(job_id=inc.job_id, incident_id=inc.id, nodes=inc.nodes, partition=inc.partition)
     spec = snap.specs.get(inc.job_id)
     max_restarts = spec.max_restarts if spec else 0
-    giving_up = restarts_without_progress(inc, incidents, job) >= max_restarts
+    # a restart for a planned swap alone was not ours to count: whoever restarted the job decided it
+    giving_up = (not inc.note.startswith(PLANNED_RESTART_NOTE)
+                 and restarts_without_progress(inc, incidents, job) >= max_restarts)
 
     def quarantined() -> bool:
         return not any(n in p.nodes for n in inc.nodes
@@ -336,6 +384,8 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
 
     # Quarantine and swap first, while the job still runs: once it is requeued, its nodes run their
     # epilogs and Slurm is busiest, and those partition edits would sit on the critical path.
+    if inc.note.startswith(PLANNED_HOT_NOTE):
+        return _advance_planned(inc, snap, incidents, policy, pool, spec, job, base, quarantined(), now)
     if inc.note.startswith(HOT_NOTE):
         return _advance_hot(inc, snap, incidents, policy, pool, spec, job, base, quarantined(), now)
     if not quarantined():
@@ -442,6 +492,37 @@ def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], p
                                                 "stays in the job unused (Slurm refused the shrink)")]
     return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node left "
                                             "the job")]
+
+
+def _advance_planned(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, pool: List[str],
+                     spec: Optional[FtSpec], job: Job, base: _IncidentFields, quarantined: bool, now: float
+                     ) -> List[Step]:
+    """A planned swap inside a hot-spare job: quarantine the node (the job runs on; its supervisor may give
+    it back once told), refill the partition from the pool, and close once the node left the job (the
+    supervisor moved at its checkpoint). A fault in the job, or the job restarted, supersedes it: the
+    fault's incident (or the restart's) takes the node along."""
+    failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy) and n not in inc.nodes]
+    if job.state != "RUNNING" or job.restart_count > inc.restart_count or failed:
+        why = (f"a fault in the job ({', '.join(failed)})" if failed and job.state == "RUNNING"
+               else f"job {job.job_id} is {job.state}, restart {job.restart_count}")
+        return [Step("superseded", **base, reason=f"{why}: that path takes {', '.join(inc.nodes)} along")]
+    if not quarantined:
+        return [Step("quarantine", **base, reason="out of the job partitions, drained for its planned swap "
+                                                  "(the job runs on)")]
+    if not inc.done("swap") and not _swapped(inc, snap, policy):
+        fresh = [s for s in pool if s not in inc.spares][:len(inc.nodes)]
+        if fresh:
+            for s in fresh:
+                pool.remove(s)
+            return [Step("swap", **base, spares=tuple(fresh),
+                         reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")]
+    if any(n in job.nodes for n in inc.nodes):
+        if now - inc.opened_at < policy.planned_wait_s + HOT_RELEASE_WAIT_S:
+            return [Step("poll", **base, reason="waiting for the job's supervisor to move off the node at its "
+                                                "next checkpoint")]
+        return [Step("planned", **base, reason="the job's supervisor did not give the node back in time: it stays "
+                                               "in the job, unused, until the job ends")]
+    return [Step("planned", **base, reason="the job's supervisor moved off the node at a checkpoint and gave it back")]
 
 
 def _completing(inc: Incident, snap: Snapshot, now: float, policy: Policy) -> str:

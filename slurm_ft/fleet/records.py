@@ -22,6 +22,7 @@ class Step:
     num_nodes: Optional[int] = None     # shrink to this size (elastic job, short pool)
     reason: str = ""                    # why, for people (journal detail, logs)
     restart_count: Optional[int] = None  # open: the run the fault hit, when Slurm has restarted the job since
+    planned: bool = False               # open: the nodes are out for a planned swap (soft signals), not failed
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class Incident:
     """One fault of one fault-tolerant job, from detection to the job running again."""
     id: int
     job_id: int
-    status: str                         # open, waiting, recovered, gave_up, abandoned
+    status: str                         # open, waiting, recovered, gave_up, abandoned; planned (a planned swap
+                                        # done), deferred (no hot spare: at the job's next restart), superseded
     nodes: Tuple[str, ...]              # failed nodes
     faults: Tuple[str, ...] = ()        # the node reasons (drain reason or state) at detection
     partition: str = ""

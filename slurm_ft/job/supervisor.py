@@ -25,6 +25,11 @@ A step that fails while Slurm shows no fault on its nodes for EXIT_CHECK_AFTER_S
 a culprit takes the fault path; with none, the job ends with the step's exit status after
 hotplan.EXIT_GRACE_S.
 
+Planned swaps (job/planned.py decides): a node of the step told degraded (a `degraded` notice, or drained
+PLANNED in a backstop read), or found a straggler in the ranks' progress reports, is no fault: the step runs
+on while the supervisor asks the job for a checkpoint now (job/ckptrequest.py), then relaunches it without
+that node from that checkpoint (no step done twice), within lifecycle.planned_wait_s.
+
 Fail-safe: a failed read of Slurm is logged and the step runs on (no action on a guess); a failed
 shrink is logged (the controller quarantines the node either way) and training goes on; a check
 that cannot run names no culprit, and most of the step failing alike names none either (hang.systemic):
@@ -42,12 +47,13 @@ import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurm_ft import heartbeat
-from slurm_ft.job import ckptfallback, hang, jobstart, rendezvous, startlog
+from slurm_ft.job import ckpt, ckptfallback, ckptrequest, hang, jobstart, rendezvous, startlog
 from slurm_ft.job.notices import Follower
-from slurm_ft.job import hotplan as hp
+from slurm_ft.job import hotplan as hp, planned as pl
 from slurm_ft.job.nodefault import node_fault
 from slurm_ft.slurm.client import SlurmClient
 from slurm_ft.slurm.hostlist import compress
+from slurm_ft.vocab import planned
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
@@ -63,6 +69,8 @@ HANG_POLL_S = 1.0            # progress reads per second (one small file per ran
 CHECK_TIMEOUT_S = 120.0      # the hang checks' srun, start-up included; then it is killed: no culprit
 EXIT_CHECK_AFTER_S = 2.0     # a failed step with no fault shown this long gets the checks (the node's own
                              # watcher usually drains it within a second: no check on that path)
+CKPT_POLL_S = 0.2            # while a checkpoint is asked for: how often the newest complete one is read
+STRAGGLER_POLL_S = 2.0       # progress reads for stragglers (one small file per rank)
 
 
 def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str]) -> List[str]:
@@ -101,6 +109,7 @@ class Supervisor:
                  env: Optional[Mapping[str, str]] = None, poll_s: float = POLL_S, hang_timeout: float = 0,
                  max_restarts: int = 0, ckpt_fails: int = ckptfallback.DEFAULT_M,
                  notices: Optional[Follower] = None, backstop_s: float = BACKSTOP_S,
+                 planned_wait_s: float = 1800.0, straggler: Tuple[float, float] = (0.0, 0.0),
                  say: Callable[[str], None] = lambda m: print(f"slurm-ft supervisor: {m}", file=sys.stderr,
                                                              flush=True)):
         self.client = client
@@ -135,6 +144,17 @@ class Supervisor:
         self.next_read = 0.0               # monotonic time of the next backstop read
         self.reads_due: List[float] = []   # reads before the job ends on a failed step (hotplan.EXIT_GRACE_S)
         self.quarantine_notices: Set[str] = set()   # nodes the controller says it quarantined
+        # planned swaps: degraded nodes (notices, PLANNED drains, stragglers), the checkpoint asked for
+        self.degraded: Dict[str, str] = {}
+        self.straggling: Set[str] = set()          # degraded by this job's own reports (not drained by anyone)
+        self.planned_said: Set[str] = set()
+        self.ckpt_ask: Optional[pl.Ask] = None
+        self.asks = 0
+        self.planned_wait_s = planned_wait_s
+        self.newest_ckpt: Optional[int] = None
+        self.next_ckpt_read = 0.0
+        self.stragglers = pl.Stragglers(*straggler) if straggler[0] > 0 else None
+        self.next_straggler_poll = 0.0
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
@@ -147,6 +167,10 @@ class Supervisor:
             return None
         self.failed.update({x.name: why for x in got for why in [node_fault(x)] if why})
         self.addrs.update({x.name: x.addr for x in got if x.addr})
+        for x in got:               # out for a planned swap, and no notice of it came
+            if x.drained and planned(x.reason) and x.name not in self.degraded:
+                self.degraded[x.name] = x.reason
+                self.log("notice", node=x.name, reason=x.reason[:300], kind="degraded", source="read")
         return self.known(nodes)
 
     def known(self, nodes: Sequence[str]) -> Dict[str, str]:
@@ -160,6 +184,10 @@ class Supervisor:
         for kind, node, why in self.notices.events():
             if kind == "quarantined":
                 self.quarantine_notices.add(node)
+            elif kind == "degraded":
+                if node not in self.degraded:
+                    self.degraded[node] = why or "degraded (slurm-ft notice)"
+                    self.log("notice", node=node, reason=why[:300], kind="degraded")
             elif node not in self.failed:
                 self.failed[node] = why or "failed (slurm-ft notice)"
                 self.log("notice", node=node, reason=why[:300])
@@ -271,8 +299,12 @@ class Supervisor:
             view = hp.View(allocation=allocation, faults=faults, batch_host=batch_host, train_nodes=self.n,
                            step_nodes=self.step_nodes, step_rc=rc,
                            since_exit_s=now - self.exited_at if rc is not None and self.exited_at is not None
-                           else 0.0)
-            act = hp.decide(view)
+                           else 0.0, avoid={x: why for x, why in self.degraded.items() if x not in faults})
+            act = self.planned_action(view, now) if self.ckpt_ask is not None and rc is not None else hp.Action("wait")
+            if act.kind != "swap":
+                act = hp.decide(view)
+            if act.kind == "wait" and rc is None and (self.degraded or self.stragglers is not None):
+                act = self.planned_action(view, now)
             if act.kind == "wait" and rc is None and self.hang_timeout and now >= self.next_hang_poll:
                 self.next_hang_poll = now + HANG_POLL_S
                 act = self.watch_progress(view)
@@ -290,6 +322,11 @@ class Supervisor:
                 return act.rc
             if act.kind == "fallback":
                 return self._fallback(act)
+            if act.kind == "swap":
+                rc, allocation = self.planned_swap(act, allocation, job.partition)
+                if rc is not None:
+                    return rc
+                continue
             if act.kind == "restart":
                 t0 = time.time()
                 self.stop()
@@ -306,12 +343,96 @@ class Supervisor:
         t_fault = time.time()
         self.log("fault", nodes=compress(act.failed), reason=act.reason[:1000])
         self.say(f"fault: {act.reason}")
+        self.ckpt_ask = None            # the relaunch leaves the degraded nodes out too: no swap is owed any more
         self.stop()
         self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t_fault, 3))
         allocation = self.shrink(allocation, self.quarantined(partitions, act.release,
                                                               time.monotonic() + QUARANTINE_WAIT_S
                                                               - (time.time() - t_fault)))
         return self.launch(act.nodes, f"relaunch without {compress(act.failed)}"), allocation
+
+    # --- planned swaps ----------------------------------------------------------------------------
+    def planned_action(self, view: hp.View, now: float) -> hp.Action:
+        """Degraded nodes of the step (notices, PLANNED drains, stragglers): ask for a checkpoint, then
+        `swap` once it is there (job/planned.py decides); anything but a swap is carried out here."""
+        self.watch_stragglers(now)
+        if self.ckpt_ask is not None and (now >= self.next_ckpt_read or view.step_rc is not None):
+            self.next_ckpt_read = now + CKPT_POLL_S
+            self.newest_ckpt = self.read_newest()
+        pv = pl.View(allocation=view.allocation, faults=view.faults, degraded=self.degraded,
+                     batch_host=view.batch_host, train_nodes=view.train_nodes, step_nodes=view.step_nodes,
+                     step_rc=view.step_rc, asked=self.ckpt_ask, newest_ckpt=self.newest_ckpt, now=now,
+                     wait_s=self.planned_wait_s)
+        act = pl.decide(pv)
+        if act.kind == "request":
+            self.ask(act, now)
+        elif act.kind == "none" and act.failed and not set(act.failed) <= self.planned_said:
+            self.planned_said |= set(act.failed)
+            self.log("planned", phase="not_swapped", nodes=compress(act.failed), reason=act.reason[:1000])
+            self.say(f"planned swap not possible: {act.reason}")
+        return act if act.kind == "swap" else hp.Action("wait")
+
+    def ask(self, act: hp.Action, now: float) -> None:
+        """Ask the running launch for a checkpoint now (the file its ranks read: job/ckptrequest.py)."""
+        newest = self.read_newest()
+        mine = hang.current(heartbeat.read_all(self.ckpt_dir), hang.Launch(str(self.job_id), self.restart,
+                                                                            self.launches - 1, self.launch_t))
+        step = max((r["step"] for r in mine.values()), default=None)
+        self.asks += 1
+        if self.ckpt_dir:
+            try:
+                ckptrequest.request(self.ckpt_dir, str(self.job_id), self.restart, self.launches - 1,
+                                    act.reason, self.asks)
+            except OSError as exc:        # the periodic checkpoint (or the wait bound) still swaps
+                self.say(f"cannot ask for a checkpoint in {self.ckpt_dir}: {exc}")
+        self.ckpt_ask = pl.Ask(now, step, newest, act.failed)
+        self.newest_ckpt, self.next_ckpt_read = newest, now + CKPT_POLL_S
+        self.log("planned", phase="asked", nodes=compress(act.failed), step=step, newest=newest,
+                 reason=act.reason[:1000])
+        self.say(f"planned swap: {act.reason}")
+
+    def read_newest(self) -> Optional[int]:
+        try:
+            found = ckpt.latest(self.ckpt_dir) if self.ckpt_dir else None
+        except Exception as exc:   # noqa: BLE001 - an unreadable directory: the wait bound still swaps
+            self.say(f"cannot read {self.ckpt_dir}: {exc}")
+            return None
+        return found.step if found is not None and found.path else None
+
+    def planned_swap(self, act: hp.Action, allocation: Tuple[str, ...], partitions: str
+                     ) -> Tuple[Optional[int], Tuple[str, ...]]:
+        """Stop the step (it may have stopped itself after the checkpoint), give back the degraded nodes the
+        controller quarantined and the stragglers, launch again without them: (launch's rc, allocation)."""
+        t0 = time.time()
+        self.log("planned", phase="swap", nodes=compress(act.failed), reason=act.reason[:1000])
+        self.say(act.reason)
+        self.stop()
+        self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t0, 3))
+        self.ckpt_ask = None
+        if self.ckpt_dir:
+            ckptrequest.clear(self.ckpt_dir)
+        # stragglers were judged by this job alone: nobody quarantines them, and nothing keeps them here
+        drained = [x for x in act.release if x not in self.straggling]
+        out = self.quarantined(partitions, drained, time.monotonic() + QUARANTINE_WAIT_S)
+        if self.may_shrink:
+            out = (*out, *(x for x in act.release if x in self.straggling))
+        allocation = self.shrink(allocation, out)
+        return self.launch(act.nodes, f"planned swap without {compress(act.failed)}"), allocation
+
+    def watch_stragglers(self, now: float) -> None:
+        """Every STRAGGLER_POLL_S: nodes of the step far slower than the others for long enough are degraded."""
+        if self.stragglers is None or now < self.next_straggler_poll or self.proc is None:
+            return
+        self.next_straggler_poll = now + STRAGGLER_POLL_S
+        at = hang.Launch(str(self.job_id), self.restart, self.launches - 1, self.launch_t)
+        mine = hang.current(heartbeat.read_all(self.ckpt_dir), at)
+        found = self.stragglers.update(mine, time.time())
+        for node, why in found.items():
+            if node in self.step_nodes and node not in self.degraded:
+                self.degraded[node] = why
+                self.straggling.add(node)
+                self.log("straggler", launch=at.launch, node=node, reason=why)
+                self.say(f"straggler: {node}: {why}")
 
     # --- hangs ------------------------------------------------------------------------------------
     def watch_progress(self, view: hp.View) -> hp.Action:
@@ -422,11 +543,29 @@ def _int(text: Optional[str], default: int) -> int:
         return default
 
 
+def planned_settings(node: str) -> Tuple[float, Tuple[float, float]]:
+    """(lifecycle.planned_wait_s, (straggler_ratio, straggler_window_s) of the node type of `node`) from
+    slurm-ft's config where this job can read it, else the defaults (a job runs on without it)."""
+    from slurm_ft.config import Config, SoftSignals, load_config  # lazy: yaml; the starter's own steps need none
+    try:
+        config = load_config()
+    except Exception as exc:  # noqa: BLE001 - no config to read: the defaults
+        print(f"slurm-ft supervisor: config not read ({exc}); planned-swap defaults", file=sys.stderr)
+        config = Config()
+    try:
+        soft = config.health.type_of(node)[1].soft
+    except Exception:  # noqa: BLE001 - a bad node_type_of entry: the defaults
+        soft = SoftSignals()
+    return config.lifecycle.planned_wait_s, (soft.straggler_ratio, soft.straggler_window_s)
+
+
 def main(ckpt_dir: str, train_nodes: Optional[int], argv: Sequence[str], hang_timeout: float = 0,
          max_restarts: int = 0, ckpt_fails: int = ckptfallback.DEFAULT_M) -> int:
     job = os.environ.get("SLURM_JOB_ID", "")
     if not job.isdigit():
         print("slurm-ft supervisor: not inside a Slurm job (no SLURM_JOB_ID)", file=sys.stderr)
         return 2
+    wait_s, straggler = planned_settings(os.environ.get("SLURMD_NODENAME", ""))
     return Supervisor(SlurmClient(), int(job), train_nodes, ckpt_dir, argv, hang_timeout=hang_timeout,
-                      max_restarts=max_restarts, ckpt_fails=ckpt_fails).run()
+                      max_restarts=max_restarts, ckpt_fails=ckpt_fails, planned_wait_s=wait_s,
+                      straggler=straggler if train_nodes else (0.0, 0.0)).run()
