@@ -130,7 +130,9 @@ def soft_signals(eps: Sequence[Episode]) -> Dict[str, Dict[str, Any]]:
             continue
         r = out.setdefault(ep.code or "unknown", {"swaps": 0, "confirmed": 0, "false_alarms": 0, "open": 0})
         r["swaps"] += 1
-        r[{"confirmed": "confirmed", "probable_false_positive": "false_alarms", "open": "open"}[ep.outcome]] += 1
+        # a failed validation confirms the signal at once, even while the node waits for its repair
+        confirmed = ep.outcome == "confirmed" or "failed_validation" in ep.repairs
+        r["confirmed" if confirmed else "false_alarms" if ep.outcome == "probable_false_positive" else "open"] += 1
     for r in out.values():
         closed = r["confirmed"] + r["false_alarms"]
         r["precision"] = round(r["confirmed"] / closed, 4) if closed else None

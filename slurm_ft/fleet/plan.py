@@ -201,7 +201,7 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
         failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
         # The same fault seen again through a stale read: an incident already requeued this run.
         handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
-                   for n in i.nodes}
+                   and not planned_incident(i) for n in i.nodes}
         failed = [n for n in failed if n not in handled]
         if not failed and prev is not None:
             # Slurm moved the job itself (>= 25.11: an expedited requeue on node failure starts it again
@@ -226,10 +226,16 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     failed = [n for n in failed if n not in claimed]
     if not failed:
         return None
-    # out for a planned swap: they leave with this restart too (no second restart for them later)
+    # out for a planned swap: they leave with this restart too (no second restart for them later); in a
+    # hot-spare job only while its supervisor still has enough nodes without them (a degraded node beats
+    # a requeue)
     along = [n for n in (job.nodes if job.state == "RUNNING" else (job.nodes or snap.partitions[part].nodes))
              if degraded(snap.nodes.get(n)) and n not in claimed and n not in failed and n not in job.excluded_nodes
              and (job.state == "RUNNING" or snap.nodes[n].state not in ("ALLOCATED", "MIXED"))]
+    spec = snap.specs.get(job.job_id)
+    if along and job.state == "RUNNING" and in_supervisor_hands(job, spec, failed) \
+            and not in_supervisor_hands(job, spec, failed + along):
+        along = []
     reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed) + tuple(
         f"{n}: {snap.nodes[n].reason}" for n in along)
     return Step("open", job.job_id, nodes=tuple(failed + along), partition=part, reason="; ".join(reasons),
@@ -278,7 +284,7 @@ def _left_behind(prev: Placement, job: Job, snap: Snapshot, incidents: Sequence[
                  policy: Policy) -> List[str]:
     """Failed nodes of the job's previous run that it no longer holds and no incident of that run took."""
     handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count >= prev.restart_count
-               for n in i.nodes}
+               and not planned_incident(i) for n in i.nodes}
     return [n for n in prev.nodes if n not in job.nodes and n not in handled
             and failure(snap.nodes.get(n), policy)]
 
@@ -290,6 +296,11 @@ HOT_NOTE = "hot-spare: "      # an incident the job's supervisor handles in its 
 PLANNED_HOT_NOTE = "planned, hot spare: "          # the supervisor moves off the node at its next checkpoint
 PLANNED_RESTART_NOTE = "planned, at restart: "     # a spare takes the node's place before the job starts again
 PLANNED_DEFERRED_NOTE = "planned, deferred: "      # no hot spare: the node goes with the job's next restart
+
+
+def planned_incident(inc: Incident) -> bool:
+    """An incident of a planned swap: its nodes were degraded, not failed."""
+    return inc.note.startswith("planned, ")
 
 
 def in_supervisor_hands(job: Job, spec: Optional[FtSpec], failed: Sequence[str]) -> bool:
@@ -307,7 +318,8 @@ def failed_in_run(job: Job, nodes: Mapping[str, Node], incidents: Sequence[Incid
     """The job's nodes failed in this run of it: failed now, or named by an incident of this run. A health
     check may resume its drain once the fault no longer shows (an Xid older than its look-back); the
     node stays failed here, as it does for the job's supervisor (which then falls back to the requeue)."""
-    earlier = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count for n in i.nodes}
+    earlier = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
+               and not planned_incident(i) for n in i.nodes}
     return [n for n in job.nodes if n in earlier or failure(nodes.get(n), policy)]
 
 
@@ -501,7 +513,7 @@ def _advance_planned(inc: Incident, snap: Snapshot, incidents: Sequence[Incident
     it back once told), refill the partition from the pool, and close once the node left the job (the
     supervisor moved at its checkpoint). A fault in the job, or the job restarted, supersedes it: the
     fault's incident (or the restart's) takes the node along."""
-    failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy) and n not in inc.nodes]
+    failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]     # its own node failing too
     if job.state != "RUNNING" or job.restart_count > inc.restart_count or failed:
         why = (f"a fault in the job ({', '.join(failed)})" if failed and job.state == "RUNNING"
                else f"job {job.job_id} is {job.state}, restart {job.restart_count}")
