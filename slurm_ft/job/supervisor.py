@@ -70,6 +70,8 @@ CHECK_TIMEOUT_S = 120.0      # the hang checks' srun, start-up included; then it
 EXIT_CHECK_AFTER_S = 2.0     # a failed step with no fault shown this long gets the checks (the node's own
                              # watcher usually drains it within a second: no check on that path)
 CKPT_POLL_S = 0.2            # while a checkpoint is asked for: how often the newest complete one is read
+PLANNED_QUARANTINE_WAIT_S = 60.0   # a degraded node: the checkpoint is asked for once the controller took it
+                             # out of the partition (it may then leave the job at the swap), or after this long
 STRAGGLER_POLL_S = 2.0       # progress reads for stragglers (one small file per rank)
 
 
@@ -146,6 +148,8 @@ class Supervisor:
         self.quarantine_notices: Set[str] = set()   # nodes the controller says it quarantined
         # planned swaps: degraded nodes (notices, PLANNED drains, stragglers), the checkpoint asked for
         self.degraded: Dict[str, str] = {}
+        self.degraded_at: Dict[str, float] = {}    # monotonic time each was first seen degraded
+        self.partitions_read: Set[str] = set()     # degraded nodes whose quarantine was read off the partitions
         self.straggling: Set[str] = set()          # degraded by this job's own reports (not drained by anyone)
         self.planned_said: Set[str] = set()
         self.ckpt_ask: Optional[pl.Ask] = None
@@ -155,6 +159,7 @@ class Supervisor:
         self.next_ckpt_read = 0.0
         self.stragglers = pl.Stragglers(*straggler) if straggler[0] > 0 else None
         self.next_straggler_poll = 0.0
+        self.partitions = ""                       # the job's partitions (read at run())
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
@@ -271,6 +276,7 @@ class Supervisor:
     def run(self) -> int:
         job = self.client.job(self.job_id)
         allocation, batch_host = tuple(job.nodes), job.batch_host
+        self.partitions = job.partition
         if self.n is None:
             self.n = len(allocation)
         if self.notices is None:
@@ -364,6 +370,8 @@ class Supervisor:
                      step_rc=view.step_rc, asked=self.ckpt_ask, newest_ckpt=self.newest_ckpt, now=now,
                      wait_s=self.planned_wait_s)
         act = pl.decide(pv)
+        if act.kind == "request" and self.quarantine_pending(act, now, view):
+            return hp.Action("wait")
         if act.kind == "request":
             self.ask(act, now)
         elif act.kind == "none" and act.failed and not set(act.failed) <= self.planned_said:
@@ -371,6 +379,23 @@ class Supervisor:
             self.log("planned", phase="not_swapped", nodes=compress(act.failed), reason=act.reason[:1000])
             self.say(f"planned swap not possible: {act.reason}")
         return act if act.kind == "swap" else hp.Action("wait")
+
+    def quarantine_pending(self, act: hp.Action, now: float, view: hp.View) -> bool:
+        """Hold the ask until the controller has taken the drained degraded nodes out of the partition (its
+        notice), so that the swap gives them back to Slurm; the step runs on meanwhile, nothing is lost.
+        Past PLANNED_QUARANTINE_WAIT_S one read of the partitions decides, and the swap goes ahead either
+        way (a node not quarantined stays in the job, unused). Stragglers wait for nobody."""
+        drained = [x for x in act.failed if x not in self.straggling and x not in self.quarantine_notices
+                   and x not in self.partitions_read]
+        if not drained:
+            return False
+        for x in drained:
+            self.degraded_at.setdefault(x, now)
+        if now - min(self.degraded_at[x] for x in drained) < PLANNED_QUARANTINE_WAIT_S:
+            return True
+        self.quarantine_notices.update(self.quarantined(self.partitions, drained, now))   # one read, no wait
+        self.partitions_read.update(drained)
+        return False
 
     def ask(self, act: hp.Action, now: float) -> None:
         """Ask the running launch for a checkpoint now (the file its ranks read: job/ckptrequest.py)."""

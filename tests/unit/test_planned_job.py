@@ -226,13 +226,14 @@ def test_a_degraded_notice_asks_for_a_checkpoint_and_the_step_moves_once_it_is_s
     wait_for(lambda: sup.launched == [("n1", "n2", "n3")])
     slurm.fail("n3", DEG)
     say(out, event_line("degraded", "n3", DEG))
+    time.sleep(0.5)
+    # no fault: the step runs on; the ask waits for the controller to take n3 out (then it may leave the job)
+    assert len(sup.launched) == 1 and sup.proc.rc is None and not os.path.exists(ckptrequest.path(str(d)))
+    slurm.parts["train"].remove("n3")                           # the controller quarantined it ...
+    say(out, event_line("quarantined", "n3"))                   # ... and said so
     wait_for(lambda: os.path.exists(ckptrequest.path(str(d))))
     req = ckptrequest.read(str(d))
     assert (req["job"], req["restart"], req["launch"]) == (str(sup.job_id), 0, 0) and "n3" in req["why"]
-    time.sleep(0.5)
-    assert len(sup.launched) == 1 and sup.proc.rc is None      # no fault: the step runs on meanwhile
-    slurm.parts["train"].remove("n3")                           # the controller quarantined it ...
-    say(out, event_line("quarantined", "n3"))                   # ... and said so
     ckpt.write_checkpoint(str(d), 41, {"w": b"y"})              # the trainer saved at the step it reached ...
     sup.proc.rc = 0                                             # ... and exited 0, as the contract says
     wait_for(lambda: len(sup.launched) == 2)
@@ -247,17 +248,21 @@ def test_a_degraded_notice_asks_for_a_checkpoint_and_the_step_moves_once_it_is_s
     assert result["rc"] == 0
 
 
-def test_a_planned_drain_found_by_the_backstop_read_is_swapped_the_same_way(tmp_path):
+def test_a_planned_drain_found_by_the_backstop_read_is_swapped_the_same_way(tmp_path, monkeypatch):
+    from slurm_ft.job import supervisor
+    monkeypatch.setattr(supervisor, "PLANNED_QUARANTINE_WAIT_S", 0.3)
     slurm, sup, out, d = setup(tmp_path, backstop_s=0.3, planned_wait_s=0.5)
     t, result = go(sup)
     wait_for(lambda: len(sup.launched) == 1)
-    slurm.fail("n2", DEG)                                       # no notice reached the job
+    slurm.fail("n2", DEG)                                       # no notice reached the job, no controller runs
     wait_for(lambda: os.path.exists(ckptrequest.path(str(d))), timeout=5)
+    assert ("partition", "train") in slurm.reads                # after the wait: one read, n2 still in it
     # the trainer ignores the ask and never checkpoints: after planned_wait_s the swap is from the latest
     wait_for(lambda: len(sup.launched) == 2, timeout=5)
     assert sup.launched[1] == ("n1", "n3", "n4")
     [swap] = [e for e in events(d) if e.get("phase") == "swap"]
     assert "no checkpoint within 0.5 s" in swap["reason"]
+    assert not [c for c in slurm.calls if c[0] == "shrink"]     # not quarantined: it stays in the job, unused
     sup.proc.rc = 0
     t.join(5)
 
@@ -268,6 +273,7 @@ def test_a_fault_while_the_checkpoint_is_awaited_takes_the_fault_path_and_leaves
     t, result = go(sup)
     wait_for(lambda: len(sup.launched) == 1)
     say(out, event_line("degraded", "n3", DEG))
+    say(out, event_line("quarantined", "n3"))
     wait_for(lambda: sup.ckpt_ask is not None)
     slurm.fail("n2", "slurm-ft: XID79 gpu1 GPU has fallen off the bus")
     say(out, event_line("failed", "n2", "slurm-ft: XID79 gpu1 GPU has fallen off the bus"))
