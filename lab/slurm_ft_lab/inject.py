@@ -292,6 +292,8 @@ def heal(labdir: Path, node: str) -> None:
         state_file = health_state_file(labdir, node)
         if state_file is not None:
             state_file.unlink(missing_ok=True)
+            # the watcher's soft-signal trends live beside it, in /run too: gone with the reboot
+            state_file.with_name(state_file.name + ".soft").unlink(missing_ok=True)
         try:
             ngpus = len(load_state(labdir, node).gpus)
         except UsageError:          # an unreadable state file: heal is how it gets fixed

@@ -49,7 +49,8 @@ def _clock(t: Optional[float]) -> str:
 def render(inc: Incident, aftermath: Sequence[HistoryEntry] = ()) -> str:
     spare = ",".join(inc.spares) or ("none (shrunk to %d)" % inc.shrink_to if inc.shrink_to else "none")
     total = f"{inc.closed_at - inc.opened_at:.2f} s" if inc.closed_at else "open"
-    lines = [f"incident {inc.id}  job {inc.job_id}  {inc.status.upper()}  failed {','.join(inc.nodes)}  "
+    what = "degraded" if inc.note.startswith("planned, ") else "failed"     # a planned swap's nodes did not fail
+    lines = [f"incident {inc.id}  job {inc.job_id}  {inc.status.upper()}  {what} {','.join(inc.nodes)}  "
              f"spare {spare}  total {total}"]
     for fault in inc.faults:
         lines.append(f"  fault  {fault}")

@@ -92,6 +92,11 @@ def choose_policy(name: Optional[str], policy_file: Optional[str], recovery_figu
 @click.option("--write-journal", "journal_dir", type=click.Path(file_okay=False), default=None,
               help="Also write the first seed's faults, repairs and recoveries as a journal into this (empty) "
                    "state dir, ending now: what `spares plan --from-journal` reads.")
+@click.option("--predicted-share", type=click.FloatRange(0, 1), default=None,
+              help="Share of node-swap faults a soft signal announces ahead: a planned swap, no lost work "
+                   "(default: the profile's, 0).")
+@click.option("--predicted-lead-hours", type=click.FloatRange(0), default=None,
+              help="How far ahead (default: the profile's, 0): from a checkpoint interval on, no checkpoint is asked for.")
 @click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
 @click.pass_context
 def sim(ctx: click.Context, profile: Optional[str], profile_file: Optional[str], policy: Optional[str],
@@ -101,7 +106,8 @@ def sim(ctx: click.Context, profile: Optional[str], profile_file: Optional[str],
         ckpt_interval_min: Optional[float], ckpt_cost_s: Optional[float], restart_s: float,
         elastic_min_nodes: Optional[int], plot_path: Optional[str], detect_hang_s: Optional[float],
         detect_node_s: Optional[float], compare: bool, from_journal: bool, fleet_nodes: Optional[int],
-        journal_dir: Optional[str], as_json: bool) -> None:
+        journal_dir: Optional[str], predicted_share: Optional[float], predicted_lead_hours: Optional[float],
+        as_json: bool) -> None:
     """Discrete-event simulation of a synchronous training job: faults by class, detection, recovery,
     spare pool with repairs, checkpoints and lost work. Prints ETTR, time lost by cause, interruptions
     and pool exhaustion events, over several seeds with their spread."""
@@ -124,6 +130,10 @@ def sim(ctx: click.Context, profile: Optional[str], profile_file: Optional[str],
         prof = pr.profile_from_dict(_yaml(profile_file), profile_file)
     else:
         prof = pr.get_profile(profile or cfg.profile)
+    if predicted_share is not None or predicted_lead_hours is not None:
+        prof = replace(prof, predicted_share=prof.predicted_share if predicted_share is None
+                                   else predicted_share, predicted_lead_hours=prof.predicted_lead_hours
+                                   if predicted_lead_hours is None else predicted_lead_hours)
     if compare:
         if plot_path:
             raise UsageError("--plot draws one policy; leave out --compare")

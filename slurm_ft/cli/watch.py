@@ -66,10 +66,17 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
         from slurm_ft.node.softpass import SoftPass  # lazy: the soft-signal pass; not for --help
         soft = SoftPass(name, config, client)
 
+    said: Dict[str, Any] = {"key": None}
+
     def show_soft(res: PassResult) -> None:
+        # news only: the findings (their codes and GPUs) changed, a planned drain was tried, a read failed
+        key = sorted((f.code, f.gpu if f.gpu is not None else -1) for f in res.findings)
+        acted = res.outcome is not None and res.outcome.action not in ("waiting", "none", "already")
+        if key == said["key"] and not acted and not res.error:
+            return
+        said["key"] = key
         if as_json:
-            if res.findings or res.error:
-                click.echo(json.dumps(res.to_dict()), nl=True)
+            click.echo(json.dumps(res.to_dict()), nl=True)
             return
         if res.error:
             click.echo(f"{name}: soft signals not read: {res.error}", err=True)

@@ -12,9 +12,11 @@ A degraded node is no fault: the step runs on while the checkpoint is written. `
            supervisor runs there: it moves at the next restart too)
   request  ask the job for a checkpoint now (job/ckptrequest.py) and note how far it got
   wait     asked, no checkpoint yet, within wait_s (lifecycle.planned_wait_s)
-  swap     a complete checkpoint at or after the step reached when asked (a trainer that honours the ask
-           saves it and exits 0), or a new periodic one, or wait_s passed: stop the step if it still
-           runs, relaunch on `nodes` from the latest complete checkpoint, give `release` back to Slurm
+  swap     the step ended after a checkpoint newer than the ask found (a trainer that honours the ask
+           saves it at the step it reached and exits 0); or HONOUR_S after the ask, a complete checkpoint
+           at or after the step reached then (a trainer that ignores it: its next periodic one); or
+           wait_s passed: stop the step if it still runs, relaunch on `nodes` from the latest complete
+           checkpoint, give `release` back to Slurm
 
 No clock and no file here: times, the progress reports and the newest checkpoint step come in.
 """
@@ -27,6 +29,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from slurm_ft.job import hotplan as hp
 
 STALE_S = 60.0           # a rank's report older than this says nothing about its speed now
+HONOUR_S = 10.0          # after the ask, a trainer that honours it saves and stops by itself within this (it
+                         # hears the ask within a second): until then a periodic checkpoint is not taken for it
 
 
 @dataclass(frozen=True)
@@ -80,12 +84,15 @@ def decide(v: View) -> hp.Action:
                                 f"{', '.join(moving)}")
     ckpt = v.newest_ckpt
     fresh = ckpt is not None and ckpt > (v.asked.ckpt if v.asked.ckpt is not None else -1)
-    if fresh and (v.asked.step is None or (ckpt is not None and ckpt >= v.asked.step)):
-        return hp.Action("swap", nodes=nodes, failed=moving, release=release,
-                         reason=f"planned swap from checkpoint step {ckpt} (asked at step {v.asked.step}): {why}")
     if v.step_rc is not None and fresh:
         return hp.Action("swap", nodes=nodes, failed=moving, release=release,
-                         reason=f"planned swap from checkpoint step {ckpt} (the step ended {v.step_rc}): {why}")
+                         reason=f"planned swap from checkpoint step {ckpt} (asked at step {v.asked.step}; the "
+                                f"step stopped, {v.step_rc}): {why}")
+    if fresh and (v.asked.step is None or (ckpt is not None and ckpt >= v.asked.step)) \
+            and v.now - v.asked.t >= HONOUR_S:
+        return hp.Action("swap", nodes=nodes, failed=moving, release=release,
+                         reason=f"planned swap from checkpoint step {ckpt} (asked at step {v.asked.step}; the "
+                                f"step did not stop by itself): {why}")
     if v.now - v.asked.t >= v.wait_s:
         return hp.Action("swap", nodes=nodes, failed=moving, release=release,
                          reason=f"no checkpoint within {v.wait_s:g} s of the ask: planned swap from the latest "

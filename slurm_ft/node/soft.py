@@ -57,10 +57,16 @@ class GpuReading:
 
     @classmethod
     def from_list(cls, v: Sequence[Any]) -> "GpuReading":
-        def num(x: Any, kind: type) -> Any:
-            return kind(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and x >= 0 else None
-        v = list(v)[:5] + [None] * (5 - min(len(v), 5))
-        return cls(num(v[0], int), num(v[1], int), num(v[2], int), num(v[3], int), num(v[4], float))
+        v = list(v[:5]) + [None] * (5 - len(v[:5]))
+        return cls(_count(v[0]), _count(v[1]), _count(v[2]), _count(v[3]), _share(v[4]))
+
+
+def _count(x: Any) -> Optional[int]:
+    return int(x) if type(x) in (int, float) and x == x and 0 <= x < 1e18 else None
+
+
+def _share(x: Any) -> Optional[float]:
+    return float(x) if type(x) in (int, float) and x == x and 0 <= x < 1e6 else None
 
 
 def readings(sample: NodeSample) -> Dict[int, GpuReading]:

@@ -40,6 +40,12 @@ class Profile:
     gpus_per_node: int
     classes: Tuple[FailureClass, ...]
     source: str = ""
+    # Planned swaps (issue 24): the share of node-swap faults a soft signal announces `predicted_lead_hours`
+    # ahead. No published field figure gives it for threshold rules on NVML signals (Liu et al. 2022,
+    # arXiv 2201.11853, report an ML predictor's precision, 84%, not what share of failures it caught),
+    # so 0 until a site's own `slurm-ft report` (soft signals confirmed by validation) says more.
+    predicted_share: float = 0.0
+    predicted_lead_hours: float = 0.0
 
     @property
     def total(self) -> int:
@@ -203,7 +209,8 @@ def _check_keys(data: Any, allowed: AbstractSet[str], where: str) -> None:
 def profile_from_dict(data: Any, where: str) -> Profile:
     """A profile from YAML: name, days, gpus, gpus_per_node, classes: [{name, count, replace, kind}];
     replace is true/false or the share (0..1) of the class's faults that need a node swap."""
-    _check_keys(data, {"name", "days", "gpus", "gpus_per_node", "classes", "source"}, where)
+    _check_keys(data, {"name", "days", "gpus", "gpus_per_node", "classes", "source", "predicted_share",
+                       "predicted_lead_hours"}, where)
     classes = data.get("classes")
     if not isinstance(classes, list) or not classes:
         raise UsageError(f"{where}: classes must be a non-empty list")
@@ -225,8 +232,12 @@ def profile_from_dict(data: Any, where: str) -> Profile:
         raise UsageError(f"{where}: the class counts add up to zero")
     gpus = _number(data, "gpus", where, positive=True, integer=True)
     gpn = _number(data, "gpus_per_node", where, positive=True, integer=True, default=8)
+    share = float(_number(data, "predicted_share", where, default=0.0))
+    if share > 1:
+        raise UsageError(f"{where}: predicted_share is a share: at most 1, got {share}")
     return Profile(str(data.get("name", "custom")), float(_number(data, "days", where, positive=True)),
-                   gpus, gpn, tuple(out), str(data.get("source", where)))
+                   gpus, gpn, tuple(out), str(data.get("source", where)), share,
+                   float(_number(data, "predicted_lead_hours", where, default=0.0)))
 
 
 def policy_from_dict(data: Any, where: str) -> Policy:

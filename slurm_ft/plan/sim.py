@@ -16,6 +16,11 @@ Model (every choice here is printed with the results):
   lower throughput until a later recovery finds spares again (regrowing costs no extra restart then).
 - While running, the job checkpoints after every `ckpt_interval_s` of compute, blocking `ckpt_cost_s`.
   A fault loses the compute since the last complete checkpoint (a checkpoint being written is lost too).
+- Planned swaps (issue 24): a share of the node-swap faults (the profile's `predicted_share`) is announced by a
+  soft signal ahead of time (its own seeded stream, so the faults themselves stay the same). Such a fault costs
+  the same scheduling, swap and restart, but no detection and no lost work: the job moves at a checkpoint,
+  the next periodic one when the lead time (`predicted_lead_hours`) reaches it, else one asked for (its
+  blocking cost charged to checkpointing).
 - Every second of the elapsed time is charged to exactly one of: useful, checkpointing, lost work,
   detection, scheduling (requeue delay and swap), waiting for spares, restart, shrunk (capacity missing
   while elastic), so the causes add up to the elapsed time and ETTR = useful / elapsed.
@@ -91,6 +96,7 @@ class SimResult:
     max_in_repair: int
     min_pool: int
     checkpoints: int
+    planned_swaps: int = 0          # faults met by a planned swap (predicted ahead)
 
     @property
     def ettr(self) -> float:
@@ -103,7 +109,8 @@ class SimResult:
                 "interruptions_by_class": self.by_class, "interruptions_by_kind": self.by_kind,
                 "replacements": self.replacements, "pool_exhaustion_events": self.pool_exhaustions,
                 "shrink_events": self.shrinks, "max_nodes_in_repair": self.max_in_repair,
-                "min_spares_in_pool": self.min_pool, "checkpoints": self.checkpoints}
+                "min_spares_in_pool": self.min_pool, "checkpoints": self.checkpoints,
+                "planned_swaps": self.planned_swaps}
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ class SimFault:
     swap: bool                      # took a node out: it went to repair
     repaired: Optional[float]       # when that node came back from repair (swap only)
     resumed: float                  # the job computing again (the end of this recovery)
+    planned: bool = False           # announced ahead: a planned swap (no detection, no lost work)
 
 
 def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
@@ -146,6 +154,10 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
     rep_exp = p.repair_dist == "exp" and repair_mean > 0
     elastic_min = p.elastic_min_nodes
     rnd, rnd_repair, log, push, pop = rng.random, rng_repair.random, math.log, heapq.heappush, heapq.heappop
+    predicted = profile.predicted_share
+    rnd_planned = random.Random(f"planned-{seed}").random if predicted > 0 else None   # off: no draw at all
+    forced_ckpt = delta if profile.predicted_lead_hours * 3600.0 < tau else 0.0   # a checkpoint asked for
+    planned_swaps = 0
     l_ckpt = l_lost = l_shrunk = l_det = l_wait = l_sched = l_restart = 0.0
     useful = 0.0
     checkpoints = 0
@@ -196,6 +208,8 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
         if not class_hits[ci]:
             first_seen.append(ci)
         class_hits[ci] += 1
+        planned = swap and rnd_planned is not None and rnd_planned() < predicted
+        planned_swaps += planned
         if running:     # run_segment(up_since, t, True), inlined: the hot path
             e = t - up_since
             k = int(e // cycle)
@@ -208,13 +222,19 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
             else:
                 wasted = tau
                 ckpt += rem - tau
+            if planned:      # saved by the checkpoint the swap waits for (asked for: its cost ends the segment)
+                extra = wasted if wasted < forced_ckpt else forced_ckpt
+                work += wasted - extra
+                ckpt += extra
+                checkpoints += extra > 0
+                wasted = 0.0
             share = (n - missing) / n
             useful += work * share
             l_ckpt += ckpt
             l_lost += wasted * share
             l_shrunk += (work + wasted) * (1 - share)
         floor = t if running else busy_until      # time before `floor` is already charged
-        t_det = t + det[ci]
+        t_det = t if planned else t + det[ci]     # announced: nothing left to detect
         ready_nodes = t_det
         wait_end = t_det
         while repairs and repairs[0] <= t_det:  # nodes back from repair
@@ -268,7 +288,7 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
             up_since = end
         if faults is not None:
             c = classes[ci]
-            faults.append(SimFault(t, t_det, c.name, c.kind, swap, back, busy_until))
+            faults.append(SimFault(t, t_det, c.name, c.kind, swap, back, busy_until, planned))
     if busy_until < T:
         run_segment(up_since, T, False)
     lost = {"checkpointing": l_ckpt, "lost_work": l_lost, "detection": l_det, "scheduling": l_sched,
@@ -278,7 +298,7 @@ def simulate(profile: Profile, policy: Policy, p: SimParams, seed: int = 0,
     for i in first_seen:
         by_kind[classes[i].kind] += class_hits[i]
     return SimResult(seed, T, useful, lost, interruptions, by_class, by_kind, replacements, exhaustions,
-                     shrinks, max_in_repair, min_pool, checkpoints)
+                     shrinks, max_in_repair, min_pool, checkpoints, planned_swaps)
 
 
 # --- several seeds --------------------------------------------------------------------------------------

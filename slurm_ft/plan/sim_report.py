@@ -45,6 +45,9 @@ def setup(profile: Profile, policy: Policy, *, gpus: int, gpus_per_node: int, da
               repair_dist, elastic_min_nodes).check()
     d = Derivation()
     c = d.given("profile_count", "interruptions in the profile (c)", profile.total, note=profile.source)
+    if profile.predicted_share:
+        d.given("predicted_share", "node-swap faults announced ahead: planned swaps", profile.predicted_share,
+                note=f"{profile.predicted_lead_hours:g} h ahead; no detection, no lost work")
     D = d.given("profile_days", "over days (D)", profile.days, "days")
     G0 = d.given("profile_gpus", "on GPUs (G0)", profile.gpus)
     G = d.given("gpus", "GPUs in the simulated job (G)", gpus)
@@ -131,6 +134,9 @@ def render(s: SimSetup, results: Sequence[SimResult]) -> List[str]:
             f"  max nodes in repair     {_fmt_spread(summ['max_nodes_in_repair'])}"]
     if p.elastic_min_nodes is not None:
         out.append(f"  shrink events           {_fmt_spread(summ['shrink_events'])}")
+    if any(r.planned_swaps for r in results):
+        out.append(f"  planned swaps           {num(sum(r.planned_swaps for r in results) / len(results))}   "
+                   f"(announced ahead: no detection, no lost work)")
     elapsed_h = results[0].elapsed_s / 3600
     out += ["", f"  Where the {num(elapsed_h)} elapsed hours went (mean hours, share of elapsed):"]
     total = 0.0

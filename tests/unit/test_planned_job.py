@@ -39,15 +39,19 @@ def test_a_degraded_node_of_the_step_asks_for_a_checkpoint_first():
     assert (act.kind, act.nodes, act.failed, act.release) == ("request", ("n1", "n2", "n4"), ("n3",), ("n3",))
 
 
-def test_the_swap_waits_for_a_checkpoint_at_or_after_the_step_reached_when_asked():
+def test_the_swap_waits_for_the_step_to_stop_after_the_checkpoint_it_was_asked_for():
     asked = pl.Ask(t=100.0, step=47, ckpt=40, nodes=("n3",))
-    assert pl.decide(view(asked=asked, newest_ckpt=40, now=110.0)).kind == "wait"
-    assert pl.decide(view(asked=asked, newest_ckpt=45, now=110.0)).kind == "wait"   # one being written then
-    act = pl.decide(view(asked=asked, newest_ckpt=48, now=110.0))
-    assert (act.kind, act.nodes) == ("swap", ("n1", "n2", "n4")) and "checkpoint step 48 (asked at step 47)" in act.reason
-    # the step stopped itself after saving (the contract): any newer checkpoint is it
-    assert pl.decide(view(asked=asked, newest_ckpt=45, step_rc=0, now=110.0)).kind == "swap"
-    assert pl.decide(view(asked=asked, newest_ckpt=40, step_rc=0, now=110.0)).kind == "wait"
+    assert pl.decide(view(asked=asked, newest_ckpt=40, now=102.0)).kind == "wait"
+    # the step stopped itself after saving (the contract): the checkpoint newer than the ask is it
+    act = pl.decide(view(asked=asked, newest_ckpt=48, step_rc=0, now=102.0))
+    assert (act.kind, act.nodes) == ("swap", ("n1", "n2", "n4")) and "checkpoint step 48 (asked at step 47" in act.reason
+    assert pl.decide(view(asked=asked, newest_ckpt=40, step_rc=0, now=102.0)).kind == "wait"
+    # a periodic checkpoint while the step runs: the trainer still has HONOUR_S to stop by itself ...
+    assert pl.decide(view(asked=asked, newest_ckpt=50, now=100.0 + pl.HONOUR_S - 1)).kind == "wait"
+    # ... then one at or after the step reached when asked will do (one being written then does not)
+    assert pl.decide(view(asked=asked, newest_ckpt=45, now=100.0 + pl.HONOUR_S)).kind == "wait"
+    act = pl.decide(view(asked=asked, newest_ckpt=50, now=100.0 + pl.HONOUR_S))
+    assert act.kind == "swap" and "did not stop by itself" in act.reason
 
 
 def test_a_job_that_never_checkpoints_is_swapped_from_its_latest_after_the_wait():
