@@ -203,7 +203,7 @@ class LifecycleConfig:
     planned_swaps_per_hour: int = 2     # soft signals' graceful drains fleet-wide within an hour (counted from
                                         # Slurm's reasons, as the breaker counts); 0 = soft signals are only reported
     planned_wait_s: float = 1800.0      # a hot-spare job's supervisor waits this long for the checkpoint it asked
-                                        # for, then swaps from its latest one; the controller waits for it as long
+                                        # for, then swaps from its latest one
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ kills it right after each journal write, through `on_journal`, and starts anothe
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sqlite3
 import time
@@ -75,7 +74,7 @@ class Controller:
         self.conn = conn
         self.config = config
         self.cc = config.controller
-        self.policy = dataclasses.replace(Policy.from_config(self.cc), planned_wait_s=config.lifecycle.planned_wait_s)
+        self.policy = Policy.from_config(self.cc)
         self.clock = clock
         self.sleep = sleep
         self.on_step = on_step          # called (step, outcome, detail, now) after each act: the demo's timeline

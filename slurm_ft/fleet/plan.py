@@ -79,7 +79,6 @@ class Policy:
     wave_window_s: float = 120.0
     wave_settle_s: float = 60.0
     restore_after_s: float = 30.0
-    planned_wait_s: float = 1800.0      # a hot-spare job's supervisor waits this long for its checkpoint
 
     @classmethod
     def from_config(cls, cc: ControllerConfig) -> "Policy":
@@ -529,11 +528,14 @@ def _advance_planned(inc: Incident, snap: Snapshot, incidents: Sequence[Incident
             return [Step("swap", **base, spares=tuple(fresh),
                          reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")]
     if any(n in job.nodes for n in inc.nodes):
-        if now - inc.opened_at < policy.planned_wait_s + HOT_RELEASE_WAIT_S:
+        # the supervisor moves at the checkpoint it asks for once told of the quarantine, usually seconds;
+        # the incident does not hold the job for longer (one open incident a job: a fault must not wait)
+        if now - inc.opened_at < HOT_RELEASE_WAIT_S:
             return [Step("poll", **base, reason="waiting for the job's supervisor to move off the node at its "
                                                 "next checkpoint")]
-        return [Step("planned", **base, reason="the job's supervisor did not give the node back in time: it stays "
-                                               "in the job, unused, until the job ends")]
+        return [Step("planned", **base, reason="quarantined and replaced in the partition; the job's supervisor "
+                                               "moves off the node at its checkpoint (it stays in the job, "
+                                               "unused, where Slurm refuses the shrink)")]
     return [Step("planned", **base, reason="the job's supervisor moved off the node at a checkpoint and gave it back")]
 
 

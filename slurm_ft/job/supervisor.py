@@ -387,7 +387,7 @@ class Supervisor:
         way (a node not quarantined stays in the job, unused). Stragglers wait for nobody."""
         drained = [x for x in act.failed if x not in self.straggling and x not in self.quarantine_notices
                    and x not in self.partitions_read]
-        if not drained:
+        if not drained or not self.may_shrink:      # Slurm refuses this job's shrinks: nothing to wait for
             return False
         for x in drained:
             self.degraded_at.setdefault(x, now)

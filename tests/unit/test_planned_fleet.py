@@ -182,3 +182,22 @@ def test_a_planned_node_still_running_its_job_waits_for_its_validation(tmp_path)
                               [Node("gpu002", "IDLE", frozenset({"DRAIN"}), reason=node.reason)], None, 10.0,
                               RemediationConfig())
     assert step.act == "retest"
+
+
+def test_a_planned_incident_holds_its_job_no_longer_than_a_hot_fault_does(tmp_path):
+    s = hot()
+    s.fail("n3", DEG)
+    now = [1_000_000.0]
+    cfg = Config(state_dir=str(tmp_path / "state"),
+                 controller=ControllerConfig(poll_s=0.1, read_progress=False, cycle_budget_s=2.0, wake_port=0),
+                 lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0))
+
+    def sleep(x):
+        now[0] += x
+    c = Controller(s, jn.connect(jn.path_in(cfg.state_dir)), cfg, clock=lambda: now[0], sleep=sleep)
+    c.cycle(budget_s=0.5)
+    assert jn.incidents(c.conn)[0].status == "open"
+    now[0] += 30                          # the supervisor has not given n3 back (or Slurm refused the shrink)
+    c.cycle(budget_s=0.5)
+    [inc] = jn.incidents(c.conn)
+    assert inc.status == "planned" and "stays in the job, unused, where Slurm refuses the shrink" in inc.note

@@ -286,3 +286,14 @@ def test_a_fault_while_the_checkpoint_is_awaited_takes_the_fault_path_and_leaves
     assert sup.launched[1] == ("n1", "n3", "n4") and sup.ckpt_ask is None
     sup.proc.rc = 0
     t.join(5)
+
+
+def test_where_slurm_refuses_to_shrink_the_job_the_ask_waits_for_no_quarantine(tmp_path):
+    slurm, sup, out, d = setup(tmp_path)
+    sup.may_shrink = False                   # 22.05 without accounting refused an earlier shrink of this job
+    t, result = go(sup)
+    wait_for(lambda: len(sup.launched) == 1)
+    say(out, event_line("degraded", "n3", DEG))
+    wait_for(lambda: os.path.exists(ckptrequest.path(str(d))), timeout=5)
+    sup.proc.rc = 0
+    t.join(5)
