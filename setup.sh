@@ -30,8 +30,26 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The lab runs jobs as unprivileged users (slurmft-u*), as a cluster does: they must be able to run
+# .venv's Python. One under a directory others cannot enter (a pyenv in /root) will not do: then
+# Debian's /usr/bin/python3 builds the venv, and a venv built on such a Python is built again.
+# (the interpreter's own file: where others cannot reach it, it may still start, on another stdlib)
+runs_for_others() {
+  setpriv --reuid=nobody --regid=nogroup --clear-groups "$1" -c \
+    'import os, sys; os.stat(os.path.realpath(sys.executable)); os.stat(os.path.join(sys.base_prefix, "lib"))' 2>/dev/null
+}
+if [ -x .venv/bin/python ] && ! runs_for_others .venv/bin/python; then
+  echo "setup.sh: .venv's Python ($(readlink -f .venv/bin/python)) cannot be run by other users: building .venv again"
+  rm -rf .venv
+fi
 if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+  py=python3
+  if ! runs_for_others "$(command -v python3)" && [ -x /usr/bin/python3 ] && runs_for_others /usr/bin/python3; then
+    py=/usr/bin/python3
+  fi
+  "$py" -m venv .venv
+  runs_for_others .venv/bin/python ||
+    echo "setup.sh: warning: other users cannot run $(readlink -f .venv/bin/python): the lab's jobs (run as slurmft-u0...) will not start" >&2
 fi
 # the lab (lab/: Slurm on this machine, fake GPUs, the demo) is its own project, for development only
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' -e ./lab

@@ -4,8 +4,9 @@
     python bench/hang.py [--hangs 3] [--hang-timeout 10] [--nodes 2] [--hot-spares 0] [--step-time 0.3]
                          [--dir /tmp/slurm-ft-bench-hang] [--port-base 18000] [--keep-lab] [--json]
 
-Each hang is one job of the lab trainer whose rank 1 stops stepping after step 8 (`--stall-at 8`, first
-run only): no Xid, no drain, the gang waits at its barrier. The job's supervisor sees no progress report
+Each hang is one job of the lab trainer, submitted by the lab's job user (as on a cluster: its checks run
+as that user), whose rank 1 stops stepping after step 8 (`--stall-at 8`, first run only): no Xid, no
+drain, the gang waits at its barrier. The job's supervisor sees no progress report
 (slurm_ft.progress) for S seconds, runs the prolog-level checks on the step's nodes (one srun), finds no
 culprit and restarts the step in place from the latest complete checkpoint. Printed per phase, from the
 stall (the trainer's own log line), p50 and max over the hangs: hang detected (S after the last report),
@@ -15,10 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,13 +38,14 @@ def starts(ck: Path) -> list:
 def one_hang(lab: Lab, work: Path, args) -> dict:
     ck = work / "ck"
     spares = ["--hot-spares", str(args.hot_spares)] if args.hot_spares else []
-    env = dict(lab.env(), LD_LIBRARY_PATH=str(lab.dir / "lib"))
-    p = subprocess.run([sys.executable, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), *spares,
-                        "--hang-timeout", str(args.hang_timeout), "-N", str(args.nodes), "--ntasks-per-node=1",
-                        "-o", str(work / "job.out"), sys.executable, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck),
-                        "--resume", "{ckpt}", "--step-time", str(args.step_time), "--ckpt-every", "5",
-                        "--stall-at", "8", "--stall-rank", "1", "--gpu-check", "off"],
-                       capture_output=True, text=True, timeout=60, env=env)
+    env = dict(lab.user_env(), LD_LIBRARY_PATH=str(lab.dir / "lib"))
+    p = subprocess.run(lab.user_argv([sys.executable, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck),
+                                      *spares, "--hang-timeout", str(args.hang_timeout), "-N", str(args.nodes),
+                                      "--ntasks-per-node=1", "-o", str(work / "job.out"), sys.executable, "-m",
+                                      "slurm_ft_lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--step-time",
+                                      str(args.step_time), "--ckpt-every", "5", "--stall-at", "8", "--stall-rank", "1",
+                                      "--gpu-check", "off"]),
+                       capture_output=True, text=True, timeout=60, env=env, cwd=str(work))
     if p.returncode != 0:
         raise SystemExit(f"sbatch failed: {p.stderr.strip()}")
     job = p.stdout.strip().split(";")[0]
@@ -59,7 +60,7 @@ def one_hang(lab: Lab, work: Path, args) -> dict:
         else:
             raise SystemExit(f"job {job}: no step after the hang within the deadline; see {work}/job.out")
     finally:
-        subprocess.run(["scancel", job], env=env, timeout=30, check=False)
+        subprocess.run(["scancel", job], env=lab.env(), timeout=30, check=False)
     stall = next(e for e in log if e["event"] == "stall")["t"]
     ev = starts(ck)
     t = {"hang detected": next(e for e in ev if e["event"] == "hang")["t"],
@@ -89,9 +90,11 @@ def main(argv=None) -> int:
     try:
         lab.up(timeout=180)
         for i in range(args.hangs):
-            with tempfile.TemporaryDirectory(prefix="bench-hang-") as d:
-                os.chmod(d, 0o755)
-                runs.append(one_hang(lab, Path(d), args))
+            work = lab.work_dir(f"bench-hang-{i}")          # the job user's
+            try:
+                runs.append(one_hang(lab, work, args))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
             print(f"hang {i + 1}: " + ", ".join(f"{k} {v:.1f} s" for k, v in runs[-1].items()), file=sys.stderr)
     finally:
         if started and not args.keep_lab:

@@ -61,7 +61,8 @@ def bench_quick(runs: int) -> dict:
     # the kernel log holds a realistic amount of noise: 2000 unrelated records
     (tmp / "bench001.kmsg").write_text("".join(f"6,{i},{i * 1000},-;usb 1-{i % 9}: new device\n" for i in range(2000)))
     shim = Path(__file__).resolve().parent.parent / "healthcheck" / "slurm-ft-healthcheck"
-    served_env = dict(env, SLURM_FT_CHECK_SOCKET=str(tmp / "run" / "check-{node}.sock"))
+    served_env = dict(env, SLURM_FT_CHECK_SOCKET=str(tmp / "run" / "check-{node}.sock"),
+                      SLURM_FT_QUERY_SOCKET=str(tmp / "run" / "query-{node}.sock"))   # not the host's /run
     env["SLURM_FT_CHECK_SOCKET"] = str(tmp / "nowhere" / "check-{node}.sock")      # no watcher answers there
     times: dict = {k: [] for k in ("bare", "quick", "prolog", "shim", "served_quick", "served_prolog",
                                    "served_shim")}

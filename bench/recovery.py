@@ -53,54 +53,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_ft_lab.cluster import Lab, LabSpec                       # noqa: E402
-from slurm_ft_lab.scenario import Scenario    # noqa: E402
+from slurm_ft_lab.recovery_summary import summary                  # noqa: E402
+from slurm_ft_lab.scenario import Scenario                         # noqa: E402
 from slurm_ft.runner import run                                    # noqa: E402
 from slurm_ft.slurm import versions                                # noqa: E402
-
-PHASES = ["drain", "incident", "quarantine", "swap", "requeue", "pending, exclude", "start now", "running", "resumed",
-          "first step after"]
-HOT_PHASES = ["drain", "step fault seen", "step stopped", "relaunched", "incident", "resumed", "first step after",
-              "quarantine", "swap", "incident closed"]
-PLANNED_PHASES = ["signal", "degraded notice", "incident", "quarantine", "checkpoint asked", "checkpoint saved",
-                  "planned swap", "step stopped", "relaunched", "resumed", "first step after", "incident closed"]
-PLANNED_SEGMENTS = [
-    ("detect: errors begin -> drained PLANNED (slurm-ft watch)", "fault", "signal"),
-    ("tell: drained -> the supervisor hears it (notice)", "signal", "degraded notice"),
-    ("wait for the quarantine (controller) -> checkpoint asked", "degraded notice", "checkpoint asked"),
-    ("checkpoint: asked -> saved at the next step (trainer)", "checkpoint asked", "checkpoint saved"),
-    ("stop: saved -> the step ended (trainer exits 0)", "checkpoint saved", "step stopped"),
-    ("relaunch: srun on N nodes -> ranks load the checkpoint", "step stopped", "resumed"),
-    ("first step (trainer)", "resumed", "first step after"),
-]
-HOT_SEGMENTS = [
-    ("detect: fault -> drained (slurm-ft watch)", "fault", "drain"),
-    ("see: drained -> supervisor sees it (poll)", "drain", "step fault seen"),
-    ("stop the training step (srun)", "step fault seen", "step stopped"),
-    ("relaunch: srun on N nodes -> ranks load the checkpoint", "step stopped", "resumed"),
-    ("first step (trainer)", "resumed", "first step after"),
-]
-
-
-SEGMENTS = [
-    ("detect: fault -> drained (slurm-ft watch)", "fault", "drain"),
-    ("decide: drained -> incident open (controller)", "drain", "incident"),
-    ("quarantine + swap -> requeue issued (controller)", "incident", "requeue"),
-    ("kill + 64 epilogs -> PENDING (Slurm)", "requeue", "pending, exclude"),
-    ("exclude + StartTime=now (controller)", "pending, exclude", "start now"),
-    ("schedule + 64 prologs -> RUNNING (Slurm)", "start now", "running"),
-    ("srun + 64 ranks load the checkpoint (trainer)", "running", "resumed"),
-    ("first step (trainer)", "resumed", "first step after"),
-]
-
-
-def pct(values, q: float):
-    """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
-    xs = sorted(values)
-    if len(xs) == 1:
-        return xs[0]
-    k = (len(xs) - 1) * q / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def measure_requeue_delay(sc: Scenario) -> float:
@@ -109,6 +65,7 @@ def measure_requeue_delay(sc: Scenario) -> float:
     about 121 s; `--requeue=expedite` where enabled: eligible at once, so the delay is about 0)."""
     from slurm_ft.vocab import slurm_time as parse_slurm_time
     c = sc.client
+    # root's job, in the pool (a site keeps `spares` to root): the delay is Slurm's, whoever's job it is
     res = run(["sbatch", "--parsable", c.requeue_option(), "-p", "spares", "-N", "1", "-o", "/dev/null",
                "--wrap", "sleep 600"], timeout=60, env=sc.env)
     jid = int(res.stdout.strip().split(";")[0])
@@ -286,30 +243,9 @@ def main(argv=None) -> int:
     if args.path == "slurm":
         return _slurm_alone_only(args, requeue_delay, first_launch_s)
 
-    per_phase = {}
-    for name in (PLANNED_PHASES if planned else HOT_PHASES if hot else PHASES):
-        vals = [r.at(name) for r in results if r.at(name) is not None]
-        if vals:
-            per_phase[name] = {"p50_s": round(pct(vals, 50), 3), "p95_s": round(pct(vals, 95), 3), "n": len(vals)}
-    # where the time goes: consecutive segments of the timeline
-    segments = {}
-    for label, a, b in (PLANNED_SEGMENTS if planned else HOT_SEGMENTS if hot else SEGMENTS):
-        vals = [r.at(b) - r.at(a) for r in results if r.at(a) is not None and r.at(b) is not None]
-        if vals:
-            segments[label] = {"p50_s": round(pct(vals, 50), 3), "p95_s": round(pct(vals, 95), 3),
-                               "from": a, "to": b}
-    totals = [r.fault_to_resume_s for r in results]
-    # the step's (re)launch -> first step: from the hot-spare supervisor's stop, or from StartTime=now; where
-    # Slurm started the job before any start step (expedited requeue, >= 25.11), from the requeue (it
-    # includes the old run's kill and epilogs)
-    def launched(r):
-        for phase in (("step stopped",) if hot else ("start now", "requeue")):
-            if r.at(phase) is not None:
-                return r.at(phase)
-        return None
-    launch = [r.at("first step after") - launched(r) for r in results
-              if launched(r) is not None and r.at("first step after") is not None]
-    launch_p50 = pct(launch, 50) if launch else 0.0
+    sft = summary(results, hot=bool(hot), planned=planned)
+    per_phase, segments = sft["phases"], sft["segments"]
+    launch_p50 = sft["launch_to_first_step_p50_s"]
     alone_total = args.collective_timeout + requeue_delay + launch_p50
     out = {
         "path": args.path,
@@ -320,16 +256,7 @@ def main(argv=None) -> int:
                 "step_time_s": args.step_time, "ckpt_every": args.ckpt_every,
                 "load_average_start": round(load_start, 1), "load_average_1m": round(os.getloadavg()[0], 1)},
         "faults": len(results),
-        "slurm_ft": {
-            "fault_to_first_step_p50_s": round(pct(totals, 50), 3),
-            "fault_to_first_step_p95_s": round(pct(totals, 95), 3),
-            "fault_to_running_p50_s": per_phase.get("running", {}).get("p50_s"),
-            "launch_to_first_step_p50_s": round(launch_p50, 3),
-            "steps_lost": [r.steps_lost for r in results],
-            "phases": per_phase,
-            "segments": segments,
-            "runs": [r.to_dict() for r in results],
-        },
+        "slurm_ft": sft,
         "slurm_alone": {
             "fault_to_first_step_s": round(alone_total, 1),
             "components": [
@@ -367,15 +294,15 @@ def main(argv=None) -> int:
     print()
     if planned:
         print(f"Slurm {version}; planned swaps on a {lab.spec.nodes}-node lab ({hot} hot spares)")
-        print(f"{'soft signal -> first step on the spare, p50':<48}{pct(totals, 50):>9.2f} s")
-        print(f"{'                                         p95':<48}{pct(totals, 95):>9.2f} s")
+        print(f"{'soft signal -> first step on the spare, p50':<48}{sft['fault_to_first_step_p50_s']:>9.2f} s")
+        print(f"{'                                         p95':<48}{sft['fault_to_first_step_p95_s']:>9.2f} s")
         print(f"steps redone per swap: {out['slurm_ft']['steps_lost']}")
         print(f"load average at the end: {os.getloadavg()[0]:.1f}")
         return 0
     print(f"Slurm {version}, jobs submitted with {requeue}")
     print(f"{'fault -> first step after':<40}{'slurm-ft':>12}{'Slurm alone':>14}")
-    print(f"{'  p50':<40}{pct(totals, 50):>11.2f}s{alone_total:>13.1f}s")
-    print(f"{'  p95':<40}{pct(totals, 95):>11.2f}s{'':>14}")
+    print(f"{'  p50':<40}{sft['fault_to_first_step_p50_s']:>11.2f}s{alone_total:>13.1f}s")
+    print(f"{'  p95':<40}{sft['fault_to_first_step_p95_s']:>11.2f}s{'':>14}")
     print(f"{'  ratio (Slurm alone / slurm-ft, p50)':<40}{out['speedup_p50']:>11.1f}x")
     print()
     print("Slurm alone = " + " + ".join(f"{c['s']:g} s {c['name']} ({c['kind']})"

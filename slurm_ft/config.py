@@ -104,7 +104,10 @@ class HealthConfig:
     kmsg_path: str = "/dev/kmsg"
     xid_lookback_s: float = 7200.0
     state_file: str = "/run/slurm-ft/node-state.json"
-    ignore_processes: Tuple[str, ...] = ("nvidia-persistenced", "nv-hostengine", "dcgmi", "nvidia-smi")
+    # programs (full paths of root-owned executables; a bare name: such a file in a system directory)
+    # allowed to hold a GPU between jobs: node/probes/processes.py
+    ignore_processes: Tuple[str, ...] = ("/usr/bin/nvidia-persistenced", "/usr/bin/nv-hostengine", "/usr/bin/dcgmi",
+                                         "/usr/bin/nvidia-smi")
     process_grace_s: float = 5.0     # epilog: a GPU process must still be there after this long to count
     burnin: BurninConfig = field(default_factory=BurninConfig)
     auto_resume: bool = True         # a healthy `check --drain` resumes a node that slurm-ft drained
@@ -158,7 +161,7 @@ class ControllerConfig:
     wave_nodes: int = 8                 # this many nodes stopping within wave_window_s: an outage, not faults
     wave_window_s: float = 120.0
     wave_settle_s: float = 60.0         # a wave holds its members back until this long after the last came back
-    restore_after_s: float = 30.0       # a node quarantined for not answering returns after answering this long
+    restore_after_s: float = 30.0       # a node quarantined for not answering goes to validation after answering this long
     trust: str = "auto"                 # the job field holding the FT tag: one of TRUST_MODES
                                         # (auto: admin_comment where slurmctld runs job_submit/lua)
 
@@ -178,6 +181,14 @@ class RemediationConfig:
     reboot_timeout_s: float = 1800.0    # a reboot not back by then is a failed remediation
     reset_command: Tuple[str, ...] = ("nvidia-smi", "-r", "-i")   # + the GPU index; run on the node
     reset_timeout_s: float = 120.0
+    # the budget (docs/remediation.md): per pool (failure domain), repairs started and, apart, RMA listings
+    # within budget_window_s: at most max(budget_nodes, budget_share x the pool's nodes), GKE node
+    # auto-repair's max(3, 10 %) an hour; both 0 = no budget. Fleet-wide at most max_concurrent nodes
+    # in remediation (rebooting, or reset/rebooted and not yet validated) at once; 0 = no cap.
+    budget_nodes: int = 3
+    budget_share: float = 0.1
+    budget_window_s: float = 3600.0
+    max_concurrent: int = 3
 
 
 @dataclass(frozen=True)
@@ -298,6 +309,7 @@ def _parse(p: Path) -> Config:
         raise ConfigError(f"{p}: controller.trust must be one of {', '.join(TRUST_MODES)}, "
                           f"not {cfg.controller.trust!r}")
     _check_remediation(cfg.lifecycle.remediation, str(p))
+    _check_ignore_processes(cfg.health, str(p))
     _check_domains(cfg.planning, str(p))
     _check_soft(cfg.health, str(p))
     return cfg
@@ -356,6 +368,15 @@ def expand_domains(domains: Mapping[str, str]) -> Dict[str, List[str]]:
     return out
 
 
+def _check_ignore_processes(hc: "HealthConfig", file: str) -> None:
+    """Each entry names a program: an absolute path, or a bare name (older configs: a system program)."""
+    for i, entry in enumerate(hc.ignore_processes):
+        if not entry or ("/" in entry and not entry.startswith("/")) or entry.endswith("/") \
+                or not entry.isprintable():
+            raise ConfigError(f"{file}: health.ignore_processes[{i}]: {entry!r} is neither an executable's "
+                              f"absolute path (/usr/bin/nvidia-persistenced) nor a bare program name")
+
+
 def _check_levels(cfg: "Config", file: str) -> None:
     """Level names come from a closed set: they reach a validation job's script."""
     for key in ("validate_levels", "spare_recheck_levels"):
@@ -383,7 +404,7 @@ def _check_remediation(rc: "RemediationConfig", file: str) -> None:
             raise ConfigError(f"{file}: {where}.max_attempts.{action} must be at least 1")
     if not rc.reset_command:
         raise ConfigError(f"{file}: {where}.reset_command must name a program")
-    for key in ("reboot_timeout_s", "reset_timeout_s"):
+    for key in ("reboot_timeout_s", "reset_timeout_s", "budget_window_s"):
         if getattr(rc, key) == 0:
             raise ConfigError(f"{file}: {where}.{key} must be more than 0 seconds")
 
@@ -406,7 +427,7 @@ def build(cls: Type[_D], data: Any, file: str, where: str) -> _D:
 
 # values that are a share of a whole (0..1)
 _SHARES = frozenset({"breaker_max_share", "burnin_relative_min", "burnin_absolute_min", "replace_fraction",
-                     "target", "clock_event_share", "clock_slow_ratio", "straggler_ratio"})
+                     "target", "clock_event_share", "clock_slow_ratio", "straggler_ratio", "budget_share"})
 
 
 def _key(where: str, name: str) -> str:

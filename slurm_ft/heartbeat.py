@@ -17,7 +17,10 @@ every rank and the batch host share. A dot directory: checkpoint detection never
 checkpoint. Outside a slurm-ft job (no SLURM_FT_CKPT_DIR) a call does nothing. A report that cannot be
 written is dropped, never raised: progress reporting must not fail a training step.
 
-Readers (the hot-spare supervisor's hang detection, goodput) use `read_all`.
+Readers (the hot-spare supervisor's hang detection, goodput) use `read_all`. The reader may be root
+and the directory is the user's: it is opened without following a symlink (a `.slurm-ft-progress`
+that is a link to elsewhere is not read, as the checkpoint scanner refuses it), its files are read
+relative to it, and a bounded number of entries is looked at, whatever else the user put there.
 """
 from __future__ import annotations
 
@@ -86,32 +89,46 @@ def progress(step: int, *, force: bool = False, busy_s: Optional[float] = None) 
     _busy.update(s=0.0, n=0)
 
 
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def max_entries(max_ranks: int) -> int:
+    """Directory entries `read_all` looks at for `max_ranks` reports: each rank's file, a temporary file
+    of a write in flight for each, and a few more."""
+    return 2 * max_ranks + 64
+
+
 def read_all(ckpt_dir: str, max_ranks: int = MAX_RANKS) -> Dict[int, Report]:
-    """rank -> its last report. Regular files only, each read bounded; a file that is not a well-formed
-    report is skipped (the directory is the user's)."""
+    """rank -> its last report. Regular files only, each read bounded, at most max_entries(max_ranks)
+    entries looked at; the directory itself is not followed when it is a symlink; a file that is not a
+    well-formed report is skipped (the directory is the user's)."""
     out: Dict[int, Report] = {}
-    d = progress_dir(ckpt_dir)
     try:
-        entries = os.scandir(d)
-    except OSError:
+        dfd = os.open(progress_dir(ckpt_dir), _OPEN_DIR)
+    except OSError:                     # none yet, not a directory, or a symlink (ELOOP): nothing to read
         return out
-    with entries:
-        for e in entries:
-            if len(out) >= max_ranks:
-                break
-            if not (e.name.startswith("rank-") and e.name.endswith(".json")):
-                continue
-            rec = _read(e)
-            if rec is not None:
-                out[rec["rank"]] = rec
+    try:
+        with os.scandir(dfd) as entries:
+            for seen, e in enumerate(entries, 1):
+                if e.name.startswith("rank-") and e.name.endswith(".json"):
+                    rec = _read(e, dfd)
+                    if rec is not None:
+                        out[rec["rank"]] = rec
+                if len(out) >= max_ranks or seen >= max_entries(max_ranks):
+                    break
+    except OSError:
+        pass                            # the directory went away mid-listing: what was read stands
+    finally:
+        os.close(dfd)
     return out
 
 
-def _read(entry: "os.DirEntry[str]") -> Optional[Report]:
+def _read(entry: "os.DirEntry[str]", dfd: int) -> Optional[Report]:
     try:
         if not entry.is_file(follow_symlinks=False):
             return None
-        fd = os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        fd = os.open(entry.name, _OPEN_FILE, dir_fd=dfd)
         try:
             data = os.read(fd, MAX_FILE_BYTES + 1)
         finally:

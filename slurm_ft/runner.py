@@ -53,3 +53,13 @@ def run(
     if check and proc.returncode != 0:
         raise CommandError(argv, proc.returncode, proc.stderr or proc.stdout)
     return result
+
+
+def start(argv: Sequence[str]) -> "subprocess.Popen[bytes]":
+    """Start a program that runs until its caller stops it (`journalctl --follow`): an argv list, never a
+    shell, stdin closed, stdout and stderr piped. No timeout: the caller bounds each read and ends it."""
+    argv = [str(a) for a in argv]
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:  # not found, not executable
+        raise CommandError(argv, None, str(exc), f"cannot run `{argv[0]}`") from exc

@@ -9,13 +9,15 @@ as its own only a reason that does (an admin's drain is never touched). The form
     slurm-ft: PLANNED CODE[ gpuN] <figure>            a soft signal's graceful drain (node/planned.py): no
                                                       fault, the jobs run on; QUARANTINED PLANNED once the
                                                       sweep quarantined it
+    slurm-ft: REVALIDATE [outage, ]<quarantine reason>   the controller: a node quarantined for not
+                                                      answering answers again; the sweep validates it
 Slurm stores longer reasons; REASON_MAX keeps `sinfo -R` readable.
 """
 from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Optional, Tuple
+from typing import Iterable, Optional, Tuple
 
 OWNER = "slurm-ft:"
 
@@ -24,10 +26,16 @@ OWNER = "slurm-ft:"
 LEVELS = ("quick", "prolog", "epilog", "full", "burnin")
 REASON_MAX = 100
 UNRESPONSIVE_QUARANTINE = f"{OWNER} quarantined, "
+# A node quarantined for not answering that answers again: the sweep validates it before it may serve
+# (`outage, `: it stopped with a wave of others, so the lighter spare re-check levels are enough).
+REVALIDATE = f"{OWNER} REVALIDATE "
+REVALIDATE_OUTAGE = "outage, "
 # Slurm's own reasons for a node it drained after a failed prolog or epilog (its wording differs between
 # versions) and after a task it could not kill: faults, and ours when our hook failed the node.
 HOOK_FAULT_REASONS = ("Prolog error", "Epilog error", "Prolog failed", "Epilog failed")
 SLURM_FAULT_REASONS = HOOK_FAULT_REASONS + ("Kill task failed",)
+# Slurm's own reasons for a node it set DOWN: a node that stopped answering, or came back from a crash.
+SLURM_DOWN_REASONS = ("Not responding", "Node unexpectedly rebooted")
 
 # A job in one of these states will not run again unless someone requeues it. NODE_FAIL is not among
 # them for the controller (a fault it may recover: fleet/plan.py), but ends a validation job.
@@ -58,9 +66,18 @@ def planned_reason(code: str, gpu: Optional[int], figure: str) -> str:
     return fit(text.replace("|", "/").replace("=", ":"))
 
 
+def admins(reason: str, slurm_reasons: Iterable[str] = SLURM_FAULT_REASONS) -> bool:
+    """A reason a person wrote: neither slurm-ft's nor one of Slurm's own (`slurm_reasons`, the DOWN ones).
+    slurm-ft never takes such a node on as a fault, rewrites its reason or counts it."""
+    text = reason.strip()
+    return bool(text) and not owned(text) and not any(text.startswith(r) for r in (*slurm_reasons,
+                                                                                   *SLURM_DOWN_REASONS))
+
+
 def fit(text: str, limit: int = REASON_MAX) -> str:
-    """One line of at most `limit` characters; Slurm refuses a reason that ends in a space."""
-    return " ".join(text.split())[:limit].rstrip()
+    """One line of at most `limit` printable ASCII characters (anything else becomes '?': a reason may
+    quote a node's earlier one or a finding); Slurm refuses a reason that ends in a space."""
+    return "".join(c if " " <= c <= "~" else "?" for c in " ".join(text.split()))[:limit].rstrip()
 
 
 def slurm_time(text: Optional[str]) -> Optional[float]:

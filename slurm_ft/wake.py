@@ -6,6 +6,10 @@ learns what happened from Slurm, as always. It is signed with munge, Slurm's own
 listener checks the credential with `unmunge` and accepts root's only (a user cannot make the controller
 read Slurm in a loop), and munge refuses a replayed credential. Unsigned, forged, replayed or excess
 datagrams are dropped; a wake that is lost costs only the controller's next poll.
+
+One fact rides along, because Slurm forgets it: a failed prolog's wake names its job (`wake NODE prolog
+JOB`). Slurm requeues that job held with no nodes, so by the controller's read the run the prolog ended
+may be gone; the wake tells which node that run had (fleet/plan.py `prolog_runs`).
 """
 from __future__ import annotations
 
@@ -23,24 +27,38 @@ log = logging.getLogger(__name__)
 
 MAX_DATAGRAM = 4096           # a munge credential with a short payload is ~150 bytes
 MUNGE_TIMEOUT_S = 5.0
-_PAYLOAD_RE = re.compile(r"wake [A-Za-z0-9_.\-]{1,64}")
+_PAYLOAD_RE = re.compile(r"wake (?P<node>[A-Za-z0-9_.\-]{1,64})(?: prolog (?P<job>[1-9][0-9]{0,9}))?")
+
+
+def payload(node: str, prolog_job: Optional[int] = None) -> str:
+    return f"wake {node}" + (f" prolog {prolog_job}" if prolog_job is not None else "")
+
+
+def parse(text: str) -> Tuple[str, Optional[int]]:
+    """(node, job of the failed prolog or None) of a verified payload."""
+    m = _PAYLOAD_RE.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not a wake: {text[:80]!r}")
+    return m.group("node"), (int(m.group("job")) if m.group("job") else None)
 
 
 def _munge_argv(tool: str, munge_socket: Optional[str]) -> List[str]:
     return [tool, *([f"--socket={munge_socket}"] if munge_socket else [])]
 
 
-def send(host: str, port: int, node: str, munge_socket: Optional[str] = None) -> None:
+def send(host: str, port: int, node: str, munge_socket: Optional[str] = None, prolog_job: Optional[int] = None
+         ) -> None:
     """Ask the controller at host:port to read Slurm now, signed by this process's uid. Raises
     CommandError (munge) or OSError (the network): the caller logs it, nothing else depends on it."""
-    cred = run([*_munge_argv("munge", munge_socket), "-s", f"wake {node}"], timeout=MUNGE_TIMEOUT_S).stdout.strip()
+    cred = run([*_munge_argv("munge", munge_socket), "-s", payload(node, prolog_job)],
+               timeout=MUNGE_TIMEOUT_S).stdout.strip()
     family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
     with socket.socket(family, kind, proto) as s:
         s.sendto(cred.encode("ascii", "replace")[:MAX_DATAGRAM], addr)
 
 
 def verify(cred: bytes, munge_socket: Optional[str] = None, uids: Tuple[int, ...] = (0,)) -> Optional[str]:
-    """The payload (`wake NODE`) of a credential munge accepts from one of `uids`, else None (logged)."""
+    """The payload (`wake NODE [prolog JOB]`) of a credential munge accepts from one of `uids`, else None."""
     try:
         res = run(_munge_argv("unmunge", munge_socket), input=cred.decode("ascii", "replace"),
                   timeout=MUNGE_TIMEOUT_S, check=False)
@@ -86,7 +104,7 @@ class Listener:
                 self._last = now
                 payload = verify(data, self.munge_socket, self.uids)
                 if payload is not None:
-                    log.debug("woken by %s (%s)", payload, peer[0])
+                    log.info("woken by %s (%s)", payload, peer[0])
                     return payload
             if time.monotonic() >= deadline:
                 return None

@@ -14,6 +14,7 @@
  * plugstack.conf:  optional /opt/slurm-ft/spank/slurm_ft.so [python=PATH] [resolve_timeout=SECONDS]
  * The same source builds against Slurm 22.05, 24.11 and 26.05 (spank.h only).
  */
+#define _GNU_SOURCE               /* pipe2 */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -81,8 +82,43 @@ static struct spank_option spank_opts[] = {
 	SPANK_OPTIONS_TABLE_END
 };
 
-/* A checkpoint directory the policy can judge: absolute, printable ASCII or UTF-8 bytes, no control
- * characters, no "." or ".." components (a prefix test on roots must mean what it says). */
+/* Whether s is valid UTF-8 as Python decodes it strictly (no overlong forms, no surrogates, nothing
+ * past U+10FFFF): the controller reads the tag's directory that way, and ignores a tag it cannot. */
+static int valid_utf8(const unsigned char *s)
+{
+	while (*s) {
+		unsigned char c = *s, lo = 0x80, hi = 0xBF;
+		int need, k;
+
+		if (c < 0x80)
+			need = 0;
+		else if (c >= 0xC2 && c <= 0xDF)
+			need = 1;
+		else if (c == 0xE0)
+			need = 2, lo = 0xA0;
+		else if (c == 0xED)
+			need = 2, hi = 0x9F;
+		else if (c >= 0xE1 && c <= 0xEF)
+			need = 2;
+		else if (c == 0xF0)
+			need = 3, lo = 0x90;
+		else if (c >= 0xF1 && c <= 0xF3)
+			need = 3;
+		else if (c == 0xF4)
+			need = 3, hi = 0x8F;
+		else
+			return 0;
+		for (k = 1; k <= need; k++) {
+			if (s[k] < (k == 1 ? lo : 0x80) || s[k] > (k == 1 ? hi : 0xBF))
+				return 0;     /* a NUL (the end) is below 0x80 too */
+		}
+		s += need + 1;
+	}
+	return 1;
+}
+
+/* A checkpoint directory the policy can judge: absolute, UTF-8, no control characters, no "." or ".."
+ * components (a prefix test on roots must mean what it says). */
 static const char *bad_dir(const char *d)
 {
 	const unsigned char *p;
@@ -95,6 +131,8 @@ static const char *bad_dir(const char *d)
 	for (p = (const unsigned char *)d; *p; p++)
 		if (*p < 0x20 || *p == 0x7f)
 			return "contains a control character";
+	if (!valid_utf8((const unsigned char *)d))
+		return "is not valid UTF-8 (slurm-ft reads the directory as UTF-8: rename it)";
 	for (c = d; *c; c++) {
 		if (*c != '/')
 			continue;
@@ -152,7 +190,10 @@ static int opt_cb(int val, const char *optarg, int remote)
 		memcpy(o->value, optarg, len);
 		o->value[len] = '\0';
 		if ((why = bad_dir(o->value))) {
-			slurm_error("slurm-ft: --%s %s: the checkpoint directory %s", o->name, o->value, why);
+			if (valid_utf8((const unsigned char *)o->value))
+				slurm_error("slurm-ft: --%s %s: the checkpoint directory %s", o->name, o->value, why);
+			else          /* its bytes are not text: not printed into the user's terminal or a log */
+				slurm_error("slurm-ft: --%s: the checkpoint directory %s", o->name, why);
 			o->value[0] = '\0';
 			return -1;
 		}
@@ -219,11 +260,9 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	(void)av;
 	if ((ctx != S_CTX_ALLOCATOR && ctx != S_CTX_LOCAL) || !any_set())
 		return 0;
-	if (!ft_opts[OPT_CKPT_DIR].set && (ft_opts[OPT_MIN_NODES].set || ft_opts[OPT_MAX_RESTARTS].set ||
-					   ft_opts[OPT_HOT_SPARES].set || ft_opts[OPT_HANG_TIMEOUT].set)) {
-		/* without a checkpoint directory the job could only restart from scratch: say so, still FT */
-		slurm_info("slurm-ft: no --ft-ckpt-dir: the job is fault-tolerant but restarts from scratch");
-	}
+	/* every option into the job control environment first, a refused combination included: where
+	 * plugstack.conf says `optional` Slurm ignores this callback's failure and submits the job, and the
+	 * job_submit policy must then see the values to refuse it (without them it would pass as no FT job) */
 	for (i = 1; i < N_OPTS; i++) {
 		if (!ft_opts[i].set)
 			continue;
@@ -232,19 +271,97 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 			return -1;
 		}
 	}
+	if (ft_opts[OPT_HANG_TIMEOUT].set && !ft_opts[OPT_CKPT_DIR].set) {
+		/* a restart in place is counted in the checkpoint directory: without one they never end */
+		slurm_error("slurm-ft: --ft-hang-timeout needs --ft-ckpt-dir: restarts after a hang are counted "
+			    "in the checkpoint directory, and without one --ft-max-restarts could never end them");
+		return -1;
+	}
+	if (!ft_opts[OPT_CKPT_DIR].set) {
+		/* without a checkpoint directory the job could only restart from scratch: say so, still FT */
+		slurm_info("slurm-ft: no --ft-ckpt-dir: the job is fault-tolerant but restarts from scratch");
+	}
 	return 0;
 }
 
-/* Run the resolver with the job's environment; its stdout into out (NUL-terminated). Returns its exit
- * status, or -1 when it could not run or did not finish within resolve_timeout_s (it is then killed). */
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* For the child between fork and execve (slurmstepd has threads): write(2) only, no stdio, no malloc. */
+static void say(const char *s)
+{
+	size_t n = 0;
+	ssize_t w;
+
+	while (s[n])
+		n++;
+	while (n > 0) {
+		w = write(STDERR_FILENO, s, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		s += w;
+		n -= (size_t)w;
+	}
+}
+
+/* The child: stdout to the pipe, its own process group (the parent kills the whole group), exec. On
+ * failure only async-signal-safe calls: write the reason (errno as digits, not strerror) and _exit. */
+static void exec_child(char *const argv[], char **env, int rfd, int wfd)
+{
+	char num[16];
+	int e, i = (int)sizeof(num) - 1;
+
+	if (wfd != STDOUT_FILENO) {
+		if (dup2(wfd, STDOUT_FILENO) < 0)
+			_exit(127);
+		close(wfd);
+	}
+	if (rfd != STDOUT_FILENO)
+		close(rfd);
+	setpgid(0, 0);
+	execve(argv[0], argv, env);
+	e = errno;
+	num[i] = '\0';
+	do {
+		num[--i] = (char)('0' + e % 10);
+		e /= 10;
+	} while (e && i > 0);
+	say("slurm-ft: cannot run ");
+	say(argv[0]);
+	say(": errno ");
+	say(&num[i]);
+	say("\n");
+	_exit(127);
+}
+
+static void kill_child(pid_t pid)
+{
+	kill(-pid, SIGKILL);              /* its group: what it started too */
+	kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+
+/* Run the resolver with the job's environment; its stdout into out (NUL-terminated, at most outsz - 1
+ * bytes). Returns its exit status, or -1 when it could not run, printed more than fits (refused: never
+ * cut and used as a path) or did not end within resolve_timeout_s; it is then killed. The deadline
+ * covers the whole child, not only its output: one that closes stdout and runs on is killed too. */
 static int run_resolver(char *const argv[], char **env, char *out, size_t outsz)
 {
 	int fds[2], status = 0;
 	size_t got = 0;
-	pid_t pid;
-	time_t deadline = time(NULL) + resolve_timeout_s;
+	pid_t pid, w;
+	long long deadline = now_ms() + resolve_timeout_s * 1000LL;
+	const char *why = NULL;
 
-	if (pipe(fds) < 0)
+	if (pipe2(fds, O_CLOEXEC) < 0)
 		return -1;
 	pid = fork();
 	if (pid < 0) {
@@ -252,42 +369,61 @@ static int run_resolver(char *const argv[], char **env, char *out, size_t outsz)
 		close(fds[1]);
 		return -1;
 	}
-	if (pid == 0) {
-		dup2(fds[1], STDOUT_FILENO);
-		close(fds[0]);
-		close(fds[1]);
-		execve(argv[0], argv, env);
-		fprintf(stderr, "slurm-ft: cannot run %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
+	if (pid == 0)
+		exec_child(argv, env, fds[0], fds[1]);
+	setpgid(pid, pid);                /* also here: no race with the kill below */
 	close(fds[1]);
-	for (;;) {
+	while (!why) {
 		struct pollfd pfd = {fds[0], POLLIN, 0};
-		int left = (int)(deadline - time(NULL));
+		long long left = deadline - now_ms();
 		ssize_t n;
+		int r;
 
-		if (left <= 0 || poll(&pfd, 1, left * 1000) <= 0) {
-			if (errno == EINTR && left > 0)
-				continue;
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-			close(fds[0]);
-			slurm_error("slurm-ft: %s took over %d s; killed", argv[0], resolve_timeout_s);
-			return -1;
-		}
-		n = read(fds[0], out + got, outsz - 1 - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
+		if (left <= 0) {
+			why = "timeout";
 			break;
-		got += (size_t)n;
-		if (got >= outsz - 1)
-			break;            /* more than a path and a step: the rest is not read */
+		}
+		r = poll(&pfd, 1, left > INT_MAX ? INT_MAX : (int)left);
+		if (r < 0 && errno != EINTR)
+			why = "poll";
+		if (r <= 0)
+			continue;
+		/* one byte more than may be kept: output that reaches it is over the limit */
+		n = read(fds[0], out + got, outsz - got);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n < 0)
+			why = "read";
+		else if (n == 0)
+			break;                /* EOF: the resolver may still run */
+		else if ((got += (size_t)n) >= outsz)
+			why = "output";
+	}
+	close(fds[0]);
+	while (!why) {
+		w = waitpid(pid, &status, WNOHANG);
+		if (w == pid)
+			break;
+		if (w < 0 && errno != EINTR)
+			return -1;
+		if (now_ms() >= deadline)
+			why = "timeout";
+		else
+			poll(NULL, 0, 10);
+	}
+	if (why) {
+		kill_child(pid);
+		out[0] = '\0';
+		if (!strcmp(why, "output"))
+			slurm_error("slurm-ft: %s printed more than %d bytes (one path and one step): refused, killed",
+				    argv[0], (int)outsz - 1);
+		else if (!strcmp(why, "timeout"))
+			slurm_error("slurm-ft: %s took over %d s; killed", argv[0], resolve_timeout_s);
+		else
+			slurm_error("slurm-ft: %s: its output could not be read (%s failed); killed", argv[0], why);
+		return -1;
 	}
 	out[got] = '\0';
-	close(fds[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 

@@ -14,9 +14,15 @@ Layout of <dir>:
   dev/nvidia0..N            character devices (1,3 = /dev/null) that gres.conf lists as GPUs
   hooks/                    prolog, epilog, healthcheck: wrappers that run this repo's scripts
   lib/                      the fake libnvidia-ml.so.1, when slurm_ft_lab.fake_nvml exists
-  nodes/<node>/             nvml.state (fake GPUs), kmsg (kernel log), state.json (health findings):
-                            reset to healthy on every fresh `up`; `lab inject` writes faults here
+  nodes/<node>/             nvml.state (fake GPUs), kmsg (kernel log, root only), state.json (health
+                            findings): reset to healthy on every fresh `up`; `lab inject` writes faults here
   slurm-ft.yaml             slurm-ft's config for the lab (SLURM_FT_CONFIG in the hooks)
+  home/<user>/              the job users' homes (HOME of a lab job user: users.py)
+  work/<name>/              job directories a test or the bench gives a job user (work_dir)
+
+Jobs run as an unprivileged user (users.DEFAULT), as on a cluster; the controller, the sweep, the
+watcher and the hooks run as root. Where Slurm has an RPC rate limiter (23.02+), slurmctld runs with it
+on (`rl_enable`, its defaults), so a user's jobs are limited as on a large site; root is exempt.
 """
 from __future__ import annotations
 
@@ -40,9 +46,11 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from slurm_ft.errors import CommandError, EnvironmentProblem, UsageError
 from slurm_ft.fsutil import atomic_write, write_unread
 from slurm_ft.node.check_socket import PATH_ENV as CHECK_SOCKET_ENV
-from slurm_ft.runner import run
+from slurm_ft.node.query_socket import PATH_ENV as QUERY_SOCKET_ENV
+from slurm_ft.runner import Result, run
 from slurm_ft.slurm import versions
 from slurm_ft.slurm.hostlist import compress
+from slurm_ft_lab import users
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +187,7 @@ class Lab:
         env["SLURM_CONF"] = str(self.conf)
         env["SLURM_FT_CONFIG"] = str(self.config_path)
         env[CHECK_SOCKET_ENV] = self.check_socket
+        env[QUERY_SOCKET_ENV] = self.query_socket
         env[MARKER_ENV] = str(self.dir)
         return env
 
@@ -186,6 +195,72 @@ class Lab:
     def check_socket(self) -> str:
         """Where a node's `slurm-ft watch` serves its checks: one per node, as on a cluster."""
         return str(self.dir / "run" / "check-{node}.sock")
+
+    @property
+    def query_socket(self) -> str:
+        """Where a node's `slurm-ft watch` answers its users' checks (node/query_server.py)."""
+        return str(self.dir / "run" / "query-{node}.sock")
+
+    # --- the job users -----------------------------------------------------------------------------
+    @property
+    def job_user(self) -> str:
+        """The user the lab's fault-tolerant jobs run as (tests, `lab demo`, the bench)."""
+        return users.DEFAULT
+
+    def user_home(self, name: str) -> Path:
+        return self.dir / "home" / name
+
+    def user_env(self, name: Optional[str] = None, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        """The lab's environment (env()) as a job user's: their USER, LOGNAME and HOME."""
+        name = name or self.job_user
+        return users.environ(users.get(name), self.env(base), self.user_home(name))
+
+    def user_argv(self, argv: List[str], name: Optional[str] = None) -> List[str]:
+        """`argv` run as a job user (setpriv; the environment is the caller's: see user_env)."""
+        return users.as_user(users.get(name or self.job_user), argv)
+
+    def run_as(self, argv: List[str], name: Optional[str] = None, *, timeout: float = 120,
+               env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None, check: bool = True) -> Result:
+        """Run `argv` as a job user with the lab's environment (plus `env`), in `cwd` (default: their home)."""
+        name = name or self.job_user
+        e = self.user_env(name)
+        e.update(env or {})
+        return run(self.user_argv(argv, name), timeout=timeout, env=e, cwd=cwd or str(self.user_home(name)),
+                   check=check)
+
+    def client_as(self, name: Optional[str] = None) -> users.UserClient:
+        """A SlurmClient whose commands run as a job user, with the lab's environment."""
+        name = name or self.job_user
+        return users.UserClient(users.get(name), self.user_env(name))
+
+    def work_dir(self, name: str, user: Optional[str] = None, fresh: bool = True) -> Path:
+        """<dir>/work/<name>, owned by a job user (mode 0700, as a user's own directory): where their job
+        writes its output and checkpoints. `fresh`: emptied first."""
+        d = self.dir / "work" / name
+        if fresh and d.exists():
+            shutil.rmtree(d)
+        (self.dir / "work").mkdir(mode=0o755, exist_ok=True)
+        return users.give(d, users.get(user or self.job_user), 0o700)
+
+    def give(self, path: Path, user: Optional[str] = None) -> Path:
+        """`path` (made when missing) and everything below it owned by a job user: what root wrote into a
+        user's directory for their job."""
+        return users.give(Path(path), users.get(user or self.job_user))
+
+    def _prepare_users(self) -> None:
+        """The job users exist, each has a home in this lab, and the job user can run this Python and import
+        slurm-ft and the lab from this source tree (a job of theirs runs the starter, the supervisor and
+        the trainer with it)."""
+        made = users.ensure()
+        for u in made:
+            users.give(self.user_home(u.name), u, 0o700)
+        default = next(u for u in made if u.name == self.job_user)
+        why = users.cannot_run(default, sys.executable, ("slurm_ft", "slurm_ft_lab"), self._daemon_env(),
+                               str(self.user_home(default.name)))
+        if why:
+            raise EnvironmentProblem(
+                f"the lab's job user {default.name} cannot run {sys.executable} with slurm-ft: {why}. Install "
+                f"slurm-ft where others may read it (./setup.sh builds .venv on a Python they can run)")
 
     def _pidfiles(self) -> Dict[str, Path]:
         files = {"munged": self.dir / "munge" / "munged.pid", "slurmctld": self.dir / "run" / "slurmctld.pid"}
@@ -231,6 +306,11 @@ class Lab:
                                  f"is up in {self.dir}; "
                                  f"run `slurm-ft lab down --dir {self.dir}` first")
             self.spec = saved or self.spec      # tunables (intervals) stay as the running lab has them
+            self._prepare_users()               # a lab brought up before it had users has them now
+            for n in self.spec.node_names:      # ... and kernel logs only root reads
+                kmsg = self.dir / "nodes" / n / "kmsg"
+                if kmsg.exists():
+                    os.chmod(kmsg, 0o600)
             self._health_pause.touch()
             try:
                 self._start_missing_slurmds()
@@ -245,6 +325,7 @@ class Lab:
         self._check_parents()
         self._check_ports()
         self._write_files()
+        self._prepare_users()
         self._health_pause.touch()
         try:
             self._start_munged()
@@ -301,7 +382,7 @@ class Lab:
     def _write_files(self) -> None:
         spec = self.spec
         subs = ("etc", "munge", "run", "log", "spool", "state", "state/ctld", "state/slurm-ft", "dev", "hooks",
-                "lib", "nodes")
+                "lib", "nodes", "home", "work")
         for sub in subs:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         for p in [self.dir, *(self.dir / sub for sub in subs)]:
@@ -320,7 +401,7 @@ class Lab:
                     write_unread(node_dir / "nvml.healthy", (node_dir / "nvml.state").read_bytes())
             else:
                 (self.dir / "nodes" / n).mkdir(exist_ok=True)
-                atomic_write(self.dir / "nodes" / n / "kmsg", "")
+                atomic_write(self.dir / "nodes" / n / "kmsg", "", mode=0o600)    # root's, as /dev/kmsg
             for stale in (self.dir / "nodes" / n).glob("state.json*"):   # health findings of a past run
                 stale.unlink()
             (self.dir / "spool" / f"slurmd.{n}").mkdir(exist_ok=True)
@@ -487,6 +568,9 @@ controller:
 health:
   kmsg_path: {d}/nodes/{{node}}/kmsg
   state_file: {d}/nodes/{{node}}/state.json
+  # one host runs every node's checks: at CI's load (~50 on 2 cores) a quick gather of the fake NVML took
+  # over its 5 s and reported NVML_HUNG, a check that could not look; a site's nodes each have their own cores
+  deadline_s: {{quick: 30.0, prolog: 60.0, epilog: 60.0, full: 120.0, burnin: 900.0}}
 lifecycle:
   # validation jobs run `check --level full|burnin` on the node: against the lab's fake NVML
   validate_command: [env, LD_LIBRARY_PATH={d}/lib, SLURM_FT_LAB_DIR={d}, {sys.executable}, -m, slurm_ft]
@@ -703,6 +787,9 @@ lifecycle:
             "spec": asdict(self.spec),
             "daemons": daemons,
             "alive": sum(1 for d in daemons if d["alive"]),
+            "job_user": self.job_user,
+            "users": [{"name": u.name, "uid": u.uid} for u in users.existing()],
+            "rate_limiter": rate_limiter_status(),
             "sinfo": [],
         }
         if out["running"]:
@@ -715,6 +802,18 @@ lifecycle:
             except CommandError as exc:
                 out["sinfo_error"] = str(exc)
         return out
+
+
+def rate_limiter_status() -> str:
+    """What the lab's slurmctld does about a user's RPC rate: on where Slurm has the limiter, else why not."""
+    try:
+        version = versions.installed_version()
+    except CommandError as exc:
+        return f"unknown ({exc})"
+    text = f"{version[0]}.{version[1]:02d}.{version[2]}"
+    if versions.features(version).rate_limiter:
+        return f"on: SlurmctldParameters=rl_enable, its defaults (Slurm {text}; root exempt)"
+    return f"none: Slurm {text} has no RPC rate limiter (23.02+)"
 
 
 def nodes_not_ready(want: Iterable[str], states: Dict[str, str], busy_ok: bool = False) -> List[str]:

@@ -1,7 +1,8 @@
 """Fault injection for the lab: change a node's fake GPU state and log what the real driver would log.
 
 Each lab node has `<labdir>/nodes/<node>/nvml.state` (read by the fake libnvidia-ml.so.1, format in
-fake_nvml/fake_nvml.c) and `<labdir>/nodes/<node>/kmsg` (kernel log in /dev/kmsg record format).
+fake_nvml/fake_nvml.c; anyone may read it, as anyone may query NVML) and `<labdir>/nodes/<node>/kmsg`
+(kernel log in /dev/kmsg record format; root only, as /dev/kmsg with kernel.dmesg_restrict=1).
 A fault the real driver reports with an Xid also adds that Xid to the state's history, so NVML
 event sets (the watcher) get it too. `heal` restores a healthy node and empties its kernel log,
 as a repair and reboot would.
@@ -25,6 +26,9 @@ LAB_DIR_ENV = "SLURM_FT_LAB"
 DEFAULT_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)   # DGX H100; same table as fake_nvml.c
 MAX_LINKS = 18
 XID_HISTORY = 32        # Xids kept per GPU in the state (the library keeps up to 64)
+# A node's kernel log is root's: a job's user cannot read it, as /dev/kmsg with kernel.dmesg_restrict=1
+# (Debian's and Ubuntu's default). The fake driver state is not: any user may query NVML.
+KMSG_MODE = 0o600
 
 CLOCK_EVENTS = {           # nvmlClocksEventReason* bits
     "sw_power_cap": 0x4,
@@ -257,9 +261,10 @@ def init_node(labdir: Path, node: str, gpus: int = 8, durable: bool = True) -> P
     if not durable:
         write_unread(d / "nvml.state", NodeState.healthy(node, gpus).render())
         write_unread(d / "kmsg", "")
+        os.chmod(d / "kmsg", KMSG_MODE)
         return d
     atomic_write(d / "nvml.state", NodeState.healthy(node, gpus).render(), mode=0o644)
-    atomic_write(d / "kmsg", "", mode=0o644)
+    atomic_write(d / "kmsg", "", mode=KMSG_MODE)
     return d
 
 
@@ -292,6 +297,8 @@ def heal(labdir: Path, node: str) -> None:
         state_file = health_state_file(labdir, node)
         if state_file is not None:
             state_file.unlink(missing_ok=True)
+            # the watcher's place in the kernel log (watch.py): a rebooted node's watcher starts at its end
+            state_file.with_name(state_file.name + ".watch").unlink(missing_ok=True)
             # the watcher's soft-signal trends live beside it, in /run too: gone with the reboot
             state_file.with_name(state_file.name + ".soft").unlink(missing_ok=True)
         try:
@@ -384,16 +391,19 @@ class Injected:
 
 
 def inject(labdir: Path, node: str, fault: str, *, gpu: int = 0, value=None, log: bool = True,
-           now: Optional[float] = None) -> Injected:
-    """Apply one fault to GPU `gpu` of `node`. value: the Xid code, link, width, event name, factor or pid."""
+           now: Optional[float] = None, driver: bool = True) -> Injected:
+    """Apply one fault to GPU `gpu` of `node`. value: the Xid code, link, width, event name, factor or pid.
+    `log`: write the driver's kernel-log line; `driver`: change the fake driver's state (False: the line
+    is the only evidence, as for an Xid a watcher missed and NVML no longer reports)."""
     if fault not in FAULTS:
         raise UsageError(f"unknown fault {fault!r}; one of: {', '.join(FAULTS)}")
     labdir = Path(labdir)
     with _node_lock(labdir, node):
-        return _inject(labdir, node, fault, gpu, value, log, time.time() if now is None else now)
+        return _inject(labdir, node, fault, gpu, value, log, time.time() if now is None else now, driver)
 
 
-def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now: float) -> Injected:
+def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now: float,
+            driver: bool = True) -> Injected:
     state = load_state(labdir, node)
     if not 0 <= gpu < len(state.gpus):
         raise UsageError(f"{node} has GPUs 0..{len(state.gpus) - 1}, not {gpu}")
@@ -503,7 +513,8 @@ def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now
         msgs.append(xid_message(g, code, link=link, pid=g.procs[0][0] if g.procs else None))
     if fault == "gpu_lost":
         msgs.append(f"NVRM: GPU {g.pci[4:]}: GPU has fallen off the bus.")
-    save_state(labdir, state)
+    if driver:
+        save_state(labdir, state)
     records: List[str] = []
     if log and msgs:
         records = _append_kmsg(node_dir(labdir, node) / "kmsg", msgs, now)

@@ -1,7 +1,8 @@
 """The scenario slurm-ft exists for, run on the lab: a gang-synchronous trainer on every node, a fatal
 Xid on one GPU, and the recovery, with a timeline of what happened when (for `lab demo` and the bench).
 
-Nothing here is faked: the job is submitted with `slurm-ft sbatch` (or, via="plugin", with plain
+Nothing here is faked: the job is submitted by the lab's job user (users.DEFAULT, as on a cluster: not
+root) with `slurm-ft sbatch` (or, via="plugin", with plain
 `sbatch --ft-ckpt-dir` through the lab's slurm-ft plugins: `lab up --plugin`), the fault is written by the lab's
 fake NVML and kernel log (`lab inject`), `slurm-ft watch` on the faulty node sees the Xid and drains
 the node, the controller (in this process, on its own journal) recovers the job, and the trainer's own
@@ -123,7 +124,9 @@ class Scenario:
         self.ckpt_every = ckpt_every
         self.collective_timeout = collective_timeout
         self.on_phase = on_phase
-        self.ckpt_dir = self.work / "ckpt"
+        # the work directory is root's (the controller's config and journal); the job's files are its user's
+        self.job_dir = self.work / "job"
+        self.ckpt_dir = self.job_dir / "ckpt"
         self.config_path = self.work / "slurm-ft.yaml"
         self.env = lab.env()
         self.job_id: Optional[int] = None
@@ -164,8 +167,9 @@ class Scenario:
         if self.work.exists():
             shutil.rmtree(self.work)
         self.work.mkdir(parents=True)
-        os.chmod(self.work, 0o755)          # the job (root here, but keep it like a shared FS) writes ckpt/
-        self.ckpt_dir.mkdir()
+        os.chmod(self.work, 0o755)          # the job's user enters it to reach job/
+        self.ckpt_dir.mkdir(parents=True)
+        self.lab.give(self.job_dir)         # the job user's: output, checkpoints, the starts log
         base = yaml.safe_load(Path(self.lab.config_path).read_text()) or {}
         base["state_dir"] = str(self.work / "state")
         base.setdefault("controller", {}).update({"poll_s": 0.05, "cycle_budget_s": 300.0})
@@ -223,12 +227,12 @@ class Scenario:
         env = dict(self.env, PYTHONPATH=os.pathsep.join(path + [p for p in [self.env.get("PYTHONPATH")] if p]),
                    LD_LIBRARY_PATH=str(self.lab.dir / "lib"))   # the nodes' "driver", as a real node's system path has it
         sbatch = ["-J", "slurm-ft-demo", "--ntasks-per-node=1", "--gres=gpu:8", "--open-mode=append",
-                  "-o", str(self.work / "job.out")]
+                  "-o", str(self.job_out)]
         trainer = [PY, "-S", "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(self.ckpt_dir), "--resume", "{ckpt}",
                    "--steps", "1000000", "--step-time", str(self.step_time), "--ckpt-every", str(self.ckpt_every),
                    "--collective-timeout", str(self.collective_timeout)]
         if via == "plugin" and not self.hot_spares:
-            script = self.work / "train.sh"
+            script = self.job_dir / "train.sh"
             line = " ".join(shlex.quote(a) if a != "{ckpt}" else '"$1"' for a in ["srun", *trainer])
             script.write_text(f"#!/bin/sh\n# $1: the newest complete checkpoint, {{ckpt}} resolved by the slurm-ft "
                               f"SPANK plugin at every start\nexec {line}\n")
@@ -243,9 +247,14 @@ class Scenario:
                     "--max-restarts", "100", *launch, *sbatch, *([] if self.hot_spares else ["srun"]), *trainer]
         else:
             raise ValueError(f"via must be wrapper or plugin, not {via!r}")
-        res = run(argv, timeout=120, env=env, cwd=str(self.work))
+        env = dict(self.lab.user_env(), **{k: env[k] for k in ("PYTHONPATH", "LD_LIBRARY_PATH")})
+        res = run(self.lab.user_argv(argv), timeout=120, env=env, cwd=str(self.job_dir))
         self.job_id = int(res.stdout.strip().split(";")[0])
         return self.job_id
+
+    @property
+    def job_out(self) -> Path:
+        return self.job_dir / "job.out"
 
     def stop(self, cancel: bool = True) -> None:
         self._stop.set()
@@ -426,7 +435,7 @@ class Scenario:
             steps = [f"{kind} {outcome}" for kind, outcome, *_ in self._steps[-3:]]
         return (f"{slurm}; controller: {', '.join(steps) or 'no step'}; supervisor: "
                 f"{last(self.supervisor_events()) or 'nothing logged'}; trainer: {last(self.events()) or 'nothing logged'}; "
-                f"job output in {self.work / 'job.out'}")
+                f"job output in {self.job_out}")
 
     def _phase(self, res: FaultResult, p: Phase) -> None:
         res.phases.append(p)

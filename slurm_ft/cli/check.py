@@ -8,8 +8,8 @@ never change the exit code.
 
 The prolog/epilog hooks fail a job's node only on the positive signal VERDICT ("slurm-ft-verdict: FAIL
 <reason>" on stdout): printed only when the check ran to a verdict with a node fault AND the breaker
-lets the node go (`--drain`: this run drained it or keeps our drain; prolog/epilog: the fleet view the
-last health check saved has room, see slurm_ft.node.guard). Any other end (an import error, a
+lets the node go (`--drain`: this run drained it or keeps our drain; prolog/epilog: the fleet's drain
+count, read then, has room: see slurm_ft.node.guard). Any other end (an import error, a
 config error, a kill, a refused drain) has no such line and the hooks exit 0.
 """
 from __future__ import annotations
@@ -23,9 +23,11 @@ from slurm_ft.vocab import LEVELS
 
 if TYPE_CHECKING:          # annotations only: the hooks' start-up imports none of these
     import argparse
-    from typing import Callable, Mapping, Sequence, TextIO, Tuple
+    from typing import Callable, Mapping, Optional, Sequence, TextIO, Tuple
 
     from slurm_ft.config import Config
+    from slurm_ft.slurm.api import SlurmApi
+    from slurm_ft.node.query_socket import Query
     from slurm_ft.node.run import Report
 
 VERDICT = "slurm-ft-verdict: FAIL"
@@ -62,15 +64,17 @@ def parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     ap.add_argument("--node", metavar="NAME", help="Node name (default $SLURMD_NODENAME, else the hostname).")
     ap.add_argument("--job-id", metavar="ID", default=env.get("SLURM_JOB_ID"),
                     help="Job the prolog/epilog runs for (default $SLURM_JOB_ID).")
-    ap.add_argument("--no-state", action="store_true", help="Do not read or write the node state file.")
+    ap.add_argument("--no-state", action="store_true",
+                    help="Do not read or write the node state file (implied when not root: the file is root's).")
     ap.add_argument("--local", action="store_true",
                     help="Run the check in this process even where `slurm-ft watch` serves checks.")
     return ap
 
 
-def run(argv: Sequence[str], config_path: "str | None" = None) -> int:
-    """`slurm-ft check ARGV` in this process: its exit status (argparse exits 2 itself on a usage error)."""
-    code, hung = answer(argv, sys.stdout, sys.stderr, os.environ, config_path)
+def run(argv: Sequence[str], config_path: "str | None" = None, unanswered: str = "") -> int:
+    """`slurm-ft check ARGV` in this process: its exit status (argparse exits 2 itself on a usage error).
+    `unanswered`: why the node's watcher did not answer this user's check (cli/__init__)."""
+    code, hung = answer(argv, sys.stdout, sys.stderr, os.environ, config_path, unanswered=unanswered)
     sys.stdout.flush()
     sys.stderr.flush()
     if hung:
@@ -79,8 +83,8 @@ def run(argv: Sequence[str], config_path: "str | None" = None) -> int:
 
 
 def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str],
-           config_path: "str | None" = None, load: "Callable[[str | None], Config] | None" = None
-           ) -> Tuple[int, bool]:
+           config_path: "str | None" = None, load: "Callable[[str | None], Config] | None" = None,
+           unanswered: str = "") -> Tuple[int, bool]:
     """Run `check ARGV` with the hook's environment `env`, print to `out`/`err`: (exit status, whether
     an NVML call hung). Here for a hook's own process and for the watcher serving it (watch.py), which
     passes `load` (a ConfigCache's: the config parsed again only when it changed)."""
@@ -96,17 +100,22 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
         # for: a prolog failing it first would leave nothing to reset and no verdict naming the findings
         print(f"{name}: slurm-ft validation job {job_id or '?'}: the job checks the node itself", file=out)
         return 0, False
-    client = None
+    client: Optional[SlurmApi] = None
     if drain:
         from slurm_ft.slurm.backend import client_from_config  # lazy: hook start-up: only with --drain
         client = client_from_config(config)
     progress = _progress_bar() if level == "burnin" and err.isatty() and not as_json else None
+    job = None
+    if level == "epilog":
+        from slurm_ft.node.jobscope import JobScope  # lazy: hook start-up: only the epilog judges a job's GPUs
+        job = JobScope.from_env({**env, "SLURM_JOB_ID": job_id or ""})
     report = check_node(level, name, config, drain=drain, client=client, job_id=job_id,
-                        record=not args.no_state, progress=progress)
+                        record=not args.no_state and os.geteuid() == 0, progress=progress, job=job)
     if as_json:
         print(json.dumps(report.to_dict(), indent=None), file=out)
     else:
         _print_text(report, out)
+    _say_blind(report, unanswered, err)
     code = report.exit_code
     if report.drain and report.drain.get("action") == "error":
         print(f"slurm-ft: error: drain failed: {report.drain['message']}", file=err)
@@ -115,13 +124,72 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
         print(f"slurm-ft: error: {report.install_error} (slurm-ft's install, not the node: nothing drained)",
               file=err)
         code = 2
-    elif not report.healthy and not as_json and _may_fail(report, config, name, drain, err):
-        from slurm_ft.node.drain import reason_text  # lazy: hook start-up: only on a fail verdict
-        print(f"{VERDICT} {reason_text(report.findings)}", file=out)
+    elif not report.healthy and not as_json:
+        if report.level in HOOK_LEVELS and client is None:
+            from slurm_ft.node.guard import hook_client  # lazy: hook start-up: only a failing hook asks Slurm
+            client = hook_client(config)
+        if _may_fail(report, config, name, drain, err, client):
+            from slurm_ft.node.drain import reason_text  # lazy: hook start-up: only on a fail verdict
+            print(f"{VERDICT} {reason_text(report.findings)}", file=out)
+            if level == "prolog" and job_id and job_id.isdigit() and client is not None:
+                _wake_for_prolog(client, config, name, int(job_id), err)
     return code, report.hung
 
 
-def _may_fail(report: Report, config: Config, node: str, drain: bool, err: TextIO) -> bool:
+def _wake_for_prolog(client: SlurmApi, config: Config, node: str, job_id: int, err: TextIO) -> None:
+    """The controller learns which node this job's run had before Slurm requeues it with none (best effort)."""
+    from slurm_ft.errors import SlurmFTError  # lazy: only a failing prolog
+    from slurm_ft.node import tell  # lazy: only a failing prolog
+    try:
+        tell.prolog_failed(client, config, node, job_id)
+    except (SlurmFTError, OSError) as exc:   # the verdict stands; the controller's poll finds the job
+        print(f"slurm-ft: warning: controller not woken: {exc}", file=err)
+
+
+def _say_blind(report: Report, unanswered: str, err: TextIO) -> None:
+    """A user's check that could not read the kernel log, run here because the watcher did not answer:
+    it cannot see Xids, and says so (a check as root reads the log itself)."""
+    if os.geteuid() == 0:
+        return
+    from slurm_ft.finding import Severity  # lazy: only a user's own run gets here
+    if any(f.check == "xid" and f.severity is Severity.ERROR for f in report.findings):
+        print(f"slurm-ft: warning: kernel log not readable as uid {os.geteuid()}; the node's watcher did not answer "
+              f"({unanswered or 'not asked'}): this check cannot see Xids", file=err)
+
+
+def answer_user(query: Query, out: TextIO, err: TextIO, config: Config, may_drain: bool = True) -> Tuple[int, bool]:
+    """A local user's question (node/query_socket.py), answered by the watcher as root: the check at the
+    query's level on this node, printed as the user's own `slurm-ft check` would print it. A look writes
+    nothing; a drain is a check with --drain as the health check runs it, on node/query.py's terms
+    (evidence no user can write, never a resume). No VERDICT line: that is the hooks' signal."""
+    from slurm_ft.node import query as policy  # lazy: only the watcher answers users
+    from slurm_ft.node.run import check_node  # lazy: the watcher has the probes loaded by now
+
+    drain = query.drain and may_drain
+    if query.drain and not may_drain:
+        print("slurm-ft: this node's watcher drains nothing (`slurm-ft watch --no-drain`): looked only", file=err)
+    client = None
+    if drain:
+        from slurm_ft.slurm.backend import client_from_config  # lazy: only a drain asks Slurm
+        config = policy.checks_for_user(config, query.level, drain=True)
+        client = client_from_config(config)
+    report = check_node(query.level, query.node, config, drain=drain, client=client, record=drain, read_state=True)
+    if query.json:
+        print(json.dumps(report.to_dict(), indent=None), file=out)
+    else:
+        _print_text(report, out)
+    code = report.exit_code
+    if report.drain and report.drain.get("action") == "error":
+        print(f"slurm-ft: error: drain failed: {report.drain['message']}", file=err)
+        code = 3
+    if report.install_error:
+        print(f"slurm-ft: error: {report.install_error} (slurm-ft's install on this node's watcher)", file=err)
+        code = 2
+    return code, report.hung
+
+
+def _may_fail(report: Report, config: Config, node: str, drain: bool, err: TextIO,
+              client: Optional[SlurmApi] = None) -> bool:
     """Does this fail finding take the node out (the VERDICT line)? Only within the breaker."""
     if drain:
         if not report.drain:
@@ -130,7 +198,7 @@ def _may_fail(report: Report, config: Config, node: str, drain: bool, err: TextI
     if report.level not in HOOK_LEVELS:
         return True            # a manual check: nothing acts on the verdict but a person
     from slurm_ft.node import guard  # lazy: hook start-up: only a hook's fail verdict asks the breaker
-    decision = guard.hook_decision(config, node)
+    decision = guard.hook_decision(config, node, client=client)
     if not decision.allowed:
         print(f"slurm-ft: error: fail finding reported, node not failed: {decision.reason}", file=err)
     return decision.allowed

@@ -1,8 +1,9 @@
 """`slurm-ft report [--json]`: how slurm-ft's drains turned out, per check, per Xid and per soft signal.
 
 Drains, confirmed faults, probable false positives (the node passed validation after no repair or only
-a GPU reset), node-hours out of service and node-hours of spares consumed (fleet/drain_stats.py).
-Exit 0; 2 when there is no journal yet."""
+a GPU reset), node-hours out of service and node-hours of spares consumed (fleet/drain_stats.py); then
+the remediation budget as the last sweep spent it (fleet/remediation.py). Exit 0; 2 when there is no
+journal yet."""
 from __future__ import annotations
 
 import json
@@ -28,12 +29,15 @@ def report(ctx: click.Context, as_json: bool) -> None:
     signal: planned swaps, confirmed by validation, false alarms, precision."""
     from slurm_ft.fleet.collect import drain_report  # lazy: fleet.collect is heavy (~35 ms); not for --help
     from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, loaded with fleet.collect anyway
+    from slurm_ft.fleet import remediation, remediator  # lazy: loaded with fleet.collect's neighbours anyway
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     now = time.time()
     with Store(config.state_dir, create=False) as store:
         eps, summary = drain_report(store, now)
+        budget = store.kv_get_json(remediator.BUDGET_KEY)
     if as_json:
-        click.echo(json.dumps({"time": now, **summary, "episodes": [e.to_dict(now) for e in eps]}, indent=2))
+        click.echo(json.dumps({"time": now, **summary, "episodes": [e.to_dict(now) for e in eps],
+                               "remediation_budget": budget}, indent=2))
         return
     head = (f"{'':<14} {'DRAINS':>6} {'CONFIRMED':>9} {'PROB_FP':>8} {'FP%':>6} {'OPEN':>5} "
             f"{'NODE_H_OUT':>10} {'SPARE_NODE_H':>11}")
@@ -58,3 +62,10 @@ def report(ctx: click.Context, as_json: bool) -> None:
     if summary.get("by_soft_signal"):
         click.echo("soft signal: confirmed = validation failed or a repair was needed; false alarm = validated "
                    "as it was and passed")
+    if not budget:
+        click.echo(f"\nremediation budget: no sweep has planned a remediation yet "
+                   f"(lifecycle.remediation.mode {config.lifecycle.remediation.mode})")
+        return
+    click.echo(f"\nremediation budget (the sweep at {remediation.stamp(budget.get('time'))}):")
+    for line in remediation.budget_lines(budget):
+        click.echo(f"  {line}")

@@ -5,11 +5,14 @@ from typing import TYPE_CHECKING, Optional
 
 import json
 import time
+from contextlib import ExitStack
+from pathlib import Path
 
 import click
 
 from slurm_ft.cli.breaker import describe
 from slurm_ft.errors import EXIT_NEGATIVE, EnvironmentProblem, UsageError
+from slurm_ft.filelock import FileLock
 
 if TYPE_CHECKING:
     from slurm_ft.config import Config
@@ -20,7 +23,8 @@ if TYPE_CHECKING:
 @click.option("--job", "job_id", type=click.IntRange(min=1), default=None,
               help="One fault-tolerant job's goodput: GPU-hours that made progress, and what the rest went to.")
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--write-metrics", is_flag=True, help="Also write the Prometheus textfile (lifecycle.metrics_path).")
+@click.option("--write-metrics", is_flag=True, help="Also write the Prometheus textfile (lifecycle.metrics_path); "
+              "exit 5 at once when another `status --write-metrics` is still writing.")
 @click.pass_context
 def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metrics: bool) -> None:
     """The fleet at a glance (the same figures as the metrics file), or one job's goodput (--job)."""
@@ -33,15 +37,19 @@ def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metri
             raise UsageError("--write-metrics writes every job's figures: leave out --job")
         _job_goodput(config, client, job_id, as_json)
         return
-    with Store(config.state_dir) as store:
-        v = view(config, client, store)
-        if write_metrics and config.lifecycle.metrics_path:
-            from slurm_ft.fleet import collect, metrics  # lazy: fleet.collect is heavy; only --write-metrics
-            try:
-                metrics.write(config.lifecycle.metrics_path, collect.snapshot(v, collect.goodput_rows(config, client, store)))
-            except OSError as exc:
-                raise EnvironmentProblem(f"cannot write {config.lifecycle.metrics_path}: {exc.strerror} "
-                                         f"(lifecycle.metrics_path)") from None
+    with ExitStack() as held:
+        if write_metrics:   # the every-minute cron: a run still reading slow directories is not joined by more
+            held.enter_context(FileLock(Path(config.state_dir) / "metrics.lock", "metrics write"))
+        with Store(config.state_dir) as store:
+            v = view(config, client, store)
+            if write_metrics and config.lifecycle.metrics_path:
+                from slurm_ft.fleet import collect, metrics  # lazy: fleet.collect is heavy; only --write-metrics
+                try:
+                    metrics.write(config.lifecycle.metrics_path,
+                                  collect.snapshot(v, collect.goodput_rows(config, client, store)))
+                except OSError as exc:
+                    raise EnvironmentProblem(f"cannot write {config.lifecycle.metrics_path}: {exc.strerror} "
+                                             f"(lifecycle.metrics_path)") from None
     d = v.to_dict()
     if as_json:
         click.echo(json.dumps(d, indent=2))

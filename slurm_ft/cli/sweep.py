@@ -38,8 +38,9 @@ def sweep(ctx: click.Context, wait_s: Optional[float], as_json: bool) -> None:
 @click.pass_context
 def remediate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     """The sweep's remediation step alone: reset, reboot or send to RMA the quarantined nodes whose
-    finding the policy (lifecycle.remediation) can handle. Nodes it finishes are validated by the
-    next `slurm-ft sweep`.
+    finding the policy (lifecycle.remediation) can handle, within the remediation budget. Nodes it
+    finishes are validated by the next `slurm-ft sweep`. --dry-run also shows the budget: per pool what
+    was started within the window, and what waits for it until when.
 
     Exit 0 done, 2 remediation is off (without --dry-run), 3 a Slurm command failed, 5 a sweep is running.
     """
@@ -50,14 +51,16 @@ def remediate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     config, client = setup(ctx)
     if dry_run:
         with Store(config.state_dir) as store:
-            steps = remediator.snapshot_plan(Sweeper(config, client, store, actor="remediate"))
+            steps, budget = remediator.snapshot_plan(Sweeper(config, client, store, actor="remediate"))
         if as_json:
-            click.echo(json.dumps([s.to_dict() for s in steps], indent=2))
+            click.echo(json.dumps({"steps": [s.to_dict() for s in steps], "budget": budget.to_dict()}, indent=2))
         else:
             for s in steps:
                 click.echo(f"would {remediation.describe(s)}")
             if not steps:
                 click.echo("nothing to remediate (no quarantined or remediating node)")
+            for line in remediation.budget_lines(budget.to_dict()):
+                click.echo(f"budget: {line}")
         return
     if config.lifecycle.remediation.mode != "on":
         raise UsageError(f"lifecycle.remediation.mode is {config.lifecycle.remediation.mode!r}: set it to "

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
 
 import click
 
-from slurm_ft.cli.check import answer, node_name
+from slurm_ft.cli.check import answer, answer_user, node_name
 from slurm_ft.cli.guard import LOG_FORMAT, guarded
 
 if TYPE_CHECKING:
     from types import FrameType
 
     from slurm_ft.config import Config, ConfigCache
+    from slurm_ft.node.query_socket import Query
     from slurm_ft.node.run import Report
     from slurm_ft.node.softpass import PassResult
     from slurm_ft.node.watch import Handled
@@ -30,12 +31,14 @@ if TYPE_CHECKING:
 @click.option("--no-drain", is_flag=True, help="Report only: run the quick check but leave Slurm alone.")
 @click.option("--no-serve", is_flag=True,
               help="Do not answer this node's `slurm-ft check` runs (the hooks) over the check socket.")
+@click.option("--no-serve-users", is_flag=True,
+              help="Do not answer local users' checks (the in-job checks of a job's supervisor) over the query socket.")
 @click.option("--no-soft", is_flag=True,
               help="Read no soft signals (health.soft_period_s 0 does the same): no planned swaps from here.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per handled event batch and soft finding.")
 @click.pass_context
 def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional[float], no_nvml: bool,
-          no_drain: bool, no_serve: bool, no_soft: bool, as_json: bool) -> None:
+          no_drain: bool, no_serve: bool, no_serve_users: bool, no_soft: bool, as_json: bool) -> None:
     """Follow the kernel log and NVML Xid events; on a fatal Xid drain this node at once.
 
     User-caused Xids (13, 31, 43, 45, 68, ...) are logged and change nothing. SIGTERM stops it cleanly.
@@ -45,12 +48,18 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
     Unless --no-serve, it also answers the node's quick, prolog and epilog checks (HealthCheckProgram,
     the hooks) over a root-only socket ($SLURM_FT_CHECK_SOCKET, default /run/slurm-ft/check.sock):
     same check, same output, without a Python start-up and NVML initialisation per hook.
+    Unless --no-serve-users, it answers any local user's quick or prolog check over a second socket
+    ($SLURM_FT_QUERY_SOCKET, default /run/slurm-ft-query/query.sock): what root sees (the kernel log
+    included), rate-limited per user; a user's --drain takes the node out only for evidence no user can
+    write (docs/security.md).
     """
     from slurm_ft.config import ConfigCache, load_config  # lazy: config loads yaml; not for --help
     from slurm_ft.node.check_server import CheckServer  # lazy: the socket server (and config/yaml); not for --help
+    from slurm_ft.node.query_server import QueryServer  # lazy: the users' socket server; not for --help
     from slurm_ft.node.watch import Watcher  # lazy: ctypes NVML and the probes; not for --help
 
-    config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
+    config_path = ctx.obj.get("config_path") if ctx.obj else None
+    config = load_config(config_path)
     name = node_name(node)
     client = None
     if not no_drain:
@@ -109,16 +118,37 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
 
     server = None if no_serve else CheckServer(name, functools.partial(serve_check, configs=ConfigCache()),
                                                w.check_lock)
+    users = None if no_serve_users else QueryServer(
+        name, functools.partial(serve_user_check, configs=ConfigCache(), config_path=config.path, no_drain=no_drain),
+        w.check_lock)
     w.start()
     if server is not None and server.start():
         w.sources.append(f"serving checks on {server.path}")
+    if users is not None and users.start():
+        w.sources.append(f"answering users on {users.path}")
     click.echo(f"slurm-ft watch on {name}: {'; '.join(w.sources) or 'no sources'}", err=True)
     try:
         w.run(once=once, timeout=timeout, on_handled=show)
     finally:
-        if server is not None:
-            server.stop()
+        for s in (server, users):
+            if s is not None:
+                s.stop()
         w.stop()
+
+
+def serve_user_check(query: Query, out: TextIO, err: TextIO, configs: ConfigCache, config_path: Optional[str],
+                     no_drain: bool) -> Tuple[int, bool]:
+    """A local user's question (query_server.py), answered in the watcher: check.answer_user under the
+    same error handling as a check of the user's own (one line on their stderr, the exit code), and
+    whether an NVML call hung. None of the watcher's log lines go to the user."""
+    hung = False
+
+    def body() -> int:
+        nonlocal hung
+        code, hung = answer_user(query, out, err, configs.load(config_path), may_drain=not no_drain)
+        return code
+
+    return guarded(body, err), hung
 
 
 def serve_check(argv: List[str], env: Dict[str, str], out: TextIO, err: TextIO, configs: ConfigCache

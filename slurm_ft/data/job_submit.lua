@@ -32,10 +32,38 @@ local function encode(value)
 	return (value:gsub("[^A-Za-z0-9_.~/%-]", function(c) return string.format("%%%02X", c:byte()) end))
 end
 
+-- strict UTF-8 as Python decodes it (no overlong forms, no surrogates, nothing past U+10FFFF): the
+-- controller reads the tag's directory that way and ignores a tag it cannot decode
+local function valid_utf8(s)
+	local i, n = 1, #s
+	while i <= n do
+		local c, need, lo, hi = s:byte(i), 0, 128, 191
+		if c < 128 then need = 0
+		elseif c >= 194 and c <= 223 then need = 1
+		elseif c == 224 then need, lo = 2, 160
+		elseif c == 237 then need, hi = 2, 159
+		elseif c >= 225 and c <= 239 then need = 2
+		elseif c == 240 then need, lo = 3, 144
+		elseif c >= 241 and c <= 243 then need = 3
+		elseif c == 244 then need, hi = 3, 143
+		else return false end
+		for k = 1, need do
+			local b = s:byte(i + k)
+			if b == nil then return false end
+			if k == 1 then
+				if b < lo or b > hi then return false end
+			elseif b < 128 or b > 191 then return false end
+		end
+		i = i + need + 1
+	end
+	return true
+end
+
 local function bad_dir(d)
 	if d:sub(1, 1) ~= "/" then return "must be an absolute path" end
 	if #d > MAX_DIR_LEN then return "is longer than " .. MAX_DIR_LEN .. " characters" end
 	if d:find("[%c]") then return "contains a control character" end
+	if not valid_utf8(d) then return "is not valid UTF-8 (slurm-ft reads the directory as UTF-8: rename it)" end
 	if d:find("//", 1, true) then return "contains an empty component (//)" end
 	for part in d:gmatch("[^/]+") do
 		if part == "." or part == ".." then return "contains a '" .. part .. "' component" end
@@ -108,13 +136,20 @@ end
 -- (no partition given: the default one, which must then be listed first in FT_PARTITIONS)
 local function tag_for(values, partition, job_desc)
 	local parts = {TAG_HEAD}
+	if values.SLURM_FT_HANG_TIMEOUT ~= nil and values.SLURM_FT_CKPT_DIR == nil then
+		return nil, "--ft-hang-timeout needs --ft-ckpt-dir: restarts after a hang are counted in the " ..
+			"checkpoint directory, and without one --ft-max-restarts could never end them"
+	end
 	for _, k in ipairs(KEYS) do
 		local v = values[k[1]]
 		if k[3] == nil then
 			if v ~= nil then
 				if #v > 1 and v:sub(-1) == "/" then v = v:sub(1, -2) end
 				local why = bad_dir(v)
-				if why then return nil, "--ft-ckpt-dir " .. v .. ": the checkpoint directory " .. why end
+				if why then
+					if not valid_utf8(v) then v = encode(v) end   -- its bytes are not text: shown encoded
+					return nil, "--ft-ckpt-dir " .. v .. ": the checkpoint directory " .. why
+				end
 				if #CKPT_ROOTS > 0 then
 					local ok = false
 					for _, root in ipairs(CKPT_ROOTS) do ok = ok or under(v, root) end

@@ -6,9 +6,10 @@ always agree.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
+
+# all checkpoint directories of one metrics write together (each at most jobprogress.READ_DEADLINE_S):
+# 100 held jobs naming one slow directory cost ~1,000 s a write, inside the sweep lock, before this
+GOODPUT_TOTAL_S = 30.0
 
 
 @dataclass
@@ -167,21 +172,45 @@ def write_metrics(config: Config, client: SlurmApi, store: Store, *,
     return path
 
 
-def goodput_rows(config: Config, client: SlurmApi, store: Store) -> List[Tuple[int, Dict[str, Any]]]:
-    """(job id, its goodput dict) of each fault-tolerant job in the queue; a job whose checkpoint dir
-    cannot be read in time is left out (and logged), never guessed; so is everything when Slurm cannot
-    say which jobs are fault-tolerant."""
+def goodput_rows(config: Config, client: SlurmApi, store: Store, *, total_s: float = GOODPUT_TOTAL_S,
+                 clock: Callable[[], float] = time.monotonic) -> List[Tuple[int, Dict[str, Any]]]:
+    """(job id, its goodput dict) of each fault-tolerant job that runs or was requeued after running
+    (jobprogress.followed). Each checkpoint directory is read once, however many jobs name it, and all
+    of them within `total_s`: a job whose directory cannot be read in time, or is not reached before
+    that, is left out (and logged), never guessed; so is everything when Slurm cannot say which jobs
+    are fault-tolerant."""
     try:
         jobs = jobprogress.ft_jobs(config, client)
     except SlurmFTError as exc:
         log.error("goodput: cannot list the fault-tolerant jobs: %s", exc)
         return []
-    rows = []
+    deadline = clock() + total_s
+    read: Dict[str, Union[jobprogress.DirFiles, jobprogress.Unreadable]] = {}
+    rows, late = [], []
     for job, spec in jobs:
+        if not jobprogress.followed(job):
+            continue
+        d = os.path.normpath(spec.ckpt_dir)
+        if d not in read:
+            left = deadline - clock()
+            if left <= 0:
+                late.append(job.job_id)
+                continue
+            try:
+                read[d] = jobprogress.read_dir(d, min(jobprogress.READ_DEADLINE_S, left))
+            except jobprogress.Unreadable as exc:
+                read[d] = exc
+        got = read[d]
+        if isinstance(got, jobprogress.Unreadable):
+            log.error("goodput of job %s not known: %s", job.job_id, got)
+            continue
         try:
-            rows.append((job.job_id, jobprogress.goodput_of(store.db, client, job, spec, time.time()).to_dict()))
-        except (jobprogress.Unreadable, SlurmFTError) as exc:
+            rows.append((job.job_id, jobprogress.goodput_of(store.db, client, job, spec, time.time(), got).to_dict()))
+        except SlurmFTError as exc:
             log.error("goodput of job %s not known: %s", job.job_id, exc)
+    if late:
+        log.error("goodput of %d job(s) not known (%s): their directories were not reached within the "
+                  "%g s of a metrics write", len(late), ", ".join(map(str, late[:10])), total_s)
     return rows
 
 

@@ -26,7 +26,8 @@ from slurm_ft.fleet import journal as jn
 from slurm_ft.fleet import outage as out
 from slurm_ft.job.ckptscan import Scanner, hold_reason
 from slurm_ft.fleet.plan import (HOT_NOTE, PENDING_STATES, PLANNED_DEFERRED_NOTE, PLANNED_HOT_NOTE,
-                                 PLANNED_RESTART_NOTE, Policy, failed_in_run, fault_time, in_supervisor_hands, plan)
+                                 PLANNED_RESTART_NOTE, Policy, failed_in_run, fault_time, in_supervisor_hands, plan,
+                                 prolog_runs)
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job import trust
 from slurm_ft.job.tag import FtSpec, with_note
@@ -34,7 +35,7 @@ from slurm_ft.node import breaker as brk, guard
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
 from slurm_ft.slurm.types import Job, Node
-from slurm_ft import vocab
+from slurm_ft import vocab, wake
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
@@ -52,6 +53,7 @@ class CycleResult:
     elapsed_s: float = 0.0
 
 
+FAILED_PROLOG_KEEP_S = 600.0   # a failed prolog's wake, until its job is read requeued
 FULL_READ_S = 1.0      # while only waiting on jobs: a full observe at least this often
 
 
@@ -87,6 +89,15 @@ class Controller:
         self._watching_since = clock()
         self._alerted: Dict[str, str] = {}       # alert key -> last text logged (loud once per change)
         self._trust: Optional[str] = None        # the job field holding FT tags (trust.resolve), read once
+        self._failed_prologs: Dict[int, Tuple[FrozenSet[str], float]] = {}   # job -> nodes, when (wakes)
+
+    def heard(self, payload: str) -> None:
+        """A node's verified wake (slurm_ft/wake.py): a failed prolog's names its job, kept for the plan a
+        while (prolog_runs); the cycle that follows reads Slurm anyway."""
+        node, job = wake.parse(payload)
+        if job is not None:
+            nodes, _ = self._failed_prologs.get(job, (frozenset(), 0.0))
+            self._failed_prologs[job] = (nodes | {node}, self.clock())
 
     # --- observe -----------------------------------------------------------------------------------
 
@@ -104,13 +115,22 @@ class Controller:
                 specs[j.job_id] = spec
         now = self.clock()
         placements = jn.placements(self.conn)       # as of the previous read: the plan compares with them
-        jn.record_placements(self.conn, [j for j in jobs if j.job_id in specs], placements, now)
+        ft_jobs = {j.job_id: j for j in jobs if j.job_id in specs}
+        jn.record_placements(self.conn, ft_jobs.values(), placements, now)
+        self._failed_prologs = {jid: v for jid, v in self._failed_prologs.items()
+                                if jid in ft_jobs and now - v[1] < FAILED_PROLOG_KEEP_S}
+        learnt = prolog_runs(ft_jobs, placements, self._failed_prologs)
+        jn.add_placements(self.conn, learnt)
+        for run in learnt:
+            log.info("job %s: run %d had %s (a failed prolog's wake; Slurm requeued it with none)", run.job_id,
+                     run.restart_count, compress(list(run.nodes)))
+            placements.setdefault(run.job_id, {})[run.restart_count] = run
         p = self.policy
         self._seen = out.track(self._seen, nodes, now, horizon_s=p.wave_window_s + p.wave_settle_s + 3600)
-        counted, limit = self._out_of_service(nodes, now)
-        return Snapshot.of(nodes, jobs, parts, specs=specs, breaker_open=self._breaker_open(nodes),
-                           taken_at=now, seen=dict(self._seen), watching_since=self._watching_since,
-                           out_counted=counted, out_limit=limit, placements=placements)
+        counted, limit, past = self._out_of_service(nodes, now)
+        return Snapshot.of(nodes, jobs, parts, specs=specs, taken_at=now, seen=dict(self._seen),
+                           watching_since=self._watching_since, out_counted=counted, out_limit=limit,
+                           out_past_limit=past, placements=placements)
 
     def trusted_field(self) -> str:
         """admin_comment or comment (config controller.trust; auto asks slurmctld once). When slurmctld's
@@ -128,16 +148,19 @@ class Controller:
                      else "Comment")
         return self._trust
 
-    def _out_of_service(self, nodes: Sequence[Node], now: float) -> Tuple[FrozenSet[str], int]:
-        """The drain-rate breaker's count and limit, from the same snapshot of Slurm's nodes the breaker
-        reads everywhere (breaker.view: slurm-ft drains, QUARANTINED/RMA included, by reason time within
-        the window): the plan charges each quarantine against it (outage.breaker_room). Limit 0: none."""
+    def _out_of_service(self, nodes: Sequence[Node], now: float) -> Tuple[FrozenSet[str], int, FrozenSet[str]]:
+        """The drain-rate breaker's count, limit and the nodes taken out past the limit, from the same
+        snapshot of Slurm's nodes the breaker reads everywhere (breaker.view: slurm-ft drains,
+        QUARANTINED/RMA included, by reason time within the window): the plan charges each quarantine
+        against it (outage.breaker_room). Limit 0: none."""
         if not guard.enabled(self.config):
-            return frozenset(), 0
+            return frozenset(), 0, frozenset()
         lc = self.config.lifecycle
         fleet = brk.view(nodes, now)
         counted = frozenset(n for n, t in fleet.out if now - t <= lc.breaker_window_s)
-        return counted, brk.limit(fleet.total, lc.breaker_max_share, lc.breaker_max_nodes)
+        cap = brk.limit(fleet.total, lc.breaker_max_share, lc.breaker_max_nodes)
+        self._say_breaker(len(counted), cap)
+        return counted, cap, brk.past_limit(fleet, now, cap=cap, window_s=lc.breaker_window_s)
 
     def _settle_hook_drains(self, nodes: Sequence[Node]) -> List[str]:
         """Undo the prolog/epilog drains that took the fleet past the breaker's limit; the nodes resumed.
@@ -179,15 +202,15 @@ class Controller:
             except SlurmFTError as exc:
                 log.warning("job %s not told that %s is %s: %s", job_id, node, kind, exc)
 
-    def _breaker_open(self, nodes: Optional[Sequence[Node]] = None) -> bool:
-        """The lifecycle drain-rate breaker (issue 6): while it is open no new recovery starts.
-
-        A bad probe or driver that drains nodes en masse must not also empty the spare pool."""
-        why = guard.is_open(self.config, nodes, now=self.clock())   # counted from the snapshot's node reasons
-        if why and not self._breaker_said:
-            log.error("drain-rate breaker open (%s): no new recoveries until it closes", why)
-        self._breaker_said = bool(why)
-        return bool(why)
+    def _say_breaker(self, count: int, cap: int) -> None:
+        """Loud once when the drain-rate breaker reaches its limit (issue 6): drains stop; the recovery of
+        a fault drained within the limit goes on, one drained past it waits (the plan's alert)."""
+        is_open = count >= cap
+        if is_open and not self._breaker_said:
+            log.error("drain-rate breaker open (%d nodes taken out by slurm-ft within %s (limit %d)): no more "
+                      "drains or quarantines; faults drained within the limit are still recovered", count,
+                      brk._span(self.config.lifecycle.breaker_window_s), cap)
+        self._breaker_said = is_open
 
     def _may_drain(self, node: str, reason: str) -> Tuple[bool, str]:
         d = guard.may_drain(self.config, node, reason, client=self.client, actor="controller", now=self.clock())
@@ -243,7 +266,7 @@ class Controller:
         """Loud, once per change: a wave of unresponsive nodes, a quarantine the breaker refused."""
         keys = {}
         for a in alerts:
-            key = "wave" if a.job_id == 0 else f"job{a.job_id}"
+            key = {0: "wave", -1: "outage"}.get(a.job_id, f"job{a.job_id}")
             keys[key] = a.reason
             if self._alerted.get(key) != a.reason:
                 log.error("ALERT: %s", a.reason)
@@ -283,8 +306,10 @@ class Controller:
                 log.warning("job %s: not opening an incident: %s", step.job_id, exc)
                 return "failed"
             return "ok"
-        if step.kind == "restore":
-            return self._restore_node(step, now)
+        if step.kind == "revalidate":
+            return self._revalidate_node(step, now)
+        if step.kind == "release":
+            return self._release_unclaimed(step)
         inc = _one(jn.incidents(self.conn, job_id=step.job_id, open_only=True))
         if inc is None or inc.id != step.incident_id:
             return "skipped"        # closed meanwhile (another cycle got there first)
@@ -305,6 +330,15 @@ class Controller:
         if self.on_step:
             self.on_step(step, outcome, detail, done)
         return outcome
+
+    def _release_unclaimed(self, step: Step) -> str:
+        try:
+            self.client.release(step.job_id)
+        except SlurmFTError as exc:
+            log.warning("job %s: not released: %s", step.job_id, exc)
+            return "failed"
+        log.error("ALERT: %s", step.reason)
+        return "ok"
 
     def _open(self, step: Step, now: float) -> None:
         job = self.client.job(step.job_id)
@@ -327,7 +361,7 @@ class Controller:
         if step.planned:
             self._open_planned(step, job, spec, iid, sorted(failed), now)
             return
-        if spec is not None and job.state == "RUNNING" and in_supervisor_hands(job, spec, sorted(failed)):
+        if spec is not None and job.running and in_supervisor_hands(job, spec, sorted(failed)):
             hold = None     # the job does not restart: its supervisor relaunches the step in the allocation
             jn.update_incident(self.conn, iid, note=HOT_NOTE + f"{spec.hot_spares} hot spare(s), "
                                                             f"{spec.train_nodes} training nodes")
@@ -349,7 +383,7 @@ class Controller:
         checkpoint (a hot spare), a spare before it starts again (pending after a restart), or, running
         with no hot spare, the job's next restart (noted and closed at once: `deferred`)."""
         nodes = ", ".join(step.nodes)
-        if job.state == "RUNNING" and spec is not None and in_supervisor_hands(job, spec, out) \
+        if job.running and spec is not None and in_supervisor_hands(job, spec, out) \
                 and job.batch_host not in step.nodes:
             jn.update_incident(self.conn, iid, note=PLANNED_HOT_NOTE + f"the job's supervisor moves off {nodes} at "
                                                                        f"its next checkpoint ({spec.hot_spares} hot "
@@ -357,7 +391,7 @@ class Controller:
             for fault in step.reason.split("; "):     # its supervisor may not have heard from the node
                 node, _, why = fault.partition(": ")
                 self._tell(job.job_id, "degraded", [node], why)
-        elif job.state == "RUNNING":
+        elif job.running:
             why = ("its batch host" if job.batch_host in step.nodes else "no hot spare left" if spec is not None
                    and spec.hot_spares else "no hot spare")
             note = (PLANNED_DEFERRED_NOTE + f"{why}: {nodes} drained, no new job lands there; the job runs on "
@@ -372,31 +406,29 @@ class Controller:
         if self.on_step:
             self.on_step(step, "ok", step.reason, now)
 
-    def _restore_node(self, step: Step, now: float) -> str:
-        """Put back a node quarantined for not answering (outage.restorable, checked again on a fresh read)."""
+    def _revalidate_node(self, step: Step, now: float) -> str:
+        """Hand a node quarantined for not answering, answering again, to the sweep's validation: its drain
+        reason becomes step.reason (vocab.REVALIDATE), checked again on a fresh read first. It stays
+        drained and out of every partition until it passes (sweep.py)."""
         name = step.nodes[0]
         try:
             node = self.client.node(name)
             if not out.restorable(node, self._seen.get(name), self._watching_since, self.clock(),
                                   self.policy.restore_after_s):
                 return "skipped"
-            with self.membership.locked():   # a fresh read under the fleet lock, just before the write
-                parts = self.membership.partitions()
-                if step.partition in parts and name not in parts[step.partition].nodes:
-                    # first in, then resumed: never in neither
-                    self.membership.change({step.partition: Delta(add=(name,))}, parts)
-            self.client.resume([name])
+            self.client.drain([name], step.reason)
         except SlurmFTError as exc:
-            log.warning("restore %s failed: %s", name, exc)
+            log.warning("revalidation of %s not requested: %s", name, exc)
             return "failed"
-        log.warning("restored %s into %s: %s (incident %s)", name, step.partition, step.reason, step.incident_id)
+        log.warning("%s answers again (quarantined for not answering, incident %s): to validation (%s)", name,
+                    step.incident_id, step.reason)
         if self.on_step:
             self.on_step(step, "ok", step.reason, self.clock())
         return "ok"
 
     def _requeue(self, step: Step, inc: Incident) -> Tuple[str, str]:
         job = self.client.job(inc.job_id)
-        if job.state != "RUNNING" or job.restart_count > inc.restart_count:
+        if not job.running or job.restart_count > inc.restart_count:
             return "skipped", f"already requeued ({job.state}, restart {job.restart_count})"
         self.client.requeue(inc.job_id, hold=step.hold)
         return "ok", ("held: " if step.hold else "") + step.reason
@@ -405,9 +437,15 @@ class Controller:
         failed = set(inc.nodes)
         moved: List[str] = []
         drained, refused, refused_nodes = [], [], set()
+        admins = set()
         with self.membership.locked():   # the breaker's answer and the partition write under the fleet lock
             # Ask the fleet-wide breaker before the node leaves the partition: a refused one stays put.
             for node in self.client.nodes(list(inc.nodes)):
+                if vocab.admins(node.reason, self.policy.slurm_fault_reasons) and (node.drained or node.down):
+                    # an admin took it on since the incident opened: their reason stays, the node stays put
+                    refused.append(f"{node.name} left to its admin ({node.reason})")
+                    admins.add(node.name)
+                    continue
                 if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
                     seen = next((f.split(": ", 1)[1] for f in inc.faults if f.startswith(node.name + ": ")),
                                 node.state)
@@ -419,13 +457,13 @@ class Controller:
                     else:
                         refused.append(f"{node.name} not drained: {why}")
                         refused_nodes.add(node.name)
-            failed -= refused_nodes
+            failed -= refused_nodes | admins
             parts = self.membership.partitions()     # a fresh read, a delta on it: the sweep's edits stay
             moved = [p for p in parts if self.policy.is_job_partition(p) and failed & set(parts[p].nodes)]
             if moved:
                 self.membership.change({p: Delta(remove=tuple(sorted(failed))) for p in moved}, parts)
-        if not moved and not drained and not refused:
-            return "skipped", "already out of the job partitions"
+        if not moved and not drained and not refused_nodes:
+            return "skipped", "; ".join(["already out of the job partitions"] + refused)
         if moved and inc.note.startswith((HOT_NOTE, PLANNED_HOT_NOTE)):   # its supervisor may give these back now
             self._tell(inc.job_id, "quarantined", sorted(failed))
         # a node the breaker refused stays in its partition: the step is not done (retried, not looped on)
@@ -505,7 +543,7 @@ class Controller:
 
     def _confirm(self, step: Step, inc: Incident) -> Tuple[str, str]:
         job = self.client.job(inc.job_id)
-        if job.state != "RUNNING":
+        if not job.running:
             return "failed", f"job is {job.state} ({job.reason})"
         now = self.clock()
         if inc.note.startswith(PLANNED_RESTART_NOTE):   # no fault of ours to count: a planned swap done
@@ -518,7 +556,7 @@ class Controller:
     def _released(self, step: Step, inc: Incident) -> Tuple[str, str]:
         """Close a hot-spare incident: the job runs on and no longer holds the failed nodes."""
         job = self.client.job(inc.job_id)
-        if job.state != "RUNNING":
+        if not job.running:
             return "failed", f"job is {job.state} ({job.reason})"
         jn.close_incident(self.conn, inc.id, "recovered", self.clock(), inc.note)
         kept = [n for n in inc.nodes if n in job.nodes]
@@ -528,7 +566,7 @@ class Controller:
     def _planned(self, step: Step, inc: Incident) -> Tuple[str, str]:
         """Close a planned swap in a hot-spare job: its supervisor moved off the node (or kept it, unused)."""
         job = self.client.job(inc.job_id)
-        if job.state != "RUNNING":
+        if not job.running:
             return "failed", f"job is {job.state} ({job.reason})"
         jn.close_incident(self.conn, inc.id, "planned", self.clock(), f"{inc.note}; {step.reason}")
         kept = [n for n in inc.nodes if n in job.nodes]
@@ -543,7 +581,7 @@ class Controller:
     def _hold(self, step: Step, inc: Incident) -> Tuple[str, str]:
         """Keep the job from starting: requeue it held if it still runs, hold it if Slurm requeued it."""
         job = self.client.job(inc.job_id)
-        if job.state == "RUNNING" and job.restart_count <= inc.restart_count:
+        if job.running and job.restart_count <= inc.restart_count:
             self.client.requeue(inc.job_id, hold=True)
         elif job.state == "PENDING" and not job.held:
             self.client.update_job(inc.job_id, Priority=0)      # = scontrol hold

@@ -49,20 +49,25 @@ def serve(ctl: Controller, every: float, listener: Optional[Listener], stopped: 
                 ctl.cycle(budget_s)
             except Exception as exc:   # one bad cycle (Slurm down, a timeout) must not end the daemon
                 log.error("cycle failed: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
-            idle(every - (time.monotonic() - started), listener, stopped)
+            heard = idle(every - (time.monotonic() - started), listener, stopped)
+            if heard is not None:
+                ctl.heard(heard)
     finally:
         if listener is not None:
             listener.close()
 
 
-def idle(rest: float, listener: Optional[Listener], stopped: Callable[[], bool]) -> None:
-    """Wait out `rest` seconds, a node's wake, or a stop, whichever comes first."""
+def idle(rest: float, listener: Optional[Listener], stopped: Callable[[], bool]) -> Optional[str]:
+    """Wait out `rest` seconds, a node's wake, or a stop, whichever comes first; the wake's payload."""
     end = time.monotonic() + rest
     while not stopped():
         left = end - time.monotonic()
         if left <= 0:
-            return
+            return None
         if listener is None:
             time.sleep(min(left, 0.2))
-        elif listener.wait(min(left, 0.2)) is not None:
-            return
+        else:
+            heard = listener.wait(min(left, 0.2))
+            if heard is not None:
+                return heard
+    return None

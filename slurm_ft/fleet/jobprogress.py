@@ -4,7 +4,8 @@ The directory is the user's and the reader may be root: the starts log is read t
 scanner's filesystem (job/ckptfs.py: regular files only, O_NOFOLLOW, its last MAX_STARTS_BYTES),
 progress reports through `heartbeat.read_all` (bounded per file and in count), and the whole read runs
 in a worker thread that is given up on after a deadline (a dead network filesystem must not hang a
-sweep). Everything read is data: parsed, checked, never executed; a malformed line is skipped.
+sweep). A directory is read once however many jobs name it (read_dir, then files_of per job).
+Everything read is data: parsed, checked, never executed; a malformed line is skipped.
 
 The journal keeps, per run of a job, the first and last progress slurm-ft saw (table job_progress),
 so that the step time and a restarted run's first step are measured after the reports are replaced.
@@ -66,6 +67,13 @@ class JobFiles:
     progress: List[Point]           # the current run's first step (its earliest rank) and latest report (its most advanced)
 
 
+@dataclass
+class DirFiles:
+    """What one checkpoint directory holds for goodput, for every job that names it."""
+    starts_text: str                # the starts log's last MAX_STARTS_BYTES, whole lines
+    reports: List[Dict[str, Any]]   # the progress reports (heartbeat format), every rank's
+
+
 def _num(v: object) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e11
 
@@ -106,7 +114,7 @@ def parse_starts(text: str, job: str) -> List[Start]:
     return out
 
 
-def _read(ckpt_dir: str, job: str) -> JobFiles:
+def _read_dir(ckpt_dir: str) -> DirFiles:
     try:
         raw = LocalFS(READ_DEADLINE_S, root=ckpt_dir).read_tail(os.path.join(ckpt_dir, STARTS_LOG), MAX_STARTS_BYTES)
     except NotRegular:
@@ -114,35 +122,46 @@ def _read(ckpt_dir: str, job: str) -> JobFiles:
     text = (raw or b"").decode("utf-8", "replace")
     if raw is not None and len(raw) >= MAX_STARTS_BYTES:
         text = text.split("\n", 1)[-1]          # the first line read may be cut
-    reports = heartbeat.read_all(ckpt_dir, MAX_RANKS_READ).values()
-    points = [p for p in (parse_point(r, job, first) for r in reports for first in (False, True)) if p]
+    return DirFiles(text, list(heartbeat.read_all(ckpt_dir, MAX_RANKS_READ).values()))
+
+
+def files_of(d: DirFiles, job_id: int) -> JobFiles:
+    """Job `job_id`'s starts and current progress among what its directory holds."""
+    job = str(job_id)
+    points = [p for p in (parse_point(r, job, first) for r in d.reports for first in (False, True)) if p]
     if not points:
-        return JobFiles(parse_starts(text, job), [])
+        return JobFiles(parse_starts(d.starts_text, job), [])
     # the latest run's first and latest steps: when its first step ended, however late slurm-ft looks
     last = max(points, key=lambda p: (p.restart, p.launch, p.step, p.t))       # ties: the latest report
     first = min((p for p in points if (p.restart, p.launch) == (last.restart, last.launch)), key=lambda p: (p.step, p.t))
-    return JobFiles(parse_starts(text, job), [first, last] if first != last else [last])
+    return JobFiles(parse_starts(d.starts_text, job), [first, last] if first != last else [last])
 
 
-def read_job_files(ckpt_dir: str, job_id: int, deadline_s: float = READ_DEADLINE_S) -> JobFiles:
-    """The job's starts and current progress, or Unreadable after `deadline_s`."""
-    box: Dict[str, Any] = {}        # "ok": the JobFiles, or "err": what the read raised
+def read_dir(ckpt_dir: str, deadline_s: float = READ_DEADLINE_S) -> DirFiles:
+    """The directory's starts log and progress reports, or Unreadable after `deadline_s` (the worker
+    thread is then given up on, never waited for)."""
+    box: Dict[str, Any] = {}        # "ok": the DirFiles, or "err": what the read raised
 
     def work() -> None:
         try:
-            box["ok"] = _read(ckpt_dir, str(job_id))
+            box["ok"] = _read_dir(ckpt_dir)
         except Exception as exc:        # noqa: BLE001 - any failure reading the user's dir: reported, not raised
             box["err"] = exc
 
-    th = threading.Thread(target=work, name=f"goodput-read-{job_id}", daemon=True)
+    th = threading.Thread(target=work, name="goodput-read", daemon=True)
     th.start()
     th.join(deadline_s)
     if th.is_alive():
         raise Unreadable(f"{ckpt_dir}: not read within {deadline_s:g} s")
     if "err" in box:
         raise Unreadable(f"{ckpt_dir}: {box['err']}")
-    files: JobFiles = box["ok"]
+    files: DirFiles = box["ok"]
     return files
+
+
+def read_job_files(ckpt_dir: str, job_id: int, deadline_s: float = READ_DEADLINE_S) -> JobFiles:
+    """The job's starts and current progress, or Unreadable after `deadline_s`."""
+    return files_of(read_dir(ckpt_dir, deadline_s), job_id)
 
 
 # --- the journal's table ----------------------------------------------------------------------------
@@ -190,9 +209,10 @@ def job_gpus(job: Job, node_gres: Sequence[str] = ()) -> int:
 
 
 def observe(conn: sqlite3.Connection, job: Job, ckpt_dir: str, gpus: int, now: float,
-            deadline_s: float = READ_DEADLINE_S) -> Goodput:
-    """Read the job's files (bounded), remember its progress, and compute its goodput (fleet/goodput.py)."""
-    files = read_job_files(ckpt_dir, job.job_id, deadline_s)
+            deadline_s: float = READ_DEADLINE_S, read: Optional[DirFiles] = None) -> Goodput:
+    """Read the job's files (bounded; `read`: its directory, already read), remember its progress, and
+    compute its goodput (fleet/goodput.py)."""
+    files = files_of(read, job.job_id) if read is not None else read_job_files(ckpt_dir, job.job_id, deadline_s)
     seen = files.progress + [s.before for s in files.starts if s.before is not None]
     remember(conn, job.job_id, seen)
     forget_before(conn, now - KEEP_S)
@@ -213,6 +233,17 @@ def trusted_field(config: Config, client: SlurmApi) -> str:
     return trust.resolve(setting, client.job_submit_plugins() if setting == "auto" else ())
 
 
+# a job whose goodput the metrics follow: it runs, or it ran and waits to run again (requeued by a
+# recovery, held by slurm-ft): its recovery is what goodput counts. One that never started has none.
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
+REQUEUED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+
+
+def followed(job: Job) -> bool:
+    """The metrics read this job's directory: it runs, or it was requeued after running."""
+    return job.state in RUNNING_STATES or (job.state in REQUEUED_STATES and job.restart_count > 0)
+
+
 def ft_jobs(config: Config, client: SlurmApi, job_ids: Optional[Iterable[int]] = None
             ) -> List[Tuple[Job, FtSpec]]:
     """(job, its tag) of the running or recovering fault-tolerant jobs with a checkpoint dir."""
@@ -225,7 +256,9 @@ def ft_jobs(config: Config, client: SlurmApi, job_ids: Optional[Iterable[int]] =
     return out
 
 
-def goodput_of(conn: sqlite3.Connection, client: SlurmApi, job: Job, spec: FtSpec, now: float) -> Goodput:
-    """The job's goodput, its GPUs counted from Slurm's record (TresPerNode, else its nodes' Gres)."""
+def goodput_of(conn: sqlite3.Connection, client: SlurmApi, job: Job, spec: FtSpec, now: float,
+               read: Optional[DirFiles] = None) -> Goodput:
+    """The job's goodput, its GPUs counted from Slurm's record (TresPerNode, else its nodes' Gres);
+    `read`: its checkpoint directory, already read (read_dir)."""
     gres = [n.gres for n in client.nodes(list(job.nodes))] if job.nodes and not job.tres_per_node else []
-    return observe(conn, job, spec.ckpt_dir, job_gpus(job, gres), now)
+    return observe(conn, job, spec.ckpt_dir, job_gpus(job, gres), now, read=read)

@@ -264,21 +264,34 @@ def placements(conn: sqlite3.Connection) -> Dict[int, Dict[int, Placement]]:
 
 def record_placements(conn: sqlite3.Connection, queued: Iterable[Job], known: Dict[int, Dict[int, Placement]],
                       now: float) -> None:
-    """Remember each run of a job seen RUNNING for the first time; forget runs older than the one before
+    """Remember each run of a job seen running (Job.running) for the first time; forget runs older than the one before
     the current, and jobs no longer in the queue. `queued`: the FT jobs in the queue, `known`: the rows."""
     jobs = {j.job_id: j for j in queued}
     new = [j for j in jobs.values()
-           if j.state == "RUNNING" and j.nodes and j.restart_count not in known.get(j.job_id, {})]
+           if j.running and j.nodes and j.restart_count not in known.get(j.job_id, {})]
     old = [(jid, rc) for jid, runs in known.items() for rc in runs
            if jid not in jobs or rc < jobs[jid].restart_count - 1]
     if not new and not old:
         return
     with transaction(conn):
-        for j in new:
-            conn.execute("INSERT OR IGNORE INTO placements(job_id, restart_count, nodes, seen_at) VALUES (?, ?, ?, ?)",
-                         (j.job_id, j.restart_count, json.dumps(list(j.nodes)), now))
+        _insert_placements(conn, [Placement(j.job_id, j.restart_count, j.nodes, now) for j in new])
         for jid, rc in old:
             conn.execute("DELETE FROM placements WHERE job_id = ? AND restart_count = ?", (jid, rc))
+
+
+def add_placements(conn: sqlite3.Connection, runs: Iterable[Placement]) -> None:
+    """Runs learnt otherwise than by seeing them (a failed prolog's wake): kept like those seen."""
+    runs = list(runs)
+    if not runs:
+        return
+    with transaction(conn):
+        _insert_placements(conn, runs)
+
+
+def _insert_placements(conn: sqlite3.Connection, runs: Iterable[Placement]) -> None:
+    for p in runs:
+        conn.execute("INSERT OR IGNORE INTO placements(job_id, restart_count, nodes, seen_at) VALUES (?, ?, ?, ?)",
+                     (p.job_id, p.restart_count, json.dumps(list(p.nodes)), p.seen_at))
 
 
 def _incident(r: sqlite3.Row, steps: List[StepRecord]) -> Incident:

@@ -5,15 +5,20 @@ in memory: a restarted controller starts its graces again, which only waits long
 
 - `held_back`: unresponsive nodes that are not faults (yet). A node that is only NOT_RESPONDING is a
   fault once it stays so for `unresponsive_grace_s`; one Slurm marks DOWN is a fault at once, unless...
-- `wave`: ... it is one of a wave: `wave_nodes` or more nodes that stopped answering within
-  `wave_window_s` of each other. That is a partition, an overloaded slurmctld or a power event, not
-  failing GPUs: every member is held back while any of them is still unresponsive, until `wave_settle_s`
-  after the last one came back (the members still out then are single faults). A rate, not a share of
-  the fleet: 478 of 960 nodes stopping together is as much a wave as 20 of 64.
+- `waves`: ... it is in a wave: a node that stopped answering with `wave_nodes` or more stopping within
+  `wave_window_s` (counting it). That is a partition, an overloaded slurmctld or a power event, not
+  failing GPUs. Every wave is held back, however many there are and however long one spreads (members
+  within `wave_window_s` of each other are one wave): each member while any of its wave is still
+  unresponsive, until `wave_settle_s` after the last one came back (the members still out then are
+  single faults). A rate, not a share of the fleet: 478 of 960 nodes stopping together is as much a
+  wave as 20 of 64.
 - `breaker_room`: every node the controller takes out of service (quarantine: drain and partition
-  removal) counts against the drain-rate breaker's window, the same count as the health checks' drains.
+  removal) counts against the drain-rate breaker's window, the same count as the health checks' drains;
+  a fault a check drained within that budget is recovered, one drained past it waits.
 - `restorable`: a node we quarantined because it stopped answering, answering again for
-  `restore_after_s` with our reason still on it (no health check drained it meanwhile): it goes back.
+  `restore_after_s` with our reason still on it (no health check drained it meanwhile): it goes to
+  validation (the sweep), never straight back into service; `in_a_wave` says whether it stopped with a
+  wave (then the lighter re-check is enough).
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from slurm_ft.fleet.records import Incident
 
 from slurm_ft.slurm.hostlist import compress
 from slurm_ft.slurm.types import Node
-from slurm_ft.vocab import UNRESPONSIVE_QUARANTINE, slurm_time
+from slurm_ft.vocab import OWNER, REVALIDATE, REVALIDATE_OUTAGE, UNRESPONSIVE_QUARANTINE, fit, slurm_time
 
 UNRESPONSIVE_WORDS = ("NOT_RESPONDING", "DOWN", "Not responding")
 
@@ -84,36 +89,68 @@ def track(prev: Mapping[str, Seen], nodes: Iterable[Node], now: float, horizon_s
     return out
 
 
-def wave(seen: Mapping[str, Seen], now: float, *, nodes: int, window_s: float, settle_s: float) -> Optional[Wave]:
-    """The latest wave that still holds its members back, or None."""
-    if nodes <= 0 or len(seen) < nodes:
-        return None
-    spells = sorted(seen.items(), key=lambda kv: kv[1].went_at)
-    starts = [s.went_at for _, s in spells]
-    best: Optional[Wave] = None
-    lo = 0
-    while lo < len(spells):            # groups: every spell within window_s of the group's first
-        hi = bisect.bisect_right(starts, starts[lo] + window_s)
-        if hi - lo < nodes:
-            lo += 1
-            continue
-        group = spells[lo:hi]
-        lo = hi
-        out = tuple(sorted(n for n, s in group if s.back_at is None))
-        if not out:
+def waves(seen: Mapping[str, Seen], now: float, *, nodes: int, window_s: float,
+          settle_s: float) -> List[Wave]:
+    """Every wave that still holds its members back, oldest first."""
+    out: List[Wave] = []
+    for members in _wave_groups(seen, nodes=nodes, window_s=window_s):
+        group = [(n, seen[n]) for n in members]
+        still = tuple(sorted(n for n, s in group if s.back_at is None))
+        if not still:
             continue
         backs = [s.back_at for _, s in group if s.back_at is not None]
         settled = (max(backs) + settle_s) if backs else None
         if settled is not None and now >= settled:
             continue
-        best = Wave(tuple(sorted(n for n, _ in group)), out, group[0][1].went_at, group[-1][1].went_at, settled)
-    return best
+        starts = [s.went_at for _, s in group]
+        out.append(Wave(tuple(sorted(members)), still, min(starts), max(starts), settled))
+    return out
+
+
+def in_a_wave(name: str, seen: Mapping[str, Seen], *, nodes: int, window_s: float) -> bool:
+    """Whether the node's last spell of not answering was one of a wave's (settled or not)."""
+    return any(name in g for g in _wave_groups(seen, nodes=nodes, window_s=window_s))
+
+
+def _wave_groups(seen: Mapping[str, Seen], *, nodes: int, window_s: float) -> List[List[str]]:
+    """The spells that are wave members (`nodes` or more stops within some window_s that holds theirs),
+    chained into waves: a member within window_s of the previous one belongs to the same wave."""
+    if nodes <= 0 or len(seen) < nodes:
+        return []
+    names = sorted(seen)
+    starts = sorted((seen[n].went_at, n) for n in names)
+    times = [t for t, _ in starts]
+    member = [False] * len(starts)
+    covered = 0                         # starts[:covered] are marked already: O(n log n) in all
+    for lo, t in enumerate(times):
+        hi = bisect.bisect_right(times, t + window_s, lo)
+        if hi - lo >= nodes:
+            for i in range(max(lo, covered), hi):
+                member[i] = True
+            covered = max(covered, hi)
+    groups: List[List[str]] = []
+    last: Optional[float] = None
+    for i, (t, name) in enumerate(starts):
+        if not member[i]:
+            continue
+        if last is None or t - last > window_s:
+            groups.append([])
+        groups[-1].append(name)
+        last = t
+    return groups
+
+
+def describe(active: Sequence[Wave], now: float) -> str:
+    """One alert for every wave holding nodes back."""
+    if len(active) == 1:
+        return active[0].describe(now)
+    return f"{len(active)} waves at once: " + "; ".join(w.describe(now) for w in active)
 
 
 def held_back(snap_nodes: Mapping[str, Node], seen: Mapping[str, Seen], now: float, *, grace_s: float,
-              active: Optional[Wave]) -> Set[str]:
+              active: Sequence[Wave]) -> Set[str]:
     """Unresponsive nodes that are not faults now: in grace (NOT_RESPONDING only), or in an active wave."""
-    out: Set[str] = set(active.still_out) if active else set()
+    out: Set[str] = {n for w in active for n in w.still_out}
     for name, s in seen.items():
         node = snap_nodes.get(name)
         if node is None or s.back_at is not None:
@@ -124,19 +161,39 @@ def held_back(snap_nodes: Mapping[str, Node], seen: Mapping[str, Seen], now: flo
     return out
 
 
-def breaker_room(counted: Iterable[str], nodes: Sequence[str], limit: int) -> Optional[str]:
-    """Why taking `nodes` out of service now would pass the fleet-wide limit, or None when it may.
+def breaker_room(counted: Iterable[str], past_limit: Iterable[str], nodes: Sequence[str],
+                 out_now: Iterable[str], limit: int) -> Optional[str]:
+    """Why the recovery of a fault on `nodes` must wait for the drain-rate breaker, or None when it may go on.
 
-    `counted`: the nodes already out of service by slurm-ft within the breaker's window (drained by a
-    check or quarantined by the controller); a node already counted costs nothing again. limit 0: none."""
+    `counted`: the nodes slurm-ft took out of service within the breaker's window (drained by a check or
+    quarantined by the controller); `past_limit`: those of them taken out beyond the limit (Slurm's drain
+    after a failed hook, racing drains). `out_now`: the nodes of `nodes` out of service already (drained):
+    quarantining them takes nothing new out, so the fault a check drained within the budget is
+    recovered even when that drain used the budget's last unit; one drained past the limit waits. The
+    others (down, not drained yet) are taken out by the quarantine: each costs one. limit 0: no limit."""
     if limit <= 0:
         return None
     have = set(counted)
-    new = [n for n in nodes if n not in have]
-    if len(have) + len(new) <= limit:
+    out_now = set(out_now)
+    late = sorted(set(past_limit) & out_now & set(nodes))
+    if late:
+        return (f"drain-rate breaker: {compress(late)} taken out past the limit ({len(have)} nodes within the "
+                f"window, limit {limit}); its recovery waits until the breaker has room")
+    new = [n for n in nodes if n not in have and n not in out_now]
+    if not new or len(have) + len(new) <= limit:
         return None
     return (f"drain-rate breaker: taking {len(new)} more node(s) out of service would make "
             f"{len(have) + len(new)} within the window (limit {limit}); not quarantining")
+
+
+def quarantine_cause(reason: str) -> Optional[str]:
+    """How a node we quarantined for not answering was seen ("DOWN+NOT_RESPONDING: Not responding during
+    job 7"), from its drain reason as the controller wrote it or as the sweep rewrote it (QUARANTINED);
+    None for any other reason."""
+    for head in (UNRESPONSIVE_QUARANTINE, f"{OWNER} QUARANTINED {UNRESPONSIVE_QUARANTINE[len(OWNER) + 1:]}"):
+        if reason.startswith(head):
+            return reason[len(head):]
+    return None
 
 
 def restorable(node: Optional[Node], s: Optional[Seen], watching_since: float, now: float,
@@ -144,9 +201,9 @@ def restorable(node: Optional[Node], s: Optional[Seen], watching_since: float, n
     """A node quarantined for not answering that answers again, with nothing else against it."""
     if node is None or node.down or not node.drained or "MAINTENANCE" in node.flags:
         return False
-    if not node.reason.startswith(UNRESPONSIVE_QUARANTINE):
+    why = quarantine_cause(node.reason)
+    if why is None:
         return False            # a health check drained it since (its own reason replaced ours)
-    why = node.reason[len(UNRESPONSIVE_QUARANTINE):]
     if not any(w in why.split(" during job")[0] for w in UNRESPONSIVE_WORDS):
         return False            # quarantined for a real fault (XID, ECC, ...)
     back = s.back_at if s is not None and s.back_at is not None else watching_since
@@ -155,9 +212,10 @@ def restorable(node: Optional[Node], s: Optional[Seen], watching_since: float, n
     return now - back >= restore_after_s
 
 
-def restore_target(inc: Incident, spare_partition: str) -> str:
-    """Where a wrongly quarantined node goes back: the pool when a spare took its place, else its partition."""
-    return spare_partition if inc.spares else inc.partition
+def revalidate_reason(reason: str, outage: bool) -> str:
+    """The drain reason that hands a restorable node to the sweep's validation (vocab.REVALIDATE)."""
+    why = quarantine_cause(reason) or reason
+    return fit(f"{REVALIDATE}{REVALIDATE_OUTAGE if outage else ''}answers again; quarantined, {why}")
 
 
 def latest_incident_of(incidents: Sequence[Incident]) -> Dict[str, Incident]:
@@ -172,5 +230,5 @@ def _hms(t: float) -> str:
     return datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
-__all__: List[str] = ["Seen", "Wave", "track", "wave", "held_back", "breaker_room", "restorable",
-                      "restore_target", "latest_incident_of"]
+__all__: List[str] = ["Seen", "Wave", "track", "waves", "in_a_wave", "describe", "held_back", "breaker_room",
+                      "quarantine_cause", "restorable", "revalidate_reason", "latest_incident_of"]

@@ -28,7 +28,7 @@ whose job ended.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
 
 from slurm_ft.fleet.records import Incident, Placement, Step
 
@@ -39,6 +39,7 @@ from slurm_ft.job.nodefault import node_fault
 from slurm_ft.fleet import outage as out
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job.tag import FtSpec
+from slurm_ft.slurm.hostlist import compress
 from slurm_ft import vocab
 from slurm_ft.vocab import ENDED_JOB_STATES, planned, slurm_time
 
@@ -97,8 +98,13 @@ class Policy:
 # --- what counts as a failed node ------------------------------------------------------------------
 
 def failure(node: Optional[Node], policy: Policy) -> Optional[str]:
-    """Why the node counts as failed, or None (nodefault.node_fault under this policy's reasons)."""
-    return node_fault(node, policy.fail_prefix, policy.slurm_fault_reasons)
+    """Why the node counts as a fault the controller takes on, or None (nodefault.node_fault under this
+    policy's reasons). A node an admin set DOWN (or drained) with their own reason is theirs: never
+    claimed by a job, drained over, counted or replaced by slurm-ft."""
+    why = node_fault(node, policy.fail_prefix, policy.slurm_fault_reasons)
+    if why is None or node is None or vocab.admins(node.reason, policy.slurm_fault_reasons):
+        return None
+    return why
 
 
 def degraded(node: Optional[Node]) -> bool:
@@ -136,12 +142,18 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
     pool = spare_pool(snap, policy, taken, faults)
     for inc in sorted(open_, key=lambda i: i.id):
         steps.extend(_advance(inc, snap, incidents, policy, now, pool))
-    wave = out.wave(snap.seen, now, nodes=policy.wave_nodes, window_s=policy.wave_window_s,
-                    settle_s=policy.wave_settle_s)
-    if wave:
-        steps.append(Step("alert", 0, nodes=wave.still_out, reason=wave.describe(now)))
-    hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=wave)
-    if not snap.breaker_open and not outage(snap, policy):
+    active = out.waves(snap.seen, now, nodes=policy.wave_nodes, window_s=policy.wave_window_s,
+                       settle_s=policy.wave_settle_s)
+    if active:
+        steps.append(Step("alert", 0, nodes=tuple(sorted({n for w in active for n in w.still_out})),
+                          reason=out.describe(active, now)))
+    hold = out.held_back(snap.nodes, snap.seen, now, grace_s=policy.unresponsive_grace_s, active=active)
+    down = outage(snap, policy)
+    if down:
+        steps.append(Step("alert", -1, reason=(
+            f"Slurm outage: {down} of {len(snap.nodes)} nodes unresponsive (over {policy.outage_share:.0%}): "
+            f"no new recoveries until it passes (slurmctld restarted, the network, an overloaded host?)")))
+    else:
         busy = {i.job_id for i in open_}
         claimed = {n for i in open_ for n in i.nodes}
         counted = set(snap.out_counted)
@@ -150,53 +162,60 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
                 continue
             step = _detect(job, snap, incidents, policy, claimed | hold, now) or _detect_planned(
                 job, snap, incidents, policy, claimed)
-            if step:
-                # a node a check drained is out already (that drain counted): only the rest cost
-                why = out.breaker_room(counted, [n for n in step.nodes if not snap.nodes[n].drained],
-                                       snap.out_limit)
+            if step is None:
+                continue
+            if step.kind == "open":
+                # The breaker stops drains, not the recovery of a drain it allowed: a node a check drained
+                # (or drained PLANNED for a planned swap) within the budget is out already and costs nothing
+                # more; the rest cost one each.
+                why = out.breaker_room(counted, snap.out_past_limit, step.nodes,
+                                       [n for n in step.nodes if snap.nodes[n].drained], snap.out_limit)
                 if why:
-                    steps.append(Step("alert", job.job_id, nodes=step.nodes, reason=f"job {job.job_id}: {why}"))
-                    continue
-                steps.append(step)
-                claimed.update(step.nodes)
-                counted.update(step.nodes)
-    steps.extend(_restores(snap, incidents, policy, now))
+                    step = Step("alert", job.job_id, nodes=step.nodes, reason=f"job {job.job_id}: {why}")
+                else:
+                    claimed.update(step.nodes)
+                    counted.update(step.nodes)
+            steps.append(step)
+    steps.extend(_revalidations(snap, incidents, policy, now))
     return steps
 
 
-def _restores(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
-    """Nodes a closed incident quarantined for not answering, answering again: back where they were."""
+def _revalidations(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: float) -> List[Step]:
+    """Nodes a closed incident quarantined for not answering, answering again: to validation, never
+    straight back into service (a hang of the node itself looks the same as a lost network from here).
+    One that stopped with a wave of others gets the lighter re-check (`outage` in the step's reason)."""
     steps = []
     in_use = {n for p in snap.partitions.values() for n in p.nodes
               if p.name == policy.spare_partition or policy.is_job_partition(p.name)}
     for name, inc in sorted(out.latest_incident_of(incidents).items()):
         if inc.open or name in in_use:
             continue
-        if out.restorable(snap.nodes.get(name), snap.seen.get(name), snap.watching_since, now,
-                          policy.restore_after_s):
-            steps.append(Step("restore", inc.job_id, incident_id=inc.id, nodes=(name,),
-                              partition=out.restore_target(inc, policy.spare_partition),
-                              reason=f"{name} answers again: quarantined for not answering, not for a fault"))
+        node = snap.nodes.get(name)
+        if node is not None and out.restorable(node, snap.seen.get(name), snap.watching_since, now,
+                                               policy.restore_after_s):
+            wave = out.in_a_wave(name, snap.seen, nodes=policy.wave_nodes, window_s=policy.wave_window_s)
+            steps.append(Step("revalidate", inc.job_id, incident_id=inc.id, nodes=(name,),
+                              reason=out.revalidate_reason(node.reason, outage=wave)))
     return steps
 
 
-def outage(snap: Snapshot, policy: Policy) -> bool:
-    """Most of the cluster unresponsive at once: a Slurm-side outage; swapping spares would not help."""
-    if not snap.nodes:
-        return False
-    unresponsive = sum(1 for n in snap.nodes.values() if n.down)
-    return unresponsive > policy.outage_share * len(snap.nodes)
+def outage(snap: Snapshot, policy: Policy) -> int:
+    """Most of the cluster unresponsive at once: a Slurm-side outage; swapping spares would not help.
+    How many nodes are unresponsive then, else 0."""
+    down = sum(1 for n in snap.nodes.values() if n.down)
+    return down if snap.nodes and down > policy.outage_share * len(snap.nodes) else 0
 
 
 def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Policy,
             claimed: Set[str], now: float) -> Optional[Step]:
-    """An `open` step when this FT job has a failed node that no incident has handled yet."""
+    """An `open` step when this FT job has a failed node that no incident has handled yet (or an `alert`
+    when a requeued job's last run is unknown: then it claims nothing)."""
     part = _job_partition(job, snap, policy)
     if part is None:
         return None
     prev = _previous_run(job, snap, policy, now)
     hit_run = None              # the run the fault hit, when Slurm has already started the job again
-    if job.state == "RUNNING":
+    if job.running:
         failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
         # The same fault seen again through a stale read: an incident already requeued this run.
         handled = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
@@ -215,11 +234,25 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
             return None             # held by us after max-restarts: an admin releases it
         if job.exit_code.split(":")[0] in {str(x) for x in FINAL_EXITS}:
             return None             # "do not restart me", or the restart limit used up (its last exit status)
-        # Slurm requeued it (launch failed, node failure): the failed nodes are those still in its
-        # partition, drained or down, that no job is using; a held job will wait for us.
-        cands = job.nodes or snap.partitions[part].nodes
+        # Requeued (launch failed, node failure, its owner's `scontrol requeue`): the failed nodes are those
+        # of its last run, as Slurm still lists them or as the journal saw them run; never the other failed
+        # nodes of the partition, which are no fault of this job's.
+        cands = job.nodes or (prev.nodes if prev is not None else ())
         failed = [n for n in cands if n not in job.excluded_nodes and failure(snap.nodes.get(n), policy)
                   and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
+        if not cands:
+            others = [n for n in snap.partitions[part].nodes if n not in claimed and failure(snap.nodes.get(n), policy)]
+            spec = snap.specs.get(job.job_id)
+            # Held by Slurm after a launch failure, it would wait for a person: released, it starts again
+            # where Slurm schedules it (not on the node it failed on: Slurm drained that one).
+            release = (job.held and reason_in(job.reason, ("launch failed requeued held",))
+                       and spec is not None and job.restart_count <= spec.max_restarts)
+            if others or release:
+                return Step("release" if release else "alert", job.job_id, nodes=tuple(others), reason=(
+                    f"job {job.job_id} was requeued ({job.reason or job.state}, restart {job.restart_count}) but "
+                    f"the controller never saw where its last run ran (it started after): claiming none of "
+                    f"{part}'s failed nodes ({compress(others) or 'none'}); the job starts again as Slurm "
+                    f"schedules it" + (", released from Slurm's hold" if release else "")))
     else:
         return None
     failed = [n for n in failed if n not in claimed]
@@ -228,11 +261,11 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     # out for a planned swap: they leave with this restart too (no second restart for them later); in a
     # hot-spare job only while its supervisor still has enough nodes without them (a degraded node beats
     # a requeue)
-    along = [n for n in (job.nodes if job.state == "RUNNING" else (job.nodes or snap.partitions[part].nodes))
+    along = [n for n in (job.nodes if job.running else (job.nodes or snap.partitions[part].nodes))
              if degraded(snap.nodes.get(n)) and n not in claimed and n not in failed and n not in job.excluded_nodes
-             and (job.state == "RUNNING" or snap.nodes[n].state not in ("ALLOCATED", "MIXED"))]
+             and (job.running or snap.nodes[n].state not in ("ALLOCATED", "MIXED"))]
     spec = snap.specs.get(job.job_id)
-    if along and job.state == "RUNNING" and in_supervisor_hands(job, spec, failed) \
+    if along and job.running and in_supervisor_hands(job, spec, failed) \
             and not in_supervisor_hands(job, spec, failed + along):
         along = []
     reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed) + tuple(
@@ -250,7 +283,7 @@ def _detect_planned(job: Job, snap: Snapshot, incidents: Sequence[Incident], pol
     if part is None:
         return None
     named = {n for i in _of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count for n in i.nodes}
-    if job.state == "RUNNING":
+    if job.running:
         cands: Sequence[str] = job.nodes
     elif job.state in PENDING_STATES and job.restart_count and not reason_in(job.reason, PEOPLE_HOLDS):
         cands = [n for n in (job.nodes or snap.partitions[part].nodes)
@@ -274,9 +307,24 @@ def _previous_run(job: Job, snap: Snapshot, policy: Policy, now: float) -> Optio
     if not older:
         return None
     current = runs.get(job.restart_count)
-    if job.state == "RUNNING" and current is not None and now - current.seen_at > policy.running_timeout_s:
+    if job.running and current is not None and now - current.seen_at > policy.running_timeout_s:
         return None
     return runs[max(older)]
+
+
+def prolog_runs(jobs: Mapping[int, Job], known: Mapping[int, Mapping[int, Placement]],
+                failed_prologs: Mapping[int, Tuple[FrozenSet[str], float]]) -> List[Placement]:
+    """Runs a failed prolog ended before the controller saw them: the job, requeued by Slurm with no nodes
+    listed, ran last (restart count - 1) where its prologs failed (their wakes, slurm_ft/wake.py), when the
+    journal has no record of that run. `failed_prologs`: job id -> (nodes, when heard)."""
+    runs = []
+    for jid, (nodes, at) in sorted(failed_prologs.items()):
+        job = jobs.get(jid)
+        if job is None or job.nodes or job.running or job.restart_count < 1:
+            continue
+        if job.restart_count - 1 not in known.get(jid, {}):
+            runs.append(Placement(jid, job.restart_count - 1, tuple(sorted(nodes)), at))
+    return runs
 
 
 def _left_behind(prev: Placement, job: Job, snap: Snapshot, incidents: Sequence[Incident],
@@ -384,7 +432,8 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
                  and restarts_without_progress(inc, incidents, job) >= max_restarts)
 
     def quarantined() -> bool:
-        return not any(n in p.nodes for n in inc.nodes
+        # an admin's reason on a node (set since the incident opened) makes it theirs: it stays where it is
+        return not any(n in p.nodes for n in inc.nodes if not _admins(snap.nodes.get(n), policy)
                        for p in snap.partitions.values() if policy.is_job_partition(p.name))
 
     if job is None or job.state in ENDED_JOB_STATES:
@@ -406,7 +455,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
         # scratch over them. Held until someone looks; released by hand, it is confirmed like any other.
         if not inc.done("hold"):
             return [Step("hold", **base, hold=True, reason=inc.note[len(HOLD_PREFIX):])]
-        if job.state == "RUNNING" and _restarted(inc, job) and not any(n in job.nodes for n in inc.nodes):
+        if job.running and _restarted(inc, job) and not any(n in job.nodes for n in inc.nodes):
             return [Step("confirm", **base, reason=f"released by hand, running on {len(job.nodes)} nodes")]
         return []
     if giving_up:
@@ -445,7 +494,7 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     if not inc.done("requeue"):
         return [Step("requeue", **base, reason="at once, without waiting for a collective timeout")]
 
-    if job.state == "RUNNING":
+    if job.running:
         if _restarted(inc, job):
             if any(n in job.nodes for n in inc.nodes):
                 return [Step("poll", **base, reason="running again, but on a failed node")]
@@ -480,11 +529,21 @@ def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], p
     """The in-allocation path: the job's supervisor relaunches its step on a hot spare and gives the
     failed node back (shrinks the job); the controller quarantines the node, refills the partition
     from the pool (a later requeue asks for N + K again) and closes the incident once the node has
-    left the job. The supervisor out of spares, or the job no longer running: the requeue path."""
+    left the job. The requeue path takes over only on what the supervisor cannot handle: the job was
+    requeued (by Slurm, after a node failure), or Slurm shows more failed nodes than its hot spares (or
+    its batch host failed), as the supervisor sees them (nodefault: it falls back on the same view and
+    then waits for the requeue). Never on a passing state: a job Slurm shows STOPPED, SIGNALING or
+    COMPLETING at the same restart count still runs, or is ending (then it is abandoned); a requeue would
+    kill a job that runs on its hot spare."""
+    if job.restart_count > inc.restart_count:
+        return [Step("note", **base, reason=f"job requeued (restart {job.restart_count}, {job.state}): "
+                                            f"the requeue path takes over")]
+    if not job.running:
+        return [Step("poll", **base, reason=f"job is {job.state}: waiting for it to run on or end")]
     failed_in_job = failed_in_run(job, snap.nodes, incidents, policy)
-    if job.state != "RUNNING" or job.restart_count > inc.restart_count or (
-            failed_in_job and not in_supervisor_hands(job, spec, failed_in_job)):
-        why = "hot spares used up" if job.state == "RUNNING" else f"job is {job.state}"
+    if failed_in_job and not in_supervisor_hands(job, spec, failed_in_job):
+        why = (f"the batch host {job.batch_host} failed" if job.batch_host in failed_in_job
+               else f"hot spares used up ({len(job.nodes) - len(failed_in_job)} healthy node(s) left)")
         return [Step("note", **base, reason=f"{why}: the requeue path takes over")]
     if not quarantined:
         return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason "
@@ -513,8 +572,8 @@ def _advance_planned(inc: Incident, snap: Snapshot, incidents: Sequence[Incident
     supervisor moved at its checkpoint). A fault in the job, or the job restarted, supersedes it: the
     fault's incident (or the restart's) takes the node along."""
     failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]     # its own node failing too
-    if job.state != "RUNNING" or job.restart_count > inc.restart_count or failed:
-        why = (f"a fault in the job ({', '.join(failed)})" if failed and job.state == "RUNNING"
+    if not job.running or job.restart_count > inc.restart_count or failed:
+        why = (f"a fault in the job ({', '.join(failed)})" if failed and job.running
                else f"job {job.job_id} is {job.state}, restart {job.restart_count}")
         return [Step("superseded", **base, reason=f"{why}: that path takes {', '.join(inc.nodes)} along")]
     if not quarantined:
@@ -537,6 +596,10 @@ def _advance_planned(inc: Incident, snap: Snapshot, incidents: Sequence[Incident
                                                "moves off the node at its checkpoint (it stays in the job, "
                                                "unused, where Slurm refuses the shrink)")]
     return [Step("planned", **base, reason="the job's supervisor moved off the node at a checkpoint and gave it back")]
+
+
+def _admins(node: Optional[Node], policy: Policy) -> bool:
+    return node is not None and (node.drained or node.down) and vocab.admins(node.reason, policy.slurm_fault_reasons)
 
 
 def _completing(inc: Incident, snap: Snapshot, now: float, policy: Policy) -> str:

@@ -12,7 +12,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.slurm.types import Node
 from slurm_ft.fleet.states import Event, State, default_state
-from slurm_ft.vocab import owned, slurm_time
+from slurm_ft.vocab import REVALIDATE, admins, owned, slurm_time
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Work:
     recheck: Tuple[str, ...] = ()        # idle spares due for a re-check
     poll: Tuple[str, ...] = ()           # nodes with a validation job running
     enrol: Tuple[str, ...] = ()          # healthy spares seen for the first time
+    revalidate: Tuple[str, ...] = ()     # quarantined for not answering, answering again (vocab.REVALIDATE)
 
 
 def drained_by_us(node: Node) -> bool:
@@ -63,6 +64,7 @@ def classify(nodes: Sequence[Node], recorded: Mapping[str, State], last_pass: Ma
     validate: List[str] = []
     recheck: List[str] = []
     poll: List[str] = []
+    revalidate: List[str] = []
     pools = set(job_partitions) | {spare_partition}
     for node in sorted(nodes, key=lambda n: n.name):
         st = recorded.get(node.name)
@@ -74,6 +76,11 @@ def classify(nodes: Sequence[Node], recorded: Mapping[str, State], last_pass: Ma
         if st in (State.IN_SERVICE, State.SPARE) and drained_by_us(node):
             changes.append(Change(node.name, Event.FAULT, node.reason))
             st = State.FAILED
+        if st is State.FAILED and admins(node.reason) and (node.drained or node.down):
+            continue             # an admin took it on since (their reason): theirs, left where it is
+        if (node.reason.startswith(REVALIDATE) and node.drained and not node.down and not in_pool
+                and not _reserved(node) and st in (State.IN_SERVICE, State.SPARE, State.FAILED, State.QUARANTINED)):
+            revalidate.append(node.name)
         if st is State.FAILED:
             if not in_pool:
                 changes.append(Change(node.name, Event.QUARANTINE, "drained and out of the partitions"))
@@ -95,7 +102,7 @@ def classify(nodes: Sequence[Node], recorded: Mapping[str, State], last_pass: Ma
             validate.append(node.name)
         elif st is State.VALIDATING:
             poll.append(node.name)
-    return Work(tuple(changes), tuple(validate), tuple(recheck), tuple(poll), tuple(enrol))
+    return Work(tuple(changes), tuple(validate), tuple(recheck), tuple(poll), tuple(enrol), tuple(revalidate))
 
 
 def _idle(node: Node) -> bool:

@@ -10,7 +10,9 @@ from typing import Optional, Tuple
 class Step:
     """One thing the controller will do, decided by the pure plan: `kind` names the act.
 
-    kinds: open, requeue, quarantine, swap, wait, hold, exclude, start, confirm, give_up, poll
+    kinds: open, requeue, quarantine, swap, wait, hold, exclude, start, confirm, give_up, poll, released,
+    note, abandon; alert (logged, no act; job 0: a wave of unresponsive nodes, -1: an outage); revalidate (a node, no incident step: fleet/outage.py); release
+    (a job Slurm holds after a launch failure whose run the controller never saw: no incident)
     """
     kind: str
     job_id: int

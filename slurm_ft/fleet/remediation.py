@@ -17,13 +17,24 @@ Attempts are bounded: a node that has had `max_attempts[action]` of that action 
 is quarantined again goes to the RMA list (after retests: to a person). Every new reboot asks the fleet-wide drain-rate breaker
 (a reboot re-asserts that slurm-ft took the node out); a refused one waits for a later sweep.
 
-`plan` reads one snapshot (lifecycle records and history, Slurm's nodes, the breaker's fleet view)
-and returns one Step per node it concerns; fleet/sweep.py acts on them.
+The remediation budget (docs/remediation.md, "The budget") slows what the policy starts, whatever the
+breaker says: per pool (a failure domain of planning.domains; the nodes in none are one pool) at most
+max(budget_nodes, budget_share x the pool's nodes) repairs (reboots and GPU resets) started within
+budget_window_s, and as many RMA listings, counted apart; fleet-wide at most max_concurrent nodes in
+remediation at once (a reboot or reset until its validation ends). A burst beyond that is more likely
+slurm-ft's bug, a driver or a bad probe than hardware: the rest waits, oldest quarantine first, each
+with the time its pool's next slot frees.
+
+`plan` reads one snapshot (lifecycle records and history, Slurm's nodes, the breaker's fleet view, the
+recent history of every node for the budget) and returns one Step per node it concerns; `plan_and_budget`
+returns the budget as well. fleet/remediator.py acts on them.
 """
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.config import RemediationConfig
@@ -31,12 +42,14 @@ from slurm_ft.node import breaker as brk
 from slurm_ft.fleet.states import Event, HistoryEntry, State
 from slurm_ft.gpu.xid import lookup
 from slurm_ft.slurm.types import Node
-from slurm_ft.vocab import planned
+from slurm_ft.vocab import admins, planned
 
 # finding codes as node/drain.py writes them: XID79, SXID12028, GPU_LOST, NVLINK_DOWN, ECC_DBE_VOLATILE ...
 _CODE = re.compile(r"\b(S?XID\d+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b(?:\s+gpu(\d+))?")
 DEFAULT_MAX = {"reset_gpu": 2, "reboot": 1, "retest": 3}
 REBOOTING_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "NOT_RESPONDING", "POWERING_UP"})
+REPAIRS = ("reboot", "reset_gpu")   # what the budget's repairs count (a retest changes nothing on the node)
+NO_POOL = "(no domain)"             # the pool of the nodes in no planning.domains domain (not a domain name)
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,9 @@ class Step:
     finding: Optional[Finding] = None
     attempt: int = 0                # the attempt this step starts (reset_gpu, reboot)
     max_attempts: int = 0
+    pool: str = ""                  # the node's budget pool
+    held_by: str = ""               # hold: breaker | concurrency | repair_budget | rma_budget
+    until: Optional[float] = None   # hold by a pool's budget: when its next slot frees
 
     @property
     def acts(self) -> bool:
@@ -67,7 +83,8 @@ class Step:
     def to_dict(self) -> Dict[str, Any]:
         return {"node": self.node, "action": self.act, "why": self.why,
                 "finding": self.finding.label() if self.finding else None, "attempt": self.attempt or None,
-                "max_attempts": self.max_attempts or None}
+                "max_attempts": self.max_attempts or None, "pool": self.pool or None,
+                "held_by": self.held_by or None, "until": self.until}
 
 
 def finding_in(text: str) -> Optional[Finding]:
@@ -114,58 +131,272 @@ def last_finding(history: Sequence[HistoryEntry], reason: str) -> Optional[Findi
     return finding_in(reason)
 
 
+def pool_of(domains: Mapping[str, Sequence[str]]) -> Dict[str, str]:
+    """node -> its budget pool: its failure domain (planning.domains, already expanded and checked: a node
+    is in one at most); nodes in none are the pool NO_POOL."""
+    return {n: name for name, members in domains.items() for n in members}
+
+
+def pool_limit(size: int, policy: RemediationConfig) -> Optional[int]:
+    """Repairs (and, apart, RMA listings) a pool of `size` nodes may start per window: the larger of
+    budget_nodes and floor(budget_share x size); None when both are 0 (no budget)."""
+    if policy.budget_nodes <= 0 and policy.budget_share <= 0:
+        return None
+    return max(policy.budget_nodes, math.floor(policy.budget_share * size))
+
+
+@dataclass
+class PoolBudget:
+    """One pool's budget over the window: what was started in it (this plan's included, at `now`)."""
+    name: str
+    size: int
+    limit: Optional[int]                                                # None: no budget
+    repairs: List[Tuple[float, str]] = field(default_factory=list)      # (started, node)
+    rma: List[Tuple[float, str]] = field(default_factory=list)          # (listed, node)
+
+    def full(self, kind: str) -> bool:
+        return self.limit is not None and len(self._of(kind)) >= self.limit
+
+    def next_slot(self, kind: str, window_s: float) -> Optional[float]:
+        """When the window has room for one more of `kind` again (None: it has room now)."""
+        if not self.full(kind) or self.limit is None:
+            return None
+        times = sorted(t for t, _ in self._of(kind))
+        return times[len(times) - self.limit] + window_s
+
+    def _of(self, kind: str) -> List[Tuple[float, str]]:
+        return self.repairs if kind == "repair" else self.rma
+
+
+@dataclass
+class Budget:
+    """The remediation budget as one plan saw and spent it (`remediate --dry-run`, `report`)."""
+    now: float
+    window_s: float
+    max_concurrent: int                                  # 0: no cap
+    floor: int = 0                                       # budget_nodes
+    share: float = 0.0                                   # budget_share
+    in_remediation: List[str] = field(default_factory=list)   # nodes in remediation, this plan's starts included
+    pools: Dict[str, PoolBudget] = field(default_factory=dict)
+    waiting: List[Step] = field(default_factory=list)    # held by the budget (not the breaker)
+
+    def pool(self, name: str) -> PoolBudget:
+        if name not in self.pools:
+            self.pools[name] = PoolBudget(name, 0, None)
+        return self.pools[name]
+
+    def refusal(self, node: str, pool: str, kind: str) -> Optional[Tuple[str, str, Optional[float]]]:
+        """(held_by, why, until) when `node` may not start a repair (kind "repair") or be listed for RMA
+        ("rma") now; None when it may."""
+        p = self.pool(pool)
+        if kind == "repair" and self.max_concurrent and len(self.in_remediation) >= self.max_concurrent:
+            shown = ", ".join(self.in_remediation[:5]) + (" ..." if len(self.in_remediation) > 5 else "")
+            return ("concurrency", f"{len(self.in_remediation)} of at most {self.max_concurrent} nodes in remediation "
+                                   f"at once (lifecycle.remediation.max_concurrent): waits until one is validated "
+                                   f"({shown})", None)
+        if p.full(kind):
+            until = p.next_slot(kind, self.window_s)
+            what = "repairs started" if kind == "repair" else "RMA listings"
+            return (f"{kind}_budget", f"{len(p._of(kind))} {what} in pool {p.name} within {_span(self.window_s)} "
+                                      f"(at most {p.limit} = max({self.floor}, {self.share:g} x {p.size} nodes)); "
+                                      f"next slot at {stamp(until)}", until)
+        return None
+
+    def take(self, node: str, pool: str, kind: str) -> None:
+        (self.pool(pool).repairs if kind == "repair" else self.pool(pool).rma).append((self.now, node))
+        if kind == "repair":
+            self.in_remediation.append(node)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "time": self.now, "window_s": self.window_s, "max_concurrent": self.max_concurrent or None,
+            "in_remediation": list(self.in_remediation),
+            "pools": {name: {"nodes": p.size, "limit": p.limit, "repairs_in_window": len(p.repairs),
+                             "rma_in_window": len(p.rma),
+                             "next_repair_slot": p.next_slot("repair", self.window_s),
+                             "next_rma_slot": p.next_slot("rma", self.window_s)}
+                      for name, p in sorted(self.pools.items())},
+            "waiting": [{"node": s.node, "action": s.act, "held_by": s.held_by, "until": s.until,
+                         "pool": s.pool, "why": s.why} for s in self.waiting],
+        }
+
+
+def budget_lines(doc: Mapping[str, Any]) -> List[str]:
+    """Budget.to_dict() as lines for people (also read back from the journal by `slurm-ft report`)."""
+    window = _span(float(doc.get("window_s") or 3600.0))
+    cap = doc.get("max_concurrent")
+    busy = doc.get("in_remediation") or []
+    out = [f"in remediation: {len(busy)}" + (f" of at most {cap}" if cap else " (no cap)")
+           + (f" ({', '.join(busy)})" if busy else "")]
+    for name, p in (doc.get("pools") or {}).items():
+        of = "" if p.get("limit") is None else f" of {p['limit']}"
+        line = f"pool {name} ({p.get('nodes')} nodes): {p.get('repairs_in_window')}{of} repairs started within {window}"
+        if p.get("next_repair_slot"):
+            line += f" (next slot {stamp(p['next_repair_slot'])})"
+        line += f"; {p.get('rma_in_window')}{of} RMA listings"
+        if p.get("next_rma_slot"):
+            line += f" (next slot {stamp(p['next_rma_slot'])})"
+        out.append(line + ("" if of else " (no budget)"))
+    for w in doc.get("waiting") or []:
+        until = f" until {stamp(w['until'])}" if w.get("until") else ""
+        out.append(f"waiting: {w.get('node')} ({w.get('action')}, {w.get('held_by')}{until})")
+    return out
+
+
+def in_remediation(state: State, history: Iterable[HistoryEntry]) -> bool:
+    """The node is being repaired by slurm-ft: rebooting, or reset/rebooted and not yet through the
+    validation that follows (a retest is no repair)."""
+    if state is State.REMEDIATING:
+        return True
+    if state not in (State.REPAIRED, State.VALIDATING):
+        return False
+    entries = sorted(history, key=lambda e: e.time)
+    last = max((i for i, e in enumerate(entries) if e.event is Event.REMEDIATE), default=-1)
+    if last < 0 or not entries[last].cause.startswith(tuple(f"{a}:" for a in REPAIRS)):
+        return False
+    return all(e.event in (Event.REMEDIATED, Event.VALIDATE) for e in entries[last + 1:])
+
+
+def budget_of(records: Mapping[str, State], histories: Mapping[str, Sequence[HistoryEntry]],
+              recent: Iterable[HistoryEntry], nodes: Sequence[Node], pools: Mapping[str, str], now: float,
+              policy: RemediationConfig) -> Budget:
+    """The budget before this plan spends any: per pool, the repairs started and RMA listings within the
+    window (from `recent`, every node's history since now - window), and the nodes in remediation."""
+    b = Budget(now, policy.budget_window_s, policy.max_concurrent, policy.budget_nodes, policy.budget_share)
+    for n in nodes:
+        b.pool(pools.get(n.name, NO_POOL)).size += 1
+    for p in b.pools.values():
+        p.limit = pool_limit(p.size, policy)
+    for e in recent:
+        if now - e.time >= policy.budget_window_s:   # (one from a clock set back still counts)
+            continue
+        pool = b.pool(pools.get(e.node, NO_POOL))
+        if e.event is Event.REMEDIATE and e.cause.startswith(tuple(f"{a}:" for a in REPAIRS)):
+            pool.repairs.append((e.time, e.node))
+        elif e.to_state is State.RMA and e.from_state is not State.RMA:   # the policy's or the lemon rule's
+            pool.rma.append((e.time, e.node))
+    b.in_remediation = sorted(n for n, s in records.items() if in_remediation(s, histories.get(n, ())))
+    return b
+
+
 def plan(records: Mapping[str, State], since: Mapping[str, float], histories: Mapping[str, Sequence[HistoryEntry]],
          nodes: Sequence[Node], fleet: Optional[brk.FleetView], now: float, policy: RemediationConfig, *,
-         breaker_share: float = 0.0, breaker_nodes: int = 0, breaker_window_s: float = 3600.0) -> List[Step]:
-    """One step per quarantined or remediating node, in name order. `fleet`: the breaker's view of the
-    same snapshot (None with the breaker off)."""
+         breaker_share: float = 0.0, breaker_nodes: int = 0, breaker_window_s: float = 3600.0,
+         pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = ()) -> List[Step]:
+    """One step per quarantined or remediating node, in name order (see plan_and_budget)."""
+    return plan_and_budget(records, since, histories, nodes, fleet, now, policy, breaker_share=breaker_share,
+                           breaker_nodes=breaker_nodes, breaker_window_s=breaker_window_s, pools=pools,
+                           recent=recent)[0]
+
+
+def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
+                    histories: Mapping[str, Sequence[HistoryEntry]], nodes: Sequence[Node],
+                    fleet: Optional[brk.FleetView], now: float, policy: RemediationConfig, *,
+                    breaker_share: float = 0.0, breaker_nodes: int = 0, breaker_window_s: float = 3600.0,
+                    pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = ()
+                    ) -> Tuple[List[Step], Budget]:
+    """One step per quarantined or remediating node, in name order, and the budget as this plan spent it.
+    `fleet`: the breaker's view of the same snapshot (None with the breaker off); `histories`: the history
+    of each node concerned (quarantined, remediating, or repaired/validating after a repair); `recent`:
+    every node's history within the budget's window; `pools`: node -> its pool (pool_of)."""
     by_name = {n.name: n for n in nodes}
+    pools = pools or {}
+    budget = budget_of(records, histories, recent, nodes, pools, now, policy)
     window_s = policy.window_days * 86400.0
-    steps: List[Step] = []
+    steps: Dict[str, Step] = {}
     taking: List[str] = []          # reboots this plan starts: each counts against the breaker
-    for name in sorted(records):
+    # the oldest quarantine first: the budget is spent in the order the nodes came
+    for name in sorted(records, key=lambda n: (since.get(n, now), n)):
         state, node = records[name], by_name.get(name)
         if node is None or state not in (State.QUARANTINED, State.REMEDIATING):
             continue
         history = histories.get(name, ())
+        pool = pools.get(name, NO_POOL)
         if state is State.REMEDIATING:
-            steps.append(_progress(name, node, now - since.get(name, now), policy))
+            steps[name] = _progress(name, node, now - since.get(name, now), policy)
+            continue
+        if admins(node.reason) and (node.drained or node.down):
+            steps[name] = Step(name, "manual", f"an admin's reason on it ({node.reason[:60]}): theirs", pool=pool)
             continue
         finding = last_finding(history, node.reason)
         if finding is None:
-            steps.append(Step(name, "manual", "no finding code in its history: a person decides"))
+            steps[name] = Step(name, "manual", "no finding code in its history: a person decides", pool=pool)
             continue
         action = action_for(finding.code, policy, planned(finding.text))
         if action == "retest" and planned(finding.text) and node.state in ("ALLOCATED", "MIXED"):
-            steps.append(Step(name, "wait", f"{finding.label()}: out for a planned swap, its job still runs there"))
+            steps[name] = Step(name, "wait", f"{finding.label()}: out for a planned swap, its job still runs there",
+                               pool=pool)
             continue
         if action == "reset_gpu" and finding.gpu is None:
             action = "reboot"       # a reset needs the GPU's index; a reboot resets them all
-        if action in ("manual", "rma"):
-            why = (f"{finding.label()}: a person repairs it" if action == "manual"
-                   else f"{finding.label()}: the policy sends it to the RMA list")
-            steps.append(Step(name, action, why, finding))
+        if action == "manual":
+            steps[name] = Step(name, action, f"{finding.label()}: a person repairs it", finding, pool=pool)
             continue
-        cap = policy.max_attempts.get(action, DEFAULT_MAX[action])
-        done = attempts(history, action, now, window_s)
-        if done >= cap and action == "retest":
-            steps.append(Step(name, "manual", f"{finding.label()} again after {done} retests within "
-                                              f"{policy.window_days:g} days: a person looks", finding, done, cap))
+        done = cap = 0
+        why = f"{finding.label()}: the policy sends it to the RMA list"
+        if action != "rma":
+            cap = policy.max_attempts.get(action, DEFAULT_MAX[action])
+            done = attempts(history, action, now, window_s)
+            if done >= cap and action == "retest":
+                steps[name] = Step(name, "manual", f"{finding.label()} again after {done} retests within "
+                                                   f"{policy.window_days:g} days: a person looks", finding, done, cap,
+                                   pool=pool)
+                continue
+            if done >= cap:
+                action, why = "rma", (f"{finding.label()} again after {done} {action} within "
+                                      f"{policy.window_days:g} days (at most {cap})")
+        if action == "rma":
+            steps[name] = _within(budget, Step(name, "rma", why, finding, done, cap, pool=pool), "rma")
             continue
-        if done >= cap:
-            steps.append(Step(name, "rma", f"{finding.label()} again after {done} {action} within "
-                                           f"{policy.window_days:g} days (at most {cap})", finding, done, cap))
-            continue
+        step = Step(name, action, f"{finding.label()}: {action} (attempt {done + 1} of {cap})", finding, done + 1,
+                    cap, pool=pool)
+        if action in REPAIRS:
+            held = budget.refusal(name, pool, "repair")
+            if held is not None:
+                steps[name] = _held(budget, step, held)
+                continue
         if action == "reboot" and fleet is not None:
             d = brk.may_take_out(fleet, taking + [name], now, max_share=breaker_share, max_nodes=breaker_nodes,
                                  window_s=breaker_window_s)
             if not d.allowed:
-                steps.append(Step(name, "hold", f"{finding.label()}: reboot held: {d.reason}", finding, done + 1, cap))
+                steps[name] = Step(name, "hold", f"{finding.label()}: reboot held: {d.reason}", finding, done + 1,
+                                   cap, pool=pool, held_by="breaker")
                 continue
             taking.append(name)
-        steps.append(Step(name, action, f"{finding.label()}: {action} (attempt {done + 1} of {cap})",
-                          finding, done + 1, cap))
-    return steps
+        if action in REPAIRS:
+            budget.take(name, pool, "repair")
+        steps[name] = step
+    budget.waiting.sort(key=lambda s: s.node)
+    return [steps[n] for n in sorted(steps)], budget
+
+
+def _within(budget: Budget, step: Step, kind: str) -> Step:
+    """`step` if the budget has room for it (and spend it), else a hold saying until when."""
+    held = budget.refusal(step.node, step.pool, kind)
+    if held is not None:
+        return _held(budget, step, held)
+    budget.take(step.node, step.pool, kind)
+    return step
+
+
+def _held(budget: Budget, step: Step, held: Tuple[str, str, Optional[float]]) -> Step:
+    by, why, until = held
+    what = "RMA listing" if step.act == "rma" else step.act
+    label = step.finding.label() if step.finding else step.node
+    out = Step(step.node, "hold", f"{label}: {what} waits for the remediation budget: {why}", step.finding,
+               step.attempt, step.max_attempts, pool=step.pool, held_by=by, until=until)
+    budget.waiting.append(Step(out.node, step.act, out.why, out.finding, out.attempt, out.max_attempts,
+                               pool=out.pool, held_by=by, until=until))
+    return out
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 3600:g} h" if seconds >= 3600 and seconds % 3600 == 0 else f"{seconds:g} s"
+
+
+def stamp(t: Optional[float]) -> str:
+    """Local time, to the second ('-' for None)."""
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def _progress(name: str, node: Node, elapsed: float, policy: RemediationConfig) -> Step:

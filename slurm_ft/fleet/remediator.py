@@ -12,8 +12,9 @@ not every sweep). Every act is a lifecycle event in the journal (`node history` 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
+from slurm_ft.config import expand_domains
 from slurm_ft.node import guard
 
 from slurm_ft.fleet import remediation
@@ -29,26 +30,37 @@ log = logging.getLogger(__name__)
 
 RESET_KEY = "reset_gpus:"      # lifecycle_kv: GPUs the node's next validation job resets first
 DRY_KEY = "remediation_dry_run:"
+BUDGET_KEY = "remediation_budget"           # lifecycle_kv: the last sweep's budget (`slurm-ft report`)
+WAITING_KEY = "remediation_budget_waiting"  # lifecycle_kv: who waited at the last alert (news once)
+# nodes whose history the plan needs: remediation candidates, and repairs not yet through validation
+_CONCERNED = (State.QUARANTINED, State.REMEDIATING, State.REPAIRED, State.VALIDATING)
 
 
-def snapshot_plan(sweeper: Sweeper, nodes: Optional[Sequence[Node]] = None) -> List[remediation.Step]:
-    """The plan for the fleet as Slurm and the journal show it now."""
+def snapshot_plan(sweeper: Sweeper, nodes: Optional[Sequence[Node]] = None
+                  ) -> Tuple[List[remediation.Step], remediation.Budget]:
+    """The plan for the fleet as Slurm and the journal show it now, and the budget it spent."""
     cfg, store = sweeper.cfg, sweeper.store
     nodes = sweeper.client.nodes() if nodes is None else nodes
     records = store.records()
-    concerned = [n for n, r in records.items() if r.state in (State.QUARANTINED, State.REMEDIATING)]
+    concerned = [n for n, r in records.items() if r.state in _CONCERNED]
     lc = cfg.lifecycle
-    fleet = guard.fleet_view(cfg, snapshot=nodes, now=sweeper.clock()) if guard.enabled(cfg) else None
-    return remediation.plan({n: r.state for n, r in records.items()}, {n: r.since for n, r in records.items()},
-                            {n: store.history(n) for n in concerned}, nodes, fleet, sweeper.clock(),
-                            lc.remediation, breaker_share=lc.breaker_max_share, breaker_nodes=lc.breaker_max_nodes,
-                            breaker_window_s=lc.breaker_window_s)
+    now = sweeper.clock()
+    fleet = guard.fleet_view(cfg, snapshot=nodes, now=now) if guard.enabled(cfg) else None
+    return remediation.plan_and_budget(
+        {n: r.state for n, r in records.items()}, {n: r.since for n, r in records.items()},
+        {n: store.history(n) for n in concerned}, nodes, fleet, now, lc.remediation,
+        breaker_share=lc.breaker_max_share, breaker_nodes=lc.breaker_max_nodes, breaker_window_s=lc.breaker_window_s,
+        pools=remediation.pool_of(expand_domains(cfg.planning.domains)),
+        recent=store.history_since(now - lc.remediation.budget_window_s))
 
 
 def run(sweeper: Sweeper, report: SweepReport, *, dry_run: bool = False, only_planned: bool = False) -> List[str]:
     """Plan and act (or only report with `dry_run`); returns the nodes to validate in this sweep.
     `only_planned`: the retests of nodes out for a planned swap alone (the sweep runs them in every mode)."""
-    steps = snapshot_plan(sweeper)
+    steps, budget = snapshot_plan(sweeper)
+    if not only_planned:        # the budget is the repairs' (a retest spends none): the remediation pass's own
+        sweeper.store.kv_set_json(BUDGET_KEY, budget.to_dict())
+        _alert_budget(sweeper, report, budget)
     soft = [s for s in steps if s.act == "retest" and s.finding is not None and planned(s.finding.text)]
     steps = soft if only_planned else [s for s in steps if s not in soft or not dry_run]
     if dry_run:
@@ -60,13 +72,30 @@ def run(sweeper: Sweeper, report: SweepReport, *, dry_run: bool = False, only_pl
         return []
     validate: List[str] = []
     for step in steps:
-        if step.act == "hold" and sweeper.store.kv_get(DRY_KEY + step.node) != step.why:
+        if step.held_by == "breaker" and sweeper.store.kv_get(DRY_KEY + step.node) != step.why:
             sweeper.store.kv_set(DRY_KEY + step.node, step.why)
             report.alerts.append(f"{step.node}: {step.why}")
         if not step.acts:
             continue
         sweeper._guarded(report, step.node, lambda: validate.extend(_act(sweeper, report, step)))
     return validate
+
+
+def _alert_budget(sweeper: Sweeper, report: SweepReport, budget: remediation.Budget) -> None:
+    """One alert when the set of nodes waiting for the budget changes (not one per node, not every sweep)."""
+    waiting = sorted(s.node for s in budget.waiting)
+    if sweeper.store.kv_get(WAITING_KEY) == ",".join(waiting):
+        return
+    sweeper.store.kv_set(WAITING_KEY, ",".join(waiting))
+    if not waiting:
+        return
+    rma = [s for s in budget.waiting if s.act == "rma"]
+    shown = ", ".join(waiting[:10]) + (f" (+{len(waiting) - 10} more)" if len(waiting) > 10 else "")
+    text = f"remediation budget: {len(waiting)} node(s) wait: {shown}; {budget.waiting[0].why}"
+    if rma:
+        text += ("; a burst of RMA verdicts is more likely a slurm-ft, driver or probe problem than hardware: "
+                 "look before releasing the budget")
+    report.alerts.append(text)
 
 
 def _act(sweeper: Sweeper, report: SweepReport, step: remediation.Step) -> List[str]:

@@ -18,12 +18,12 @@ if TYPE_CHECKING:
     class _Fields(TypedDict, total=False):
         """Snapshot's fields past the three lists (Snapshot.of's keywords)."""
         specs: Mapping[int, FtSpec]
-        breaker_open: bool
         taken_at: float
         seen: Mapping[str, Seen]
         watching_since: float
         out_counted: FrozenSet[str]
         out_limit: int
+        out_past_limit: FrozenSet[str]
         placements: Mapping[int, Mapping[int, Placement]]
 
 
@@ -33,7 +33,6 @@ class Snapshot:
     jobs: Mapping[int, Job]
     partitions: Mapping[str, Partition]
     specs: Mapping[int, FtSpec] = field(default_factory=dict)   # fault-tolerant jobs only (decoded tags)
-    breaker_open: bool = False       # the lifecycle drain-rate breaker: no new recoveries while it is open
     taken_at: float = 0.0
     # outage.py: when the controller saw nodes stop/start answering (since watching_since), and the
     # fleet-wide out-of-service count: nodes slurm-ft took out within the breaker's window, its limit
@@ -41,6 +40,7 @@ class Snapshot:
     watching_since: float = 0.0
     out_counted: FrozenSet[str] = frozenset()
     out_limit: int = 0                # 0: no limit
+    out_past_limit: FrozenSet[str] = frozenset()   # of out_counted, those taken out past the limit
     # journal.placements: job id -> restart count -> where that run was seen RUNNING (before this read)
     placements: Mapping[int, Mapping[int, Placement]] = field(default_factory=dict)
 

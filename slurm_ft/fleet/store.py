@@ -111,6 +111,13 @@ class Store:
         return [HistoryEntry(r[0], r[1], Event(r[2]), State(r[3]) if r[3] else None, State(r[4]), r[5], r[6])
                 for r in rows]
 
+    def history_since(self, t: float) -> List[HistoryEntry]:
+        """Every node's history from time `t` on (the remediation budget's window)."""
+        rows = self.db.execute("SELECT node, time, event, from_state, to_state, cause, actor FROM node_history "
+                               "WHERE time >= ? ORDER BY id", (t,)).fetchall()
+        return [HistoryEntry(r[0], r[1], Event(r[2]), State(r[3]) if r[3] else None, State(r[4]), r[5], r[6])
+                for r in rows]
+
     def apply(self, node: str, event: Event, now: float, *, default: State, cause: str = "", actor: str = "",
               lemon_k: int = 0, lemon_window_s: float = 0.0) -> HistoryEntry:
         """Apply one event to one node (TransitionError if it does not fit) and record it."""

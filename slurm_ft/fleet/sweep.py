@@ -104,6 +104,9 @@ class Sweeper:
             self.store.enrol(name, State.SPARE, self.clock(), cause=f"in {self.spare}", actor=self.actor)
         for change in work.changes:
             self._guarded(report, change.node, lambda: self._apply_change(report, change, by_name[change.node]))
+        revalidate: Dict[str, Sequence[str]] = {}
+        for name in work.revalidate:
+            self._guarded(report, name, lambda: revalidate.update(self._revalidate(report, by_name[name])))
         remedied: List[str] = []
         if self.lc.remediation.mode != "off":   # reset, reboot or RMA what the policy can decide alone
             remedied = remediator.run(self, report, dry_run=self.lc.remediation.mode == "dry_run")
@@ -120,6 +123,9 @@ class Sweeper:
                 self._guarded(report, name, lambda: running.update(self._start(report, by_name[name], recheck=False)))
         for name in [*work.validate, *remedied]:
             self._guarded(report, name, lambda: running.update(self._start(report, by_name[name], recheck=False)))
+        for name, levels in revalidate.items():
+            self._guarded(report, name, lambda: running.update(self._start(report, by_name[name], recheck=False,
+                                                                           levels=levels)))
         for name in work.recheck:
             self._guarded(report, name, lambda: running.update(self._start(report, by_name[name], recheck=True)))
         self._wait(report, running, self.lc.validate_wait_s if wait_s is None else wait_s)
@@ -165,9 +171,14 @@ class Sweeper:
     def mark_quarantined(self, name: str, state: State) -> None:
         """Rewrite the drain reason to `slurm-ft: QUARANTINED ...`: a later healthy check must not resume
         the node (the health check resumes only drains whose fault code its level can re-check); only
-        a passed validation brings it back."""
+        a passed validation brings it back. Never an admin's reason (theirs, as they wrote it), nor a
+        node handed to validation (REVALIDATE: the next step needs that word)."""
         node = self.client.node(name)
         if not (node.drained or node.state == "DOWN"):   # DOWN: back from a reboot that did not help
+            return
+        if vocab.admins(node.reason, self.cfg.controller.slurm_fault_reasons):
+            return
+        if node.reason.startswith(vocab.REVALIDATE) and state is State.QUARANTINED:
             return
         tag = "RMA" if state is State.RMA else "QUARANTINED"
         rest = node.reason[len(OWNER):].strip() if owned(node.reason) else node.reason
@@ -207,8 +218,23 @@ class Sweeper:
     def reservation_name(self, node: str) -> str:
         return f"{self.lc.maintenance_reservation}-{node}"
 
-    def _start(self, report: SweepReport, node: Node, *, recheck: bool) -> Dict[str, int]:
-        levels = self.lc.spare_recheck_levels if recheck else self.lc.validate_levels
+    def _revalidate(self, report: SweepReport, node: Node) -> Dict[str, Sequence[str]]:
+        """A node quarantined for not answering answers again (the controller's REVALIDATE reason): repaired
+        in the lifecycle, validated in this sweep. It stopped with a wave of others (`outage, `): the spare
+        re-check levels, as for an idle spare; alone (its own hang looks the same): the full validation."""
+        rec = self.store.record(node.name)
+        if rec is None or rec.state is not State.QUARANTINED:
+            return {}          # the lemon rule put it on the RMA list, or something else holds it
+        cause = node.reason[len(vocab.REVALIDATE):]
+        outage = cause.startswith(vocab.REVALIDATE_OUTAGE)
+        entry = self._record(node.name, Event.REPAIRED, cause, node)
+        report.changes.append(f"{node.name}: {entry.from_state} -> {entry.to_state} ({_short(cause)})")
+        return {node.name: self.lc.spare_recheck_levels if outage else self.lc.validate_levels}
+
+    def _start(self, report: SweepReport, node: Node, *, recheck: bool,
+               levels: Optional[Sequence[str]] = None) -> Dict[str, int]:
+        if levels is None:
+            levels = self.lc.spare_recheck_levels if recheck else self.lc.validate_levels
         name = node.name
         resv = self.reservation_name(name)
         minutes = max(1, int(self.lc.validate_timeout_s // 60) + 5)

@@ -14,14 +14,19 @@ Line formats the driver prints (open-gpu-kernel-modules `kernel_rc.c`, and older
 
 Each may come wrapped in a /dev/kmsg record (`6,1234,5140900,-;...`), a dmesg prefix (`[ 123.456]`,
 `[Sun Nov 29 16:25:19 2026]`, ISO time), or a syslog/journal prefix (`Nov 29 16:25:19 host kernel:`,
-`journalctl -k -o short-precise`: `Nov 29 16:25:19.123456 host kernel:`).
-Only the kernel can report an Xid: a line counts when it comes from the kernel (a /dev/kmsg record of
-facility 0, dmesg output, a syslog/journal line tagged `kernel:`, or a bare line of a root-owned file)
-and its message starts with `NVRM:` (`nvidia-nvswitchN:` for SXid). Anyone can write
-`someuser: NVRM: Xid ...` to syslog with `logger`: such a line becomes a `forged` event, reported as
-suspicious and never a drain. Classic syslog has no year: a date that would lie in the future is last
-year's. Regular files are read from their end, back to the look-back window or a byte cap, whichever
-comes first, so a huge log costs a bounded time.
+`journalctl -k -o short-precise`: `Nov 29 16:25:19.123456 host kernel:`); the journal itself is read
+through journalctl (`health.kmsg_path: journal`, gpu/journal.py).
+Only the kernel can report an Xid, and its message starts with `NVRM:` (`nvidia-nvswitchN:` for SXid):
+* believed (`trusted`, may drain): a /dev/kmsg record of facility 0, the journal's kernel transport,
+  and kmsg records, dmesg output or bare driver lines in a file that only root may write;
+* reported, never a drain on its own (`trusted=False`): a syslog line tagged `kernel:`, since
+  `logger -t kernel` writes the same tag (it drains when NVML reports the same Xid: node/gather.py),
+  and any line of a file that others may write;
+* `forged` (suspicious, never a drain): another tag or facility (`someuser: NVRM: Xid ...`), a
+  pid-tagged `kernel[4242]:` (the kernel has no pid), NVRM in the middle of a message.
+Classic syslog has no year: a date that would lie in the future is last year's. Regular files are read
+from their end, back to the look-back window or a byte cap, whichever comes first, so a huge log costs
+a bounded time.
 """
 from __future__ import annotations
 
@@ -48,6 +53,7 @@ log = logging.getLogger(__name__)
 Position = Dict[str, Any]    # where a follow stopped reading: path plus boot/seq or inode/offset
 
 DEV_KMSG = "/dev/kmsg"
+JOURNAL = "journal"          # health.kmsg_path naming the journal: read by gpu/journal.py, not here
 
 _PCI = r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
 XID_RE = re.compile(
@@ -62,8 +68,8 @@ DMESG_MONO_RE = re.compile(r"^\[\s*(?P<sec>\d+\.\d+)\]\s?")
 DMESG_CTIME_RE = re.compile(r"^\[(?P<t>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?")
 ISO_RE = re.compile(r"^(?P<t>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s")
 SYSLOG_RE = re.compile(r"^(?P<t>\w{3} [ \d]\d \d\d:\d\d:\d\d)(?P<frac>\.\d+)? ")
-# after a syslog/journal time: `host tag[pid]: message`; only the tag `kernel` is the kernel
-HOST_TAG_RE = re.compile(r"^\S+ (?P<tag>[^\s:\[]+)(?:\[\d+\])?: ?")
+# after a syslog/journal time: `host tag[pid]: message`; only the tag `kernel`, without a pid, may be the kernel
+HOST_TAG_RE = re.compile(r"^\S+ (?P<tag>[^\s:\[]+)(?P<pid>\[\d+\])?: ?")
 KERNEL_FACILITY = 0
 FUTURE_SKEW_S = 86400.0     # a clock or time-zone skew this large still reads as this year
 MAX_BYTES = 4 << 20         # read at most the last 4 MiB of a kernel log file (~40k lines, ~1 s)
@@ -100,23 +106,24 @@ def _syslog_time(text: str, frac: Optional[str], now: Optional[float]) -> Option
 
 
 def _tagged(rest: str) -> "tuple[str, str]":
-    """`host kernel: [ 1.2] msg` -> (msg, "kernel"); another tag -> (its message, "other")."""
+    """`host kernel: [ 1.2] msg` -> (msg, "syslog"); another tag, or `kernel[pid]:` -> (its message, "other")."""
     m = HOST_TAG_RE.match(rest)
     if not m:
         return rest, "other"
     msg = rest[m.end():]
-    if m.group("tag") != "kernel":
+    if m.group("tag") != "kernel" or m.group("pid"):
         return msg, "other"
     inner = DMESG_MONO_RE.match(msg)       # syslog keeps the kernel's own boot-relative stamp
-    return (msg[inner.end():] if inner else msg), "kernel"
+    return (msg[inner.end():] if inner else msg), "syslog"
 
 
 def _strip_prefix(line: str, boot_time: Optional[float],
                   now: Optional[float] = None) -> "tuple[str, Optional[float], str]":
     """Remove a kmsg/dmesg/syslog prefix: (message, wall-clock time when known, origin).
 
-    origin: "kernel" (kmsg facility 0, dmesg, a `kernel:` tag), "other" (another facility or tag:
-    anyone may have written it) or "bare" (no prefix: a plain file, trusted as far as its owner is).
+    origin: "kernel" (kmsg facility 0, dmesg), "syslog" (a `kernel:` tag: the kernel's, or logger's),
+    "other" (another facility or tag, or a pid: not the kernel) or "bare" (no prefix: a plain file,
+    trusted as far as who may write it).
     """
     m = KMSG_RECORD_RE.match(line)
     if m:
@@ -159,8 +166,9 @@ class Parser:
     """Turns log lines into XidEvents; keeps the little state the three-line fallen-off-bus message needs."""
 
     def __init__(self, *, source: str = "kmsg", boot_time: Optional[float] = None, sxid: bool = True,
-                 now: Optional[float] = None):
+                 now: Optional[float] = None, trusted: bool = True):
         self.source = source
+        self.trusted = trusted          # False: a file others may write; nothing in it is believed
         self.boot_time = boot_time
         self.now = now                  # the reading time (for yearless syslog dates); None: the clock
         self.sxid = sxid
@@ -174,8 +182,19 @@ class Parser:
         if self.boot_time is None and (line[:1].isdigit() or line.startswith("[")):
             self.boot_time = _boot_time()      # once: boot-relative prefixes need it
         msg, ts, origin = _strip_prefix(line, self.boot_time, self.now)
+        return self.judged(msg, ts, origin)
+
+    def judged(self, msg: str, ts: Optional[float], origin: str) -> List[XidEvent]:
+        """The events of one message whose prefix said `origin` (see _strip_prefix)."""
         if origin == "other" or not msg.startswith(_TRUSTED_START):
             return self._forged(msg, ts)
+        events = self.message(msg, ts)
+        if origin == "syslog" or not self.trusted:
+            return [replace(e, trusted=False) for e in events]
+        return events
+
+    def message(self, msg: str, ts: Optional[float]) -> List[XidEvent]:
+        """The events of one kernel message (its prefix already taken off and judged)."""
         m = XID_RE.match(msg)
         if m:
             return [XidEvent(
@@ -225,9 +244,9 @@ class Parser:
 
 
 def parse_lines(lines: Iterable[str], *, source: str = "file", boot_time: Optional[float] = None,
-                sxid: bool = True, now: Optional[float] = None) -> List[XidEvent]:
+                sxid: bool = True, now: Optional[float] = None, trusted: bool = True) -> List[XidEvent]:
     """Every Xid (and SXid, fallen-off-the-bus, forged) event in these lines, in order."""
-    parser = Parser(source=source, boot_time=boot_time, sxid=sxid, now=now)
+    parser = Parser(source=source, boot_time=boot_time, sxid=sxid, now=now, trusted=trusted)
     out: List[XidEvent] = []
     for line in lines:
         out.extend(parser.feed(line))
@@ -349,18 +368,30 @@ def tail_lines(path: str, *, max_bytes: int = MAX_BYTES, cutoff: Optional[float]
     except OSError as exc:
         raise _open_error(path, exc) from exc
     with fh:
-        pos = end = os.fstat(fh.fileno()).st_size
-        blocks: List[bytes] = []
-        while pos > 0 and end - pos < max_bytes:
-            step = min(block, pos, max_bytes - (end - pos))
-            pos -= step
-            fh.seek(pos)
-            data = fh.read(step)
-            blocks.append(data)
-            if cutoff is not None and pos > 0:
-                ts = _first_time(data, boot_time, now)
-                if ts is not None and ts < cutoff:
-                    break
+        return _tail(fh, max_bytes=max_bytes, cutoff=cutoff, boot_time=boot_time, now=now, block=block)
+
+
+def only_root_writes(st: os.stat_result) -> bool:
+    """May only root (or this process's own user) write this file? Then its kernel records are the
+    kernel's word; a file others may write holds whatever they wrote (fsutil.refuse_unsafe's rule)."""
+    return not (st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid != 0)
+                or st.st_uid not in (0, os.geteuid()))
+
+
+def _tail(fh: IO[bytes], *, max_bytes: int, cutoff: Optional[float], boot_time: Optional[float],
+          now: Optional[float], block: int) -> "tuple[List[str], bool]":
+    pos = end = os.fstat(fh.fileno()).st_size
+    blocks: List[bytes] = []
+    while pos > 0 and end - pos < max_bytes:
+        step = min(block, pos, max_bytes - (end - pos))
+        pos -= step
+        fh.seek(pos)
+        data = fh.read(step)
+        blocks.append(data)
+        if cutoff is not None and pos > 0:
+            ts = _first_time(data, boot_time, now)
+            if ts is not None and ts < cutoff:
+                break
     data = b"".join(reversed(blocks))
     if pos > 0:                        # the first line is cut: drop it
         data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
@@ -405,18 +436,32 @@ def read_xids(path: str = DEV_KMSG, *, lookback_s: Optional[float] = None, now: 
         return []
     source = "kmsg" if (path == DEV_KMSG or path.endswith("kmsg")) else "file"
     cutoff = None if lookback_s is None else (time.time() if now is None else now) - lookback_s
+    trusted = True                     # /dev/kmsg and stdin (a person's pipe); a file: who may write it
     if path != "-" and not path.endswith(".gz") and os.path.isfile(path):
         if boot_time is None:
             boot_time = _boot_time()
-        lines, cut = tail_lines(path, max_bytes=max_bytes, cutoff=cutoff, boot_time=boot_time, now=now)
+        try:
+            fh = open(path, "rb")
+        except OSError as exc:
+            raise _open_error(path, exc) from exc
+        with fh:
+            trusted = only_root_writes(os.fstat(fh.fileno()))
+            lines, cut = _tail(fh, max_bytes=max_bytes, cutoff=cutoff, boot_time=boot_time, now=now, block=1 << 20)
         first = _strip_prefix(lines[0], boot_time, now)[1] if cut and lines else None
         if cut and (cutoff is None or first is None or first > cutoff):
             log.warning("%s: read only its last %d MiB", path, max_bytes >> 20)
     else:                              # a stream (stdin, .gz, /dev/kmsg): read on, keep only its end
+        if path != "-" and not _is_char_device(path):
+            try:
+                trusted = only_root_writes(os.stat(path))
+            except OSError:
+                trusted = False
         lines, cut = _last_bytes(iter_lines(path), max_bytes)
         if cut:
             log.warning("%s: read only its last %d MiB", path, max_bytes >> 20)
-    events = parse_lines(lines, source=source, boot_time=boot_time, sxid=sxid, now=now)
+    if not trusted:
+        log.warning("%s may be written by others than root: its Xid lines are reported, never a drain", path)
+    events = parse_lines(lines, source=source, boot_time=boot_time, sxid=sxid, now=now, trusted=trusted)
     if cutoff is not None:
         events = [e for e in events if e.timestamp is None or e.timestamp >= cutoff]
     events = dedupe_fallen(events)
@@ -436,9 +481,9 @@ def follow(path: str = DEV_KMSG, *, poll_s: float = 0.05, stop: Optional[Callabl
     on_position is called after the events of what was read so far were yielded.
     `stop` is called every poll_s; the generator ends when it returns true.
     """
-    parser = Parser(source="kmsg", boot_time=boot_time, sxid=sxid)
     should_stop = stop or (lambda: False)
     report = on_position or (lambda pos: None)
+    parser = Parser(source="kmsg", boot_time=boot_time, sxid=sxid)
     if _is_char_device(path):
         yield from _follow_kmsg(path, parser, poll_s, should_stop, from_start, start, report)
         return
@@ -500,6 +545,9 @@ def _follow_file(path: str, parser: Parser, poll_s: float, should_stop: Callable
                     continue
                 st = os.fstat(fh.fileno())
                 ino = st.st_ino
+                parser.trusted = only_root_writes(st)     # a file others may write: nothing in it drains
+                if not parser.trusted:
+                    log.warning("%s may be written by others than root: its Xid lines never drain", path)
                 if start and start.get("ino") == ino and isinstance(start.get("offset"), int) \
                         and 0 <= start["offset"] <= st.st_size:
                     fh.seek(start["offset"])      # resume where an earlier watcher stopped

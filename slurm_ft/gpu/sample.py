@@ -81,6 +81,9 @@ class XidEvent:
     gpu_instance: Optional[int] = None
     compute_instance: Optional[int] = None
     kind: str = "xid"               # xid | fallen_off_bus (NVRM line without a code, read as 79) | sxid (NVSwitch)
+    # written where only the kernel writes (gpu/kmsg.py); False: a syslog line, which anyone's
+    # `logger -t kernel` can write: reported, drains only when NVML reports the same Xid
+    trusted: bool = True
 
 
 @dataclass(frozen=True)

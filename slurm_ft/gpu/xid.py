@@ -131,6 +131,13 @@ def verdict(event: XidEvent) -> XidInfo:
     if event.kind == "forged":      # an Xid-looking line the kernel did not write (see gpu.kmsg)
         return XidInfo(event.xid, f"suspicious Xid {event.xid} line not written by the kernel", "forged", "warn",
                        "none", False, "slurm-ft: only kernel records report Xids", known=False)
+    if not event.trusted:           # a syslog line: the kernel's, or `logger -t kernel`'s (see gpu.kmsg)
+        info = verdict(replace(event, trusted=True))
+        if info.severity != "fail":
+            return info
+        # the action stays the catalog's: what the fault would need, were it real (`xid explain`)
+        return replace(info, name=f"{info.name} (unverified: a syslog line, which any user's `logger -t kernel` "
+                                  f"can write; drains when NVML reports it too)", severity="warn", drains=False)
     info = lookup(event.xid)
     if event.kind == "sxid":
         # NVSwitch errors are not GPU Xids; the catalog does not cover them, report without draining.

@@ -1,16 +1,20 @@
-"""The notices slurm-ft sends a running job, as its supervisor reads them: no Slurm call.
+"""The notices a running job gets, as its supervisor reads them: no Slurm call.
 
 The node's side (node/tell.py) and the controller tell a job of a failed or quarantined node with
 `scontrol notify`; the batch step prints each notice on its stderr, i.e. the job's output file
 (`slurmstepd-<host>: error: slurm-ft-event v1 failed gpu017 slurm-ft: XID79 gpu3 ...`). The supervisor is
 that batch step: it follows the file it writes its own stderr to, from where it was when it started. Each
-poll is a size check; new bytes are scanned for the mark. The job's own ranks write to the same file and
-could print a notice themselves: it would only steer this job, which is theirs.
+poll is a size check; new bytes are scanned for the mark. The same file gets srun's own notice of a node
+that went DOWN under the step (`srun: error: Node failure on gpu017`: a hot-spare job is submitted with
+--no-kill, so Slurm takes the node out of the job instead of killing the job), read as a failed node.
+The job's own ranks write to the same file and could print either: it would only steer this job, which
+is theirs.
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 from typing import BinaryIO, List, Optional, Tuple
 
@@ -20,6 +24,7 @@ log = logging.getLogger(__name__)
 
 MAX_READ = 8 << 20            # bytes scanned per poll; a job printing faster than that skips ahead
 MAX_LINE = 64 << 10           # a partial line kept for the next poll, at most
+SRUN_NODE_FAILURE = re.compile(rb"^srun: error: Node failure on ([A-Za-z0-9_.\-]{1,64})\s*$")
 
 
 class Follower:
@@ -30,6 +35,7 @@ class Follower:
         self.pos = os.fstat(fh.fileno()).st_size
         self.partial = b""
         self.mark = EVENT_MARK.encode()
+        self.srun = b"Node failure on "
 
     @classmethod
     def own_stderr(cls) -> Optional["Follower"]:
@@ -67,6 +73,10 @@ class Follower:
                 ev = parse_event(line.decode("utf-8", "replace"))
                 if ev is not None:
                     out.append(ev)
+            elif self.srun in line:
+                m = SRUN_NODE_FAILURE.match(line)
+                if m:
+                    out.append(("failed", m.group(1).decode(), "DOWN: node failure reported to srun"))
         return out
 
     def close(self) -> None:

@@ -96,6 +96,17 @@ def _limited(ours: Mapping[str, str], key: str) -> Optional[int]:
     return _int(ours[opt], f"--{opt}", *LIMITS[key]) if opt in ours else None
 
 
+def _utf8_dir(path: str) -> None:
+    """The tag carries the checkpoint directory as UTF-8 and the controller decodes it strictly: a name
+    that is not (argv's undecodable bytes arrive as surrogates) would make a job it silently ignores."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("ascii", "backslashreplace")
+        raise UsageError(f"--ckpt-dir {shown}: the checkpoint directory is not valid UTF-8 (slurm-ft reads the "
+                         f"directory as UTF-8: rename it)") from None
+
+
 def parse(argv: Sequence[str], cwd: str = ".", file_exists: Callable[[str], bool] = os.path.isfile) -> SbatchRequest:
     """Split ``[our options] [sbatch options] SCRIPT [ARGS...]``; options end at the first word not starting with '-'."""
     ours = {}
@@ -189,9 +200,15 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists: Callable[[str], bool
 
     ckpt_dir = ours.get("ckpt-dir", "")
     if ckpt_dir:
+        _utf8_dir(ckpt_dir)
         ckpt_dir = os.path.normpath(os.path.join(cwd, ckpt_dir))
+        _utf8_dir(ckpt_dir)                  # the working directory it is relative to, too
     if not ckpt_dir and any(PLACEHOLDER in a for a in (script, *args)):
         raise UsageError(f"{PLACEHOLDER} in the command needs --ckpt-dir")
+    hang_timeout = _limited(ours, "hang_timeout")
+    if not ckpt_dir and hang_timeout is not None:
+        raise UsageError("--hang-timeout needs --ckpt-dir: restarts after a hang are counted in the checkpoint "
+                         "directory, and without one --max-restarts could never end them")
     min_nodes = _limited(ours, "min_nodes")
     max_restarts = _limited(ours, "max_restarts")
     max_restarts = DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts
@@ -222,7 +239,7 @@ def parse(argv: Sequence[str], cwd: str = ".", file_exists: Callable[[str], bool
         script = path
     return SbatchRequest(
         spec=FtSpec(ckpt_dir=ckpt_dir, min_nodes=min_nodes, max_restarts=max_restarts, hot_spares=hot,
-                    train_nodes=train_nodes, hang_timeout=_limited(ours, "hang_timeout")),
+                    train_nodes=train_nodes, hang_timeout=hang_timeout),
         sbatch_options=tuple(opts), script=script, args=args, parsable=parsable,
         job_name_given=job_name, nodes=nodes, fixed_tasks=fixed_tasks,
         ckpt_fails=_int(ours["ckpt-fails"], "--ckpt-fails", 0, CKPT_FAILS_MAX) if "ckpt-fails" in ours else None,
@@ -301,6 +318,10 @@ def sbatch_argv(req: SbatchRequest, starter_path: str, requeue: str = "--requeue
     argv = list(req.sbatch_options)
     if not req.job_name_given:
         argv.append("--job-name=" + os.path.basename(req.script))
+    if req.spec.hot_spares and "--no-kill" not in argv and "-k" not in argv:
+        # a node going DOWN must not kill the job: Slurm takes it out of the allocation, srun says so in
+        # the job's output, and the supervisor relaunches the step on a hot spare
+        argv.append("--no-kill")
     if via == "admin_comment":
         argv += [requeue, *plugin_options(req.spec), starter_path]
         return argv if inside_starter(req, via) else argv + ["--", req.script, *req.args]

@@ -47,13 +47,13 @@ import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurm_ft import heartbeat
-from slurm_ft.job import ckpt, ckptfallback, ckptrequest, hang, jobstart, rendezvous, startlog
+from slurm_ft.job import ckptfallback, hang, jobstart, rendezvous, startlog
 from slurm_ft.job.notices import Follower
-from slurm_ft.job import hotplan as hp, planned as pl
+from slurm_ft.job import hotplan as hp
+from slurm_ft.job.planned_run import PlannedSwaps
 from slurm_ft.job.nodefault import node_fault
 from slurm_ft.slurm.client import SlurmClient
 from slurm_ft.slurm.hostlist import compress
-from slurm_ft.vocab import planned
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
@@ -63,16 +63,14 @@ BACKSTOP_S = 300.0           # a read of the job's nodes from Slurm, for a fault
 BLIND_BACKSTOP_S = 10.0      # ... when the output is no file (no notices can be read)
 QUARANTINE_WAIT_S = 1.0      # after a fault, how long the relaunch waits for the controller's quarantine
                              # notice before it reads the partitions itself (a quarantined node may leave)
-STOP_GRACE_S = 10.0          # SIGTERM to srun, then SIGKILL
+STOP_GRACE_S = 10.0          # SIGTERM to srun (it forwards it to the ranks), then the step is cancelled
+STEP_END_S = 120.0           # ... through slurmctld, and srun waited for again; then SIGKILL (not ended)
+FALLBACK_REQUEUE_S = 120.0   # a job handed to the requeue path that nothing requeued: the supervisor does
 LAUNCH_ENV = "SLURM_FT_LAUNCH"   # the launch number within this start of the job (0, 1, ...)
 HANG_POLL_S = 1.0            # progress reads per second (one small file per rank)
 CHECK_TIMEOUT_S = 120.0      # the hang checks' srun, start-up included; then it is killed: no culprit
 EXIT_CHECK_AFTER_S = 2.0     # a failed step with no fault shown this long gets the checks (the node's own
                              # watcher usually drains it within a second: no check on that path)
-CKPT_POLL_S = 0.2            # while a checkpoint is asked for: how often the newest complete one is read
-PLANNED_QUARANTINE_WAIT_S = 60.0   # a degraded node: the checkpoint is asked for once the controller took it
-                             # out of the partition (it may then leave the job at the swap), or after this long
-STRAGGLER_POLL_S = 2.0       # progress reads for stragglers (one small file per rank)
 
 
 def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str]) -> List[str]:
@@ -146,20 +144,9 @@ class Supervisor:
         self.next_read = 0.0               # monotonic time of the next backstop read
         self.reads_due: List[float] = []   # reads before the job ends on a failed step (hotplan.EXIT_GRACE_S)
         self.quarantine_notices: Set[str] = set()   # nodes the controller says it quarantined
-        # planned swaps: degraded nodes (notices, PLANNED drains, stragglers), the checkpoint asked for
-        self.degraded: Dict[str, str] = {}
-        self.degraded_at: Dict[str, float] = {}    # monotonic time each was first seen degraded
-        self.partitions_read: Set[str] = set()     # degraded nodes whose quarantine was read off the partitions
-        self.straggling: Set[str] = set()          # degraded by this job's own reports (not drained by anyone)
-        self.planned_said: Set[str] = set()
-        self.ckpt_ask: Optional[pl.Ask] = None
-        self.asks = 0
-        self.planned_wait_s = planned_wait_s
-        self.newest_ckpt: Optional[int] = None
-        self.next_ckpt_read = 0.0
-        self.stragglers = pl.Stragglers(*straggler) if straggler[0] > 0 else None
-        self.next_straggler_poll = 0.0
-        self.partitions = ""                       # the job's partitions (read at run())
+        self.hang_restarts = 0             # restarts in place after a hang, in this run of the job
+        self.partitions = ""               # the job's partitions (read at run())
+        self.planned = PlannedSwaps(self, planned_wait_s, straggler)   # degraded nodes, the checkpoint asked for
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
@@ -172,10 +159,7 @@ class Supervisor:
             return None
         self.failed.update({x.name: why for x in got for why in [node_fault(x)] if why})
         self.addrs.update({x.name: x.addr for x in got if x.addr})
-        for x in got:               # out for a planned swap, and no notice of it came
-            if x.drained and planned(x.reason) and x.name not in self.degraded:
-                self.degraded[x.name] = x.reason
-                self.log("notice", node=x.name, reason=x.reason[:300], kind="degraded", source="read")
+        self.planned.seen(got)      # out for a planned swap, and no notice of it came
         return self.known(nodes)
 
     def known(self, nodes: Sequence[str]) -> Dict[str, str]:
@@ -190,9 +174,7 @@ class Supervisor:
             if kind == "quarantined":
                 self.quarantine_notices.add(node)
             elif kind == "degraded":
-                if node not in self.degraded:
-                    self.degraded[node] = why or "degraded (slurm-ft notice)"
-                    self.log("notice", node=node, reason=why[:300], kind="degraded")
+                self.planned.notice(node, why)
             elif node not in self.failed:
                 self.failed[node] = why or "failed (slurm-ft notice)"
                 self.log("notice", node=node, reason=why[:300])
@@ -215,6 +197,9 @@ class Supervisor:
     def launch(self, nodes: Sequence[str], reason: str) -> Optional[int]:
         """Start the training step on `nodes`; an exit status when it cannot start (no checkpoint read)."""
         t0 = time.time()
+        # the last step the launch before reached, read before this one's ranks replace the reports: goodput's
+        # redone steps after a relaunch, as jobstart's `before` after a requeue
+        before = jobstart.last_progress(self.ckpt_dir) if self.ckpt_dir else None
         resolved, found, rc, fields = jobstart.prepare(self.argv, self.ckpt_dir, self.say, job=str(self.job_id),
                                                        m=self.ckpt_fails, restart=self.restart)
         if rc is not None:
@@ -238,21 +223,41 @@ class Supervisor:
         self.log("launch", launch=self.launches, nodes=compress(nodes), ckpt=env["SLURM_FT_CKPT"],
                  step=found.step if found and found.path else None, reason=reason, rank0=rank0,
                  master=f"{rdv['MASTER_ADDR']}:{rdv['MASTER_PORT']}", prepare_s=round(time.time() - t0, 3),
-                 **fields)
+                 before=before, **fields)
         self.say(f"launch {self.launches} on {compress(nodes)}: {reason}")
         self.launches += 1
         return None
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """End the running step; whether it ended. srun forwards SIGTERM to the ranks and exits once
+        they are gone. A killed srun would not end them: its ranks run on, writing the checkpoint
+        directory beside the next launch's (deleting the checkpoint it resumes from, in a loaded lab).
+        So a step that outlives the grace is cancelled through slurmctld, and srun waited for again."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
-            return
+            return True
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(STOP_GRACE_S)
+            return True
+        except subprocess.TimeoutExpired:
+            pass
+        self.say(f"the step did not end {STOP_GRACE_S:g} s after SIGTERM: cancelling it through Slurm")
+        try:
+            steps = self.client.steps(self.job_id)      # only the training step runs now (checks are waited for)
+            for step in steps:
+                self.client.cancel_step(self.job_id, step)
+            self.log("cancel_step", steps=steps)
+        except Exception as exc:   # noqa: BLE001 - srun may still end it; if not, the requeue path will
+            self.say(f"could not cancel the step: {exc}")
+        try:
+            proc.wait(STEP_END_S)
+            return True
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        self.say(f"the step did not end {STEP_END_S:g} s after its cancel: no launch beside it")
+        return False
 
     def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> Tuple[str, ...]:
         """The allocation without `release`, given back to Slurm; unchanged when the shrink fails."""
@@ -305,12 +310,14 @@ class Supervisor:
             view = hp.View(allocation=allocation, faults=faults, batch_host=batch_host, train_nodes=self.n,
                            step_nodes=self.step_nodes, step_rc=rc,
                            since_exit_s=now - self.exited_at if rc is not None and self.exited_at is not None
-                           else 0.0, avoid={x: why for x, why in self.degraded.items() if x not in faults})
-            act = self.planned_action(view, now) if self.ckpt_ask is not None and rc is not None else hp.Action("wait")
+                           else 0.0, avoid=self.planned.avoid(faults))
+            # a step that stopped after the checkpoint asked for: the swap, before hotplan reads its exit
+            act = self.planned.action(view, now) if self.planned.ask is not None and rc is not None \
+                else hp.Action("wait")
             if act.kind != "swap":
                 act = hp.decide(view)
-            if act.kind == "wait" and rc is None and (self.degraded or self.stragglers is not None):
-                act = self.planned_action(view, now)
+            if act.kind == "wait" and rc is None and self.planned.active:
+                act = self.planned.action(view, now)
             if act.kind == "wait" and rc is None and self.hang_timeout and now >= self.next_hang_poll:
                 self.next_hang_poll = now + HANG_POLL_S
                 act = self.watch_progress(view)
@@ -321,7 +328,7 @@ class Supervisor:
             if act.kind == "wait":
                 continue
             if act.kind == "exit":
-                self.stop()              # a hung step, when the restart limit ends the job
+                self.stop()              # a hung step, when the restart limit ends the job (ending it ends all)
                 self.log("exit", rc=act.rc, reason=act.reason)
                 self.say(act.reason)
                 assert act.rc is not None        # every exit action carries its status (hotplan.decide, hang_action)
@@ -329,13 +336,14 @@ class Supervisor:
             if act.kind == "fallback":
                 return self._fallback(act)
             if act.kind == "swap":
-                rc, allocation = self.planned_swap(act, allocation, job.partition)
+                rc, allocation = self.planned.swap(act, allocation, job.partition)
                 if rc is not None:
                     return rc
                 continue
             if act.kind == "restart":
                 t0 = time.time()
-                self.stop()
+                if not self.stop():
+                    return self._fallback(hp.Action("fallback", reason=f"{act.reason}; the old step would not end"))
                 self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t0, 3))
                 rc = self.launch(act.nodes, act.reason)
             else:
@@ -349,115 +357,15 @@ class Supervisor:
         t_fault = time.time()
         self.log("fault", nodes=compress(act.failed), reason=act.reason[:1000])
         self.say(f"fault: {act.reason}")
-        self.ckpt_ask = None            # the relaunch leaves the degraded nodes out too: no swap is owed any more
-        self.stop()
+        self.planned.ask = None         # the relaunch leaves the degraded nodes out too: no swap is owed any more
+        if not self.stop():
+            return self._fallback(dataclasses.replace(act, kind="fallback",
+                                                      reason=f"{act.reason}; the old step would not end")), allocation
         self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t_fault, 3))
         allocation = self.shrink(allocation, self.quarantined(partitions, act.release,
                                                               time.monotonic() + QUARANTINE_WAIT_S
                                                               - (time.time() - t_fault)))
         return self.launch(act.nodes, f"relaunch without {compress(act.failed)}"), allocation
-
-    # --- planned swaps ----------------------------------------------------------------------------
-    def planned_action(self, view: hp.View, now: float) -> hp.Action:
-        """Degraded nodes of the step (notices, PLANNED drains, stragglers): ask for a checkpoint, then
-        `swap` once it is there (job/planned.py decides); anything but a swap is carried out here."""
-        self.watch_stragglers(now)
-        if self.ckpt_ask is not None and (now >= self.next_ckpt_read or view.step_rc is not None):
-            self.next_ckpt_read = now + CKPT_POLL_S
-            self.newest_ckpt = self.read_newest()
-        pv = pl.View(allocation=view.allocation, faults=view.faults, degraded=self.degraded,
-                     batch_host=view.batch_host, train_nodes=view.train_nodes, step_nodes=view.step_nodes,
-                     step_rc=view.step_rc, asked=self.ckpt_ask, newest_ckpt=self.newest_ckpt, now=now,
-                     wait_s=self.planned_wait_s)
-        act = pl.decide(pv)
-        if act.kind == "request" and self.quarantine_pending(act, now, view):
-            return hp.Action("wait")
-        if act.kind == "request":
-            self.ask(act, now)
-        elif act.kind == "none" and act.failed and not set(act.failed) <= self.planned_said:
-            self.planned_said |= set(act.failed)
-            self.log("planned", phase="not_swapped", nodes=compress(act.failed), reason=act.reason[:1000])
-            self.say(f"planned swap not possible: {act.reason}")
-        return act if act.kind == "swap" else hp.Action("wait")
-
-    def quarantine_pending(self, act: hp.Action, now: float, view: hp.View) -> bool:
-        """Hold the ask until the controller has taken the drained degraded nodes out of the partition (its
-        notice), so that the swap gives them back to Slurm; the step runs on meanwhile, nothing is lost.
-        Past PLANNED_QUARANTINE_WAIT_S one read of the partitions decides, and the swap goes ahead either
-        way (a node not quarantined stays in the job, unused). Stragglers wait for nobody."""
-        drained = [x for x in act.failed if x not in self.straggling and x not in self.quarantine_notices
-                   and x not in self.partitions_read]
-        if not drained or not self.may_shrink:      # Slurm refuses this job's shrinks: nothing to wait for
-            return False
-        for x in drained:
-            self.degraded_at.setdefault(x, now)
-        if now - min(self.degraded_at[x] for x in drained) < PLANNED_QUARANTINE_WAIT_S:
-            return True
-        self.quarantine_notices.update(self.quarantined(self.partitions, drained, now))   # one read, no wait
-        self.partitions_read.update(drained)
-        return False
-
-    def ask(self, act: hp.Action, now: float) -> None:
-        """Ask the running launch for a checkpoint now (the file its ranks read: job/ckptrequest.py)."""
-        newest = self.read_newest()
-        mine = hang.current(heartbeat.read_all(self.ckpt_dir), hang.Launch(str(self.job_id), self.restart,
-                                                                            self.launches - 1, self.launch_t))
-        step = max((r["step"] for r in mine.values()), default=None)
-        self.asks += 1
-        if self.ckpt_dir:
-            try:
-                ckptrequest.request(self.ckpt_dir, str(self.job_id), self.restart, self.launches - 1,
-                                    act.reason, self.asks)
-            except OSError as exc:        # the periodic checkpoint (or the wait bound) still swaps
-                self.say(f"cannot ask for a checkpoint in {self.ckpt_dir}: {exc}")
-        self.ckpt_ask = pl.Ask(now, step, newest, act.failed)
-        self.newest_ckpt, self.next_ckpt_read = newest, now + CKPT_POLL_S
-        self.log("planned", phase="asked", nodes=compress(act.failed), step=step, newest=newest,
-                 reason=act.reason[:1000])
-        self.say(f"planned swap: {act.reason}")
-
-    def read_newest(self) -> Optional[int]:
-        try:
-            found = ckpt.latest(self.ckpt_dir) if self.ckpt_dir else None
-        except Exception as exc:   # noqa: BLE001 - an unreadable directory: the wait bound still swaps
-            self.say(f"cannot read {self.ckpt_dir}: {exc}")
-            return None
-        return found.step if found is not None and found.path else None
-
-    def planned_swap(self, act: hp.Action, allocation: Tuple[str, ...], partitions: str
-                     ) -> Tuple[Optional[int], Tuple[str, ...]]:
-        """Stop the step (it may have stopped itself after the checkpoint), give back the degraded nodes the
-        controller quarantined and the stragglers, launch again without them: (launch's rc, allocation)."""
-        t0 = time.time()
-        self.log("planned", phase="swap", nodes=compress(act.failed), reason=act.reason[:1000])
-        self.say(act.reason)
-        self.stop()
-        self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t0, 3))
-        self.ckpt_ask = None
-        if self.ckpt_dir:
-            ckptrequest.clear(self.ckpt_dir)
-        # stragglers were judged by this job alone: nobody quarantines them, and nothing keeps them here
-        drained = [x for x in act.release if x not in self.straggling]
-        out = self.quarantined(partitions, drained, time.monotonic() + QUARANTINE_WAIT_S)
-        if self.may_shrink:
-            out = (*out, *(x for x in act.release if x in self.straggling))
-        allocation = self.shrink(allocation, out)
-        return self.launch(act.nodes, f"planned swap without {compress(act.failed)}"), allocation
-
-    def watch_stragglers(self, now: float) -> None:
-        """Every STRAGGLER_POLL_S: nodes of the step far slower than the others for long enough are degraded."""
-        if self.stragglers is None or now < self.next_straggler_poll or self.proc is None:
-            return
-        self.next_straggler_poll = now + STRAGGLER_POLL_S
-        at = hang.Launch(str(self.job_id), self.restart, self.launches - 1, self.launch_t)
-        mine = hang.current(heartbeat.read_all(self.ckpt_dir), at)
-        found = self.stragglers.update(mine, time.time())
-        for node, why in found.items():
-            if node in self.step_nodes and node not in self.degraded:
-                self.degraded[node] = why
-                self.straggling.add(node)
-                self.log("straggler", launch=at.launch, node=node, reason=why)
-                self.say(f"straggler: {node}: {why}")
 
     # --- hangs ------------------------------------------------------------------------------------
     def watch_progress(self, view: hp.View) -> hp.Action:
@@ -507,20 +415,26 @@ class Supervisor:
         act = hp.decide(self.checked(view, "hang_check"))
         if act.kind != "wait":
             return act                  # a culprit: the fault path (relaunch without it, or fallback)
-        used = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, jobstart.STARTS_LOG))
-                   if r.get("event") == "hang_restart" and r.get("job") == str(self.job_id))
+        # counted in the starts log (across this job's starts), and here: a job with no checkpoint
+        # directory (submitted before that was refused) has no log, and must still stop restarting
+        logged = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, jobstart.STARTS_LOG))
+                     if r.get("event") == "hang_restart" and r.get("job") == str(self.job_id)) if self.ckpt_dir else 0
+        used = max(logged, self.hang_restarts)
         if not hang.restarts_left(self.max_restarts, self.restart, used):
             return hp.Action("exit", rc=hp.EXIT_RESTART_LIMIT,
                              reason=f"hung with no culprit and the restart limit is used up ({self.restart} requeue(s) "
                                     f"+ {used} restart(s) in place of max_restarts {self.max_restarts}): {why}")
+        self.hang_restarts = used + 1
         self.log("hang_restart", launch=self.launches - 1, restarts=self.restart + used + 1)
         return hp.Action("restart", nodes=self.step_nodes, reason=f"restart in place after a hang, no culprit: {why}")
 
     def check_nodes(self, nodes: Sequence[str], drain: bool = False) -> Dict[str, str]:
         """node -> why, for the nodes the prolog-level checks fail (with `drain`, each drains itself when it may)."""
         try:
+            # stderr to the job's: a check that could not see (no watcher on its node to read the kernel
+            # log for the user) says so there, labelled by task
             proc = subprocess.Popen(check_argv(nodes, drain=drain), env=self.env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, text=True, errors="replace")
+                                    text=True, errors="replace")
         except OSError as exc:
             self.say(f"cannot run the hang checks: {exc}; no culprit")
             return {}
@@ -553,10 +467,20 @@ class Supervisor:
 
     def _fallback(self, act: hp.Action) -> int:
         """Hand over to the controller: stop the step and keep the failed nodes in the job so Slurm
-        shows them; the controller requeues the job (which ends this process)."""
+        shows them; the controller requeues the job (which ends this process). A fault only this
+        supervisor saw (a node down for a moment, a controller that is not running) would leave the job
+        idle: after FALLBACK_REQUEUE_S it requeues the job itself (its owner may); the controller then
+        finds the requeued job's failed nodes in its last run and recovers it as any other."""
         self.stop()
         self.log("fallback", nodes=compress(act.failed) if act.failed else "", reason=act.reason[:1000])
-        self.say(f"no hot spare left: {act.reason}; waiting for the controller to requeue the job")
+        self.say(f"to the requeue path: {act.reason}; waiting for the controller to requeue the job")
+        time.sleep(FALLBACK_REQUEUE_S)
+        self.say(f"not requeued after {FALLBACK_REQUEUE_S:g} s: requeuing the job myself")
+        try:
+            self.client.requeue(self.job_id)
+            self.log("requeue", reason="not requeued by the controller")
+        except Exception as exc:   # noqa: BLE001 - the job's time limit ends it otherwise
+            self.say(f"could not requeue the job: {exc}")
         while True:                  # until the requeue kills the batch step (or the job's time limit)
             time.sleep(3600)
 

@@ -11,9 +11,10 @@ of the window. `may_take_out` is the function; `FleetView` the snapshot it reads
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Collection, Dict, Iterable, Optional, Tuple
+from typing import TYPE_CHECKING, Collection, Dict, FrozenSet, Iterable, Optional, Tuple
 
 from slurm_ft.vocab import HOOK_FAULT_REASONS, owned, slurm_time
 
@@ -133,6 +134,17 @@ def keeps(fleet: FleetView, node: str, now: float, *, max_share: float, max_node
     if mine is None or len(recent) <= cap:
         return True
     return len([n for n, t in recent.items() if n != node and t <= mine]) < cap
+
+
+def past_limit(fleet: FleetView, now: float, *, cap: int, window_s: float) -> FrozenSet[str]:
+    """The nodes out within the window that went out beyond `cap`: `cap` or more others went out at the
+    same second or earlier (`keeps`' rule, ties against). Empty while the count is within `cap`. A fault
+    drained within the budget is recovered by the controller; one of these waits (fleet/outage.py)."""
+    recent = {n: t for n, t in fleet.out if now - t <= window_s}
+    if len(recent) <= cap:
+        return frozenset()
+    times = sorted(recent.values())
+    return frozenset(n for n, t in recent.items() if bisect.bisect_right(times, t) - 1 >= cap)
 
 
 def is_open(fleet: FleetView, now: float, *, max_share: float, max_nodes: int, window_s: float) -> bool:

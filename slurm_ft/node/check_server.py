@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple
 
 from slurm_ft.config import DEFAULT_PATH, ENV_VAR
 from slurm_ft.fsutil import refuse_unsafe
-from slurm_ft.node import check_socket as proto
+from slurm_ft.node import check_socket as proto, jobscope
 
 if TYPE_CHECKING:
     from typing import Callable, List, TextIO
@@ -38,6 +38,9 @@ MAX_ARGS = 32
 
 
 class CheckServer:
+    SOCKET_UMASK = 0o177     # srw-------: root's hooks only (and SO_PEERCRED checked again per connection)
+    DIR_MODE = 0o700         # the socket's directory, when the server makes it
+
     def __init__(self, node: str, handler: Handler, lock: threading.Lock,
                  env: Optional[Mapping[str, str]] = None) -> None:
         self.node = node
@@ -54,12 +57,14 @@ class CheckServer:
         """Listen and serve in a thread; False (and why, logged) when this watcher cannot serve."""
         try:
             directory = os.path.dirname(self.path) or "."
-            os.makedirs(directory, mode=0o700, exist_ok=True)
+            if not os.path.isdir(directory):
+                os.makedirs(directory, mode=self.DIR_MODE, exist_ok=True)
+                os.chmod(directory, self.DIR_MODE)       # the service's umask (0077) must not narrow it
             refuse_unsafe(directory, "check socket directory")
             if not self._clear_stale():
                 return False
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            old = os.umask(0o177)
+            old = os.umask(self.SOCKET_UMASK)
             try:
                 sock.bind(self.path)
             finally:
@@ -112,6 +117,9 @@ class CheckServer:
         except OSError:
             pass
 
+    WHAT = "check socket"
+    GIVING_UP = "not serving checks any more"
+
     def _serve(self) -> None:
         while not self._stop.is_set() and self._sock is not None:
             try:
@@ -119,15 +127,20 @@ class CheckServer:
             except socket.timeout:
                 continue
             except OSError as exc:
-                log.error("check socket %s: %s; not serving checks any more", self.path, exc)
+                log.error("%s %s: %s; %s", self.WHAT, self.path, exc, self.GIVING_UP)
                 break
-            with conn:
-                hung = self._one(conn)
-            if hung:
-                log.error("an NVML call hung in a served check: hooks on %s run their own checks from now on",
-                          self.node)
+            if not self._handle(conn):
                 break
         self._close()
+
+    def _handle(self, conn: socket.socket) -> bool:
+        """Serve one connection (and close it); False when the server must stop."""
+        with conn:
+            hung = self._one(conn)
+        if hung:
+            log.error("an NVML call hung in a served check: hooks on %s run their own checks from now on",
+                      self.node)
+        return not hung
 
     def _one(self, conn: socket.socket) -> bool:
         """Answer one connection; True when its check hung in NVML."""
@@ -176,6 +189,8 @@ class CheckServer:
             return "bad arguments"
         if not (isinstance(env, dict) and all(k in proto.ENV_KEYS and isinstance(v, str) for k, v in env.items())):
             return "bad environment"
+        if any(jobscope.device_list(env[k]) is None for k in jobscope.ENV_KEYS if k in env):
+            return "a job GPU list that is not one"
         if node != self.node or proto.served_node(argv, env) != self.node:
             return f"this watcher serves {self.node}"
         if _config_file(env) != _config_file(self.env):

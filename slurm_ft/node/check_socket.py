@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 PATH_ENV = "SLURM_FT_CHECK_SOCKET"           # may name the node ({node}): the lab's nodes share a host
 DEFAULT_PATH = "/run/slurm-ft/check.sock"
 SERVED_LEVELS = ("quick", "prolog", "epilog")
-ENV_KEYS = ("SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_JOB_UID", "SLURM_JOB_RESERVATION", "SLURM_FT_CONFIG")
+# what a check reads of a hook's environment (the epilog's job GPUs: node/jobscope.py; the watcher
+# refuses a value that is no GPU list, and the hook then judges it in its own process)
+ENV_KEYS = ("SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_JOB_UID", "SLURM_JOB_RESERVATION", "SLURM_FT_CONFIG",
+            "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
 VERSION = 1
 MAX_REQUEST = 16 * 1024
 MAX_ANSWER = 1 << 20
@@ -40,26 +43,39 @@ _VALUED = {"--level": "level", "-l": "level", "--node": "node", "--job-id": "job
 def served_node(argv: Sequence[str], env: Mapping[str, str]) -> Optional[str]:
     """The node a watcher may answer `check ARGV` for; None when only a run in this process may.
     Only what the hooks pass, in forms `slurm-ft check`'s own parser reads the same way."""
-    seen: Dict[str, str] = {"level": "quick", "node": ""}
+    seen = options(argv, {f: "" for f in _FLAGS}, _VALUED, SERVED_LEVELS)
+    if seen is None:
+        return None
+    return str(seen["node"]) or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def options(argv: Sequence[str], flags: Mapping[str, str], valued: Mapping[str, str], levels: Sequence[str]
+            ) -> Optional[Dict[str, object]]:
+    """`check ARGV`'s options as `slurm-ft check`'s own parser reads them ({field: value}; a flag named in
+    `flags` sets its field True), or None for anything else: an option not in `flags` or `valued`, a value
+    that looks like an option, a `-x=v` form argparse reads otherwise, a level not in `levels`."""
+    seen: Dict[str, object] = {"level": "quick", "node": ""}
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg in _FLAGS:
+        if arg in flags:
+            if flags[arg]:
+                seen[flags[arg]] = True
             i += 1
             continue
         key, eq, value = arg.partition("=")
-        if key not in _VALUED or (eq and not key.startswith("--")):
+        if key not in valued or (eq and not key.startswith("--")):
             return None
         if not eq:
             if i + 1 == len(argv) or argv[i + 1].startswith("-"):
                 return None
             i += 1
             value = argv[i]
-        if _VALUED[key] == "level" and value not in SERVED_LEVELS:
+        if valued[key] == "level" and value not in levels:
             return None          # argparse checks every --level given, not only the last one
-        seen[_VALUED[key]] = value
+        seen[valued[key]] = value
         i += 1
-    return seen["node"] or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return seen
 
 
 def socket_path(node: str, env: Mapping[str, str]) -> str:

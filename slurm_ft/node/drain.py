@@ -2,7 +2,7 @@
 
 * The reason is `slurm-ft: <code> gpu<N> <short cause>` (plus "(+K more)"), ASCII, at most
   REASON_MAX characters, so that `sinfo -R` shows the fault at a glance and scripts can match the code.
-* A node drained by somebody else (an admin, another tool) keeps its reason and its drain. A node that
+* A node drained (or set DOWN) by somebody else (an admin, another tool) keeps its reason. A node that
   Slurm drained for a failed prolog/epilog ("Prolog error") gets our exact reason: that drain was ours.
 * A healthy run resumes a node only if its reason starts with `slurm-ft:`, the run's level covers the
   check that found the drained fault, and no active finding from another level remains (state file).
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ContextManager, Dict, Iterable, List, Optional
 
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.node.probes import check_of
-from slurm_ft.vocab import OWNER, PLANNED, REASON_MAX, SLURM_FAULT_REASONS, owned
+from slurm_ft.vocab import OWNER, PLANNED, REASON_MAX, SLURM_FAULT_REASONS, admins, owned
 
 if TYPE_CHECKING:
     from slurm_ft.config import Config
@@ -56,9 +56,11 @@ def reason_text(findings: Sequence[Finding]) -> str:
 
 
 def _clean(text: str) -> str:
-    # one line of plain ASCII: Slurm prints reasons unquoted and some tools split on '|' or '='
-    text = text.encode("ascii", "replace").decode().replace("\n", " ").replace("|", "/").replace("=", ":")
-    return re.sub(r"\s+", " ", text).strip()
+    # one line of printable ASCII: Slurm prints reasons unquoted, some tools split on '|' or '=', and
+    # the client refuses a control byte (a process name is a user's: the probe escapes it, this is the
+    # last guard)
+    text = re.sub(r"\s+", " ", text).replace("|", "/").replace("=", ":")
+    return re.sub(r"[^\x20-\x7e]", "?", text).strip()
 
 
 def code_of(reason: str) -> str:
@@ -127,6 +129,9 @@ def decide(node: Node, findings: Sequence[Finding], *, checks: Iterable[str], ac
     if bad:
         reason = reason_text(bad)
         if not node.drained:
+            if node.down and admins(node.reason):     # set DOWN by a person: their node, their reason
+                return Outcome("left", f"{name} is down by someone else ({node.reason!r}); left as is "
+                                       f"(would be: {reason})", reason)
             return Outcome("drain", f"drain {name}: {reason}", reason)
         if node.reason == reason:
             return Outcome("kept", f"{name} already drained: {reason}", reason)

@@ -129,24 +129,6 @@ def settle(config: Config, node: str, reason: str, *, client: SlurmApi, actor: s
     return why
 
 
-def is_open(config: Config, nodes: Optional[Sequence[Node]] = None, now: Optional[float] = None) -> Optional[str]:
-    """Why the controller must hold new recoveries, or None: while the breaker is at its limit (a mass
-    drain is under way: a spare would likely fail the same way), or when the count cannot be read."""
-    if not enabled(config):
-        return None
-    now = time.time() if now is None else now
-    try:
-        fleet = fleet_view(config, snapshot=nodes, now=now)
-    except (SlurmFTError, OSError) as exc:
-        return f"fleet drain count unknown ({exc})"
-    lc = config.lifecycle
-    cap = brk.limit(fleet.total, lc.breaker_max_share, lc.breaker_max_nodes)
-    recent = {n for n, t in fleet.out if now - t <= lc.breaker_window_s}
-    if len(recent) >= cap:
-        return f"{len(recent)} nodes taken out by slurm-ft within {brk._span(lc.breaker_window_s)} (limit {cap})"
-    return None
-
-
 # --- the hook path ---------------------------------------------------------------------------------
 
 HOOK_READ_TIMEOUT_S = 10.0     # a prolog/epilog must not wait long on a busy slurmctld: unknown says no
@@ -160,8 +142,11 @@ def hook_decision(config: Config, node: str, now: Optional[float] = None,
     settles such a burst afterwards (fleet/controller.py, `settle_hook_drains`)."""
     if not enabled(config):
         return brk.Decision(True, "breaker disabled", 0, 1 << 30)
-    if client is None:
-        # lazy: only a failing hook pays for the Slurm backend
-        from slurm_ft.slurm.backend import client_from_config
-        client = client_from_config(config, timeout=HOOK_READ_TIMEOUT_S)
-    return may_take_out(config, [node], client=client, actor="hook", now=now)
+    return may_take_out(config, [node], client=client or hook_client(config), actor="hook", now=now)
+
+
+def hook_client(config: Config) -> SlurmApi:
+    """The Slurm client of a hook about to fail its node, with the hooks' short timeout."""
+    # lazy: only a failing hook pays for the Slurm backend
+    from slurm_ft.slurm.backend import client_from_config
+    return client_from_config(config, timeout=HOOK_READ_TIMEOUT_S)

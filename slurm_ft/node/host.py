@@ -1,4 +1,4 @@
-"""Host reader (a seam): disk space, InfiniBand ports from sysfs, names of processes, boot time.
+"""Host reader (a seam): disk space, InfiniBand ports from sysfs, processes holding GPUs, boot time.
 
 Everything is read from files under a root (`health.sysfs_root`, "/" in production) so that tests and
 the lab can hand it a fake tree. No psutil here: the quick level must start fast.
@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Optional
 
 
 def disk(paths: Iterable[str]) -> List[Dict[str, object]]:
@@ -54,11 +56,48 @@ def infiniband(root: str = "/") -> List[Dict[str, object]]:
     return out
 
 
-def process_names(pids: Iterable[int], root: str = "/") -> Dict[int, str]:
+@dataclass(frozen=True)
+class Process:
+    """What /proc says of a process holding a GPU, all the epilog judges it by (root reads it all)."""
+    name: str               # comm (15 bytes its owner picks), escaped to printable ASCII; "?" unreadable
+    uid: Optional[int]      # real uid (not /proc/PID's owner, which a process can make root's); None: gone
+    exe: str                # its program, /proc/PID/exe as the kernel resolves it; "" unreadable
+    exe_root: bool          # that file is root's and writable by root alone
+
+
+def escape(raw: bytes) -> str:
+    """Bytes a user chose, as printable ASCII: other bytes (and the backslash) as \\xNN."""
+    return "".join(chr(b) if 0x20 <= b < 0x7f and b != 0x5c else f"\\x{b:02x}" for b in raw)
+
+
+def _read_bytes(path: Path, limit: int) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit)
+    except OSError:
+        return b""
+
+
+def _real_uid(status: bytes) -> Optional[int]:
+    m = re.search(rb"^Uid:\s+(\d+)", status, re.M)
+    return int(m.group(1)) if m else None
+
+
+def processes(pids: Iterable[int], root: str = "/") -> Dict[int, Process]:
+    """pid -> Process, for the epilog's leftover-process check. Everything is read as bytes: a name or a
+    path is whatever its owner made it, never text we trust."""
     out = {}
     for pid in pids:
-        name = _read(Path(root) / "proc" / str(pid) / "comm")
-        out[pid] = name or "?"
+        d = Path(root) / "proc" / str(pid)
+        name = _read_bytes(d / "comm", 64).rstrip(b"\n")
+        exe, exe_root = "", False
+        try:
+            exe = os.readlink(d / "exe").removesuffix(" (deleted)")   # still the daemon after an upgrade
+            st = os.stat(d / "exe")                                   # the program's inode, deleted or not
+            exe_root = st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        except OSError:
+            pass
+        out[pid] = Process(escape(name) or "?", _real_uid(_read_bytes(d / "status", 16384)), exe, exe_root)
     return out
 
 

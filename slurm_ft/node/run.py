@@ -19,6 +19,7 @@ from slurm_ft.config import Config, HealthConfig, NodeType
 from slurm_ft.errors import CommandError, ConfigError
 from slurm_ft.node import drain as dr, levels, soft, state as st
 from slurm_ft.node.gather import Reader, gather
+from slurm_ft.node.jobscope import JobScope
 from slurm_ft.node.probes import ProbeContext, get as get_probe, query_check
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.sample import NodeSample, XidEvent
@@ -113,7 +114,9 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
               reader: Optional[Reader] = None, xid_since: Optional[float] = None,
               xid_history: Optional[Mapping[Tuple[int, int], int]] = None, xid_untimed: bool = True,
               extra_xids: Sequence[XidEvent] = (), deadline_s: Optional[float] = None,
-              progress: Optional[Callable[[int, int, str], None]] = None) -> Report:
+              progress: Optional[Callable[[int, int, str], None]] = None, job: Optional[JobScope] = None) -> Report:
+    """One level on this node. `job`: the job an epilog runs for (its GPUs and user, from the hook's
+    environment); its leftover processes are the only ones the epilog judges. Other levels judge all."""
     t0 = time.monotonic()
     now = time.time() if now is None else now
     hc = config.health
@@ -121,13 +124,14 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
     checks = levels.checks_for(level, hc.levels)
     type_name, node_type = node_type_for(node, hc)
     deadline = deadline_s if deadline_s is not None else hc.deadline_s.get(level, 60.0)
+    job = job if job is not None and level == "epilog" else JobScope()
 
     box: Dict[str, Any] = {}                # "sample": NodeSample, or "error": BaseException
 
     def work() -> None:
         try:
             box["sample"] = gather(node, checks, hc, node_type, level=level, now=now, reader=reader,
-                                   extra_xids=extra_xids, progress=progress)
+                                   extra_xids=extra_xids, progress=progress, job=job)
         except BaseException as exc:  # noqa: BLE001 - reported below as an error finding
             box["error"] = exc
 
@@ -147,7 +151,7 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
     ctx = ProbeContext(node_type=node_type, thresholds=hc.thresholds, level=level, now=now,
                        xid_since=xid_since if xid_since is not None else now - hc.xid_lookback_s,
                        xid_untimed=xid_untimed,
-                       ignore_processes=tuple(hc.ignore_processes), xid_history=xid_history or {})
+                       ignore_processes=tuple(hc.ignore_processes), xid_history=xid_history or {}, job=job)
     # the node type's planned codes warn instead of failing: a planned swap, never a fault drain
     findings = soft.downgrade(judge(sample, checks, ctx), node_type.soft)
     return Report(node, level, findings, time.monotonic() - t0, checks, node_type=type_name, sample=sample)
@@ -156,26 +160,30 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
 def check_node(level: str, node: str, config: Config, *, drain: bool = False, client: Optional[SlurmApi] = None,
                job_id: Optional[str] = None, record: bool = True, reader: Optional[Reader] = None,
                extra_xids: Sequence[XidEvent] = (), progress: Optional[Callable[[int, int, str], None]] = None,
-               now: Optional[float] = None) -> Report:
+               now: Optional[float] = None, job: Optional[JobScope] = None,
+               read_state: Optional[bool] = None) -> Report:
     """A whole node check as the entry points use it: state file in, run, state file out, drain/resume.
 
     The prolog notes the job's start (the epilog then judges only Xids logged during the job) and the
     epilog keeps the per-GPU history of application Xids. `client` is a SlurmClient (only with drain).
+    `job`: the epilog's job (jobscope.JobScope.from_env of the hook's environment), see run_level.
+    `read_state` (default: `record`): read the state file without writing it (a user's look through
+    the watcher: Xids acknowledged at a resume stay acknowledged).
     """
     now = time.time() if now is None else now
     path = st.path_for(config.health, node)
-    before = st.load(path, node) if record else st.empty(node)
+    before = st.load(path, node) if (record if read_state is None else read_state) else st.empty(node)
     xid_since = now - config.health.xid_lookback_s
-    if level == "epilog":
-        job = before.get("job") or {}
-        if job_id and str(job.get("id")) == str(job_id) and job.get("start"):
-            xid_since = float(job["start"])
+    if level == "epilog" and job_id:
+        started = st.job_start(before, job_id)    # this job's prolog here: on a shared node, not the last one's
+        if started is not None:
+            xid_since = started
     # Xids logged before somebody resumed a node slurm-ft had drained were dealt with (GPU reset, ...):
     # they stay in the kernel log until a reboot, but must not drain the node again
     xid_since = max(xid_since, float(before.get("xid_ack") or 0.0))
     report = run_level(level, node, config, now=now, reader=reader, xid_since=xid_since,
                        xid_untimed=not before.get("xid_ack"),   # an untimed line is older than a resume
-                       xid_history=st.xid_history(before), extra_xids=extra_xids, progress=progress)
+                       xid_history=st.xid_history(before), extra_xids=extra_xids, progress=progress, job=job)
     active: List[Finding] = []
     if report.hung:
         _count_hang(report, config, path, node, record)
@@ -273,6 +281,8 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
     try:
         outcome = dr.apply(client, node, plan.decision, config=config, now=now)
         report.drain = outcome.to_dict()
+        if outcome.action == "drained":
+            report.drain["at"] = f"{time.time():.3f}"     # when Slurm had it: what the jobs' and controller's latencies count from
     except CommandError as exc:
         return _unreachable(report, exc)
     if outcome.action == "drained" or (outcome.action == "reason_updated" and slurm_node is not None

@@ -211,6 +211,18 @@ def job_ended(state: Dict[str, Any], job_id: str) -> None:
     (state.get("running") or {}).pop(str(job_id), None)
 
 
+def job_start(state: Mapping[str, Any], job_id: str) -> Optional[float]:
+    """When `job_id`'s prolog ran here (the running jobs; else the last prolog's own record), or None."""
+    start = (state.get("running") or {}).get(str(job_id))
+    if start is None:
+        last = state.get("job") or {}
+        start = last.get("start") if str(last.get("id")) == str(job_id) else None
+    try:
+        return float(start) if start is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def running_jobs(state: Mapping[str, Any]) -> List[int]:
     """The jobs whose prolog ran on this node and whose epilog has not (yet)."""
     return sorted(int(j) for j in (state.get("running") or {}) if str(j).isdigit())

@@ -12,7 +12,8 @@ a failure is logged and the drain stands; the controller's own poll and the job'
   a step here (slurmd's spool directory, where root's slurmstepd makes one socket per step,
   `<node>_<job>.<step>`, what `scontrol listpids` reads). Nothing a user can place in either. A GPU fault
   usually kills the rank, and the step with it, before the drain: the prolog's record is what remains.
-* The controller: one munge-signed datagram (slurm_ft/wake.py); it then reads Slurm at once.
+* The controller: one munge-signed datagram (slurm_ft/wake.py); it then reads Slurm at once. A prolog
+  that fails its node (Slurm drains it, not us) wakes it too, naming the job (`prolog_failed`).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import os
 import re
 import socket
 import stat
-from typing import TYPE_CHECKING, Iterable, List
+from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional
 
 from slurm_ft import wake
 from slurm_ft.errors import SlurmFTError
@@ -77,11 +78,27 @@ def after_drain(client: SlurmApi, config: Config, node: str, reason: str, runnin
             told.append(job)
         except SlurmFTError as exc:       # the job ended meanwhile, or slurmctld is slow: its backstop sees it
             log.warning("job %s not told of %s's drain: %s", job, node, exc)
+    _wake(config, conf, node)
+    return told
+
+
+def prolog_failed(client: SlurmApi, config: Config, node: str, job_id: int) -> None:
+    """This node's prolog fails job `job_id`: wake the controller with the job's id. Slurm requeues the
+    job held and forgets where it was to run; the controller learns it here."""
+    try:
+        conf = client.running_config()
+    except SlurmFTError as exc:
+        log.warning("prolog of job %s failed on %s; controller not woken (slurmctld's config unreadable: %s)",
+                    job_id, node, exc)
+        return
+    _wake(config, conf, node, job_id)
+
+
+def _wake(config: Config, conf: Mapping[str, str], node: str, prolog_job: Optional[int] = None) -> None:
     cc = config.controller
     host = cc.wake_host or parse.controller_host(conf)
     if cc.wake_port and host:
         try:
-            wake.send(host, cc.wake_port, node, parse.munge_socket(conf))
+            wake.send(host, cc.wake_port, node, parse.munge_socket(conf), prolog_job)
         except (SlurmFTError, OSError) as exc:
             log.warning("controller at %s:%s not woken: %s", host, cc.wake_port, exc)
-    return told

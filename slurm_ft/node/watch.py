@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from slurm_ft.config import Config
 from slurm_ft.fsutil import atomic_write, refuse_unsafe
-from slurm_ft.gpu import kmsg, xid as catalog
+from slurm_ft.gpu import journal, kmsg, xid as catalog
 from slurm_ft.gpu.nvml import NvmlEventError, XidEventWatcher
 from slurm_ft.gpu.sample import XidEvent
 from slurm_ft.node import host, state as st
@@ -119,8 +119,13 @@ class Watcher:
             placed.set()
             self.events.put(Position(where))
         try:
-            for ev in kmsg.follow(path, poll_s=self.poll_s, stop=self.stop_event.is_set,
-                                  boot_time=host.boot_time(), start=self._load_position(path), on_position=at):
+            start = self._load_position(path)
+            if path == journal.SOURCE:
+                events = journal.follow(poll_s=self.poll_s, stop=self.stop_event.is_set, start=start, on_position=at)
+            else:
+                events = kmsg.follow(path, poll_s=self.poll_s, stop=self.stop_event.is_set,
+                                     boot_time=host.boot_time(), start=start, on_position=at)
+            for ev in events:
                 self.events.put(ev)
         except Exception as exc:  # noqa: BLE001 - the other source keeps running
             log.error("kernel log watch stopped: %s", exc)

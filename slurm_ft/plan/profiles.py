@@ -40,12 +40,6 @@ class Profile:
     gpus_per_node: int
     classes: Tuple[FailureClass, ...]
     source: str = ""
-    # Planned swaps (issue 24): the share of node-swap faults a soft signal announces `predicted_lead_hours`
-    # ahead. No published field figure gives it for threshold rules on NVML signals (Liu et al. 2022,
-    # arXiv 2201.11853, report an ML predictor's precision, 84%, not what share of failures it caught),
-    # so 0 until a site's own `slurm-ft report` (soft signals confirmed by validation) says more.
-    predicted_share: float = 0.0
-    predicted_lead_hours: float = 0.0
 
     @property
     def total(self) -> int:
@@ -108,6 +102,31 @@ PROFILES: Dict[str, Profile] = {"llama3": LLAMA3}
 
 
 @dataclass(frozen=True)
+class Route:
+    """One way from a fault back to training, in seconds (means; the simulator uses them as given).
+
+    detect_s:  from the fault to the decision that the job (or its step) must start again
+    sched_s:   from that decision to the job's nodes ready (requeue delay, kill and epilogs, scheduling,
+               prologs; or, in the allocation, stopping the step)
+    swap_s:    to put a healthy node in place of the failed one, side by side with sched_s (a fault that
+               needs no node never waits for it)
+    restart_s: launch of every rank, its own start and the checkpoint load; None = the job's --restart-s
+    requeue:   the job is requeued (its hot spares are refilled, it asks for every node again); False:
+               the step restarts inside the allocation the job holds
+    """
+    detect_s: float
+    sched_s: float
+    swap_s: float = 0.0
+    restart_s: Optional[float] = None
+    requeue: bool = True
+    name: str = ""
+
+    def total(self, restart: float) -> float:
+        return self.detect_s + max(self.sched_s, self.swap_s) + (self.restart_s if self.restart_s is not None
+                                                                  else restart)
+
+
+@dataclass(frozen=True)
 class Policy:
     """How long each step of one recovery takes, in seconds (means; the simulator uses them as given).
 
@@ -116,6 +135,11 @@ class Policy:
     swap_s:    to put a healthy node in place of the failed one (only for faults that need one)
     restart_s: relaunch of all ranks plus loading the checkpoint; None = the job's own value
     requeue and swap run side by side: the job starts when both are done.
+
+    A policy built from a product's features (plan/levers.py) gives a Route per kind of fault and per
+    need of a node instead (`routes`, keys `crash/swap`, `crash/keep`, `node/swap`, ...), and a second
+    one for a fault the job's hot spares absorb (`in_allocation`); the flat figures above then only
+    describe it.
     """
     name: str
     detect_crash_s: float
@@ -125,9 +149,28 @@ class Policy:
     swap_s: float
     restart_s: Optional[float] = None
     source: str = ""
+    routes: Optional[Mapping[str, Route]] = None
+    in_allocation: Optional[Mapping[str, Route]] = None     # keys as routes; a missing key: not absorbed
+    hot_spares: int = 0                 # K per job
+    planned_share: float = 0.0          # share of node-taking crash faults swapped ahead, at a checkpoint
+    replica_groups: int = 1             # R: a fault stops one of R groups, the others train on
+    levers: Tuple[str, ...] = ()        # what the policy was built with, for the output
 
     def detect_s(self, kind: str) -> float:
         return {"crash": self.detect_crash_s, "node": self.detect_node_s, "hang": self.detect_hang_s}[kind]
+
+    def route(self, kind: str, swap: bool) -> Route:
+        """The way back for a fault of this kind that needs (swap) or keeps its node."""
+        key = f"{kind}/{'swap' if swap else 'keep'}"
+        if self.routes is not None and key in self.routes:
+            return self.routes[key]
+        return Route(self.detect_s(kind), self.requeue_s, self.swap_s if swap else 0.0, self.restart_s, True, key)
+
+    def absorbed(self, kind: str, swap: bool) -> Optional[Route]:
+        """The in-allocation way back for this fault while the job has a hot spare, or None."""
+        if self.in_allocation is None or not self.hot_spares:
+            return None
+        return self.in_allocation.get(f"{kind}/{'swap' if swap else 'keep'}")
 
 
 # Slurm alone, set up well: a HealthCheckProgram every 300 s (a crash is seen after 150 s on average),
@@ -209,8 +252,7 @@ def _check_keys(data: Any, allowed: AbstractSet[str], where: str) -> None:
 def profile_from_dict(data: Any, where: str) -> Profile:
     """A profile from YAML: name, days, gpus, gpus_per_node, classes: [{name, count, replace, kind}];
     replace is true/false or the share (0..1) of the class's faults that need a node swap."""
-    _check_keys(data, {"name", "days", "gpus", "gpus_per_node", "classes", "source", "predicted_share",
-                       "predicted_lead_hours"}, where)
+    _check_keys(data, {"name", "days", "gpus", "gpus_per_node", "classes", "source"}, where)
     classes = data.get("classes")
     if not isinstance(classes, list) or not classes:
         raise UsageError(f"{where}: classes must be a non-empty list")
@@ -232,12 +274,8 @@ def profile_from_dict(data: Any, where: str) -> Profile:
         raise UsageError(f"{where}: the class counts add up to zero")
     gpus = _number(data, "gpus", where, positive=True, integer=True)
     gpn = _number(data, "gpus_per_node", where, positive=True, integer=True, default=8)
-    share = float(_number(data, "predicted_share", where, default=0.0))
-    if share > 1:
-        raise UsageError(f"{where}: predicted_share is a share: at most 1, got {share}")
     return Profile(str(data.get("name", "custom")), float(_number(data, "days", where, positive=True)),
-                   gpus, gpn, tuple(out), str(data.get("source", where)), share,
-                   float(_number(data, "predicted_lead_hours", where, default=0.0)))
+                   gpus, gpn, tuple(out), str(data.get("source", where)))
 
 
 def policy_from_dict(data: Any, where: str) -> Policy:

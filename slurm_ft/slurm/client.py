@@ -400,6 +400,19 @@ class SlurmClient:
             argv.append(f"--signal={signal}")
         self._run([*argv, str(_job_id(job_id))])
 
+    def steps(self, job_id: int) -> List[int]:
+        """The job's numbered steps now running (srun's; not batch, not extern): one REQUEST_JOB_STEP_INFO
+        for this job alone."""
+        jid = _job_id(job_id)
+        res = self._run(["squeue", "--steps", f"--jobs={jid}", "--noheader", "--format=%i"])
+        return parse.parse_step_ids(res.stdout, jid)
+
+    def cancel_step(self, job_id: int, step: int) -> None:
+        """`scancel JOB.STEP`: the step's tasks are killed, the job runs on."""
+        if not isinstance(step, int) or step < 0:
+            raise UsageError(f"bad step {step!r}")
+        self._run(["scancel", f"{_job_id(job_id)}.{step}"])
+
     # --- reservations --------------------------------------------------------------------------
     def create_reservation(self, nodes: NodeSpec, *, name: Optional[str] = None, start: str = "now",
                            duration: str = "UNLIMITED", users: Sequence[str] = ("root",),

@@ -229,6 +229,12 @@ def _val(d: Dict[str, str], key: str) -> str:
     return "" if v in _NULLS else v
 
 
+def _free_text(d: Dict[str, str], key: str) -> str:
+    """A field users write (Comment): only Slurm's own "(null)" means unset; "None" or "n/a" are theirs."""
+    value = d.get(key, "")
+    return "" if value == "(null)" else value
+
+
 def _int(text: object, default: int = 0) -> int:
     try:
         return int(str(text).split("-")[0])
@@ -413,8 +419,8 @@ def job_from_kv(d: Dict[str, str]) -> Job:
         nodes=_names(d.get("NodeList", "")),
         num_nodes=_int(d.get("NumNodes")),
         excluded_nodes=_names(d.get("ExcNodeList", "")),
-        comment=_val(d, "Comment"),
-        admin_comment=_val(d, "AdminComment"),
+        comment=_free_text(d, "Comment"),
+        admin_comment=_free_text(d, "AdminComment"),
         restart_count=_int(d.get("Restarts")),
         requeue=d.get("Requeue") == "1",
         held=_is_held(priority, reason, d.get("JobState", "")),
@@ -471,6 +477,7 @@ def job_from_json(j: Json) -> Job:
         batch_host=j.get("batch_host") or "",
         exit_code=_exit_code_json(j.get("exit_code")),
         priority=priority,
+        base_state=_job_base_state(j.get("job_state")),
     )
 
 
@@ -488,6 +495,14 @@ def _job_state(value: object) -> str:
         if flag in parts:
             return flag
     return parts[0] if parts else "UNKNOWN"
+
+
+def _job_base_state(value: object) -> str:
+    """The base state where Slurm lists it first (data_parser JSON), else "": a single word may be a flag
+    standing in for it (22.05 prints COMPLETING for a requeued PENDING job and an ended one alike)."""
+    if isinstance(value, list) and value:
+        return str(value[0]).upper()
+    return ""
 
 
 def _number(value: Any, default: int = 0) -> int:
@@ -569,6 +584,17 @@ def parse_sbatch_parsable(text: str) -> int:
     if not first.isdigit():
         raise ValueError(f"sbatch printed {lines[-1]!r}, not a job id")
     return int(first)
+
+
+def parse_step_ids(text: str, job_id: int) -> List[int]:
+    """`squeue --steps --jobs=JID --noheader --format=%i` prints one `JID.STEP` a line: the numbered steps
+    (srun's), sorted; `JID.batch`, `JID.extern` and anything else are not those."""
+    steps = set()
+    for line in text.splitlines()[:10_000]:
+        job, sep, step = line.strip().partition(".")
+        if sep and job == str(job_id) and step.isascii() and step.isdigit() and len(step) <= 10:
+            steps.add(int(step))
+    return sorted(steps)
 
 
 def parse_version(text: str) -> Tuple[int, int, int]:

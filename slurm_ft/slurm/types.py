@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import FrozenSet, Tuple
 
+# Job state flags that only a running job carries (Slurm sets them beside RUNNING and prints the flag in
+# its place where it prints one word: 22.05's JSON, `scontrol show job`): the job holds its nodes and runs.
+# STOPPED follows the owner's `scancel --signal=STOP`, SIGNALING lasts while a STOP/CONT is delivered.
+RUNNING_FLAGS = frozenset({"CONFIGURING", "RESIZING", "SIGNALING", "STOPPED"})
+
 
 @dataclass(frozen=True)
 class Node:
@@ -40,7 +45,7 @@ class Node:
 class Job:
     job_id: int
     name: str
-    state: str                      # PENDING, RUNNING, COMPLETED, FAILED, NODE_FAIL, CANCELLED, REQUEUED, ...
+    state: str                      # as scontrol prints it: a state flag (COMPLETING, STOPPED, ...) in place of the base
     reason: str = ""
     user: str = ""
     partition: str = ""
@@ -62,6 +67,15 @@ class Job:
     batch_host: str = ""            # the node running the batch script
     exit_code: str = ""             # "exit:signal" as scontrol prints it
     priority: int = 0               # 0 while held
+    base_state: str = ""            # the base state where Slurm lists it apart from the flags (>= 23.02 JSON)
+
+    @property
+    def running(self) -> bool:
+        """Runs on its allocation: RUNNING, also while Slurm shows a flag of a running job in its place
+        (a stopped or signalled job, one still configuring). Not a job ending or requeued (COMPLETING)."""
+        if self.base_state:
+            return self.base_state == "RUNNING"
+        return self.state == "RUNNING" or self.state in RUNNING_FLAGS
 
 
 @dataclass(frozen=True)

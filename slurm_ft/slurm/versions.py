@@ -37,6 +37,9 @@ class Features:
     # slurmd reads cgroup.conf even with proctrack/linuxproc and task/none, and refuses to start on a
     # host without a usable cgroup mount unless it says CgroupPlugin=disabled (not a 22.05 value).
     cgroup_plugin_disabled: bool
+    # slurmctld's RPC rate limiter (SlurmctldParameters=rl_enable: a token bucket per user, root and
+    # SlurmUser exempt); 22.05 has none.
+    rate_limiter: bool = False
 
     @property
     def tested(self) -> bool:
@@ -52,6 +55,7 @@ def features(version: Version) -> Features:
         health_start_only=v >= (25, 11),
         health_check_timeout=v >= (26, 5),
         cgroup_plugin_disabled=v >= (23, 2),
+        rate_limiter=v >= (23, 2),
     )
 
 
@@ -72,10 +76,16 @@ def text(version: Version) -> str:
 
 def lab_conf_lines(f: Features) -> str:
     """slurm.conf lines the lab adds for this version (the rest is the same on every version)."""
-    lines = []
+    lines, params = [], []
     if f.expedite:
-        lines += ["# >= 25.11: `slurm-ft sbatch` submits with --requeue=expedite only where slurmctld allows it",
-                  "SlurmctldParameters=enable_expedited_requeue"]
+        lines += ["# >= 25.11: `slurm-ft sbatch` submits with --requeue=expedite only where slurmctld allows it"]
+        params.append("enable_expedited_requeue")
+    if f.rate_limiter:
+        lines += ["# >= 23.02: the RPC rate limiter on, with its defaults (a bucket of 30 per user, 2 a second),",
+                  "# as large sites run it: the lab's jobs run as users, who are limited (root is not)"]
+        params.append("rl_enable")
+    if params:
+        lines.append(f"SlurmctldParameters={','.join(params)}")
     if f.health_check_timeout:
         lines += ["# >= 26.05: the health program's deadline (fixed at 60 s before); the quick level takes < 1 s",
                   "HealthCheckTimeout=30"]

@@ -4,24 +4,49 @@ Directory and port base from $SLURM_FT_TEST_LAB_DIR (default /tmp/slurm-ft-test-
 $SLURM_FT_TEST_PORT_BASE (default 16000). A lab already up there is reused and left up; otherwise
 the session brings one up and takes it down at the end. Without Slurm the lab tests FAIL with the
 install command (CI installs it); they are never skipped.
+
+Jobs run as the lab's job user (`lab.user`, slurmft-u0), as on a cluster: `work` is a directory that
+user owns, `lab.run_as(argv)` runs a command as them (sbatch, srun, `slurm-ft sbatch`; ctl_helpers'
+`slurm_ft(lab, None, "sbatch", ...)` does so by itself), `lab.as_user()` is a SlurmClient that does.
+`lab.client` is root's: the admin's and the controller's view. A test that submits as root says why.
 """
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 
 from slurm_ft.errors import EnvironmentProblem
+from slurm_ft_lab import users
 from slurm_ft_lab.cluster import INSTALL_HINT, Lab, LabSpec, check_environment
 from slurm_ft.runner import run
 from slurm_ft.slurm.client import SlurmClient
 
 TEST_LAB_DIR = os.environ.get("SLURM_FT_TEST_LAB_DIR", "/tmp/slurm-ft-test-lab")
 TEST_PORT_BASE = int(os.environ.get("SLURM_FT_TEST_PORT_BASE", "16000"))
+
+
+_terminal = None
+
+
+def pytest_configure(config):
+    global _terminal
+    _terminal = config.pluginmanager.get_plugin("terminalreporter")
+
+
+def pytest_runtest_logreport(report):
+    """A failed lab test named at once, not only in the summary: a suite that CI stops at its time limit
+    never prints the summary (.ci/run shows these lines then)."""
+    if report.failed and _terminal is not None:
+        _terminal.write_line(f"failed at once: {report.nodeid} ({report.when})")
 
 
 def pytest_collection_modifyitems(items):
@@ -42,6 +67,30 @@ class LabHandle:
     spare_nodes: List[str]
     config_path: Path
     started_here: bool = field(default=False)
+    user: str = users.DEFAULT           # the user the lab's jobs run as
+
+    def user_env(self, user: Optional[str] = None) -> Dict[str, str]:
+        """The lab's environment as the job user's (their USER, LOGNAME, HOME)."""
+        return self.cluster.user_env(user or self.user)
+
+    def run_as(self, argv: Sequence[str], user: Optional[str] = None, *, env: Optional[Dict[str, str]] = None,
+               cwd: Optional[Path] = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """`argv` as the job user (or `user`), with the lab's environment plus `env`, in `cwd` (default:
+        their home); output captured as text (bytes that are not UTF-8, e.g. a path Slurm echoes, replaced).
+        The exit status is the caller's to check."""
+        user = user or self.user
+        e = self.user_env(user)
+        e.update(env or {})
+        return subprocess.run(self.cluster.user_argv([str(a) for a in argv], user), capture_output=True, text=True,
+                              errors="replace", timeout=timeout, env=e, cwd=str(cwd or self.cluster.user_home(user)))
+
+    def as_user(self, user: Optional[str] = None) -> SlurmClient:
+        """A SlurmClient whose commands run as the job user (or `user`): what they may do and see."""
+        return self.cluster.client_as(user or self.user)
+
+    def give(self, path: Path, user: Optional[str] = None) -> Path:
+        """`path` (made when missing) and all below it owned by the job user: what root put there for their job."""
+        return self.cluster.give(path, user or self.user)
 
     def reset(self, timeout: float = 60.0) -> None:
         """Back to a fresh lab: no jobs, no reservations, both partitions as configured, every node
@@ -115,10 +164,19 @@ def lab_session(directory: str, spec: LabSpec):
         cluster.down()
 
 
+def work_dir(lab: LabHandle, request, user: Optional[str] = None) -> Path:
+    """A fresh directory of the job user's own below the lab directory (pytest's tmp_path is root's
+    alone): <lab>/work/<test name>-<random>."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:80]
+    return lab.cluster.work_dir(f"{name}-{uuid.uuid4().hex[:6]}", user or lab.user)
+
+
 @pytest.fixture
-def work(lab, tmp_path):
-    """A clean lab and a job directory that the jobs (run as root by slurmd) can enter."""
+def work(lab, request):
+    """A clean lab and a directory the job user owns: their jobs' output and checkpoints go there (root's
+    config and state stay in tmp_path). Removed after the test."""
     lab.reset()
-    os.chmod(tmp_path, 0o755)
-    yield tmp_path
+    d = work_dir(lab, request)
+    yield d
     lab.reset()
+    shutil.rmtree(d, ignore_errors=True)

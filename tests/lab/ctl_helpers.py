@@ -12,6 +12,8 @@ from typing import List, Optional
 
 import yaml
 
+from slurm_ft_lab import users
+
 PY = sys.executable
 JOBS = Path(__file__).resolve().parent / "jobs"
 
@@ -28,36 +30,51 @@ def controller_config(lab, tmp_path: Path) -> Path:
     return path
 
 
-def slurm_ft(lab, config: Optional[Path], *args, env=None, timeout=300, check=True) -> subprocess.CompletedProcess:
-    e = dict(lab.env)
+def slurm_ft(lab, config: Optional[Path], *args, env=None, timeout=300, check=True, user: Optional[str] = None,
+             cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """`slurm-ft ARGS`. `slurm-ft sbatch` runs as the lab's job user (a user submits their job; `user`
+    names another, "root" submits as root); every other command as root (the admin, the controller)."""
+    user = user or (lab.user if args[:1] == ("sbatch",) else "root")
+    e = dict(lab.env) if user == "root" else lab.user_env(user)
     if config is not None:
         e["SLURM_FT_CONFIG"] = str(config)
     e.update(env or {})
-    p = subprocess.run([PY, "-m", "slurm_ft", *args], capture_output=True, text=True, timeout=timeout, env=e)
+    argv = [PY, "-m", "slurm_ft", *args]
+    if user != "root":
+        argv = lab.cluster.user_argv(argv, user)
+        cwd = cwd or lab.cluster.user_home(user)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
     if check:
         assert p.returncode == 0, f"slurm-ft {' '.join(args)}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
     return p
 
 
-def submit_ft(lab, tmp_path: Path, nodes: int, *extra: str) -> int:
-    p = slurm_ft(lab, None, "sbatch", *extra, "-N", str(nodes), "-o", str(tmp_path / "job-%j.out"),
+def submit_ft(lab, work: Path, nodes: int, *extra: str) -> int:
+    """A fault-tolerant sleeper of the job user's, output in `work` (a directory they own: the `work` fixture)."""
+    p = slurm_ft(lab, None, "sbatch", *extra, "-N", str(nodes), "-o", str(work / "job-%j.out"),
                  "/bin/sleep", "3600")
     return int(p.stdout.split()[-1])
 
 
-def submit_plain(lab, tmp_path: Path, nodes: int) -> int:
-    p = subprocess.run(["sbatch", "--parsable", "--exclusive", "-N", str(nodes), "-o", str(tmp_path / "plain-%j.out"),
-                        "--wrap", "sleep 3600"], capture_output=True, text=True, timeout=30, env=lab.env)
+def submit_plain(lab, work: Path, nodes: int) -> int:
+    """An ordinary job beside the fault-tolerant ones (a filler, a neighbour), of another lab user: what it
+    does inside does not matter, whose it is does (it is not the FT job's user's)."""
+    p = lab.run_as(["sbatch", "--parsable", "--exclusive", "-N", str(nodes), "-o", "/dev/null",
+                    "--wrap", "sleep 3600"], user=users.NAMES[1], timeout=30)
     assert p.returncode == 0, p.stderr
     return int(p.stdout.strip().split(";")[0])
 
 
 def wait_job(lab, job_id: int, state: str = "RUNNING", timeout: float = 120.0, **more):
+    """The job once in `state`; RUNNING: once its prologs ended too. RUNNING comes with the allocation
+    (PrologFlags=Alloc): a fault injected while a prolog still runs fails that prolog instead (Slurm
+    requeues the job held), a path of its own (CI 2026-12-02, 22.05 at load ~90: prologs past 2 s)."""
     deadline = time.monotonic() + timeout
     job = None
     while time.monotonic() < deadline:
         job = lab.client.job(job_id)
-        if job.state == state and all(getattr(job, k) == v for k, v in more.items()):
+        if job.state == state and all(getattr(job, k) == v for k, v in more.items()) \
+                and not (state == "RUNNING" and job.reason == "Prolog"):
             return job
         time.sleep(0.1)
     raise AssertionError(f"job {job_id} not {state} {more} within {timeout} s; last seen {job}")
@@ -109,6 +126,25 @@ def once(lab, config: Path, budget: float = 120, env=None, check=True) -> subpro
     return slurm_ft(lab, config, "controller", "once", "--json", "--budget", str(budget), env=env, check=check)
 
 
+@contextmanager
+def controller_running(lab, config: Path, log: Path):
+    """`slurm-ft controller run` beside the test, as deployed: it sees every run of a job (journal.placements),
+    even one that only lasts its prolog."""
+    env = dict(lab.env, SLURM_FT_CONFIG=str(config))
+    with open(log, "w") as out:
+        proc = subprocess.Popen([PY, "-m", "slurm_ft", "controller", "run"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(120)      # it ends its current cycle first
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def crash_once(lab, config: Path, point: str, budget: float = 120) -> subprocess.CompletedProcess:
     """One controller cycle killed (SIGKILL) right after the journal write `point` (STEP:intent|result)."""
     e = dict(lab.env, SLURM_FT_CONFIG=str(config))
@@ -137,14 +173,80 @@ def with_lines(wrapper: str, lines: str) -> str:
     return head + lines + sep + tail
 
 
-@contextmanager
-def periodic_check_skips(lab, node: str):
-    """slurmd's periodic HealthCheckProgram leaves `node` alone meanwhile: it would drain it for a fault
-    the test injects at any moment (every node is checked once per HealthCheckInterval, cycled)."""
+def write_hook(path: Path, text: str) -> None:
+    """Replace a lab hook wrapper at once (a slurmd may exec it at any moment: never a half-written one)."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    os.chmod(tmp, path.stat().st_mode & 0o7777)
+    os.replace(tmp, path)
+
+
+def hook_runs_on(node: str) -> List[int]:
+    """Pids of the hooks' processes now running for `node`: root's, below a slurmd or slurmstepd (the
+    job's tasks are its user's; a test's watcher has no slurmd above it)."""
+    import psutil
+    daemons = ("slurmd", "slurmstepd")
+    pids = []
+    for p in psutil.process_iter(["uids", "name"]):
+        try:
+            if p.info["uids"] is None or p.info["uids"].real != 0 or p.info["name"] in daemons:
+                continue
+            if p.environ().get("SLURMD_NODENAME") == node and any(a.name() in daemons for a in p.parents()):
+                pids.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return pids
+
+
+def skip_periodic_check(lab, node: str) -> str:
+    """slurmd's periodic HealthCheckProgram leaves `node` alone from now on: it would drain it for a fault
+    the test injects at any moment (every node is checked once per HealthCheckInterval, cycled). A run
+    that began before is waited out: under load one lasts seconds, and it would read the fault too.
+    Returns the wrapper as it was, for the caller to put back."""
     hook = lab.dir / "hooks" / "healthcheck"
     saved = hook.read_text()
-    hook.write_text(with_lines(saved, f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
+    write_hook(hook, with_lines(saved, f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
+    lab.client.wait_for(lambda: not hook_runs_on(node), 120, f"the hooks running on {node} to end", 0.5)
+    return saved
+
+
+@contextmanager
+def periodic_check_skips(lab, node: str):
+    """skip_periodic_check meanwhile."""
+    saved = skip_periodic_check(lab, node)
     try:
         yield
     finally:
-        hook.write_text(saved)
+        write_hook(lab.dir / "hooks" / "healthcheck", saved)
+
+
+@contextmanager
+def watching(lab, nodes, log_dir: Path, *options: str):
+    """`slurm-ft watch` on each of `nodes` (root, as its systemd service on a cluster's node): it follows
+    the node's kernel log (and NVML Xid events; `--no-nvml`: not those), answers the node's hooks and
+    its users' checks (the supervisor's, over the query socket). Yields node -> its log file. A watcher
+    starts at the end of its node's kernel log: a line written before it started is one it missed."""
+    procs = []
+    try:
+        for n in nodes:
+            (lab.dir / "nodes" / n / "state.json.watch").unlink(missing_ok=True)   # no saved place: a fresh boot's
+            log = log_dir / f"watch-{n}.log"
+            env = dict(lab.env, SLURMD_NODENAME=n, LD_LIBRARY_PATH=str(lab.dir / "lib"))
+            procs.append((n, log, subprocess.Popen([PY, "-m", "slurm_ft", "-v", "watch", "--node", n, *options],
+                                                   env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)))
+        deadline = time.monotonic() + 120
+        for n, log, p in procs:
+            while "slurm-ft watch on" not in log.read_text():
+                assert p.poll() is None and time.monotonic() < deadline, f"watch on {n}: {log.read_text()[-2000:]}"
+                time.sleep(0.1)
+            assert "answering users on" in log.read_text(), log.read_text()
+        yield {n: log for n, log, _ in procs}
+    finally:
+        for _, _, p in procs:
+            p.terminate()
+        for _, _, p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()

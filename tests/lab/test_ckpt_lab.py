@@ -25,8 +25,8 @@ START_S = 240          # two ranks importing torch on a shared 2-core machine, a
 
 
 @pytest.fixture
-def cfg(lab, work):
-    yield controller_config(lab, work)
+def cfg(lab, work, tmp_path):
+    yield controller_config(lab, tmp_path)      # root's: the controller's config and journal
 
 
 def out_lines(path: Path) -> list:
@@ -62,7 +62,7 @@ def test_ddp_job_saving_dcp_resumes_on_a_spare_from_its_newest_save(lab, cfg, wo
     argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), "-N", "2", "--gres=gpu:8",
             "--open-mode=append", "-o", str(out), "srun", "--ntasks-per-node=1", PY, JOB, "--ckpt-dir", str(ck),
             "--resume", "{ckpt}", "--steps", "100000", "--step-time", "0.3", "--save-every", "5"]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=lab.env, cwd=work)
+    p = lab.run_as(argv, cwd=work, timeout=60)
     assert p.returncode == 0, p.stderr
     jid = int(p.stdout.split(";")[0])
     wait_line(out, r"^start restart=0 world=2 from=- step=0$", START_S, lab, jid)
@@ -100,14 +100,14 @@ def test_a_fifo_in_one_jobs_checkpoints_holds_that_job_only(lab, cfg, work):
     good, bad = work / "good", work / "bad"
     ckpt.write_checkpoint(str(good), 3, {"r0": b"x"})
     bad.mkdir()
-    os.chmod(good, 0o755)
-    os.chmod(bad, 0o755)
+    lab.give(good), lab.give(bad)                   # the job user's checkpoints
     j_bad = submit_ft(lab, work, 2, "--exclusive", "--ckpt-dir", str(bad))       # first in every listing
     j_good = submit_ft(lab, work, 2, "--exclusive", "--ckpt-dir", str(good))
     jb, jg = wait_job(lab, j_bad), wait_job(lab, j_good)
     for d in (bad, good):            # RUNNING comes before the batch script: wait for the job's own start
         lab.client.wait_for(lambda d=d: (d / "slurm-ft-starts.jsonl").exists() or None, 60, f"start in {d}")
     os.mkfifo(bad / "latest")        # the user's job made it; nobody writes to it: a plain open() blocks
+    lab.give(bad / "latest")
     fail_node(lab, jb.nodes[0])
     fail_node(lab, jg.nodes[1])
     t0 = time.monotonic()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ctl_helpers import (LAB_FAULT, controller_config, crash_once, fail_node, incidents, once, parts, slurm_ft, submit_ft,
-                         set_pool, submit_plain, wait_job)
+from ctl_helpers import (LAB_FAULT, controller_config, controller_running, crash_once, fail_node, incidents, once, parts,
+                         slurm_ft, submit_ft, set_pool, submit_plain, wait_job)
 
 pytestmark = pytest.mark.lab
 
@@ -22,8 +22,8 @@ def cfg(lab, tmp_path):
     lab.reset()
 
 
-def test_failed_node_is_swapped_for_a_spare_and_the_job_runs_again(lab, cfg, tmp_path):
-    jid = submit_ft(lab, tmp_path, 4)
+def test_failed_node_is_swapped_for_a_spare_and_the_job_runs_again(lab, cfg, work):
+    jid = submit_ft(lab, work, 4)
     job = wait_job(lab, jid)
     bad = job.nodes[1]
     pool = set(lab.spare_nodes)
@@ -55,8 +55,8 @@ def test_failed_node_is_swapped_for_a_spare_and_the_job_runs_again(lab, cfg, tmp
     assert lab.client.job(jid).restart_count == 1
 
 
-def test_two_nodes_of_one_job_fail_at_once_one_incident_two_spares(lab, cfg, tmp_path):
-    jid = submit_ft(lab, tmp_path, 4)
+def test_two_nodes_of_one_job_fail_at_once_one_incident_two_spares(lab, cfg, work):
+    jid = submit_ft(lab, work, 4)
     job = wait_job(lab, jid)
     bad = [job.nodes[0], job.nodes[2]]
     for n in bad:
@@ -69,10 +69,10 @@ def test_two_nodes_of_one_job_fail_at_once_one_incident_two_spares(lab, cfg, tmp
     assert len(parts(lab)["spares"]) == len(lab.spare_nodes) - 2
 
 
-def test_empty_pool_job_waits_with_a_clear_reason_then_resumes_when_a_spare_returns(lab, cfg, tmp_path):
+def test_empty_pool_job_waits_with_a_clear_reason_then_resumes_when_a_spare_returns(lab, cfg, work):
     set_pool(lab, [])
     # fill train so the job cannot simply run on other idle train nodes of the lab
-    jid = submit_ft(lab, tmp_path, len(lab.train_nodes))
+    jid = submit_ft(lab, work, len(lab.train_nodes))
     job = wait_job(lab, jid)
     bad = job.nodes[5]
     fail_node(lab, bad)
@@ -93,10 +93,10 @@ def test_empty_pool_job_waits_with_a_clear_reason_then_resumes_when_a_spare_retu
     assert incidents(lab, cfg)[0]["status"] == "recovered"
 
 
-def test_elastic_job_shrinks_instead_of_waiting(lab, cfg, tmp_path):
+def test_elastic_job_shrinks_instead_of_waiting(lab, cfg, work):
     set_pool(lab, [])
     n = len(lab.train_nodes)
-    jid = submit_ft(lab, tmp_path, n, "--min-nodes", str(n - 2))
+    jid = submit_ft(lab, work, n, "--min-nodes", str(n - 2))
     job = wait_job(lab, jid)
     fail_node(lab, job.nodes[3])
     once(lab, cfg)
@@ -106,10 +106,10 @@ def test_elastic_job_shrinks_instead_of_waiting(lab, cfg, tmp_path):
     assert inc["status"] == "recovered" and inc["shrink_to"] == n - 1 and inc["spares"] == []
 
 
-def test_fault_on_a_node_without_an_ft_job_is_drain_only(lab, cfg, tmp_path):
-    plain = submit_plain(lab, tmp_path, 2)
+def test_fault_on_a_node_without_an_ft_job_is_drain_only(lab, cfg, work):
+    plain = submit_plain(lab, work, 2)
     job = wait_job(lab, plain)
-    ft = submit_ft(lab, tmp_path, 2)
+    ft = submit_ft(lab, work, 2)
     ft_job = wait_job(lab, ft)
     before = parts(lab)
     fail_node(lab, job.nodes[0])                                 # under a plain job
@@ -123,8 +123,8 @@ def test_fault_on_a_node_without_an_ft_job_is_drain_only(lab, cfg, tmp_path):
     assert lab.client.node(idle).drained
 
 
-def test_admin_drain_is_not_a_fault(lab, cfg, tmp_path):
-    jid = submit_ft(lab, tmp_path, 3)
+def test_admin_drain_is_not_a_fault(lab, cfg, work):
+    jid = submit_ft(lab, work, 3)
     job = wait_job(lab, jid)
     lab.client.drain([job.nodes[0]], "admin: replace a fan after this job")
     out = once(lab, cfg, budget=10)
@@ -133,8 +133,8 @@ def test_admin_drain_is_not_a_fault(lab, cfg, tmp_path):
     assert job.state == "RUNNING" and job.restart_count == 0      # the running job finishes where it is
 
 
-def test_job_failing_again_and_again_stops_after_max_restarts(lab, cfg, tmp_path):
-    jid = submit_ft(lab, tmp_path, 2, "--max-restarts", "1")
+def test_job_failing_again_and_again_stops_after_max_restarts(lab, cfg, work):
+    jid = submit_ft(lab, work, 2, "--max-restarts", "1")
     job = wait_job(lab, jid)
     fail_node(lab, job.nodes[0])
     once(lab, cfg)
@@ -150,30 +150,30 @@ def test_job_failing_again_and_again_stops_after_max_restarts(lab, cfg, tmp_path
     assert len(incidents(lab, cfg)) == 2 and lab.client.job(jid).restart_count == 2   # no loop
 
 
-def test_prolog_failure_launch_failed_held_job_is_released_onto_a_spare(lab, cfg, tmp_path):
-    """A real prolog failure: Slurm drains the node ("Prolog error") and requeues the job HELD; we finish."""
+def test_prolog_failure_launch_failed_held_job_is_released_onto_a_spare(lab, cfg, work, tmp_path):
+    """A real prolog failure: Slurm drains the node ("Prolog error") and requeues the job HELD; we finish.
+    The controller runs beside it, as deployed: it saw the run the prolog ended (RUNNING, reason Prolog,
+    for the prolog's seconds), so the job's incident takes that run's failed node and no other."""
     bad = [n for n in lab.train_nodes if lab.client.node(n).state == "IDLE"][0]   # Slurm allocates lowest first
     # its HealthCheckProgram (as slurmd runs it at start) saves the fleet view the prolog's breaker reads
     subprocess.run([str(lab.dir / "hooks" / "healthcheck")], env=dict(lab.env, SLURMD_NODENAME=bad),
                    timeout=120, check=True)
     slurm_ft(lab, None, "lab", "inject", bad, "--dir", str(lab.dir), "--gpu", "2", "--xid", "79")
-    jid = submit_ft(lab, tmp_path, 2)
-    wait_job(lab, jid, state="PENDING", restart_count=1, timeout=60)
-    assert lab.client.node(bad).drained
-    held = lab.client.job(jid)      # Slurm's words (state_description), not just JobHeldUser
-    assert held.held and held.reason.replace("_", " ") == "launch failed requeued held", held.reason
-    once(lab, cfg)
-    job = wait_job(lab, jid)
-    [inc] = incidents(lab, cfg)
-    assert inc["status"] == "recovered" and inc["nodes"] == [bad]
+    with controller_running(lab, cfg, tmp_path / "controller.log"):
+        jid = submit_ft(lab, work, 2)
+        job = wait_job(lab, jid, restart_count=1, timeout=180)
+        inc = lab.client.wait_for(lambda: [i for i in incidents(lab, cfg) if i["status"] == "recovered"], 60,
+                                  "the incident closed")[0]
+    assert inc["nodes"] == [bad] and lab.client.node(bad).drained
     assert [s["outcome"] for s in inc["steps"] if s["name"] == "requeue"] == ["skipped"]   # Slurm had requeued it
+    assert "start" in [s["name"] for s in inc["steps"]]              # released from Slurm's launch-failed hold
     assert job.restart_count == 1 and bad not in job.nodes and bad not in parts(lab)["train"]
 
 
-def test_slurmctld_restarted_mid_recovery(lab, cfg, tmp_path):
+def test_slurmctld_restarted_mid_recovery(lab, cfg, work):
     """slurmctld goes away right after the requeue and comes back without -R (partitions from slurm.conf)."""
     from slurm_ft_lab.cluster import Lab
-    jid = submit_ft(lab, tmp_path, 3)
+    jid = submit_ft(lab, work, 3)
     job = wait_job(lab, jid)
     bad = job.nodes[0]
     fail_node(lab, bad)
@@ -206,9 +206,9 @@ def _restart_slurmctld(lab) -> None:
     raise AssertionError("slurmctld did not come back")
 
 
-def test_node_that_stops_responding_is_replaced(lab, cfg, tmp_path):
+def test_node_that_stops_responding_is_replaced(lab, cfg, work):
     """A node whose slurmd dies: NOT_RESPONDING, then DOWN (NODE_FAIL); either way the job comes back."""
-    jid = submit_ft(lab, tmp_path, 3)
+    jid = submit_ft(lab, work, 3)
     job = wait_job(lab, jid)
     bad = job.nodes[2]
     pid = int((Path(lab.dir) / "run" / f"slurmd.{bad}.pid").read_text().split()[0])

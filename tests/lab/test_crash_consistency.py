@@ -25,8 +25,8 @@ def cfg(lab, tmp_path):
 
 
 @pytest.mark.parametrize("point", [f"{s}:{w}" for s in STEPS for w in ("intent", "result")])
-def test_sigkill_at_each_step_then_restart_ends_as_an_uninterrupted_run(lab, cfg, tmp_path, point):
-    jid = submit_ft(lab, tmp_path, 3)
+def test_sigkill_at_each_step_then_restart_ends_as_an_uninterrupted_run(lab, cfg, point, work):
+    jid = submit_ft(lab, work, 3)
     job = wait_job(lab, jid)
     bad = job.nodes[1]
     pool = parts(lab)["spares"]

@@ -54,8 +54,7 @@ def test_a_drained_nodes_jobs_read_the_notice_in_their_output(lab, work):
     """The job's second node runs no step (only the batch script runs, on the first): who runs there is
     known from the prolog's record in the node's state file, not from Slurm."""
     out = work / "job.out"
-    p = subprocess.run(["sbatch", "--parsable", "-N2", "-o", str(out), "--wrap", "sleep 600"], capture_output=True,
-                       text=True, timeout=30, env=lab.env)
+    p = lab.run_as(["sbatch", "--parsable", "-N2", "-o", str(out), "--wrap", "sleep 600"], cwd=work, timeout=30)
     assert p.returncode == 0, p.stderr
     job = wait_job(lab, int(p.stdout.split(";")[0]), "RUNNING", timeout=60)
     second = [n for n in job.nodes if n != job.batch_host][0]
@@ -73,26 +72,28 @@ def test_a_drained_nodes_jobs_read_the_notice_in_their_output(lab, work):
     assert time.monotonic() - t0 < 30
 
 
-def test_a_drain_wakes_the_controller_which_would_otherwise_sleep_a_minute(lab, work):
-    config = controller_config(lab, work)
+def test_a_drain_wakes_the_controller_which_would_otherwise_sleep_a_minute(lab, work, tmp_path):
+    config = controller_config(lab, tmp_path)            # root's config and journal; the job's files in `work`
     data = config.read_text().replace("poll_s: 0.05", "poll_s: 0.05\n  interval_s: 60.0")
     config.write_text(data)
     env = dict(lab.env, SLURM_FT_CONFIG=str(config))
-    log = open(work / "controller.log", "w")
-    ctl = subprocess.Popen([PY, "-m", "slurm_ft", "controller", "run"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    log = open(tmp_path / "controller.log", "w")
+    ctl = subprocess.Popen([PY, "-m", "slurm_ft", "-v", "controller", "run"], env=env, stdout=log,
+                           stderr=subprocess.STDOUT)     # -v: the wakes heard or refused, printed on failure
     try:
         job_id = submit_ft(lab, work, 2)
         job = wait_job(lab, job_id, "RUNNING", timeout=120)
-        lab.client.wait_for(lambda: "woken by nodes" in (work / "controller.log").read_text(), 60, "controller up")
+        lab.client.wait_for(lambda: "woken by nodes" in (tmp_path / "controller.log").read_text(), 60, "controller up")
         time.sleep(2)                                      # its first cycle (it then idles for 60 s)
         victim = [n for n in job.nodes if n != job.batch_host][0]
         drained = xid_drain(lab, victim)
         assert drained.returncode == 1, drained.stdout + drained.stderr
         t_drain = time.time()
+        print(drained.stdout + drained.stderr)             # the check's own lines: the wake sent or not
         inc = lab.client.wait_for(lambda: [i for i in incidents(lab, config)
                                            if victim in i["nodes"]], 30, "the incident")[0]
         assert inc["opened_at"] - t_drain < 5.0, inc      # a wake; polling alone would take up to 60 s
     finally:
         ctl.terminate()
         ctl.wait(120)
-        print((work / "controller.log").read_text()[-3000:])
+        print((tmp_path / "controller.log").read_text()[-3000:])

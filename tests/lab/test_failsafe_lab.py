@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ctl_helpers import with_lines
+from ctl_helpers import skip_periodic_check, with_lines, write_hook
 from slurm_ft_lab import inject as inj
 
 pytestmark = pytest.mark.lab
@@ -60,7 +60,7 @@ def hooks(lab):
     lab.reset()
     yield saved
     for h, text in saved.items():
-        (lab.dir / "hooks" / h).write_text(text)
+        write_hook(lab.dir / "hooks" / h, text)
     lab.reset()
 
 
@@ -88,8 +88,7 @@ def test_broken_install_drains_nothing_through_the_real_hooks(lab, hooks, tmp_pa
     node = lab.train_nodes[7]
     # slurmd's own periodic HealthCheckProgram leaves this node to the test (it drained it once in CI);
     # the `hooks` fixture restores the wrapper
-    (lab.dir / "hooks" / "healthcheck").write_text(with_lines(hooks["healthcheck"],
-                                                              f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
+    skip_periodic_check(lab, node)
     hc = tmp_path / "healthcheck-sound"
     hc.write_text(hooks["healthcheck"])
     hc.chmod(0o755)
@@ -97,10 +96,11 @@ def test_broken_install_drains_nothing_through_the_real_hooks(lab, hooks, tmp_pa
     inj.inject(lab.dir, node, "xid", gpu=1, value=79)
     lines = breakage(kind, lab, tmp_path)
     for h in ("prolog", "epilog"):
-        (lab.dir / "hooks" / h).write_text(with_lines(hooks[h], lines))
+        write_hook(lab.dir / "hooks" / h, with_lines(hooks[h], lines))
     broken_hc = tmp_path / "healthcheck"
     broken_hc.write_text(with_lines(hooks["healthcheck"], lines))
     broken_hc.chmod(0o755)
+    # a plain job of root's: what runs inside does not matter here, only the hooks' verdict on the node
     p = subprocess.run(["sbatch", "--parsable", "-w", node, "--no-requeue", "-o", str(tmp_path / "j.out"),
                         "--wrap", "sleep 1"], capture_output=True, text=True, timeout=30, env=lab.env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr

@@ -25,7 +25,6 @@ STEP_S = 0.5
 @pytest.fixture
 def cfg(lab, tmp_path):
     lab.reset()
-    tmp_path.chmod(0o755)
     yield controller_config(lab, tmp_path)
     lab.reset()
 
@@ -34,10 +33,10 @@ def _goodput(lab, cfg, jid: int) -> dict:
     return json.loads(slurm_ft(lab, cfg, "status", "--job", str(jid), "--json").stdout)
 
 
-def test_goodput_of_a_job_recovered_from_one_fault_matches_the_trainers_log(lab, cfg, tmp_path):
-    ck = tmp_path / "ck"
+def test_goodput_of_a_job_recovered_from_one_fault_matches_the_trainers_log(lab, cfg, tmp_path, work):
+    ck = work / "ck"
     p = slurm_ft(lab, None, "sbatch", "--parsable", "--ckpt-dir", str(ck), "-N", "4", "--gres=gpu:8",
-                 "--open-mode=append", "-o", str(tmp_path / "job.out"),
+                 "--open-mode=append", "-o", str(work / "job.out"),
                  "srun", "--ntasks-per-node=1", PY, "-m", "slurm_ft_lab.trainer",     # it reports progress
                  "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--steps", "100000", "--step-time", str(STEP_S),
                  "--ckpt-every", "10", "--collective-timeout", "120")
@@ -70,7 +69,9 @@ def test_goodput_of_a_job_recovered_from_one_fault_matches_the_trainers_log(lab,
     unreported = r0["last_step"] - x["last_step_before"]
     assert 0 <= unreported <= math.ceil(MIN_INTERVAL_S / STEP_S), (x, r0)
     assert r1["steps_lost"] == r0["last_step"] - r0["last_ckpt"]
-    assert x["redone_steps"] == x["last_step_before"] - r0["last_ckpt"] > 0
+    # the steps past the checkpoint to redo; none where the rank died just after one (in CI, at load 40,
+    # the rank died 35 steps after the fault's injection, having reported step 49 and saved step 50)
+    assert x["redone_steps"] == max(0, x["last_step_before"] - r0["last_ckpt"])
     steps = [e["t"] for e in read_log(str(ck)) if e["event"] == "step" and e["restart"] == 1]
     trainer_step_s = statistics.median(b - a for a, b in zip(steps, steps[1:]))
     assert g["step_time_s"] == pytest.approx(trainer_step_s, rel=0.3)

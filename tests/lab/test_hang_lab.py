@@ -1,17 +1,22 @@
 """Hangs without an Xid and restart loops on a bad checkpoint, on the real lab (`slurm-ft sbatch
 --hang-timeout S`): the supervisor in the batch step sees no progress report (slurm_ft.progress) for S
 seconds, checks the step's nodes with one srun of `slurm-ft check --level prolog`, relaunches without a
-culprit it finds, else restarts the step in place; a checkpoint the job keeps failing on is passed over."""
+culprit it finds, else restarts the step in place; a checkpoint the job keeps failing on is passed over.
+
+The jobs are the lab job user's, as on a cluster: their checks cannot read the kernel log nor drain; where
+a culprit is to be found and drained, the nodes of the job run `slurm-ft watch` (root), which answers them."""
 from __future__ import annotations
 
 import json
+import pwd
 from pathlib import Path
 
 import pytest
 
+from slurm_ft_lab.inject import inject
 from slurm_ft_lab.trainer import read_log
 from slurm_ft.slurm.hostlist import expand
-from tests.lab.ctl_helpers import PY, periodic_check_skips, slurm_ft, wait_job
+from tests.lab.ctl_helpers import PY, periodic_check_skips, slurm_ft, wait_job, watching
 
 pytestmark = pytest.mark.lab
 
@@ -79,13 +84,15 @@ def test_a_hang_without_a_culprit_restarts_in_place_without_hot_spares(lab, work
 
 def gpu_lost_silently(lab, work: Path, on_fault: str) -> tuple:
     """A 2 + 1 hot-spare job past its first checkpoint, then GPU 0 of a node of its step falls off the bus
-    with no kernel-log line (no Xid for a watcher; slurmd's periodic check kept off the node, as it once
-    found it first in CI): (job id, checkpoint dir, the node, the first step after the relaunch)."""
+    with no kernel-log line (no Xid for a watcher: the nodes' watchers follow the kernel log only; slurmd's
+    periodic check kept off the node, as it once found it first in CI): (job id, checkpoint dir, the node,
+    the first step after the relaunch). The user's check sees the lost GPU (NVML answers users); the drain
+    of the culprit is its node's watcher's."""
     job_id, ck = submit(lab, work, 2, 1, "--gpu-check", "on", "--on-fault", on_fault)
     job = wait_job(lab, job_id, "RUNNING", timeout=180)
     lab.client.wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a checkpoint")
     victim = next(x for x in expand(events(ck, "launch")[0]["nodes"]) if x != job.batch_host)
-    with periodic_check_skips(lab, victim):
+    with watching(lab, job.nodes, work, "--no-nvml"), periodic_check_skips(lab, victim):
         slurm_ft(lab, None, "lab", "inject", victim, "--gpu", "0", "--gpu-lost", "--no-log", "--dir", str(lab.dir))
         resumed = lab.client.wait_for(lambda: first_step(ck, 1), 120, "the first step after the relaunch")
     return job_id, ck, victim, resumed
@@ -99,8 +106,39 @@ def test_a_hang_with_a_culprit_relaunches_on_the_hot_spare(lab, work):
         relaunch = events(ck, "launch")[1]
         assert victim not in expand(relaunch["nodes"]) and len(expand(relaunch["nodes"])) == 2
         assert events(ck, "fault")[0]["nodes"] == victim and not events(ck, "hang_restart")
-        assert lab.client.node(victim).drained                  # the check drained it (`check --drain`)
+        assert lab.client.node(victim).drained                  # its watcher drained it (the user's `check --drain`)
         assert start_of(ck, 1)["resumed_from"] and resumed["step"] > start_of(ck, 1)["step"]
+        assert lab.client.job(job_id).restart_count == 0
+    except BaseException:
+        show(work)
+        raise
+
+
+def test_a_hang_whose_culprit_shows_only_in_the_kernel_log_is_found_through_the_nodes_watcher(lab, work):
+    """The job's user cannot read the kernel log (root's, as /dev/kmsg with kernel.dmesg_restrict=1): the
+    hang check in the job asks each node's watcher, which reads it as root, names the culprit, and drains
+    it at the user's request for an Xid in that log (one the watcher missed: logged before it started,
+    with no saved place, as after a reboot). The driver shows nothing: the kernel log is the only evidence."""
+    job_id, ck = submit(lab, work, 2, 1, "--stall-at", "40", "--stall-rank", "1", "--gpu-check", "off")
+    try:
+        job = wait_job(lab, job_id, "RUNNING", timeout=180)
+        lab.client.wait_for(lambda: events(ck, "launch"), 120, "launch 0")
+        victim = next(x for x in expand(events(ck, "launch")[0]["nodes"]) if x != job.batch_host)
+        with periodic_check_skips(lab, victim):
+            inject(lab.dir, victim, "xid", gpu=3, value=79, driver=False)         # the kernel log alone
+            with watching(lab, job.nodes, work) as logs:
+                assert not events(ck, "hang"), "the step stalled before the watchers were up"
+                resumed = lab.client.wait_for(lambda: first_step(ck, 1), 180, "the first step after the relaunch")
+        [check] = events(ck, "hang_check")
+        assert check["culprits"] == victim
+        relaunch = events(ck, "launch")[1]
+        assert victim not in expand(relaunch["nodes"]) and len(expand(relaunch["nodes"])) == 2
+        assert start_of(ck, 1)["resumed_from"] and resumed["step"] > start_of(ck, 1)["step"]
+        node = lab.client.node(victim)
+        assert node.drained and node.reason.startswith("slurm-ft: XID79 gpu3"), node
+        uid = pwd.getpwnam(lab.user).pw_uid           # the supervisor's checks ran as the job's user
+        text = logs[victim].read_text()
+        assert f"answered uid {uid}: prolog --json" in text and f"answered uid {uid}: prolog --drain --json" in text
         assert lab.client.job(job_id).restart_count == 0
     except BaseException:
         show(work)

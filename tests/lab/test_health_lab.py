@@ -132,6 +132,7 @@ def test_failing_prolog_drains_node_requeues_job_and_healthcheck_names_the_fault
     # needs to know the breaker has room (without it a prolog reports and drains nothing)
     healthcheck(lab, hl, node)
     inj.inject(lab.dir, node, "nvlink_down", gpu=4, value=5, log=False)   # only prolog and deeper see it
+    # a plain job of root's: what runs inside does not matter here, only the prolog's verdict on the node
     p = subprocess.run(["sbatch", "--parsable", "-w", node, "-o", str(tmp_path / "j.out"), "--wrap", "sleep 60"],
                        capture_output=True, text=True, timeout=30, env=lab.env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -171,6 +172,7 @@ def test_the_nodes_watcher_answers_its_health_check_and_prolog_through_slurm(lab
         assert "serving checks on" in log.read_text(), log.read_text()
         inj.inject(lab.dir, node, "nvlink_down", gpu=4, value=5, log=False)   # only prolog and deeper see it
         healthcheck(lab, hl, node)            # healthy at the quick level; saves the breaker's fleet view
+        # root's job, as in the test above: only the prolog's verdict matters
         p = subprocess.run(["sbatch", "--parsable", "-w", node, "-o", str(tmp_path / "j.out"), "--wrap", "sleep 60"],
                            capture_output=True, text=True, timeout=30, env=lab.env, cwd=tmp_path)
         assert p.returncode == 0, p.stderr

@@ -17,11 +17,11 @@ pytestmark = pytest.mark.lab
 
 
 @pytest.fixture
-def controller(lab, work):
-    config = controller_config(lab, work)
+def controller(lab, work, tmp_path):
+    config = controller_config(lab, tmp_path)          # root's config and journal; the job's files in `work`
     env = dict(lab.env, SLURM_FT_CONFIG=str(config))
     proc = subprocess.Popen([PY, "-m", "slurm_ft", "controller", "run"], env=env,
-                            stdout=open(work / "controller.log", "w"), stderr=subprocess.STDOUT)
+                            stdout=open(tmp_path / "controller.log", "w"), stderr=subprocess.STDOUT)
     yield config
     proc.terminate()
     try:
@@ -32,7 +32,7 @@ def controller(lab, work):
         raise
     # shown by pytest only when the test failed: what the controller, the job and its supervisor said
     for name in ("controller.log", "job.out", "ck/slurm-ft-starts.jsonl", "ck/trainer-log.jsonl"):
-        f = work / name
+        f = (tmp_path if name == "controller.log" else work) / name
         print(f"== {name}", *(f.read_text(errors="replace").splitlines()[-60:] if f.exists() else ["(none)"]), sep="\n")
 
 
@@ -132,7 +132,7 @@ def test_lab_demo_shows_the_hot_spare_path_without_a_requeue(lab, work):
                         "--step-time", "0.3", "--json", "--timeout", "300"],
                        capture_output=True, text=True, timeout=900, env=lab.env)
     if p.returncode != 0:
-        job_out = lab.dir / "demo" / "job.out"
+        job_out = lab.dir / "demo" / "job" / "job.out"
         print("== demo job.out", *(job_out.read_text(errors="replace").splitlines()[-60:] if job_out.exists() else []),
               sep="\n")
     assert p.returncode == 0, p.stderr[-3000:]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import stat
 import subprocess
 import sys
@@ -67,18 +68,51 @@ def test_sinfo_shows_64_idle_in_train_and_4_in_spares(idle_lab):
     assert "spares idle 4 gpu:8" in out
 
 
-def test_srun_across_all_512_gpus(lab, tmp_path):
-    p = subprocess.run(["srun", "-N64", "--gres=gpu:8", "hostname"], capture_output=True, text=True,
-                       env=lab.env, timeout=120, cwd=tmp_path)
+def test_srun_across_all_512_gpus(lab, work):
+    p = lab.run_as(["srun", "-N64", "--gres=gpu:8", "hostname"], cwd=work, timeout=120)
     assert p.returncode == 0, p.stderr
     assert len(p.stdout.splitlines()) == 64
 
 
-def test_each_node_sees_its_8_fake_gpus(lab, tmp_path):
-    p = subprocess.run(["srun", "-N2", "--gres=gpu:8", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"],
-                       capture_output=True, text=True, env=lab.env, timeout=60, cwd=tmp_path)
+def test_each_node_sees_its_8_fake_gpus(lab, work):
+    p = lab.run_as(["srun", "-N2", "--gres=gpu:8", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], cwd=work, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["0,1,2,3,4,5,6,7"] * 2
+
+
+SEE = """import os, sys, pynvml
+pynvml.nvmlInit()
+print("gpus", pynvml.nvmlDeviceGetCount(), "uid", os.getuid())
+try:
+    open(sys.argv[1]).read()
+    print("kernel log: read")
+except PermissionError:
+    print("kernel log: denied")
+"""
+
+
+def test_a_jobs_user_queries_the_gpus_but_not_the_kernel_log_and_cannot_drain(lab, work):
+    """As on a node with kernel.dmesg_restrict=1 (Debian's and Ubuntu's default): a job's user may ask NVML
+    (the lab's fake driver) but not read the kernel log, and cannot drain a node through Slurm."""
+    node = lab.train_nodes[9]
+    kmsg = lab.dir / "nodes" / node / "kmsg"
+    assert kmsg.stat().st_uid == 0 and stat.S_IMODE(kmsg.stat().st_mode) == 0o600
+    p = lab.run_as(["srun", "-N1", "-w", node, "--gres=gpu:8", sys.executable, "-c", SEE, str(kmsg)], cwd=work,
+                   env={"LD_LIBRARY_PATH": str(lab.dir / "lib")}, timeout=120)
+    uid = pwd.getpwnam(lab.user).pw_uid
+    assert p.returncode == 0 and p.stdout.split("\n")[:2] == [f"gpus 8 uid {uid}", "kernel log: denied"], p
+    d = lab.run_as(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=a user's"], timeout=30)
+    assert d.returncode != 0 and not lab.client.node(node).drained, d.stderr
+
+
+def test_the_lab_users_exist_with_homes_of_their_own(lab):
+    from slurm_ft_lab import users
+    assert lab.user == users.DEFAULT == "slurmft-u0"
+    for name in users.NAMES:
+        pw = pwd.getpwnam(name)
+        home = lab.cluster.user_home(name)
+        assert pw.pw_uid != 0 and pw.pw_shell.endswith("nologin")
+        assert home.stat().st_uid == pw.pw_uid and stat.S_IMODE(home.stat().st_mode) == 0o700
 
 
 def test_status_json_and_env(idle_lab):
@@ -89,6 +123,15 @@ def test_status_json_and_env(idle_lab):
     assert {(r["partition"], r["state"], r["nodes"]) for r in st["sinfo"]} == {("train", "idle", 64), ("spares", "idle", 4)}
     env = _cli("lab", "env", "--dir", str(lab.dir)).stdout
     assert f"export SLURM_CONF={lab.conf}\n" in env
+    assert f"export SLURM_FT_QUERY_SOCKET='{lab.dir}/run/query-{{node}}.sock'\n" in env
+    assert st["job_user"] == "slurmft-u0" and [u["name"] for u in st["users"]] == [f"slurmft-u{i}" for i in range(10)]
+    from slurm_ft.slurm import versions
+    limited = versions.features(lab.client.version()).rate_limiter
+    assert st["rate_limiter"].startswith("on: SlurmctldParameters=rl_enable" if limited else "none: Slurm 22.05"), st
+    params = lab.client.running_config().get("SlurmctldParameters", "")
+    assert ("rl_enable" in params) == limited, params
+    text = _cli("lab", "status", "--dir", str(lab.dir)).stdout
+    assert "jobs run as slurmft-u0; lab users: slurmft-u0 .. slurmft-u9 (10)" in text and "RPC rate limiter: " in text
 
 
 def test_files_are_root_owned_and_not_world_writable(lab):
@@ -199,9 +242,9 @@ def test_dead_slurmd_is_not_responding_fast_and_comes_back(lab):
     lab.reset()
 
 
-def test_restart_slurmctld_keeps_jobs(lab, tmp_path):
+def test_restart_slurmctld_keeps_jobs(lab):
     lab.reset()
-    jid = lab.client.submit(["-N1", "--wrap", "sleep 600"], cwd=str(tmp_path))
+    jid = lab.as_user().submit(["-N1", "-o", "/dev/null", "--wrap", "sleep 600"])
     lab.client.wait_job_state(jid, "RUNNING", 30)
     lab.cluster.restart_slurmctld()
     assert lab.client.job(jid).state == "RUNNING"

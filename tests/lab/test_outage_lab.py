@@ -38,9 +38,9 @@ def _responding(lab, names):
     return all(not n.down for n in lab.client.nodes(list(names)))
 
 
-def test_a_wave_of_unresponsive_nodes_leaves_train_alone_and_one_dead_node_is_still_replaced(lab, cfg, tmp_path):
+def test_a_wave_of_unresponsive_nodes_leaves_train_alone_and_one_dead_node_is_still_replaced(lab, work, cfg, tmp_path):
     config, stopped = cfg
-    jid = submit_ft(lab, tmp_path, 64)
+    jid = submit_ft(lab, work, 64)
     job = wait_job(lab, jid, timeout=240)
     wave, dead = list(job.nodes[10:30]), job.nodes[40]
     log = open(tmp_path / "controller.log", "w")

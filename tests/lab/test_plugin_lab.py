@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import TEST_LAB_DIR, TEST_PORT_BASE, lab_session
+from conftest import TEST_LAB_DIR, TEST_PORT_BASE, lab_session, work_dir
 from ctl_helpers import PY, controller_config, fail_node, incidents, once, wait_job
 from slurm_ft_lab.cluster import LabSpec
 from slurm_ft_lab.scenario import Scenario
@@ -36,18 +36,18 @@ def plab():
 
 
 @pytest.fixture
-def pwork(plab, tmp_path):
+def pwork(plab, request):
+    """As the session lab's `work`: a directory of the job user's, on the plugin lab."""
     plab.reset()
-    os.chmod(tmp_path, 0o755)
-    yield tmp_path
+    d = work_dir(plab, request)
+    yield d
     plab.reset()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def sbatch(lab, *args, user=None):
-    argv = ["sbatch", "--parsable", *args]
-    if user:
-        argv = ["runuser", "-u", user, "--", "env", f"SLURM_CONF={lab.conf}", *argv]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=lab.env)
+    """Plain sbatch as the lab's job user (or `user`): the plugins meet a user's options."""
+    return lab.run_as(["sbatch", "--parsable", *args], user=user, timeout=60)
 
 
 def job_count(lab) -> int:
@@ -73,6 +73,11 @@ def test_sbatch_and_srun_help_list_the_options(plab):
      "`slurm-ft sbatch --hot-spares`"),
     (["-p", "spares", "--ft-ckpt-dir=/tmp/run7"],
      "slurm-ft: fault-tolerant jobs (--ft-*) run only in partition(s) train here, not spares"),
+    # review finding 12: restarts in place are counted in the checkpoint directory; without one they never end
+    (["--ft-hang-timeout=60"], "slurm-ft: --ft-hang-timeout needs --ft-ckpt-dir"),
+    # finding 11: tagged ckpt=/tmp/%FF%FE, then silently ignored by the controller (strict UTF-8 decoding)
+    ([os.fsdecode(b"--ft-ckpt-dir=/tmp/run\xff\xfe")],
+     "slurm-ft: --ft-ckpt-dir: the checkpoint directory is not valid UTF-8"),
 ])
 def test_a_bad_value_is_refused_at_submit_time_with_its_reason(pwork, plab, args, message):
     before = job_count(plab)
@@ -84,33 +89,28 @@ def test_a_bad_value_is_refused_at_submit_time_with_its_reason(pwork, plab, args
 
 
 def test_the_tag_in_admin_comment_is_the_wrappers_grammar_and_users_cannot_edit_it(pwork, plab):
-    ck = pwork / "my run %41 \u00fc=x"
-    ck.mkdir()
+    ck = plab.give(pwork / "my run %41 \u00fc=x")
     spec = FtSpec(ckpt_dir=str(ck), min_nodes=2, hang_timeout=600, max_restarts=7)
-    os.chmod(pwork, 0o755)
     p = sbatch(plab, "--hold", f"--ft-ckpt-dir={ck}", "--ft-min-nodes=2", "--ft-hot-spares=0",
-               "--ft-hang-timeout=600", "--ft-max-restarts=7", "-N", "2", "--wrap", "true", user="nobody")
+               "--ft-hang-timeout=600", "--ft-max-restarts=7", "-N", "2", "--wrap", "true")
     assert p.returncode == 0, p.stderr
     job = plab.client.job(int(p.stdout.split(";")[0]))
     assert job.admin_comment == encode(spec)         # job_submit.lua and tag.py: one grammar
     assert decode(job.admin_comment, noted=True) == spec
     assert job.comment == "" and job.requeue
+    assert job.user == plab.user
     # the job's owner may edit Comment, never AdminComment
-    env = ["runuser", "-u", "nobody", "--", "env", f"SLURM_CONF={plab.conf}"]
-    q = subprocess.run([*env, "scontrol", "update", f"JobId={job.job_id}", "AdminComment=slurm-ft:v1 ckpt=/etc"],
-                       capture_output=True, text=True, timeout=30, env=plab.env)
+    q = plab.run_as(["scontrol", "update", f"JobId={job.job_id}", "AdminComment=slurm-ft:v1 ckpt=/etc"], timeout=30)
     assert q.returncode != 0
     assert plab.client.job(job.job_id).admin_comment == encode(spec)
     # ... nor move it out of the partitions the site allows FT jobs in
-    q = subprocess.run([*env, "scontrol", "update", f"JobId={job.job_id}", "Partition=spares"],
-                       capture_output=True, text=True, timeout=30, env=plab.env)
+    q = plab.run_as(["scontrol", "update", f"JobId={job.job_id}", "Partition=spares"], timeout=30)
     assert q.returncode != 0, q.stdout
     assert plab.client.job(job.job_id).partition == "train"
     # `slurm-ft sbatch` here goes through the plugin and makes the same tag (the starter holds no tag)
-    w = subprocess.run([PY, "-m", "slurm_ft", "sbatch", "--parsable", "--hold", "--ckpt-dir", str(ck),
-                        "--min-nodes", "2", "--hang-timeout", "600", "--max-restarts", "7",
-                        "-N", "2", "/bin/true"], capture_output=True, text=True, timeout=60,
-                       env=dict(plab.env, SLURM_FT_CONFIG=str(plab.config_path)))
+    w = plab.run_as([PY, "-m", "slurm_ft", "sbatch", "--parsable", "--hold", "--ckpt-dir", str(ck),
+                     "--min-nodes", "2", "--hang-timeout", "600", "--max-restarts", "7", "-N", "2", "/bin/true"],
+                    env={"SLURM_FT_CONFIG": str(plab.config_path)}, timeout=60)
     assert w.returncode == 0, w.stderr
     assert "submitted through the slurm-ft plugin" in w.stderr
     wrapped = plab.client.job(int(w.stdout.strip()))
@@ -118,7 +118,7 @@ def test_the_tag_in_admin_comment_is_the_wrappers_grammar_and_users_cannot_edit_
 
 
 def test_plain_sbatch_job_is_recovered_onto_a_spare_from_its_newest_checkpoint(pwork, plab):
-    sc = Scenario(plab.cluster, pwork / "demo", step_time=0.3, ckpt_every=3)
+    sc = Scenario(plab.cluster, plab.dir / "demo", step_time=0.3, ckpt_every=3)   # its job runs as plab.user
     sc.prepare()
     cfg = yaml.safe_load(sc.config_path.read_text())
     cfg.setdefault("lifecycle", {})["breaker_max_share"] = 0.5     # 10 nodes: one drain would open 0.1
@@ -152,12 +152,11 @@ def test_through_the_plugin_a_hang_is_restarted_in_place_from_the_newest_checkpo
     stalls with no Xid, no culprit is found, the step restarts in place from the newest checkpoint (the
     plugin resolved {ckpt} once, at the start; the supervisor resolves it again for the restart)."""
     ck = pwork / "ck"
-    p = subprocess.run([PY, "-m", "slurm_ft", "sbatch", "--ckpt-dir", str(ck), "--hang-timeout", "10", "-N", "2",
-                        "--ntasks-per-node=1", "-o", str(pwork / "job.out"), PY, "-m", "slurm_ft_lab.trainer",
-                        "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--step-time", "0.3", "--ckpt-every", "5",
-                        "--stall-at", "8", "--stall-rank", "1", "--gpu-check", "off"],
-                       capture_output=True, text=True, timeout=120, cwd=pwork,
-                       env=dict(plab.env, LD_LIBRARY_PATH=str(plab.dir / "lib")))   # the nodes' fake NVML
+    p = plab.run_as([PY, "-m", "slurm_ft", "sbatch", "--ckpt-dir", str(ck), "--hang-timeout", "10", "-N", "2",
+                     "--ntasks-per-node=1", "-o", str(pwork / "job.out"), PY, "-m", "slurm_ft_lab.trainer",
+                     "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--step-time", "0.3", "--ckpt-every", "5",
+                     "--stall-at", "8", "--stall-rank", "1", "--gpu-check", "off"], timeout=120, cwd=pwork,
+                    env={"LD_LIBRARY_PATH": str(plab.dir / "lib")})   # the nodes' fake NVML
     assert p.returncode == 0 and "through the slurm-ft plugin" in p.stderr, p.stderr
     job_id = int(p.stdout.split()[-1])
     try:
@@ -183,10 +182,10 @@ def test_through_the_plugin_hot_spares_meet_a_fault_inside_the_allocation(pwork,
     a node of the training step is met by its supervisor: relaunched on the hot spare from a complete
     checkpoint, no requeue."""
     ck = pwork / "ck"
-    p = subprocess.run([PY, "-m", "slurm_ft", "sbatch", "--ckpt-dir", str(ck), "--hot-spares", "1", "-N", "2",
-                        "--ntasks-per-node=1", "-o", str(pwork / "job.out"), PY, "-m", "slurm_ft_lab.trainer",
-                        "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--step-time", "0.3", "--ckpt-every", "5",
-                        "--gpu-check", "off"], capture_output=True, text=True, timeout=120, cwd=pwork, env=plab.env)
+    p = plab.run_as([PY, "-m", "slurm_ft", "sbatch", "--ckpt-dir", str(ck), "--hot-spares", "1", "-N", "2",
+                     "--ntasks-per-node=1", "-o", str(pwork / "job.out"), PY, "-m", "slurm_ft_lab.trainer",
+                     "--ckpt-dir", str(ck), "--resume", "{ckpt}", "--step-time", "0.3", "--ckpt-every", "5",
+                     "--gpu-check", "off"], timeout=120, cwd=pwork)
     assert p.returncode == 0 and "through the slurm-ft plugin" in p.stderr, p.stderr
     job_id = int(p.stdout.split()[-1])
     try:
@@ -221,15 +220,15 @@ def _start_of_launch(ck: Path, launch: int):
     return next((e for e in read_log(str(ck)) if e["event"] == "start" and e.get("launch", 0) == launch), None)
 
 
-def test_a_tag_the_user_writes_into_comment_is_ignored(pwork, plab):
-    config = controller_config(plab, pwork)
+def test_a_tag_the_user_writes_into_comment_is_ignored(pwork, plab, tmp_path):
+    config = controller_config(plab, tmp_path)
     p = sbatch(plab, "-N", "2", "-o", str(pwork / "o-%j.txt"), "--wrap", "sleep 600")
     assert p.returncode == 0, p.stderr
     job_id = int(p.stdout.split(";")[0])
     job = wait_job(plab, job_id)
     forged = encode(FtSpec(ckpt_dir="/etc"))
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", f"Comment={forged}"], check=True, env=plab.env,
-                   timeout=30)
+    u = plab.run_as(["scontrol", "update", f"JobId={job_id}", f"Comment={forged}"], timeout=30)   # the user's own
+    assert u.returncode == 0, u.stderr
     assert plab.client.job(job_id).comment == forged
     fail_node(plab, job.nodes[0])
     out = once(plab, config, budget=20)
@@ -245,8 +244,7 @@ def _ordinary_jobs_complete(lab, work: Path) -> None:
     job_id = int(p.stdout.split(";")[0])
     wait_job(lab, job_id, "COMPLETED", timeout=60)
     assert lab.client.job(job_id).admin_comment == ""
-    s = subprocess.run(["srun", "-N", "2", "/bin/echo", "ok"], capture_output=True, text=True, timeout=60,
-                       env=lab.env)
+    s = lab.run_as(["srun", "-N", "2", "/bin/echo", "ok"], cwd=work, timeout=60)
     assert s.returncode == 0 and s.stdout.split() == ["ok", "ok"], s.stderr
 
 

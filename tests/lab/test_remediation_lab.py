@@ -40,15 +40,15 @@ def sweep_until(lab, cfg, done, timeout: float = 120.0) -> str:
     raise AssertionError(f"sweeps did not get there within {timeout:g} s:\n{out}")
 
 
-def test_xid79_node_is_rebooted_validated_and_back_in_spares_then_rma_on_a_second_fault(clean, tmp_path):
+def test_xid79_node_is_rebooted_validated_and_back_in_spares_then_rma_on_a_second_fault(clean, tmp_path, work):
     lab = clean
     cfg = make_config(lab, tmp_path, remediation=remediation(lab))
     spare, *others = lab.spare_nodes
     lab.client.drain(others, HOLD)                # only `spare` is a healthy spare: the swap is predictable
     lab.client.set_partition_nodes("train", lab.train_nodes[:4])
     assert ft(lab, cfg, "sweep").stdout == ""
-    started = tmp_path / "started"
-    job_id = int(ft(lab, None, "sbatch", "-N", "4", "-o", str(tmp_path / "job-%j.out"),
+    started = work / "started"
+    job_id = int(ft(lab, None, "sbatch", "-N", "4", "-o", str(work / "job-%j.out"),
                     "/bin/sh", "-c", f"touch {started} && exec sleep 3600").stdout.split()[-1])
     job = wait_running(lab, job_id, marker=started)
     bad = job.nodes[2]
@@ -60,7 +60,7 @@ def test_xid79_node_is_rebooted_validated_and_back_in_spares_then_rma_on_a_secon
     ft(lab, cfg, "controller", "once", "--budget", "60")
     wait_running(lab, job_id, without=bad, with_=spare, marker=started)
     plan = json.loads(ft(lab, cfg, "remediate", "--dry-run", "--json").stdout)
-    assert plan == []                             # not quarantined yet: the sweep records that first
+    assert plan["steps"] == []                    # not quarantined yet: the sweep records that first
 
     # no person from here: sweeps quarantine it, reboot it (Slurm's RebootProgram), validate it, pool it
     t0 = time.monotonic()
@@ -108,8 +108,10 @@ def test_dry_run_says_what_it_would_do_and_changes_nothing(clean, tmp_path):
     assert f"would {bad}: reboot (scontrol reboot ASAP nextstate=DOWN): XID79 gpu1: reboot (attempt 1 of 1)" in out, out
     assert ft(lab, cfg, "sweep").stdout == ""      # said once
     plan = json.loads(ft(lab, cfg, "remediate", "--dry-run", "--json").stdout)
-    assert plan == [{"node": bad, "action": "reboot", "why": "XID79 gpu1: reboot (attempt 1 of 1)",
-                     "finding": "XID79 gpu1", "attempt": 1, "max_attempts": 1}]
+    assert plan["steps"] == [{"node": bad, "action": "reboot", "why": "XID79 gpu1: reboot (attempt 1 of 1)",
+                              "finding": "XID79 gpu1", "attempt": 1, "max_attempts": 1, "pool": "(no domain)",
+                              "held_by": None, "until": None}]
+    assert plan["budget"]["in_remediation"] == [bad] and plan["budget"]["waiting"] == []
     node = lab.client.node(bad)
     assert "REBOOT" not in "+".join(node.flags) and node.reason.startswith("slurm-ft: QUARANTINED XID79")
     assert history(lab, cfg, bad) == ["fault", "quarantine"]

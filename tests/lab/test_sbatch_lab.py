@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,8 +23,8 @@ DUMP = ("import json, os, sys; json.dump({'argv': sys.argv[2:], 'ckpt': os.envir
 
 
 def slurm_ft(lab, *args, cwd=None, check=True):
-    p = subprocess.run([PY, "-m", "slurm_ft", *args], capture_output=True, text=True, timeout=60,
-                       env=lab.env, cwd=cwd)
+    """`slurm-ft ARGS` as the lab's job user: a user submits their job."""
+    p = lab.run_as([PY, "-m", "slurm_ft", *args], cwd=cwd, timeout=60)
     if check:
         assert p.returncode == 0, p.stderr
     return p
@@ -79,10 +78,9 @@ mv {out}.tmp {out}
 sleep 300
 """)
     os.chmod(script, 0o644)                            # not executable: run through its #! like sbatch
-    env_dump = {**lab.env, "DUMP": DUMP}
-    p = subprocess.run([PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), "-o",
-                        str(work / "job.out"), "job.sh", "--resume", "{ckpt}", "--x={ckpt}/rank0"],
-                       capture_output=True, text=True, timeout=60, env=env_dump, cwd=work)
+    p = lab.run_as([PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), "-o",
+                    str(work / "job.out"), "job.sh", "--resume", "{ckpt}", "--x={ckpt}/rank0"],
+                   env={"DUMP": DUMP}, cwd=work, timeout=60)
     assert p.returncode == 0, p.stderr
     job_id = int(p.stdout)
     first = wait_file(out)

@@ -4,7 +4,6 @@ collective timeout (as with NCCL)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ def submit_trainer(lab, work: Path, *trainer_args: str, ft_args=(), nodes: int =
             "--gres=gpu:8", "--open-mode=append", "-o", str(work / "job.out"),
             "srun", "--ntasks-per-node=1", PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck),
             "--resume", "{ckpt}", *trainer_args]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=lab.env, cwd=work)
+    p = lab.run_as(argv, cwd=work, timeout=60)
     assert p.returncode == 0, p.stderr
     return int(p.stdout)
 

@@ -5,7 +5,6 @@ submits with --requeue=expedite; before, with plain --requeue. The controller re
 """
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
@@ -33,12 +32,12 @@ def _expedite_expected(lab) -> bool:
     return lab.client.version()[:2] >= (25, 11)
 
 
-def test_submit_uses_the_requeue_mode_of_the_cluster_and_the_controller_recovers(lab, cfg, tmp_path):
+def test_submit_uses_the_requeue_mode_of_the_cluster_and_the_controller_recovers(lab, cfg, work):
     expedite = _expedite_expected(lab)
     config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30,
                             env=lab.env).stdout
     assert ("enable_expedited_requeue" in config) == expedite          # the lab enables it on >= 25.11
-    jid = submit_ft(lab, tmp_path, 4)
+    jid = submit_ft(lab, work, 4)
     job = wait_job(lab, jid)
     line = _show(lab, jid)
     assert " Requeue=1 " in line
@@ -53,20 +52,20 @@ def test_submit_uses_the_requeue_mode_of_the_cluster_and_the_controller_recovers
     assert inc["spares"][0] in parts(lab)["train"] and bad not in parts(lab)["train"]
 
 
-def test_non_zero_exit_with_clean_epilogs(lab, cfg, tmp_path):
+def test_non_zero_exit_with_clean_epilogs(lab, cfg, work):
     """A fault found by the health check while the job's run dies on its own, the epilogs clean.
     >= 25.11 (expedite): Slurm requeues the job HELD (REQUEUE_HOLD); the controller releases it onto a
     spare. Before: plain --requeue does not requeue a non-zero exit; the job FAILED and stays so."""
     expedite = _expedite_expected(lab)
-    os.chmod(tmp_path, 0o755)
-    go = tmp_path / "exit-now"
-    script = tmp_path / "train.sh"      # runs until told, then exits 3 (a crash that no epilog notices)
+    go = work / "exit-now"
+    script = work / "train.sh"          # runs until told, then exits 3 (a crash that no epilog notices)
     script.write_text(f"#!/bin/sh\nwhile [ ! -e {go} ]; do sleep 0.2; done\nrm -f {go}\nexit 3\n")
     script.chmod(0o755)
-    p = slurm_ft(lab, None, "sbatch", "-N", "4", "-o", str(tmp_path / "job-%j.out"), str(script))
+    p = slurm_ft(lab, None, "sbatch", "-N", "4", "-o", str(work / "job-%j.out"), str(script))
     jid = int(p.stdout.split()[-1])
     job = wait_job(lab, jid)
     bad = job.nodes[1]
+    once(lab, cfg)              # the controller, running as deployed, saw where the run ran (nothing to do yet)
     fail_node(lab, bad)
     go.touch()
     if not expedite:

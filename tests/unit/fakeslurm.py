@@ -20,7 +20,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 from slurm_ft.errors import CommandError
 from slurm_ft.job.tag import FtSpec, encode
 from slurm_ft.slurm.api import NodeSpec
-from slurm_ft.slurm.client import JobNotFound
+from slurm_ft.slurm.client import JobNotFound, check_reason
 from slurm_ft.slurm.hostlist import expand
 from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 
@@ -47,7 +47,8 @@ class FakeSlurm:
                                                  # one node's read still answers
         self.reads: List[tuple] = []             # every read, in the client's words: ("fleet",), ("node", name),
                                                  # ("jobs",), ("job", id), ("partitions",),
-                                                 # ("partition", name)
+                                                 # ("partition", name), ("steps", id)
+        self.running_steps: Dict[int, List[int]] = {}   # job -> its numbered steps now running (a test sets it)
 
     # --- reads ------------------------------------------------------------------------------------
     def version(self) -> Tuple[int, int, int]:
@@ -106,6 +107,7 @@ class FakeSlurm:
 
     # --- nodes and partitions ---------------------------------------------------------------------
     def drain(self, nodes: NodeSpec, reason: str) -> List[str]:
+        check_reason(reason)                     # what the real client refuses before calling Slurm
         got = node_names(nodes)
         self.calls.append(("drain", tuple(got), reason))
         for x in got:
@@ -120,11 +122,14 @@ class FakeSlurm:
         return got
 
     def reboot(self, nodes: NodeSpec, reason: str) -> List[str]:
+        check_reason(reason)
         got = node_names(nodes)
         self.calls.append(("reboot", tuple(got), reason))
         return got
 
     def update_node(self, name: str, **fields: object) -> None:
+        if "Reason" in fields:
+            check_reason(str(fields["Reason"]))
         self.calls.append(("update_node", name, tuple(sorted(fields.items()))))
         if "Comment" in fields:
             self.n[name] = replace(self.n[name], comment=str(fields["Comment"]))
@@ -182,6 +187,14 @@ class FakeSlurm:
         j = self.j[job_id]
         self._free(j.nodes)
         self.j[job_id] = replace(j, state="CANCELLED", nodes=())
+
+    def steps(self, job_id: int) -> List[int]:
+        self.reads.append(("steps", job_id))
+        return list(self.running_steps.get(job_id, []))
+
+    def cancel_step(self, job_id: int, step: int) -> None:
+        self.calls.append(("cancel_step", job_id, step))
+        self.running_steps[job_id] = [x for x in self.running_steps.get(job_id, []) if x != step]
 
     # --- reservations -----------------------------------------------------------------------------
     def create_reservation(self, nodes: NodeSpec, *, name: Optional[str] = None, start: str = "now",

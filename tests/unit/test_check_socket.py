@@ -38,14 +38,16 @@ def node(tmp_path):
     nvml = tmp_path / "nvml.state"
     nvml.write_text("")
     cfg = tmp_path / "slurm-ft.yaml"
-    cfg.write_text(f"state_dir: {tmp_path}/state\nhealth:\n  kmsg_path: {tmp_path}/k\n"
-                   f"  state_file: {tmp_path}/st/{{node}}.json\n  deadline_s: {{quick: 1.0}}\n"
-                   # no breaker: a hook's fail finding prints the verdict without asking Slurm (none here)
-                   "lifecycle:\n  breaker_max_share: 0\n")
+    # no breaker: a hook's fail finding prints the verdict without asking Slurm (none here); health last,
+    # so that a test may append keys to it
+    cfg.write_text(f"state_dir: {tmp_path}/state\nlifecycle:\n  breaker_max_share: 0\n"
+                   f"health:\n  kmsg_path: {tmp_path}/k\n"
+                   f"  state_file: {tmp_path}/st/{{node}}.json\n  deadline_s: {{quick: 1.0}}\n")
     cfg.chmod(0o644)
     env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), SLURM_FT_FAKE_NVML_STATE=str(nvml),
                SLURM_FT_FAKE_NODE="n1", SLURMD_NODENAME="n1", SLURM_FT_CONFIG=str(cfg),
-               SLURM_FT_CHECK_SOCKET=str(tmp_path / "run" / "check-{node}.sock"))
+               SLURM_FT_CHECK_SOCKET=str(tmp_path / "run" / "check-{node}.sock"),
+               SLURM_FT_QUERY_SOCKET=str(tmp_path / "run" / "query-{node}.sock"))
     watchers = []
 
     class N:

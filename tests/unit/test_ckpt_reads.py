@@ -162,3 +162,33 @@ def test_scan_never_raises_on_any_bytes(files):
     r = ckpt.latest("/c", fs, verify=True)
     assert r.path is None or r.path.startswith("/c")
     assert not (r.path and r.refuse)
+
+
+def test_a_step_directory_swapped_for_a_symlink_after_the_listing_is_not_read_through(tmp_path):
+    """Finding 17: O_NOFOLLOW guarded the last component only. A step directory listed as a directory,
+    then swapped for a symlink before its files are read, made root read COMPLETE (and, with verify, hash
+    the files a manifest names) in a directory the user pointed at. (The scan's verdict came out right
+    before too, as the step's own listing was guarded; the reads under it were not.)"""
+    from slurm_ft.job.ckptfs import LocalFS
+    root, elsewhere = tmp_path / "ckpt", tmp_path / "elsewhere"
+    ckpt.write_checkpoint(str(root), 5, {"a": b"x"})
+    ckpt.write_checkpoint(str(elsewhere), 9, {"a": b"y"})        # complete, but not in the job's directory
+    (root / "step_000009").mkdir()                               # what the listing sees: an empty step dir
+
+    class Swapping(LocalFS):
+        def list(self, path):
+            got = super().list(path)
+            if path == str(root) and (root / "step_000009").is_dir() and not (root / "step_000009").is_symlink():
+                (root / "step_000009").rmdir()                   # the user's swap, between list and read
+                os.symlink(elsewhere / "step_000009", root / "step_000009")
+            return got
+
+    r = ckpt.latest(str(root), fs=Swapping(root=str(root)), verify=True)
+    assert r.step == 5 and r.path == str(root / "step_000005")
+    # the same through the filesystem calls themselves: nothing below the root is followed
+    fs = LocalFS(root=str(root))
+    assert fs.read(str(root / "step_000009" / "COMPLETE")) is None
+    assert fs.list(str(root / "step_000009")) is None and fs.sha256(str(root / "step_000009" / "a")) is None
+    # the root itself may be a link (/ckpt -> /lustre/...)
+    os.symlink(root, tmp_path / "link")
+    assert ckpt.latest(str(tmp_path / "link")).step == 5

@@ -5,6 +5,7 @@ tests/lab/test_controller_lab.py and test_crash_consistency.py.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -34,11 +35,11 @@ def _expand(expr):
     return tuple(expand(expr))
 
 
-def make(tmp_path, slurm, crash=None):
+def make(tmp_path, slurm, crash=None, lifecycle=None):
     # breaker off: FakeSlurm.fail drains nodes past any limit (the breaker's own tests are test_fleet_breaker)
     cfg = Config(state_dir=str(tmp_path / "state"), controller=ControllerConfig(poll_s=0.0, read_progress=False,
                                                                                 cycle_budget_s=5.0),
-                 lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0))
+                 lifecycle=lifecycle or LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0))
     def boom(kind, when):
         if (kind, when) == crash:
             raise Crash(f"{kind}:{when}")
@@ -147,17 +148,78 @@ def test_admin_drain_is_not_a_fault(tmp_path):
     assert jn.incidents(c.conn) == [] and s.j[100].state == "RUNNING" and not s.calls
 
 
-def test_open_drain_rate_breaker_holds_new_recoveries(tmp_path, monkeypatch):
-    from slurm_ft.node import guard
-    monkeypatch.setattr(guard, "is_open", lambda config, nodes=None, now=None: "40 nodes drained within 1 h (limit 6)")
-    s = model_slurm()
-    s.fail("gpu002")
+def test_a_fault_drained_within_the_default_breaker_is_recovered_on_a_small_cluster(tmp_path, caplog):
+    """Finding 9: 8 + 2 nodes, the breaker at its defaults (10 % of 10 nodes: limit 1). The watcher's
+    drain of gpu002 for an Xid 79 used the one unit, and the controller held its recovery for the
+    breaker's window (an hour). Now it is recovered; a later drain Slurm made past the limit for a failed
+    prolog is undone (the hooks share the breaker: the controller settles their bursts), loudly, and no
+    spare moves for it."""
+    s = model_slurm(n_train=8, n_spares=2)
+    s.fail("gpu002")                                          # the watcher's drain: count 1 of limit 1
+    c = make(tmp_path, s, lifecycle=LifecycleConfig())
+    with caplog.at_level("ERROR"):
+        c.cycle()
+    [inc] = jn.incidents(c.conn)
+    assert inc.status == "recovered" and inc.nodes == ("gpu002",) and inc.spares == ("gpu009",)
+    assert s.j[100].state == "RUNNING" and s.j[100].restart_count == 1 and "gpu002" not in s.j[100].nodes
+    assert "drain-rate breaker open" in caplog.text           # said once: no more drains
+    later = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 5))
+    s.n["gpu003"] = replace(s.n["gpu003"], flags=frozenset({"DRAIN"}), reason="Prolog error", reason_time=later)
+    s.calls.clear()
+    with caplog.at_level("ERROR"):
+        c.cycle()
+    assert len(jn.incidents(c.conn)) == 1 and s.calls == [("resume", ("gpu003",))] and s.j[100].restart_count == 1
+    assert "ALERT: drain-rate breaker: prolog/epilog failures drained nodes past the limit 1" in caplog.text
+
+
+def test_a_users_requeue_with_an_admins_down_node_in_the_partition_claims_nothing(tmp_path):
+    """R2: bob's own `scontrol requeue` of his job (PENDING, BeginTime, restart 1, no nodes) while an
+    admin's gpu005 is DOWN ("admin: DIMM swap, ticket 4711") and another user's gpu006 drained: the
+    controller drained gpu005 over the admin's reason, moved two spares and restarted the job."""
+    s = FakeSlurm(train=[f"gpu{i:03d}" for i in range(1, 7)], spares=["spare1", "spare2", "spare3"])
+    s.add_job(2, FtSpec(ckpt_dir="", max_restarts=5))
     c = make(tmp_path, s)
+    c.cycle()                                                 # the controller sees the job run on gpu001-002
+    s.n["gpu005"] = replace(s.n["gpu005"], state="DOWN", reason="admin: DIMM swap, ticket 4711")
+    s.n["gpu006"] = replace(s.n["gpu006"], flags=frozenset({"DRAIN"}), reason="Kill task failed")
+    s.requeue(100)                                            # bob's own requeue: no fault
+    s.calls.clear()
     c.cycle()
-    assert jn.incidents(c.conn) == [] and s.j[100].state == "RUNNING" and not s.calls
-    monkeypatch.setattr(guard, "is_open", lambda config, nodes=None, now=None: None)      # it closed
+    assert jn.incidents(c.conn) == [] and s.calls == []       # no drain, no partition edit, no job update
+    assert s.n["gpu005"].reason == "admin: DIMM swap, ticket 4711" and not s.n["gpu005"].drained
+    assert s.parts["spares"] == ["spare1", "spare2", "spare3"]
+
+
+def test_an_admins_reason_set_after_the_incident_opened_is_left_alone(tmp_path):
+    """gpu003 stopped answering (a fault); before the quarantine an admin downs it for their own work:
+    it stays where it is with their reason (never drained over, never out of its partition), and the
+    job is recovered all the same."""
+    s = model_slurm()
+    s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", reason="Not responding")
+    c = make(tmp_path, s)
+    from slurm_ft.fleet.plan import plan
+    snap = c.observe()
+    [opening] = plan(snap, [], c.policy, snap.taken_at)
+    c.act(opening)
+    s.n["gpu003"] = replace(s.n["gpu003"], reason="admin: PSU swap")
     c.cycle()
-    assert jn.incidents(c.conn)[0].status == "recovered"
+    [inc] = jn.incidents(c.conn)
+    assert inc.status == "recovered" and "gpu003" not in s.j[100].nodes
+    assert s.n["gpu003"].reason == "admin: PSU swap" and not s.n["gpu003"].drained and "gpu003" in s.parts["train"]
+    assert not [x for x in s.calls if x[0] == "drain"]
+    # the same race between the plan and the act: the quarantine's fresh read leaves it to its admin
+    s2 = model_slurm()
+    s2.n["gpu003"] = replace(s2.n["gpu003"], state="DOWN", reason="Not responding")
+    c2 = make(tmp_path / "race", s2)
+    snap = c2.observe()
+    [opening] = plan(snap, [], c2.policy, snap.taken_at)
+    c2.act(opening)
+    [inc] = jn.incidents(c2.conn)
+    s2.n["gpu003"] = replace(s2.n["gpu003"], reason="admin: PSU swap")
+    from slurm_ft.fleet.records import Step
+    assert c2.act(Step("quarantine", 100, incident_id=inc.id, nodes=inc.nodes, partition="train")) == "skipped"
+    assert "left to its admin" in jn.incidents(c2.conn)[0].step("quarantine").detail
+    assert s2.n["gpu003"].reason == "admin: PSU swap" and "gpu003" in s2.parts["train"]
 
 
 def test_a_down_node_is_drained_on_quarantine_through_the_breaker(tmp_path):
@@ -303,7 +365,9 @@ def test_waiting_on_a_job_rereads_only_the_queue_until_it_changes(tmp_path):
     assert q.reads == len(slept) == int(ctl_mod.FULL_READ_S / 0.1)   # nothing changed: a full read anyway
 
 
-def test_a_node_quarantined_for_not_answering_is_restored_when_it_answers_again(tmp_path):
+def test_a_node_quarantined_for_not_answering_goes_to_validation_when_it_answers_again(tmp_path):
+    """R13: 30 s after it answered it was resumed straight into the pool its spare had left, unvalidated.
+    Now it stays drained and out of every partition; its reason hands it to the sweep's validation."""
     s = model_slurm()
     s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", flags=frozenset({"NOT_RESPONDING"}), reason="Not responding")
     now = [1_000_000.0]
@@ -314,11 +378,45 @@ def test_a_node_quarantined_for_not_answering_is_restored_when_it_answers_again(
     assert inc.status == "recovered" and inc.spares == ("gpu005",) and "gpu003" not in s.parts["train"]
     s.n["gpu003"] = replace(s.n["gpu003"], state="IDLE", flags=frozenset({"DRAIN"}))     # it answers again
     c.cycle()
-    assert "gpu003" not in s.parts["spares"] and s.n["gpu003"].drained         # not before restore_after_s
+    assert s.n["gpu003"].reason.startswith("slurm-ft: quarantined, ")                   # not before restore_after_s
     now[0] += 31
     c.cycle()
-    assert "gpu003" in s.parts["spares"] and not s.n["gpu003"].drained          # back in the pool its spare left
+    node = s.n["gpu003"]
+    assert node.drained and node.reason.startswith("slurm-ft: REVALIDATE answers again; quarantined, DOWN")
+    assert "gpu003" not in s.parts["spares"] and "gpu003" not in s.parts["train"]
+    assert not [x for x in s.calls if x[0] == "resume"]
+    now[0] += 60
+    s.calls.clear()
+    c.cycle()
+    assert not s.calls                                        # handed over once
     assert [i.status for i in jn.incidents(c.conn)] == ["recovered"]
+
+
+@pytest.mark.parametrize("passing", ["STOPPED", "COMPLETING"])
+def test_a_passing_job_state_does_not_requeue_a_job_running_on_its_hot_spare(tmp_path, passing):
+    """Issue 21 item 5: one read showing the job in a passing state (its owner's SIGSTOP shows STOPPED on
+    22.05) made the hot path hand the incident to the requeue path, which requeued the running job."""
+    s = FakeSlurm()
+    s.add_job(4, FtSpec(ckpt_dir="", hot_spares=1, train_nodes=3), batch_host="gpu001")
+    s.fail("gpu002")
+    now = [1_000_000.0]
+    c = make(tmp_path, s)
+    c.clock = lambda: now[0]
+    for _ in range(4):                                        # open, quarantine, swap, then waits on the supervisor
+        c.cycle(budget_s=0.0)
+    [inc] = jn.incidents(c.conn)
+    assert inc.note.startswith("hot-spare: ") and "gpu002" not in s.parts["train"]
+    s.j[100] = replace(s.j[100], state=passing)
+    c.cycle(budget_s=0.0)
+    s.j[100] = replace(s.j[100], state="RUNNING")
+    for _ in range(3):
+        c.cycle(budget_s=0.0)
+    assert not [x for x in s.calls if x[0] == "requeue"], s.calls
+    s.shrink(100, ("gpu001", "gpu003", "gpu004"))            # the supervisor gives the node back
+    c.cycle(budget_s=0.0)
+    [inc] = jn.incidents(c.conn)
+    assert inc.status == "recovered" and inc.step("released") and not inc.step("requeue")
+    assert s.j[100].state == "RUNNING" and s.j[100].restart_count == 0
 
 
 def test_a_wave_of_unresponsive_nodes_alerts_and_takes_nothing_out(tmp_path, caplog):

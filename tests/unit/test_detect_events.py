@@ -11,6 +11,9 @@ import time
 from dataclasses import replace
 
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
+from hypothesis import given, strategies as st_
+
+from slurm_ft import wake
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
 from slurm_ft.fleet import journal as jn
 from slurm_ft.fleet.controller import Controller
@@ -143,3 +146,47 @@ def test_node_state_roundtrip_keeps_running_jobs(tmp_path):
     with st.locked(path, "gpu001") as state:
         st.job_started(state, "42", 5.0)
     assert st.running_jobs(st.load(path, "gpu001")) == [42]
+
+
+def test_an_epilog_on_a_shared_node_counts_xids_from_its_own_jobs_start():
+    """Two jobs' prologs on one node: the second overwrote the last-prolog record, the running list keeps both."""
+    state = st.empty("gpu001")
+    state["job"] = {"id": "23", "start": 20.0}
+    st.job_started(state, "17", 10.0)
+    st.job_started(state, "23", 20.0)
+    assert st.job_start(state, "17") == 10.0 and st.job_start(state, "23") == 20.0
+    assert st.job_start(state, "99") is None
+
+
+# --- a failed prolog's wake -------------------------------------------------------------------------
+
+@given(st_.from_regex(r"[A-Za-z0-9_.\-]{1,64}", fullmatch=True), st_.one_of(st_.none(), st_.integers(1, 9_999_999_999)))
+def test_a_wake_payload_reads_back_as_sent(node, job):
+    assert wake.parse(wake.payload(node, job)) == (node, job)
+
+
+@given(st_.text(max_size=120))
+def test_anything_else_is_no_wake(text):
+    try:
+        node, job = wake.parse(text)
+    except ValueError:
+        return
+    assert text == wake.payload(node, job)
+
+
+def test_a_job_slurm_requeued_held_after_its_prolog_failed_is_recovered_from_the_prologs_wake(tmp_path):
+    """The controller never saw the run (Slurm requeued it held, with no nodes, between two reads): the
+    prolog's wake names the node, the incident claims it and a spare replaces it."""
+    names = [f"gpu{i:03d}" for i in range(1, 7)]
+    s = FakeSlurm(train=names[:4], spares=names[4:])
+    jid = s.add_job(2, FtSpec(ckpt_dir=""))
+    s.n["gpu001"] = replace(s.n["gpu001"], state="IDLE")
+    s.n["gpu002"] = replace(s.n["gpu002"], state="IDLE", flags=frozenset({"DRAIN"}), reason="Prolog error")
+    s.j[jid] = replace(s.j[jid], state="PENDING", nodes=(), restart_count=1, held=True,
+                       reason="launch_failed_requeued_held")
+    c = make(tmp_path, s)
+    c.heard(wake.payload("gpu002", jid))
+    c.heard(wake.payload("gpu003"))                  # a drain's wake carries no job
+    c.cycle(budget_s=0.5)
+    [inc] = jn.incidents(c.conn)
+    assert inc.nodes == ("gpu002",) and inc.spares and inc.spares[0] in names[4:]

@@ -59,6 +59,23 @@ def test_hook_fails_the_node_only_on_a_verdict_line_with_exit_1(tmp_path, level,
     assert hook(HOOKS[level], stub(tmp_path, rc, out, kill)) == want
 
 
+@pytest.mark.parametrize("level", sorted(HOOKS))
+def test_hook_reads_the_verdict_from_stdout_only(tmp_path, level):
+    """Finding 16: the hooks grepped stdout and stderr together (2>&1), so a verdict line on stderr failed
+    the node. It is read from stdout alone; stderr still reaches the log line, and no file is left."""
+    def stub2(name: str, out: str, err: str) -> Path:
+        p = tmp_path / name
+        p.write_text(f"#!/bin/sh\nprintf '%s\\n' {out!r}\nprintf '%s\\n' {err!r} >&2\nexit 1\n")
+        p.chmod(0o755)
+        return p
+
+    verdict = "slurm-ft-verdict: FAIL slurm-ft: XID79 gpu2 GPU has fallen off the bus"
+    before = set(Path("/tmp").glob(f"slurm-ft-{level}.*"))
+    assert hook(HOOKS[level], stub2("on-stderr", "n1: checking", verdict)) == 0
+    assert hook(HOOKS[level], stub2("on-stdout", verdict, "a warning on stderr")) == 1
+    assert set(Path("/tmp").glob(f"slurm-ft-{level}.*")) == before
+
+
 def test_hooks_without_slurm_ft_pass(tmp_path):
     for script in (*HOOKS.values(), HEALTHCHECK):
         assert hook(script, tmp_path / "no-such-slurm-ft", {"PATH": "/usr/bin:/bin"}) == 0

@@ -95,12 +95,19 @@ def test_guard_refuses_loudly_when_the_count_is_unknown(tmp_path, caplog):
     assert any(r.levelname == "ERROR" and "unknown" in r.message for r in caplog.records)
 
 
-def test_controller_holds_recoveries_at_the_limit(tmp_path):
-    c = cfg(tmp_path, breaker_max_nodes=2)
-    assert guard.is_open(c, nodes=fleet(out("a", "slurm-ft: XID79 gpu1 x")), now=NOW) is None
-    why = guard.is_open(c, nodes=fleet(out("a", "slurm-ft: QUARANTINED x"), out("b", "Prolog error")), now=NOW)
-    assert why and "2 nodes" in why and "limit 2" in why
-    assert guard.is_open(cfg(tmp_path, breaker_max_nodes=0), nodes=fleet(out("a", "Prolog error")), now=NOW) is None
+def test_past_the_limit_are_the_drains_beyond_it_by_reason_time_ties_against():
+    """The controller recovers a fault drained within the limit and holds one drained past it: the
+    latest drains beyond `cap`, by reason time (racers in one second all count as past, as in `keeps`)."""
+    within = fleet(out("a", "slurm-ft: XID79 gpu1 x", age=300), out("b", "Prolog error", age=200))
+    assert brk.past_limit(brk.view(within, NOW), NOW, cap=2, window_s=HOUR) == frozenset()
+    over = fleet(out("a", "slurm-ft: XID79 gpu1 x", age=300), out("b", "Prolog error", age=200),
+                 out("c", "Epilog error", age=100), out("old", "slurm-ft: QUARANTINED x", age=2 * HOUR))
+    assert brk.past_limit(brk.view(over, NOW), NOW, cap=2, window_s=HOUR) == {"c"}
+    assert brk.past_limit(brk.view(over, NOW), NOW, cap=1, window_s=HOUR) == {"b", "c"}
+    tied = fleet(out("a", "slurm-ft: XID79 gpu1 x", age=100), out("b", "slurm-ft: XID79 gpu2 x", age=100))
+    assert brk.past_limit(brk.view(tied, NOW), NOW, cap=1, window_s=HOUR) == {"a", "b"}
+    view = brk.view(over, NOW)
+    assert {n for n, _ in view.out if not brk.keeps(view, n, NOW, max_share=0, max_nodes=2, window_s=HOUR)} == {"c"}
 
 
 def test_a_failing_hook_reads_the_fleet_count_then_and_only_then(tmp_path):

@@ -125,7 +125,7 @@ def test_a_recovery_ends_at_the_runs_first_step_however_late_the_files_are_read(
 def test_a_slow_directory_is_unreadable_not_a_hang(tmp_path, monkeypatch):
     import threading
     gate = threading.Event()
-    monkeypatch.setattr(jobprogress, "_read", lambda d, j: gate.wait(5))
+    monkeypatch.setattr(jobprogress, "_read_dir", lambda d: gate.wait(5))
     with pytest.raises(jobprogress.Unreadable, match="not read within 0.2 s"):
         jobprogress.read_job_files(str(tmp_path), 9, deadline_s=0.2)
     gate.set()
@@ -169,3 +169,74 @@ def test_foreign_starts_and_reports_never_raise(lines, rec):
         assert isinstance(s.t, float) and s.restart >= 0
     p = jobprogress.parse_point(rec, "9")
     assert p is None or (p.step >= 0 and isinstance(p.t, float))
+
+
+# --- goodput of every job, bounded in total (issue 22 item 7, review finding 6, R6) -------------------
+
+def _tagged(s, jid, ckpt, state="RUNNING", restart=0, held=False):
+    from slurm_ft.job.tag import FtSpec, encode
+    from slurm_ft.slurm.types import Job
+    s.j[jid] = Job(jid, "train", state, partition="train", comment=encode(FtSpec(ckpt_dir=ckpt)), requeue=True,
+                   restart_count=restart, held=held, tres_per_node="gres/gpu:8", num_nodes=1)
+
+
+def _rows_env(tmp_path):
+    from slurm_ft.config import Config
+    from slurm_ft.fleet.store import Store
+    from fakeslurm import FakeSlurm
+    return Config(state_dir=str(tmp_path / "state")), FakeSlurm(), Store(str(tmp_path / "state"))
+
+
+def test_a_hundred_jobs_on_slow_directories_cost_one_total_deadline_not_a_hundred(tmp_path, monkeypatch):
+    """R6: every tagged job's directory was read on its own, each up to 10 s: 100 jobs naming one slow
+    directory ~1,000 s per metrics write, inside the sweep lock. Now a directory is read once, and all
+    of them within the write's total (here 0.6 s): the rest are left out, logged, never guessed."""
+    import threading
+    import time as _time
+    from slurm_ft.fleet import collect
+    gate = threading.Event()
+    reads = []
+
+    def slow(d):
+        reads.append(d)
+        gate.wait(5)                                      # a dead NFS server
+
+    monkeypatch.setattr(jobprogress, "_read_dir", slow)
+    cfg, s, store = _rows_env(tmp_path)
+    for i in range(100):
+        _tagged(s, 1000 + i, f"/ckpt/slow{i % 5}/")      # 5 directories, 20 jobs each (a trailing / too)
+    t0 = _time.monotonic()
+    with store:
+        rows = collect.goodput_rows(cfg, s, store, total_s=0.6)
+    took = _time.monotonic() - t0
+    gate.set()
+    assert rows == [] and reads == ["/ckpt/slow0"]        # the first directory spent the whole budget
+    assert took < 3.0, took
+
+
+def test_goodput_reads_each_directory_once_and_only_jobs_that_ran(tmp_path, monkeypatch):
+    from slurm_ft.fleet import collect
+    reads = []
+    real = jobprogress._read_dir
+    monkeypatch.setattr(jobprogress, "_read_dir", lambda d: reads.append(d) or real(d))
+    cfg, s, store = _rows_env(tmp_path)
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    for d in (shared, own):
+        d.mkdir()
+    for jid in (1, 2, 3):
+        _tagged(s, jid, str(shared))                      # three running jobs, one directory
+    _tagged(s, 4, str(own), state="PENDING", restart=1)   # requeued by a recovery: its recovery counts
+    _tagged(s, 5, str(own), state="PENDING", held=True)   # `sbatch --hold`, never ran: nothing to read
+    _tagged(s, 6, str(tmp_path / "never"), state="PENDING", held=True)
+    _tagged(s, 7, str(tmp_path / "done"), state="COMPLETED")
+    with store:
+        rows = collect.goodput_rows(cfg, s, store)
+    assert sorted(j for j, _ in rows) == [1, 2, 3, 4]
+    assert sorted(reads) == [str(own), str(shared)]
+
+
+@pytest.mark.parametrize("state,restart,want", [("RUNNING", 0, True), ("COMPLETING", 2, True),
+                                                ("PENDING", 0, False), ("PENDING", 1, True),
+                                                ("COMPLETED", 0, False), ("CANCELLED", 3, False)])
+def test_which_jobs_the_metrics_follow(state, restart, want):
+    assert jobprogress.followed(SimpleNamespace(state=state, restart_count=restart)) is want

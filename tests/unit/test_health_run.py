@@ -233,6 +233,14 @@ def test_admin_drain_is_never_touched():
     assert c.calls == []
 
 
+def test_an_admins_down_node_keeps_its_reason_slurms_own_down_gets_ours():
+    """`scontrol update State=DOWN Reason="admin: ..."`: the admin's node, even when a check finds a fault
+    there (the check reports it); a node Slurm set DOWN for not answering is drained with the finding."""
+    c = one_node(Node("gpu001", "DOWN", reason="admin: DIMM swap, ticket 4711"))
+    assert decide_and_apply(c, [XID79], checks=("xid",)).action == "left" and c.calls == []
+    assert dr.decide(Node("gpu001", "DOWN", reason="Not responding"), [XID79], checks=("xid",)).action == "drain"
+
+
 def test_prolog_error_drain_gets_the_exact_reason():
     c = one_node(Node("gpu001", "IDLE", frozenset({"DRAIN"}), reason="Prolog error"))
     out = decide_and_apply(c, [], checks=("inventory",), active=[ECC])

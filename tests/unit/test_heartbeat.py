@@ -78,3 +78,50 @@ def test_any_bytes_in_a_rank_file_are_a_report_or_skipped(tmp_path_factory, data
     (d / "rank-0.json").write_bytes(data)
     for rec in heartbeat.read_all(str(root)).values():
         assert type(rec["step"]) is int and type(rec["rank"]) is int
+
+
+def test_a_symlinked_progress_directory_is_not_followed(tmp_path):
+    """R6 step 1: CKPT/.slurm-ft-progress -> a 0700 directory elsewhere; root's reader followed it and
+    returned that directory's report (the checkpoint scanner's LocalFS.list refuses the same path)."""
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "rank-0.json").write_text(json.dumps({"step": 987654, "t": 1.0, "rank": 0, "host": "secret-host"}))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    os.symlink(secret, ckpt / heartbeat.DIR_NAME)
+    assert heartbeat.read_all(str(ckpt)) == {}
+    # the checkpoint directory itself may be a link (/ckpt -> /lustre/...): only what is below it is not followed
+    real = tmp_path / "lustre-run"
+    (real / heartbeat.DIR_NAME).mkdir(parents=True)
+    (real / heartbeat.DIR_NAME / "rank-0.json").write_text(json.dumps({"step": 5, "t": 1.0, "rank": 0}))
+    os.symlink(real, tmp_path / "run")
+    assert heartbeat.read_all(str(tmp_path / "run"))[0]["step"] == 5
+
+
+def test_the_reader_looks_at_a_bounded_number_of_entries(tmp_path, monkeypatch):
+    """R6: 200,000 junk entries cost every read 1.65 s, however few ranks the reader wants."""
+    d = tmp_path / heartbeat.DIR_NAME
+    d.mkdir()
+    for i in range(3000):
+        (d / f"junk-{i}").touch()
+    real = os.scandir
+    pulled = []
+
+    class Counting:
+        def __init__(self, it):
+            self.it = it
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.it.close()
+
+        def __iter__(self):
+            for e in self.it:
+                pulled.append(e.name)
+                yield e
+
+    monkeypatch.setattr(heartbeat.os, "scandir", lambda p: Counting(real(p)))
+    assert heartbeat.read_all(str(tmp_path), max_ranks=8) == {}
+    assert len(pulled) <= 80                    # max_entries(8): 2 x 8 ranks + 64

@@ -35,6 +35,35 @@ def test_inject_prints_and_logs(lab):
     assert kmsg.read_xids(str(lab / "nodes" / "gpu002" / "kmsg")) == []     # only that node
 
 
+def test_a_nodes_kernel_log_is_roots_and_its_fake_driver_anyones(lab):
+    """A job's user may query NVML but not read the kernel log (/dev/kmsg with kernel.dmesg_restrict=1)."""
+    d = lab / "nodes" / "gpu001"
+    assert (d / "kmsg").stat().st_mode & 0o777 == 0o600 and (d / "nvml.state").stat().st_mode & 0o777 == 0o644
+    inject.inject(lab, "gpu001", "xid", gpu=0, value=79)
+    inject.heal(lab, "gpu001")
+    assert (d / "kmsg").stat().st_mode & 0o777 == 0o600
+    inject.init_node(lab, "gpu003", gpus=2, durable=False)          # `lab up`'s way
+    assert (lab / "nodes" / "gpu003" / "kmsg").stat().st_mode & 0o777 == 0o600
+
+
+def test_log_only_writes_the_kernel_log_line_and_leaves_the_driver_alone(lab):
+    before = (lab / "nodes" / "gpu001" / "nvml.state").read_text()
+    r = cli(lab, "inject", "gpu001", "--gpu", "3", "--xid", "79", "--log-only")
+    assert r.returncode == 0, r.stderr
+    assert (lab / "nodes" / "gpu001" / "nvml.state").read_text() == before          # no NVML event, no state
+    assert [e.xid for e in kmsg.read_xids(str(lab / "nodes" / "gpu001" / "kmsg"))] == [79]
+    r = cli(lab, "inject", "gpu001", "--xid", "79", "--log-only", "--no-log")
+    assert r.returncode == 2 and "exclude each other" in r.stderr
+
+
+def test_heal_forgets_the_watchers_place_in_the_kernel_log(lab):
+    """A rebooted node's watcher starts at the end of its (new) kernel log."""
+    place = lab / "nodes" / "gpu001" / "state.json.watch"
+    place.write_text('{"path": "x", "inode": 1, "offset": 10}\n')
+    inject.heal(lab, "gpu001")
+    assert not place.exists()
+
+
 def test_records_have_increasing_sequence_numbers(lab):
     for code in (13, 48, 79):
         inject.inject(lab, "gpu001", "xid", gpu=0, value=code)

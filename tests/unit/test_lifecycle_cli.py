@@ -101,6 +101,21 @@ def test_sweep_is_silent_without_news_and_busy_exits_5(env, capsys):
     assert rc == 0 and rep["changes"][0].startswith("gpu004: in_service -> failed")
 
 
+def test_metrics_writes_do_not_pile_up(env, capsys):
+    """The every-minute cron `status --write-metrics` took no lock: while one run still read slow
+    checkpoint directories, the next ones joined it. Now a second run exits 5 at once, one line."""
+    tmp, slurm = env
+    from slurm_ft.filelock import FileLock
+    with FileLock(tmp / "state" / "metrics.lock", "metrics write"):
+        rc, out, err = cli(capsys, "status", "--write-metrics")
+        assert rc == 5 and out == "" and not (tmp / "m.prom").exists()
+        assert err.startswith("slurm-ft: error: another metrics write is running (pid ") and err.count("\n") == 1
+        rc, out, _ = cli(capsys, "status")                 # the screen alone reads no directory: no lock
+        assert rc == 0 and "spare pool" in out
+    rc, _, _ = cli(capsys, "status", "--write-metrics")
+    assert rc == 0 and "slurm_ft_breaker_limit_nodes 1" in (tmp / "m.prom").read_text()
+
+
 def test_quarantine_of_a_validating_node_is_refused_before_slurm_is_touched(env, capsys):
     tmp, slurm = env
     with Store(str(tmp / "state")) as st:

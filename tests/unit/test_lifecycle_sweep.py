@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -275,3 +276,168 @@ def test_three_faults_with_repairs_between_put_the_node_on_the_rma_list(tmp_path
     assert "gpu006: failed -> rma" in r.changes[1] and "lemon: 3 incidents within 30 days" in r.changes[1]
     assert r.alerts[0].startswith("gpu006: on the RMA list")
     assert s.node("gpu006").reason.startswith("slurm-ft: RMA XID79 gpu2") and s.node("gpu006").partitions == ()
+
+
+def test_remediation_spends_its_budget_over_sweeps_and_says_who_waits(tmp_path, capsys, monkeypatch):
+    """Five nodes quarantined for Xid 79 at once, remediation on with at most 2 in remediation: each sweep
+    reboots what the budget allows (2 at once, max(3, 10% of 10) = 3 an hour), one alert names who
+    waits, and the report shows the budget as the last sweep spent it."""
+    from slurm_ft.cli import main
+    from slurm_ft.config import RemediationConfig
+    from slurm_ft.fleet.remediator import BUDGET_KEY
+    train = tuple(f"gpu{i:03d}" for i in range(1, 9))
+    s = ModelSlurm(train=train, spares=("gpu009", "gpu010"))
+    cfg = config(tmp_path, breaker_max_nodes=0, remediation=RemediationConfig(mode="on", max_concurrent=2))
+    sweep(cfg, s)
+    bad = train[:5]
+    for n in bad:
+        s.drain([n], "slurm-ft: XID79 gpu3 GPU has fallen off the bus")
+        s.parts["train"].remove(n)
+    r = sweep(cfg, s)
+    rebooted = [c[1][0] for c in s.calls if c[0] == "reboot"]
+    assert rebooted == ["gpu001", "gpu002"]
+    waits = [a for a in r.alerts if a.startswith("remediation budget:")]
+    assert len(waits) == 1 and "3 node(s) wait: gpu003, gpu004, gpu005" in waits[0]
+    assert "2 of at most 2 nodes in remediation at once" in waits[0]
+    assert not [a for a in sweep(cfg, s).alerts if a.startswith("remediation budget:")]   # said once
+    # the two rebooted are validated and back; the third repair of the hour starts, then the hour is spent
+    r = sweep(cfg, s)
+    rebooted = [c[1][0] for c in s.calls if c[0] == "reboot"]
+    assert rebooted == ["gpu001", "gpu002", "gpu003"]
+    with Store(cfg.state_dir) as st:
+        assert st.record("gpu001").state is State.SPARE
+        doc = st.kv_get_json(BUDGET_KEY)
+    pool = doc["pools"]["(no domain)"]
+    assert (pool["nodes"], pool["limit"], pool["repairs_in_window"]) == (10, 3, 3)
+    assert [(w["node"], w["held_by"]) for w in doc["waiting"]] == [("gpu004", "repair_budget"),
+                                                                    ("gpu005", "repair_budget")]
+    assert "3 repairs started in pool (no domain) within 1 h" in doc["waiting"][0]["why"]
+    cfg_file = tmp_path / "slurm-ft.yaml"
+    cfg_file.write_text(f"state_dir: {cfg.state_dir}\nlifecycle:\n  remediation: {{mode: 'on', max_concurrent: 2}}\n")
+    cfg_file.chmod(0o644)
+    monkeypatch.setattr("slurm_ft.cli.node.client_from_config", lambda config: s)
+
+    def cli(*argv):
+        with pytest.raises(SystemExit) as exc:
+            main(["--config", str(cfg_file), *argv])
+        return exc.value.code, capsys.readouterr().out
+
+    rc, out = cli("report")
+    assert rc == 0, out
+    assert "remediation budget (the sweep at " in out
+    assert "pool (no domain) (10 nodes): 3 of 3 repairs started within 1 h (next slot " in out
+    assert "waiting: gpu004 (reboot, repair_budget until " in out
+    rc, out = cli("report", "--json")
+    assert json.loads(out)["remediation_budget"]["waiting"][1]["node"] == "gpu005"
+    # what would be done now, and what waits until when
+    rc, out = cli("remediate", "--dry-run")
+    assert rc == 0
+    assert "would gpu004: hold: XID79 gpu3: reboot waits for the remediation budget: 3 repairs started" in out
+    assert "budget: waiting: gpu005 (reboot, repair_budget until " in out
+    rc, out = cli("remediate", "--dry-run", "--json")
+    doc = json.loads(out)
+    held = {st["node"]: st for st in doc["steps"]}["gpu004"]
+    assert (held["action"], held["held_by"], held["until"]) == ("hold", "repair_budget",
+                                                                 doc["budget"]["pools"]["(no domain)"]["next_repair_slot"])
+
+
+# --- a node quarantined for not answering, answering again (the controller's REVALIDATE reason) -------
+
+class Scripts(ModelSlurm):
+    """ModelSlurm that keeps the validation scripts it ran."""
+
+    def __init__(self):
+        super().__init__()
+        self.scripts = []
+
+    def submit(self, script):
+        self.scripts.append(script)
+        return super().submit(script)
+
+
+def _unresponsive_quarantine(s, node="gpu003", spare="gpu005", seen="DOWN+NOT_RESPONDING"):
+    """What the controller did: gpu003 stopped answering, drained, out of train, gpu005 swapped in."""
+    s.recover(node, spare, reason=f"slurm-ft: quarantined, {seen}: Not responding during job 100")
+
+
+def _levels(script):
+    return re.findall(r"--level '?(\w+)'?", script)
+
+
+@pytest.mark.parametrize("seen_before", [True, False])
+def test_a_node_that_answers_again_is_validated_before_it_joins_the_pool(tmp_path, seen_before):
+    """R13: it went straight back into the pool 30 s after it answered. Handed over by the controller
+    (REVALIDATE), it passes the full validation (a lone node's own hang looks like a lost network)
+    before the pool gets it; quarantined again when it fails."""
+    cfg, s = config(tmp_path), Scripts()
+    sweep(cfg, s)
+    _unresponsive_quarantine(s)
+    if seen_before:                               # a sweep saw the quarantine before it answered
+        assert "gpu003: failed -> quarantined" in sweep(cfg, s).changes[1]
+        assert s.node("gpu003").reason.startswith("slurm-ft: QUARANTINED quarantined, DOWN")
+    s.drain(["gpu003"], "slurm-ft: REVALIDATE answers again; quarantined, DOWN+NOT_RESPONDING: Not responding")
+    r = sweep(cfg, s)
+    assert "gpu003: quarantined -> repaired (answers again; quarantined, DOWN+NOT_RESPONDING: Not responding)" in r.changes
+    assert any(c.startswith("gpu003: repaired -> validating") for c in r.changes)
+    assert "gpu003: validating -> spare (passed (job 100))" in r.changes
+    assert _levels(s.scripts[-1]) == list(cfg.lifecycle.validate_levels)
+    n = s.node("gpu003")
+    assert n.partitions == ("spares",) and not n.drained
+    with Store(cfg.state_dir) as st:
+        assert [e.event for e in st.history("gpu003")][-4:] == [Event.QUARANTINE, Event.REPAIRED, Event.VALIDATE,
+                                                               Event.PASS]
+
+
+def test_a_node_that_answers_again_but_fails_its_validation_is_quarantined(tmp_path):
+    cfg, s = config(tmp_path), Scripts()
+    sweep(cfg, s)
+    _unresponsive_quarantine(s)
+    s.sick.add("gpu003")
+    s.drain(["gpu003"], "slurm-ft: REVALIDATE answers again; quarantined, DOWN: Not responding during job 100")
+    r = sweep(cfg, s)
+    assert any(c.startswith("gpu003: validating -> quarantined (ECC_DBE gpu2") for c in r.changes), r.changes
+    n = s.node("gpu003")
+    assert n.drained and n.reason.startswith("slurm-ft: QUARANTINED validation failed") and n.partitions == ()
+    assert sweep(cfg, s).changes == []            # no loop: waits for a person (or remediation) now
+
+
+def test_a_node_that_stopped_with_a_wave_gets_the_spare_recheck_levels(tmp_path):
+    cfg, s = config(tmp_path, spare_recheck_levels=["prolog"]), Scripts()
+    sweep(cfg, s)
+    _unresponsive_quarantine(s)
+    s.drain(["gpu003"], "slurm-ft: REVALIDATE outage, answers again; quarantined, DOWN: Not responding")
+    r = sweep(cfg, s)
+    assert "gpu003: validating -> spare (passed (job 100))" in r.changes
+    assert _levels(s.scripts[-1]) == ["prolog"]
+
+
+def test_an_admins_reason_on_a_node_we_quarantined_is_never_rewritten_or_remediated(tmp_path):
+    """An admin downs a node slurm-ft quarantined (for not answering: no finding code of ours) with their
+    own reason naming an Xid: the remediation rebooted it for that Xid. Now it is theirs."""
+    from slurm_ft.config import RemediationConfig
+    cfg = config(tmp_path, remediation=RemediationConfig(mode="on"))
+    s = ModelSlurm()
+    sweep(cfg, s)
+    _unresponsive_quarantine(s, seen="DOWN")          # Slurm set it DOWN: no code of ours in the history
+    assert "gpu003: failed -> quarantined" in sweep(cfg, s).changes[1]
+    s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", reason="admin: XID79 twice this week, RMA ticket 4711")
+    s.calls.clear()
+    r = sweep(cfg, s)
+    assert not [c for c in s.calls if c[0] in ("drain", "reboot", "resume")], s.calls
+    assert s.node("gpu003").reason == "admin: XID79 twice this week, RMA ticket 4711"
+    assert not any("reboot" in c for c in r.changes)
+
+
+def test_an_admin_taking_over_a_failed_node_keeps_their_reason_and_partition(tmp_path):
+    """Our check drained gpu004 while a job ran there (failed, still in train); an admin re-drains it with
+    their reason before the job ends: the sweep no longer takes it out nor rewrites it QUARANTINED."""
+    cfg, s = config(tmp_path), ModelSlurm()
+    sweep(cfg, s)
+    s.n["gpu004"] = replace(s.n["gpu004"], state="ALLOCATED")
+    s.drain(["gpu004"], "slurm-ft: XID79 gpu1 fell off the bus")
+    assert sweep(cfg, s).changes == ["gpu004: in_service -> failed (slurm-ft: XID79 gpu1 fell off the bus)"]
+    s.drain(["gpu004"], "admin: BIOS update")
+    s.n["gpu004"] = replace(s.n["gpu004"], state="IDLE")            # the job ended
+    s.calls.clear()
+    assert sweep(cfg, s).changes == [] and not s.calls
+    assert s.node("gpu004").reason == "admin: BIOS update" and "gpu004" in s.parts["train"]

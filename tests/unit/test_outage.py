@@ -1,5 +1,5 @@
 """An outage is not a fault: grace for NOT_RESPONDING, waves by rate, the fleet-wide out-of-service
-budget, and the restore of nodes quarantined for not answering (pure: outage.py and the plan)."""
+budget, and the revalidation of nodes quarantined for not answering (pure: outage.py and the plan)."""
 from __future__ import annotations
 
 from slurm_ft.fleet.records import Incident, StepRecord
@@ -66,11 +66,39 @@ def test_a_wave_is_a_rate_not_a_share_of_the_fleet():
     names = TRAIN[:8]
     bad = {n: unresp(n, down=True) for n in names}
     spread = {n: out.Seen(NOW - 600 + i * 80) for i, n in enumerate(names)}
-    assert out.wave(spread, NOW, nodes=8, window_s=120, settle_s=60) is None
+    assert out.waves(spread, NOW, nodes=8, window_s=120, settle_s=60) == []
     assert kinds(plan(snap(bad, spread), [], P, NOW)) == ["open"]
     close = {n: out.Seen(NOW - 100 + i) for i, n in enumerate(names)}
-    assert out.wave(close, NOW, nodes=8, window_s=120, settle_s=60).still_out == tuple(names)
-    assert out.wave(close, NOW, nodes=9, window_s=120, settle_s=60) is None
+    [w] = out.waves(close, NOW, nodes=8, window_s=120, settle_s=60)
+    assert w.still_out == tuple(names)
+    assert out.waves(close, NOW, nodes=9, window_s=120, settle_s=60) == []
+
+
+def test_every_wave_is_held_back_two_racks_five_minutes_apart():
+    """R5: rack A stopped at t-600 s, rack B at t-300 s, none back. Only B was held back; A's eight
+    were single faults (8 of the breaker's 10 spent on an outage, spares swapped in)."""
+    a, b = TRAIN[:8], TRAIN[8:16]
+    seen = {**{n: out.Seen(NOW - 600 + i) for i, n in enumerate(a)}, **{n: out.Seen(NOW - 300 + i) for i, n in enumerate(b)}}
+    bad = {n: unresp(n, down=True) for n in a + b}
+    steps = plan(snap(bad, seen, limit=10), [], P, NOW)
+    assert kinds(steps) == ["alert"] and steps[0].job_id == 0 and steps[0].nodes == tuple(sorted(a + b))
+    assert "2 waves at once" in steps[0].reason and "gpu[001-008]" in steps[0].reason and "gpu[009-016]" in steps[0].reason
+    active = out.waves(seen, NOW, nodes=8, window_s=120, settle_s=60)
+    assert [w.members for w in active] == [tuple(a), tuple(b)]
+
+
+def test_one_outage_spreading_past_the_window_is_one_wave():
+    """R5: 20 nodes, one every 15 s over 285 s: every one of them is held back, not only the latest 9."""
+    names = TRAIN[:20]
+    seen = {n: out.Seen(NOW - 300 + 15 * i) for i, n in enumerate(names)}
+    bad = {n: unresp(n, down=True) for n in names}
+    steps = plan(snap(bad, seen), [], P, NOW)
+    assert kinds(steps) == ["alert"] and steps[0].nodes == tuple(names)
+    [w] = out.waves(seen, NOW, nodes=8, window_s=120, settle_s=60)
+    assert w.members == tuple(names) and w.still_out == tuple(names)
+    # a trickle below the rate stays single faults, however long it goes on
+    slow = {n: out.Seen(NOW - 3000 + 150 * i) for i, n in enumerate(names)}
+    assert out.waves(slow, NOW, nodes=8, window_s=120, settle_s=60) == []
 
 
 def test_a_wave_settles_then_the_one_still_out_is_a_single_fault():
@@ -96,9 +124,13 @@ def test_quarantine_counts_against_the_fleet_wide_breaker():
 
 
 def test_breaker_room_pure():
-    assert out.breaker_room({"a"}, ["a", "b"], 2) is None
-    assert "limit 2" in out.breaker_room({"a"}, ["b", "c"], 2)
-    assert out.breaker_room(set(), ["a"] * 1, 0) is None
+    assert out.breaker_room({"a"}, (), ["a", "b"], (), 2) is None
+    assert "limit 2" in out.breaker_room({"a"}, (), ["b", "c"], (), 2)
+    assert out.breaker_room(set(), (), ["a"], (), 0) is None
+    # drained already: free at the limit (finding 9), unless drained past it
+    assert out.breaker_room({"a", "b"}, (), ["b"], ["b"], 2) is None
+    assert "past the limit" in out.breaker_room({"a", "b", "c"}, {"c"}, ["c"], ["c"], 2)
+    assert out.breaker_room({"a", "b", "c"}, {"c"}, ["b"], ["b"], 2) is None
 
 
 def _closed(nodes, faults, spares=()):
@@ -107,25 +139,39 @@ def _closed(nodes, faults, spares=()):
                     steps=(StepRecord("open", NOW - 400, NOW - 400, "ok"),))
 
 
-def test_a_node_quarantined_for_not_answering_is_restored_once_it_answers():
+def test_a_node_quarantined_for_not_answering_goes_to_validation_once_it_answers():
+    """R13: it was put straight back into the spare pool 30 s after it answered, unvalidated: a node whose
+    own hang took it off the network came back as a known-good spare. Now its reason hands it to the
+    sweep's validation (it stays drained and out of every partition until it passes)."""
     name = "gpu010"
     q = Node(name, "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: quarantined, DOWN+NOT_RESPONDING: Not responding during job 7")
     inc = _closed([name], [f"{name}: DOWN+NOT_RESPONDING"], spares=("gpu065",))
     base = dict(bad={name: q}, incidents_nodes=[name])
     assert kinds(plan(snap(seen={name: out.Seen(NOW - 300, back_at=NOW - 10)}, **base), [inc], P, NOW)) == []
     steps = plan(snap(seen={name: out.Seen(NOW - 300, back_at=NOW - 31)}, **base), [inc], P, NOW)
-    assert kinds(steps) == ["restore"] and steps[0].nodes == (name,) and steps[0].partition == "spares"
-    # still not answering, or a health check drained it since, or a real fault: stays out
+    assert kinds(steps) == ["revalidate"] and steps[0].nodes == (name,) and not steps[0].partition
+    assert steps[0].reason.startswith("slurm-ft: REVALIDATE answers again; quarantined, DOWN+NOT_RESPONDING")
+    # the sweep's rewrite of our reason is recognised too (the node answered after the next sweep)
+    rewritten = Node(name, "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: QUARANTINED quarantined, DOWN: Not responding during job 7")
+    steps = plan(snap(bad={name: rewritten}, incidents_nodes=[name], seen={name: out.Seen(NOW - 300, back_at=NOW - 31)}),
+                 [inc], P, NOW)
+    assert kinds(steps) == ["revalidate"] and steps[0].reason.startswith("slurm-ft: REVALIDATE answers again; quarantined, DOWN: ")
+    # still not answering, or a health check drained it since, or a real fault, or handed over already: stays
     assert kinds(plan(snap(seen={name: out.Seen(NOW - 300)}, **base), [inc], P, NOW)) == []
-    xid = Node(name, "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu2 fell off the bus")
-    assert kinds(plan(snap(bad={name: xid}, incidents_nodes=[name]), [inc], P, NOW + 999)) == []
-    real = Node(name, "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: quarantined, slurm-ft: XID79 gpu2 during job 7")
-    assert kinds(plan(snap(bad={name: real}, incidents_nodes=[name]), [inc], P, NOW + 999)) == []
+    for reason in ("slurm-ft: XID79 gpu2 fell off the bus", "slurm-ft: quarantined, slurm-ft: XID79 gpu2 during job 7",
+                   steps[0].reason):
+        other = Node(name, "IDLE", frozenset({"DRAIN"}), reason=reason)
+        assert kinds(plan(snap(bad={name: other}, incidents_nodes=[name]), [inc], P, NOW + 999)) == [], reason
 
 
-def test_restore_target_without_a_spare_is_the_partition():
-    assert out.restore_target(_closed(["a"], []), "spares") == "train"
-    assert out.restore_target(_closed(["a"], [], spares=("s",)), "spares") == "spares"
+def test_a_node_quarantined_before_its_wave_formed_gets_the_lighter_check():
+    """The first of a wave is DOWN by Slurm and quarantined at once; seven more follow within the window:
+    it was an outage. It still goes through validation, marked `outage` (the sweep's re-check levels)."""
+    name, others = TRAIN[0], TRAIN[1:9]
+    q = Node(name, "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: quarantined, DOWN: Not responding during job 7")
+    seen = {name: out.Seen(NOW - 400, back_at=NOW - 200), **{n: out.Seen(NOW - 390, back_at=NOW - 200) for n in others}}
+    steps = plan(snap(bad={name: q}, incidents_nodes=[name], seen=seen), [_closed([name], [])], P, NOW)
+    assert kinds(steps) == ["revalidate"] and steps[0].reason.startswith("slurm-ft: REVALIDATE outage, answers again")
 
 
 def test_track_keeps_the_first_sighting_and_the_return():

@@ -44,6 +44,7 @@ def test_a_kernel_xid_line_reads_exactly(prefix, pci, code, detail):
     line = f"{prefix}NVRM: Xid (PCI:{pci}): {code}, {detail}"
     (e,) = kmsg.parse_lines([line], boot_time=BT, now=BT + 1e6)
     assert (e.kind, e.xid, e.pci_bus_id) == ("xid", code, pci)
+    assert e.trusted is (" kernel: " not in prefix)          # a syslog line may be logger's (issue 22)
 
 
 @SETTINGS
@@ -51,6 +52,18 @@ def test_a_kernel_xid_line_reads_exactly(prefix, pci, code, detail):
 def test_no_syslog_line_of_another_program_drains(tag_, before, pci, code):
     line = f"Nov 30 01:02:03 node01 {tag_}: {before}NVRM: Xid (PCI:{pci}): {code}, pid=1, x"
     assert not any(catalog.verdict(e).drains for e in kmsg.parse_lines([line], boot_time=BT))
+
+
+@SETTINGS
+@given(st.sampled_from(["Nov 30 01:02:03 node01 ", "2026-11-30T01:02:03+00:00 node01 ",
+                        "Nov 30 01:02:03.123456 node01 "]), st.sampled_from(["kernel", "kernel[4242]", "kernel[1]"]),
+       LINE_TEXT, PCI, CODE)
+def test_no_syslog_line_drains_whatever_its_tag(prefix, tag_, before, pci, code):
+    """`logger -t kernel` writes what a syslog file shows for the kernel: no such line drains alone."""
+    line = f"{prefix}{tag_}: {before}NVRM: Xid (PCI:{pci}): {code}, pid=1, x"
+    events = kmsg.parse_lines([line], boot_time=BT, now=BT + 1e6)
+    assert not any(catalog.verdict(e).drains for e in events)
+    assert all(e.kind == "forged" for e in events) if "[" in tag_ else True
 
 
 @SETTINGS
@@ -150,3 +163,15 @@ def test_any_config_text_loads_or_is_a_config_error(text):
             load_config(p)
         except ConfigError:
             pass
+
+
+@SETTINGS
+@given(st.integers(1, 10**9), st.lists(st.integers(0, 10**6), max_size=8), st.lists(DETAIL, max_size=8),
+       st.randoms())
+def test_squeue_steps_give_the_jobs_numbered_steps_and_nothing_else(job, steps, noise, rnd):
+    lines = [f"{job}.{s}" for s in steps] + [f"{job}.batch", f"{job}.extern", f"{job + 1}.7", f"{job}.\u00b2"] \
+        + [f"{job}.{x}" for x in noise]
+    rnd.shuffle(lines)
+    got = parse.parse_step_ids("\n".join(lines), job)
+    assert got == sorted(got) and set(steps) <= set(got)
+    assert all(f"{job}.{s}" in (f"{job}.{x}".strip() for x in noise) for s in set(got) - set(steps))

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ft.fleet.records import Incident, StepRecord
+from slurm_ft.fleet.records import Incident, Placement, StepRecord
 
 from slurm_ft.slurm.types import Job, Node, Partition
-from slurm_ft.fleet.plan import Policy, failed_in_run, failure, plan, restarts_without_progress
+from slurm_ft.fleet.plan import Policy, failed_in_run, failure, plan, prolog_runs, restarts_without_progress
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job.tag import FtSpec
 
@@ -54,15 +54,30 @@ def kinds(steps):
     return [s.kind for s in steps]
 
 
+def ran(nodes=tuple(TRAIN), restart=0, job_id=7):
+    """What the journal saw: run `restart` of the job on `nodes` (Snapshot.placements)."""
+    return {job_id: {restart: Placement(job_id, restart, tuple(nodes), NOW - 60)}}
+
+
 # --- what is a failed node ----------------------------------------------------------------------
 
 def test_fail_drain_down_and_not_responding_are_failures_admin_drain_is_not():
     assert failure(failed("a"), P).startswith("slurm-ft: XID79")
     assert failure(node("a", "DOWN", reason="Not responding"), P)
+    assert failure(node("a", "DOWN", reason="Node unexpectedly rebooted"), P)
     assert failure(node("a", "ALLOCATED", {"NOT_RESPONDING"}), P)
     assert failure(node("a", "ALLOCATED", {"DRAIN"}, "Prolog error"), P) == "Prolog error"
     assert failure(node("a", "ALLOCATED", {"DRAIN"}, "bios update friday"), P) is None
     assert failure(node("a"), P) is None
+
+
+def test_a_node_an_admin_set_down_is_theirs_not_a_fault():
+    """`scontrol update State=DOWN Reason="admin: ..."`: the admin's node, never one slurm-ft takes on."""
+    assert failure(node("a", "DOWN", reason="admin: DIMM swap, ticket 4711"), P) is None
+    assert failure(node("a", "DOWN", {"DRAIN", "NOT_RESPONDING"}, "rack 4 power work"), P) is None
+    snap = cluster([node("gpu001"), node("gpu002", "DOWN", reason="admin: DIMM swap, ticket 4711"),
+                    node("gpu003"), node("gpu004")])
+    assert plan(snap, [], P, NOW) == []
 
 
 # --- detection --------------------------------------------------------------------------------------
@@ -95,9 +110,27 @@ def test_fault_on_node_without_ft_job_is_left_drained():
     assert plan(snap, [], P, NOW) == []
 
 
-def test_breaker_open_blocks_new_incidents():
-    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], breaker_open=True)
-    assert plan(snap, [], P, NOW) == []
+def test_a_fault_drained_within_the_breakers_budget_is_recovered_even_when_it_used_the_last_unit():
+    """Finding 9: the drain of gpu002 made the count reach the limit (1 of 1); quarantining it takes
+    nothing new out of service, so its recovery goes on (the breaker is there to stop the next drains)."""
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")],
+                   out_counted=frozenset({"gpu002"}), out_limit=1)
+    steps = plan(snap, [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
+
+
+def test_a_fault_drained_past_the_limit_waits_with_an_alert_saying_so():
+    """gpu002's drain went past the limit (Slurm's drain after a failed prolog, racing checks): its
+    recovery waits; a node that is not yet out (down) would cost a unit the breaker does not have."""
+    snap = cluster([node("gpu001"), failed("gpu002", "Prolog error"), node("gpu003"), node("gpu004")],
+                   out_counted=frozenset({"gpu002", "gpu006"}), out_past_limit=frozenset({"gpu002"}), out_limit=1)
+    steps = plan(snap, [], P, NOW)
+    assert kinds(steps) == ["alert"] and steps[0].job_id == 7 and "gpu002" in steps[0].reason
+    assert "past the limit" in steps[0].reason and "waits" in steps[0].reason
+    down = cluster([node("gpu001"), node("gpu002", "DOWN", reason="Not responding"), node("gpu003"),
+                    node("gpu004")], out_counted=frozenset({"gpu006"}), out_limit=1)
+    steps = plan(down, [], P, NOW)
+    assert kinds(steps) == ["alert"] and "not quarantining" in steps[0].reason
 
 
 def test_job_with_open_incident_is_not_opened_twice():
@@ -117,8 +150,64 @@ def test_launch_failed_held_job_opens_incident_on_prolog_drained_node():
     nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "Prolog error"),
              node("gpu003", "IDLE"), node("gpu004", "IDLE")]
     j = job("PENDING", nodes=(), restart=1, reason="launch failed requeued held", held=True)
-    steps = plan(cluster(nodes, jobs=[j]), [], P, NOW)
+    steps = plan(cluster(nodes, jobs=[j], placements=ran(("gpu001", "gpu002"))), [], P, NOW)
     assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
+
+
+def test_a_users_requeue_claims_only_its_last_runs_nodes_never_an_admins_down_node():
+    """R2: bob's `scontrol requeue` leaves his job PENDING (BeginTime, restart 1, no nodes) while an
+    admin's node is DOWN and another user's node is drained in the partition: no incident, nothing
+    claimed (no spare moves, the admin's reason stays). A fault of its own last run is still one."""
+    nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE"),
+             node("gpu003", "DOWN", reason="admin: DIMM swap, ticket 4711"),
+             node("gpu004", "IDLE", {"DRAIN"}, "Kill task failed")]
+    j = job("PENDING", nodes=(), restart=1, reason="BeginTime")
+    assert plan(cluster(nodes, jobs=[j], placements=ran(("gpu001", "gpu002"))), [], P, NOW) == []
+    nodes[1] = node("gpu002", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu3 fell off the bus")
+    steps = plan(cluster(nodes, jobs=[j], placements=ran(("gpu001", "gpu002"))), [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
+
+
+def test_a_requeued_job_whose_last_run_the_controller_never_saw_claims_nothing_and_says_so():
+    """The controller started after the requeue: the failed nodes of the partition may be anyone's. A job
+    Slurm holds after its launch failed is released (else it waits for a person); one a user requeued
+    is only talked about."""
+    nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "Prolog error"),
+             node("gpu003", "IDLE"), node("gpu004", "IDLE")]
+    j = job("PENDING", nodes=(), restart=1, reason="launch failed requeued held", held=True)
+    steps = plan(cluster(nodes, jobs=[j]), [], P, NOW)
+    assert kinds(steps) == ["release"] and steps[0].job_id == 7 and steps[0].nodes == ("gpu002",)
+    assert "never saw where its last run ran" in steps[0].reason and "claiming none" in steps[0].reason
+    healthy = [node(n, "IDLE") for n in TRAIN]
+    assert kinds(plan(cluster(healthy, jobs=[j]), [], P, NOW)) == ["release"]   # held all the same
+    requeued = job("PENDING", nodes=(), restart=1, reason="BeginTime")
+    steps = plan(cluster(nodes, jobs=[requeued]), [], P, NOW)
+    assert kinds(steps) == ["alert"] and steps[0].nodes == ("gpu002",)
+    assert plan(cluster(healthy, jobs=[requeued]), [], P, NOW) == []   # nothing failed: nothing to say
+
+
+def test_a_job_past_its_restarts_is_not_released():
+    nodes = [node(n, "IDLE") for n in TRAIN]
+    j = job("PENDING", nodes=(), restart=6, reason="launch failed requeued held", held=True)
+    spec = FtSpec(max_restarts=5)
+    assert plan(cluster(nodes, jobs=[j], specs={7: spec}), [], P, NOW) == []
+
+
+def test_a_failed_prologs_wake_tells_where_the_run_slurm_forgot_ran():
+    """Slurm requeues the job held with no nodes before the controller reads it: the prolog's wake names
+    the node, and the incident claims it (and only it)."""
+    nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "Prolog error"),
+             node("gpu003", "IDLE", {"DRAIN"}, "Prolog error"), node("gpu004", "IDLE")]
+    j = job("PENDING", nodes=(), restart=1, reason="launch failed requeued held", held=True)
+    runs = prolog_runs({7: j}, {}, {7: (frozenset({"gpu002"}), NOW - 1)})
+    assert runs == [Placement(7, 0, ("gpu002",), NOW - 1)]
+    steps = plan(cluster(nodes, jobs=[j], placements={7: {0: runs[0]}}), [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
+    # a run the journal saw is not overwritten; a running job or one never requeued learns nothing
+    assert prolog_runs({7: j}, {7: {0: runs[0]}}, {7: (frozenset({"gpu003"}), NOW)}) == []
+    assert prolog_runs({7: job()}, {}, {7: (frozenset({"gpu002"}), NOW)}) == []
+    assert prolog_runs({7: job("PENDING", nodes=(), restart=0)}, {}, {7: (frozenset({"gpu002"}), NOW)}) == []
+    assert prolog_runs({}, {}, {7: (frozenset({"gpu002"}), NOW)}) == []
 
 
 def test_a_hold_by_a_user_or_requeuehold_is_not_slurms_requeue():
@@ -290,8 +379,9 @@ def test_job_we_gave_up_on_is_not_picked_up_again():
     nodes = [node("gpu001", "IDLE"), node("gpu003", "IDLE"), node("gpu004", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu0 x")]
     j = job("PENDING", nodes=(), restart=3, reason="launch_failed_requeued_held", held=True)
     gave_up = incident(status="gave_up", closed_at=NOW - 10)
-    assert plan(cluster(nodes, jobs=[j]), [gave_up], P, NOW) == []
-    assert kinds(plan(cluster(nodes, jobs=[j]), [], P, NOW)) == ["open"]   # Slurm's reason, underscores and all
+    last = ran(("gpu001", "gpu003", "gpu004"), restart=2)
+    assert plan(cluster(nodes, jobs=[j], placements=last), [gave_up], P, NOW) == []
+    assert kinds(plan(cluster(nodes, jobs=[j], placements=last), [], P, NOW)) == ["open"]   # Slurm's reason, underscores and all
 
 
 def test_a_swap_undone_by_a_slurmctld_restart_is_done_again():
@@ -307,7 +397,8 @@ def test_most_nodes_not_responding_is_an_outage_not_a_fault():
     """Right after a slurmctld restart nodes show NOT_RESPONDING until they register: do not swap them all."""
     nodes = [node(n, "ALLOCATED", {"NOT_RESPONDING"}) for n in TRAIN]
     snap = cluster(nodes, spare_nodes=[node("gpu005", "IDLE", {"NOT_RESPONDING"}), node("gpu006", "IDLE")])
-    assert plan(snap, [], P, NOW) == []
+    [said] = plan(snap, [], P, NOW)                                   # nothing done, and said so
+    assert said.kind == "alert" and said.reason.startswith("Slurm outage: 5 of 6 nodes unresponsive")
     one = [node("gpu001", "ALLOCATED", {"NOT_RESPONDING"})] + [node(n) for n in TRAIN[1:]]
     assert kinds(plan(cluster(one), [], P, NOW)) == ["open"]
 
@@ -373,6 +464,28 @@ def test_hot_spare_job_without_spares_left_takes_the_requeue_path():
     assert kinds(steps) == ["quarantine"]
 
 
+@pytest.mark.parametrize("shown", [
+    {"state": "COMPLETING"},                                  # 22.05: a job ending (or, the lead's guess, resizing)
+    {"state": "STOPPED"},                                     # its owner's `scancel --signal=STOP` (seen on 22.05)
+    {"state": "SIGNALING"},                                   # while a STOP/CONT is delivered
+    {"state": "COMPLETING", "base_state": "RUNNING"},         # >= 23.02 lists the base state apart
+])
+def test_a_passing_job_state_never_hands_a_hot_spare_incident_to_the_requeue_path(shown):
+    """Issue 21 item 5: a momentary state at the same restart count made the hot path write "job is
+    COMPLETING: the requeue path takes over", and the next cycle requeued a job that ran on its hot spare.
+    The requeue path takes over only on a requeue or on a fault the supervisor cannot handle."""
+    quarantined = cluster([node("gpu001"), node("gpu003"), node("gpu004")], specs=HOT,
+                          jobs=[replace(hot_job(), **shown)])
+    inc = hot_incident([("quarantine", "ok"), ("swap", "ok")], spares=("gpu005",))
+    steps = plan(quarantined, [inc], P, NOW)
+    assert kinds(steps) in (["poll"], ["released"]) and "requeue" not in steps[0].reason, steps
+    # requeued by Slurm (a node failure, its restart count moved): that is the requeue path's
+    requeued = cluster([node("gpu001"), node("gpu003"), node("gpu004")], specs=HOT,
+                       jobs=[hot_job(state="COMPLETING", restart=1)])
+    steps = plan(requeued, [inc], P, NOW)
+    assert kinds(steps) == ["note"] and "requeue path takes over" in steps[0].reason
+
+
 def test_a_node_failed_earlier_in_the_run_counts_after_its_drain_was_resumed():
     """Slurm refused the shrink, so gpu002 (incident 1, recovered) stayed in the job; a health check then
     resumed its drain. A fault on gpu004 leaves 2 healthy nodes of the 3 needed: the supervisor falls
@@ -421,9 +534,9 @@ def test_a_job_that_ended_for_good_is_left_alone_after_slurm_requeued_it(exit_st
     nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu3"),
              node("gpu003", "IDLE"), node("gpu004", "IDLE")]
     j = job(state, nodes=(), restart=1, reason="BeginTime")
-    assert kinds(plan(cluster(nodes, jobs=[j]), [], P, NOW)) == ["open"]
+    assert kinds(plan(cluster(nodes, jobs=[j], placements=ran()), [], P, NOW)) == ["open"]
     j = replace(j, exit_code=f"{exit_status}:0")
-    assert plan(cluster(nodes, jobs=[j]), [], P, NOW) == []
+    assert plan(cluster(nodes, jobs=[j], placements=ran()), [], P, NOW) == []
 
 
 # --- a job Slurm moved itself (expedited requeue, >= 25.11) -------------------------------------------

@@ -185,6 +185,7 @@ class Stepless(Supervisor):
     def stop(self):
         if self.proc is not None and self.proc.rc is None:
             self.proc.rc = -15
+        return True
 
 
 def setup(tmp_path, **kw):
@@ -253,8 +254,8 @@ def test_a_degraded_notice_asks_for_a_checkpoint_and_the_step_moves_once_it_is_s
 
 
 def test_a_planned_drain_found_by_the_backstop_read_is_swapped_the_same_way(tmp_path, monkeypatch):
-    from slurm_ft.job import supervisor
-    monkeypatch.setattr(supervisor, "PLANNED_QUARANTINE_WAIT_S", 0.3)
+    from slurm_ft.job import planned_run
+    monkeypatch.setattr(planned_run, "QUARANTINE_WAIT_S", 0.3)
     slurm, sup, out, d = setup(tmp_path, backstop_s=0.3, planned_wait_s=0.5)
     t, result = go(sup)
     wait_for(lambda: len(sup.launched) == 1)
@@ -278,12 +279,12 @@ def test_a_fault_while_the_checkpoint_is_awaited_takes_the_fault_path_and_leaves
     wait_for(lambda: len(sup.launched) == 1)
     say(out, event_line("degraded", "n3", DEG))
     say(out, event_line("quarantined", "n3"))
-    wait_for(lambda: sup.ckpt_ask is not None)
+    wait_for(lambda: sup.planned.ask is not None)
     slurm.fail("n2", "slurm-ft: XID79 gpu1 GPU has fallen off the bus")
     say(out, event_line("failed", "n2", "slurm-ft: XID79 gpu1 GPU has fallen off the bus"))
     # N + K = 4 nodes: n2 failed, n3 degraded: the relaunch must keep one of them; the degraded one
     wait_for(lambda: len(sup.launched) == 2)
-    assert sup.launched[1] == ("n1", "n3", "n4") and sup.ckpt_ask is None
+    assert sup.launched[1] == ("n1", "n3", "n4") and sup.planned.ask is None
     sup.proc.rc = 0
     t.join(5)
 

@@ -185,7 +185,9 @@ def test_sim_json(capsys):
         assert key in d
     assert set(d["lost_hours_by_cause"]) == set(CAUSES)
     assert len(d["runs"]) == 3 and d["policy"] == "slurm-ft" and d["spares"] == 35
-    assert "documented defaults" in d["policy_source"]
+    # built from the features slurm-ft ships and the figures measured on its lab (the shipped file)
+    assert d["policy_source"].startswith("built from fast_detection, requeue_now, spare_swap")
+    assert "figures-lab.json" in d["policy_source"] and d["figures"]["measured"]["slurm"]
 
 
 def test_sim_text_shows_worked_inputs_and_policy_source(capsys, tmp_path):
@@ -294,45 +296,11 @@ def test_shorter_timeouts_can_be_tried_on_any_policy(capsys):
                              "--detect-node-s", "30")
     assert code == 0, err
     fast = json.loads(out)
-    assert fast["policy_figures"]["detect_s"] == {"crash": 1.0, "node": 30.0, "hang": 120.0}
+    crash = base["policy_figures"]["detect_s"]["crash"]        # the watcher's drain, as measured (the figures)
+    assert fast["policy_figures"]["detect_s"] == {"crash": crash, "node": 30.0, "hang": 120.0}
     assert "overridden: hang detection 120 s" in fast["policy_source"]
-    assert fast["lost_hours_by_cause"]["detection"] < base["lost_hours_by_cause"]["detection"] / 2
+    # software faults still wait for the collective timeout (their own way back: nothing to drain)
+    assert fast["lost_hours_by_cause"]["detection"] < base["lost_hours_by_cause"]["detection"] * 0.7
     assert fast["ettr"] > base["ettr"]
     code, _, err = run_cli(capsys, "sim", "--seeds", "1", "--detect-hang-s", "-1")
     assert code == 2 and "--detect-hang-s must be zero or more" in err
-
-
-# --- planned swaps (issue 24): a share of the node-swap faults announced ahead -----------------------------
-
-def test_no_predicted_share_changes_nothing_and_a_share_saves_the_lost_work_of_the_faults_it_announces():
-    p = replace(BASE, days=10)
-    base = simulate(pr.LLAMA3, pr.LLAMA3_LIKE, p, seed=3)
-    assert base.planned_swaps == 0
-    assert simulate(replace(pr.LLAMA3, predicted_share=0.0, predicted_lead_hours=5.0), pr.LLAMA3_LIKE, p, 3) == base
-    all_of_them = simulate(replace(pr.LLAMA3, predicted_share=1.0, predicted_lead_hours=2.0), pr.LLAMA3_LIKE, p, 3)
-    assert all_of_them.planned_swaps == all_of_them.replacements == base.replacements     # the same faults
-    assert all_of_them.interruptions == base.interruptions
-    # what is left to lose and to detect is the software faults' (they need no node swap)
-    assert all_of_them.lost_s["lost_work"] < 0.3 * base.lost_s["lost_work"]
-    assert all_of_them.lost_s["detection"] < base.lost_s["detection"]
-    assert all_of_them.ettr > base.ettr
-    total = sum(all_of_them.lost_s.values()) + all_of_them.useful_s
-    assert abs(total - all_of_them.elapsed_s) < 1e-6 * all_of_them.elapsed_s      # each second counted once
-
-
-def test_a_lead_shorter_than_the_checkpoint_interval_pays_for_a_checkpoint_asked_for():
-    p = replace(BASE, days=10)
-    long_lead = simulate(replace(pr.LLAMA3, predicted_share=1.0, predicted_lead_hours=2.0), pr.LLAMA3_LIKE, p, 3)
-    short_lead = simulate(replace(pr.LLAMA3, predicted_share=1.0, predicted_lead_hours=0.0), pr.LLAMA3_LIKE, p, 3)
-    assert short_lead.checkpoints > long_lead.checkpoints
-    assert short_lead.lost_s["checkpointing"] > long_lead.lost_s["checkpointing"]
-    assert short_lead.lost_s["lost_work"] == long_lead.lost_s["lost_work"]
-
-
-def test_a_profile_file_may_give_the_predicted_share_and_refuses_more_than_all():
-    data = {"name": "x", "days": 10, "gpus": 64, "classes": [{"name": "gpu", "count": 3, "replace": True}],
-            "predicted_share": 0.25, "predicted_lead_hours": 6}
-    prof = pr.profile_from_dict(data, "x.yaml")
-    assert (prof.predicted_share, prof.predicted_lead_hours) == (0.25, 6.0)
-    with pytest.raises(UsageError, match="predicted_share is a share"):
-        pr.profile_from_dict({**data, "predicted_share": 1.5}, "x.yaml")

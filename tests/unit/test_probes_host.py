@@ -7,13 +7,15 @@ from slurm_ft.config import NodeType
 from slurm_ft.node.probes import ProbeContext, get
 from slurm_ft.finding import Action, Severity
 from slurm_ft.gpu.sample import GpuSample, NodeSample
+from slurm_ft.node.host import Process
 
 CTX = ProbeContext(now=0.0, ignore_processes=("nvidia-persistenced",))
 
 
-def test_leftover_process_fails_that_gpu_allowed_names_pass():
+def test_leftover_process_fails_that_gpu_allowed_programs_pass():
     s = NodeSample(node="n", gpus=(GpuSample(0, processes=(11,)), GpuSample(1, processes=(42,))),
-                   extra={"processes": {11: "nvidia-persistenced", 42: "python"}})
+                   extra={"processes": {11: Process("nvidia-persiste", 0, "/usr/bin/nvidia-persistenced", True),
+                                        42: Process("python", 1000, "/usr/bin/python3.11", True)}})
     [f] = get("processes")(s, CTX)
     assert (f.code, f.gpu, f.severity, f.action) == ("GPU_PROC_LEFT", 1, Severity.FAIL, Action.DRAIN)
     assert "42 (python)" in f.reason

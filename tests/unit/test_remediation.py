@@ -2,6 +2,7 @@
 validation script's reset step (the lab test drives the real reboot and reset)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -13,7 +14,8 @@ from slurm_ft.config import RemediationConfig, load_config
 from slurm_ft.errors import CommandTimeout, ConfigError
 from slurm_ft.node.gpu_reset import reset_gpu
 from slurm_ft.node import breaker as brk
-from slurm_ft.fleet.remediation import action_for, attempts, describe, finding_in, plan
+from slurm_ft.fleet.remediation import (action_for, attempts, budget_lines, describe, finding_in, in_remediation, plan,
+                                        plan_and_budget, pool_limit, pool_of)
 from slurm_ft.fleet.states import Event, HistoryEntry, State, next_state
 from slurm_ft.fleet.sweep import validation_script
 from slurm_ft.slurm.types import Node
@@ -144,7 +146,8 @@ def test_describe_says_what_would_be_done():
     s = one([FAULT79])
     assert describe(s) == "n1: reboot (scontrol reboot ASAP nextstate=DOWN): XID79 gpu2: reboot (attempt 1 of 1)"
     assert s.to_dict() == {"node": "n1", "action": "reboot", "why": "XID79 gpu2: reboot (attempt 1 of 1)",
-                           "finding": "XID79 gpu2", "attempt": 1, "max_attempts": 1}
+                           "finding": "XID79 gpu2", "attempt": 1, "max_attempts": 1, "pool": "(no domain)",
+                           "held_by": None, "until": None}
 
 
 def test_lifecycle_transitions_of_remediation():
@@ -271,3 +274,146 @@ def test_a_drain_reason_cut_at_the_limit_never_ends_in_a_space():
     text = "slurm-ft: validation failed: " + "x" * 70 + " ECC_DBE gpu5 uncorrectable"
     assert len(fit(text)) <= 100 and not fit(text).endswith(" ")
     assert fit("a" * 99 + " b") == "a" * 99
+
+
+# --- the remediation budget (issue 22 item 6, review finding 7) ---------------------------------------
+
+def fleet_of(total: int, quarantined: dict, pools=None, recent=(), policy=ON, records=None, histories=None,
+             fleet=None):
+    """`total` nodes n0000..; `quarantined`: name -> (since, history) of the quarantined ones."""
+    nodes = [drained(f"n{i:04d}") if f"n{i:04d}" in quarantined else Node(f"n{i:04d}", "IDLE")
+             for i in range(total)]
+    recs = {name: State.QUARANTINED for name in quarantined}
+    recs.update(records or {})
+    hist = {name: hist for name, (_, hist) in quarantined.items()}
+    hist.update(histories or {})
+    return plan_and_budget(recs, {name: t for name, (t, _) in quarantined.items()}, hist, nodes, fleet, NOW, policy,
+                           pools=pools, recent=recent)
+
+
+def xid79(name, t=NOW - 100):
+    return [replace(FAULT79, node=name, time=t)]
+
+
+def test_r7_one_sweep_no_longer_reboots_every_quarantined_node():
+    """R7: 1,000 nodes, 100 quarantined for Xid 79 in the last 50 minutes: the old plan rebooted all 100 at
+    once. Now at most max_concurrent (3) start; the rest wait, oldest quarantine first, and say why."""
+    q = {f"n{i:04d}": (NOW - 3000 + 30 * i, xid79(f"n{i:04d}")) for i in range(100)}
+    steps, budget = fleet_of(1000, q)
+    acts = [s.act for s in steps]
+    assert acts.count("reboot") == 3 and acts.count("hold") == 97
+    assert [s.node for s in steps if s.act == "reboot"] == ["n0000", "n0001", "n0002"]   # quarantined first
+    held = next(s for s in steps if s.act == "hold")
+    assert held.held_by == "concurrency" and held.until is None
+    assert "3 of at most 3 nodes in remediation at once (lifecycle.remediation.max_concurrent)" in held.why
+    assert budget.in_remediation == ["n0000", "n0001", "n0002"] and len(budget.waiting) == 97
+
+
+def test_a_pool_starts_at_most_max_3_or_10_percent_repairs_per_hour_and_says_until_when():
+    """A 20-node domain: max(3, 10% of 20) = 3 repairs an hour. Two started 50 and 10 minutes ago leave
+    one; the next slot is when the older leaves the window."""
+    rack = [f"n{i:04d}" for i in range(20)]
+    pools = {n: "rack1" for n in rack}
+    started = [h(Event.REMEDIATE, "reboot: XID79 gpu2", NOW - 3000, State.QUARANTINED, State.REMEDIATING, "n0010"),
+               h(Event.REMEDIATE, "reset_gpu: XID48 gpu5", NOW - 600, State.QUARANTINED, State.REMEDIATING, "n0011")]
+    q = {n: (NOW - 100 + i, xid79(n)) for i, n in enumerate(rack[:4])}
+    steps, budget = fleet_of(40, q, pools=pools, recent=started, policy=replace(ON, max_concurrent=0))
+    assert [s.act for s in steps] == ["reboot", "hold", "hold", "hold"]
+    held = steps[1]
+    assert held.held_by == "repair_budget" and held.until == NOW - 3000 + 3600
+    assert "3 repairs started in pool rack1 within 1 h (at most 3 = max(3, 0.1 x 20 nodes))" in held.why
+    p = budget.pools["rack1"]
+    assert (p.size, p.limit, len(p.repairs)) == (20, 3, 3)
+    assert budget.pools["(no domain)"].size == 20 and not budget.pools["(no domain)"].repairs
+    # the other pool is not held by rack1's budget
+    other = {"n0030": (NOW - 50, xid79("n0030"))}
+    steps, _ = fleet_of(40, {**q, **other}, pools=pools, recent=started, policy=replace(ON, max_concurrent=0))
+    assert {s.node: s.act for s in steps}["n0030"] == "reboot"
+
+
+def test_the_pool_budget_grows_with_the_pool_and_both_zero_means_none():
+    big = {n: "big" for n in (f"n{i:04d}" for i in range(200))}
+    q = {f"n{i:04d}": (NOW - 100, xid79(f"n{i:04d}")) for i in range(30)}
+    steps, budget = fleet_of(200, q, pools=big, policy=replace(ON, max_concurrent=0))
+    assert budget.pools["big"].limit == 20 and [s.act for s in steps].count("reboot") == 20
+    steps, budget = fleet_of(200, q, pools=big, policy=replace(ON, max_concurrent=0, budget_nodes=0, budget_share=0))
+    assert budget.pools["big"].limit is None and [s.act for s in steps].count("reboot") == 30
+    assert budget_lines(budget.to_dict())[1] == ("pool big (200 nodes): 30 repairs started within 1 h; "
+                                                 "0 RMA listings (no budget)")
+
+
+def test_nodes_in_remediation_until_validated_count_against_max_concurrent():
+    """Rebooting, and reset/rebooted but not yet through validation: in remediation. A retest, a passed
+    validation or an admin's repair is not."""
+    t = NOW - 500
+    rebooted = [h(Event.REMEDIATE, "reboot: XID79 gpu2", t, State.QUARANTINED, State.REMEDIATING, "r1"),
+                h(Event.REMEDIATED, "back", t + 1, State.REMEDIATING, State.REPAIRED, "r1"),
+                h(Event.VALIDATE, "validation job 7", t + 2, State.REPAIRED, State.VALIDATING, "r1")]
+    reset = [h(Event.REMEDIATE, "reset_gpu: XID48 gpu5", t, State.QUARANTINED, State.REMEDIATING, "r2"),
+             h(Event.REMEDIATED, "the validation job resets gpu5 first", t, State.REMEDIATING, State.REPAIRED, "r2")]
+    retest = [h(Event.REMEDIATE, "retest: NVLINK_DOWN gpu1", t, State.QUARANTINED, State.REMEDIATING, "r3"),
+              h(Event.REMEDIATED, "as it is", t, State.REMEDIATING, State.REPAIRED, "r3")]
+    admin = [*reset[:1], h(Event.FAIL, "reboot timed out", t + 5, State.REMEDIATING, State.QUARANTINED, "r4"),
+             h(Event.REPAIRED, "admin", t + 9, State.QUARANTINED, State.REPAIRED, "r4")]
+    assert in_remediation(State.VALIDATING, rebooted) and in_remediation(State.REPAIRED, reset)
+    assert in_remediation(State.REMEDIATING, [])
+    assert not in_remediation(State.REPAIRED, retest) and not in_remediation(State.REPAIRED, admin)
+    passed = [*rebooted, h(Event.PASS, "passed", t + 9, State.VALIDATING, State.SPARE, "r1")]
+    assert not in_remediation(State.SPARE, passed)
+    # two of three slots taken: one quarantined node starts, the next waits
+    q = {"n0001": (NOW - 90, xid79("n0001")), "n0002": (NOW - 80, xid79("n0002"))}
+    steps, budget = fleet_of(10, q, records={"n0005": State.VALIDATING, "n0006": State.REPAIRED},
+                             histories={"n0005": rebooted, "n0006": reset})
+    assert [s.act for s in steps] == ["reboot", "hold"] and steps[1].held_by == "concurrency"
+    assert budget.in_remediation == ["n0005", "n0006", "n0001"]
+
+
+def test_rma_listing_is_slowed_by_the_same_budget():
+    """A burst of RMA verdicts is more likely our bug than hardware: at most the pool's budget an hour
+    (the policy's listings and the lemon rule's count alike); the rest stay quarantined and wait."""
+    q = {f"n{i:04d}": (NOW - 100 + i, [h(Event.FAULT, "slurm-ft: XID64 gpu1 row remap failure", node=f"n{i:04d}")])
+         for i in range(5)}
+    lemon = h(Event.FAIL, "lemon: 3 incidents within 30 days", NOW - 1200, State.VALIDATING, State.RMA, "n0009")
+    steps, budget = fleet_of(10, q, recent=[lemon])
+    assert [s.act for s in steps] == ["rma", "rma", "hold", "hold", "hold"]
+    assert steps[2].held_by == "rma_budget" and steps[2].until == NOW - 1200 + 3600
+    assert "RMA listing waits for the remediation budget: 3 RMA listings in pool (no domain)" in steps[2].why
+    assert len(budget.pools["(no domain)"].rma) == 3
+    assert budget.in_remediation == []          # an RMA listing is no repair in flight
+
+
+def test_budget_holds_are_visible_in_json_and_lines():
+    q = {f"n{i:04d}": (NOW - 100 + i, xid79(f"n{i:04d}")) for i in range(5)}
+    steps, budget = fleet_of(10, q, policy=replace(ON, max_concurrent=0))
+    held = steps[3]
+    d = held.to_dict()
+    assert (d["action"], d["held_by"], d["until"], d["pool"]) == ("hold", "repair_budget", NOW + 3600, "(no domain)")
+    assert describe(held).startswith("n0003: hold: XID79 gpu2: reboot waits for the remediation budget: 3 repairs")
+    doc = budget.to_dict()
+    assert doc["pools"]["(no domain)"] == {"nodes": 10, "limit": 3, "repairs_in_window": 3, "rma_in_window": 0,
+                                          "next_repair_slot": NOW + 3600, "next_rma_slot": None}
+    assert [w["node"] for w in doc["waiting"]] == ["n0003", "n0004"]
+    lines = budget_lines(json.loads(json.dumps(doc)))        # as `slurm-ft report` reads it back from the journal
+    assert lines[0] == "in remediation: 3 (no cap) (n0000, n0001, n0002)"
+    assert lines[1].startswith("pool (no domain) (10 nodes): 3 of 3 repairs started within 1 h (next slot ")
+    assert lines[2].startswith("waiting: n0003 (reboot, repair_budget until ")
+
+
+@pytest.mark.parametrize("text,words", [
+    ("budget_share: 1.5", "budget_share is a share: at most 1"),
+    ("budget_window_s: 0", "budget_window_s must be more than 0 seconds"),
+    ("max_concurrent: -1", "must be a finite number, not negative"),
+    ("budget_nodes: 2.5", "must be a number (integer)"),
+])
+def test_bad_budget_config_is_one_clear_error(tmp_path, text, words):
+    p = _cfg(tmp_path, "lifecycle:\n  remediation:\n    " + text + "\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(str(p))
+    assert words in str(exc.value)
+
+
+def test_budget_defaults_are_gke_auto_repairs():
+    rc = RemediationConfig()
+    assert (rc.budget_nodes, rc.budget_share, rc.budget_window_s, rc.max_concurrent) == (3, 0.1, 3600.0, 3)
+    assert pool_limit(20, rc) == 3 and pool_limit(1000, rc) == 100 and pool_limit(39, rc) == 3
+    assert pool_of({"rack1": ["a", "b"], "rack2": ["c"]}) == {"a": "rack1", "b": "rack1", "c": "rack2"}

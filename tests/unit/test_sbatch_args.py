@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import re
 import os
+import subprocess
+import sys
 
 import pytest
 from pathlib import Path
@@ -103,6 +105,31 @@ def test_job_name_not_added_when_given():
 def test_bad_input_is_a_usage_error(words, msg):
     with pytest.raises(UsageError, match=msg):
         parse(words, file_exists=NOFILE)
+
+
+def test_hang_timeout_needs_a_checkpoint_dir():
+    """R12: restarts in place after a hang are counted in CKPT/slurm-ft-starts.jsonl; without --ckpt-dir
+    nothing counted them and --max-restarts 1 never ended the job."""
+    with pytest.raises(UsageError, match="^--hang-timeout needs --ckpt-dir: restarts after a hang are counted in "
+                                         "the checkpoint directory"):
+        parse(["--hang-timeout", "60", "--max-restarts", "1", "x"], file_exists=NOFILE)
+    assert parse(["--hang-timeout", "60", "--ckpt-dir", "/ck", "x"], file_exists=NOFILE).spec.hang_timeout == 60
+
+
+def test_a_checkpoint_dir_that_is_not_utf8_is_refused():
+    """R11: argv's undecodable bytes arrive as surrogates; through the plugin they went on as the same
+    bytes (ckpt=/ckpt/%FF%FE, a tag the controller ignores), through --comment quote() raised a traceback."""
+    with pytest.raises(UsageError, match=r"^--ckpt-dir /ckpt/\\xff\\xfe: the checkpoint directory is not valid UTF-8"):
+        parse(["--ckpt-dir", os.fsdecode(b"/ckpt/\xff\xfe"), "x"], file_exists=NOFILE)
+    with pytest.raises(UsageError, match="not valid UTF-8"):      # relative, under a working directory that is not
+        parse(["--ckpt-dir", "ck", "x"], cwd=os.fsdecode(b"/home/\xe9"), file_exists=NOFILE)
+    assert parse(["--ckpt-dir", "/ckpt/caf\u00e9", "x"], file_exists=NOFILE).spec.ckpt_dir == "/ckpt/caf\u00e9"
+    # the command: one line, exit 2, before Slurm is asked anything (no config, no Slurm here)
+    p = subprocess.run([sys.executable, "-m", "slurm_ft", "sbatch", "--ckpt-dir", b"/ckpt/\xff", "/bin/true"],
+                       capture_output=True, timeout=120, env=dict(os.environ, SLURM_FT_CONFIG="/nonexistent"))
+    assert p.returncode == 2 and b"Traceback" not in p.stderr
+    assert p.stderr == (b"slurm-ft: error: --ckpt-dir /ckpt/\\xff: the checkpoint directory is not valid UTF-8 "
+                        b"(slurm-ft reads the directory as UTF-8: rename it)\n")
 
 
 def test_double_dash_ends_options():
@@ -275,6 +302,14 @@ def test_hot_spares_ask_for_n_plus_k_nodes_and_tag_n_and_k(words, opts, n):
     i = argv.index("/tmp/start.py")
     assert argv[i + 1:i + 7] == ["--ckpt-dir", "", "--hot-spares", str(req.spec.hot_spares),
                                  "--train-nodes", str(n)]
+    assert argv[:i].count("--no-kill") == 1      # a node going DOWN shrinks the job, never kills it
+
+
+def test_only_hot_spare_jobs_are_submitted_no_kill():
+    plain = parse(["-N", "4", "train.py"], file_exists=lambda p: False)
+    assert "--no-kill" not in sbatch_argv(plain, "/tmp/start.py")
+    given = parse(["--hot-spares", "1", "-N", "4", "--no-kill", "train.py"], file_exists=lambda p: False)
+    assert sbatch_argv(given, "/tmp/start.py").count("--no-kill") == 1
 
 
 @pytest.mark.parametrize("words,msg", [

@@ -95,9 +95,13 @@ def test_lab_configuration_by_version():
     old, mid, new = (feats(v) for v in VERSIONS)
     assert versions.lab_cgroup_conf(old) is None
     assert "CgroupPlugin=disabled" in versions.lab_cgroup_conf(mid)
-    assert versions.lab_conf_lines(old) == versions.lab_conf_lines(mid) == ""
+    assert versions.lab_conf_lines(old) == ""                  # 22.05: no rate limiter, no expedite
+    assert [ln for ln in versions.lab_conf_lines(mid).splitlines() if not ln.startswith("#")] == [
+        "SlurmctldParameters=rl_enable"]
     lines = versions.lab_conf_lines(new)
-    assert "SlurmctldParameters=enable_expedited_requeue" in lines and "HealthCheckTimeout=" in lines
+    # both in one SlurmctldParameters line
+    assert "\nSlurmctldParameters=enable_expedited_requeue,rl_enable\n" in lines and "HealthCheckTimeout=" in lines
+    assert lines.count("SlurmctldParameters=") == 1
     # and the running 26.05 lab did take them
     config = parse.parse_config(read("26.05", "scontrol_show_config.txt"))
     assert config["HealthCheckTimeout"].split()[0] == "30"
@@ -216,6 +220,29 @@ def test_job_state_list_gives_one_state(states):
     assert got in states or (not states and got == "UNKNOWN")
     if "COMPLETING" in states:
         assert got == "COMPLETING"       # as scontrol prints it
+
+
+_FLAGS = ["COMPLETING", "STOPPED", "SIGNALING", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_HOLD", "STAGE_OUT"]
+
+
+@given(st.sampled_from(["PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED"]),
+       st.lists(st.sampled_from(_FLAGS), max_size=3, unique=True))
+def test_a_job_runs_when_slurm_lists_running_first_whatever_its_flags(base, flags):
+    """>= 23.02 lists the base state apart: `running` reads it, not the flag scontrol would print."""
+    j = parse.job_from_json({"job_id": 7, "job_state": [base, *flags]})
+    assert j.base_state == base and j.running == (base == "RUNNING")
+    assert j.state == parse._job_state([base, *flags])
+
+
+@pytest.mark.parametrize("shown, running", [("RUNNING", True), ("STOPPED", True), ("SIGNALING", True),
+                                            ("CONFIGURING", True), ("RESIZING", True), ("COMPLETING", False),
+                                            ("PENDING", False), ("REQUEUE_HOLD", False), ("CANCELLED", False)])
+def test_a_job_runs_on_22_05_when_its_one_word_is_running_or_a_flag_only_a_running_job_has(shown, running):
+    """22.05 prints one word: the flag in place of the base state. STOPPED (the owner's SIGSTOP) and
+    SIGNALING only ever stand for RUNNING; COMPLETING stands for a requeued or an ended job alike."""
+    for j in (parse.job_from_json({"job_id": 7, "job_state": shown}),
+              parse.job_from_kv({"JobId": "7", "JobState": shown})):
+        assert j.state == shown and j.base_state == "" and j.running is running
 
 
 @given(st.lists(st.sampled_from(["IDLE", "DOWN", "DRAIN", "NOT_RESPONDING", "MAINTENANCE"]), min_size=1, max_size=4))

@@ -19,6 +19,8 @@ SUBCOMMANDS = {
     "inject": "slurm_ft_lab.cli.inject:inject",
     "heal": "slurm_ft_lab.cli.inject:heal",
     "demo": "slurm_ft_lab.cli.demo:demo",
+    "users": "slurm_ft_lab.cli:users_cmd",
+    "as-user": "slurm_ft_lab.cli:as_user",
 }
 
 
@@ -95,7 +97,9 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
 @lab.command("down")
 @dir_option
 def down(directory) -> None:
-    """Stop every daemon this lab started (by pid) and any job steps they left."""
+    """Stop every daemon this lab started (by pid) and any job steps they left.
+
+    The lab's job users stay (every lab on this machine shares them): `slurm-ft lab users --remove`."""
     from slurm_ft_lab.cluster import Lab
     the_lab = Lab(directory)
     stopped = the_lab.down()
@@ -120,6 +124,10 @@ def status(ctx, directory, as_json) -> None:
                            for d in st["daemons"] if d["name"] != "slurmd")
         click.echo(f"lab {st['dir']}: {'running' if st['running'] else 'not running'}")
         click.echo(f"  {others}, slurmd {up_slurmds}/{len(slurmds)}")
+        names = [u["name"] for u in st["users"]]
+        click.echo(f"  jobs run as {st['job_user']}; lab users: "
+                   f"{_name_range(names) if names else 'none yet (`lab up` creates them)'}")
+        click.echo(f"  RPC rate limiter: {st['rate_limiter']}")
         for row in st["sinfo"]:
             click.echo(f"  {row['partition']:<8} {row['state']:<10} {row['nodes']:>4}  {row['gres']:<8} {row['nodelist']}")
         if st.get("sinfo_error"):
@@ -128,12 +136,55 @@ def status(ctx, directory, as_json) -> None:
         ctx.exit(1)
 
 
+def _name_range(names) -> str:
+    return f"{names[0]} .. {names[-1]} ({len(names)})" if len(names) > 2 else ", ".join(names)
+
+
+@lab.command("users")
+@click.option("--remove", is_flag=True, help="Delete the lab's users (refused while a process runs as one).")
+@click.option("--json", "as_json", is_flag=True, help="Name and uid of each, as JSON.")
+def users_cmd(remove, as_json) -> None:
+    """The lab's job users (slurmft-u0 .. slurmft-u9): machine-wide accounts that `lab up` creates and
+    every lab shares; jobs of the tests, `lab demo` and the bench run as slurmft-u0."""
+    from slurm_ft_lab import users
+    if remove:
+        gone = users.remove()
+        click.echo(f"removed {len(gone)} lab user(s)" + (f": {', '.join(gone)}" if gone else ""))
+        return
+    have = users.existing()
+    if as_json:
+        click.echo(json.dumps([{"name": u.name, "uid": u.uid, "default": u.name == users.DEFAULT} for u in have]))
+        return
+    if not have:
+        click.echo("no lab users yet (`slurm-ft lab up` creates them)")
+    for u in have:
+        click.echo(f"{u.name:<12} uid {u.uid}{'  (jobs run as this user)' if u.name == users.DEFAULT else ''}")
+
+
+@lab.command("as-user", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@dir_option
+@click.option("--user", "-u", "user", metavar="NAME", help="A lab user  [default: slurmft-u0]")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def as_user(directory, user, command) -> None:
+    """Run COMMAND as a lab job user with the lab's environment (`sbatch`, `squeue`, `slurm-ft sbatch`...):
+    what a user of a cluster can and cannot do."""
+    import os
+    from slurm_ft_lab.cluster import Lab
+    the_lab = Lab(directory)
+    argv = the_lab.user_argv(list(command), user)
+    env = the_lab.user_env(user)
+    os.chdir(the_lab.user_home(user or the_lab.job_user))
+    os.execvpe(argv[0], argv, env)
+
+
 @lab.command("env")
 @dir_option
 def env(directory) -> None:
     """Print `export` lines so that sinfo, sbatch and slurm-ft talk to the lab."""
-    from slurm_ft_lab.cluster import Lab
+    from slurm_ft_lab.cluster import CHECK_SOCKET_ENV, QUERY_SOCKET_ENV, Lab
     the_lab = Lab(directory)
     click.echo(f"export SLURM_CONF={the_lab.conf}")
     click.echo(f"export SLURM_FT_CONFIG={the_lab.config_path}")
     click.echo(f"export SLURM_FT_LAB={the_lab.dir}")
+    click.echo(f"export {CHECK_SOCKET_ENV}='{the_lab.check_socket}'")
+    click.echo(f"export {QUERY_SOCKET_ENV}='{the_lab.query_socket}'")

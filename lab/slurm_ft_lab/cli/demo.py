@@ -83,7 +83,7 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
                "`slurm-ft sbatch` through slurm-ft's plugins" if hot_spares else
                "plain `sbatch --ft-ckpt-dir` (slurm-ft's plugins)")
         train = nodes - hot_spares
-        say(f"submitted job {job}: {train * gpus_per_node}-GPU trainer ({train} nodes x {gpus_per_node}"
+        say(f"submitted job {job} as user {lab.job_user}: {train * gpus_per_node}-GPU trainer ({train} nodes x {gpus_per_node}"
             + (f", + {hot_spares} hot spare node(s) in the job" if hot_spares else "")
             + f"), checkpoint every {ckpt_every} steps, via {how} (controller running, journal in "
             f"{sc.work / 'state'})")

@@ -35,6 +35,8 @@ _DIR_HELP = "Lab directory (default $SLURM_FT_LAB, else /tmp/slurm-ft-lab)."
 @click.option("--driver-unloaded", is_flag=True, help="nvmlInit fails with 'Driver Not Loaded' on the node.")
 @click.option("--proc", type=int, metavar="PID", help="A compute process that holds the GPU.")
 @click.option("--no-log", is_flag=True, help="Change the state only; write no kernel-log line.")
+@click.option("--log-only", is_flag=True,
+              help="Write the kernel-log line only; the fake driver's state stays (no NVML event, no NVML evidence).")
 @click.option("--unresponsive", type=float, metavar="SECONDS",
               help="Stop the node's slurmd this long (SIGSTOP): a network partition or hung host to slurmctld.")
 @click.option("--dir", "labdir", metavar="PATH", help=_DIR_HELP)
@@ -43,7 +45,7 @@ def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, ecc_sbe_rate:
            remap_failure: bool,
            nvlink_down: Optional[int], nvlink_errors: Optional[int], pcie_width: Optional[int], gpu_lost: bool,
            clock_event: Optional[str], slow: Optional[float], temp: Optional[int], hang: Optional[float],
-           recovery_action: Optional[str], driver_unloaded: bool, proc: Optional[int], no_log: bool,
+           recovery_action: Optional[str], driver_unloaded: bool, proc: Optional[int], no_log: bool, log_only: bool,
            unresponsive: Optional[float], labdir: Optional[str], as_json: bool) -> None:
     """Inject one GPU fault into lab NODE: fake NVML state plus the driver's kernel-log line.
 
@@ -54,6 +56,7 @@ def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, ecc_sbe_rate:
       slurm-ft lab inject gpu010 --gpu 3 --ecc-sbe-rate 600/min
       slurm-ft lab inject gpu011 --gpu 5 --nvlink-down 3
       slurm-ft lab inject gpu012 --slow 0.5 --no-log
+      slurm-ft lab inject gpu014 --gpu 3 --xid 79 --log-only
       slurm-ft lab inject gpu013 --unresponsive 25
     """
     if unresponsive is not None:
@@ -76,8 +79,11 @@ def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, ecc_sbe_rate:
         raise UsageError("give exactly one fault: --xid CODE, --ecc-dbe, --ecc-sbe-rate N/min, --remap-pending, --remap-failure, "
                          "--nvlink-down LINK, --nvlink-errors LINK, --pcie-width W, --gpu-lost, --clock-event NAME, "
                          "--slow F, --temp C, --hang S, --recovery-action A, --driver-unloaded or --proc PID")
+    if no_log and log_only:
+        raise UsageError("--no-log and --log-only exclude each other")
     fault, value = chosen[0]
-    done = lab_inject.inject(lab_inject.lab_dir(labdir), node, fault, gpu=gpu, value=value, log=not no_log)
+    done = lab_inject.inject(lab_inject.lab_dir(labdir), node, fault, gpu=gpu, value=value, log=not no_log,
+                             driver=not log_only)
     if as_json:
         click.echo(json.dumps({"node": done.node, "gpu": done.gpu, "fault": done.fault,
                                "summary": done.summary, "kmsg": list(done.kmsg)}))

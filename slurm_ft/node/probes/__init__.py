@@ -17,6 +17,7 @@ from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 from slurm_ft.config import NodeType, Thresholds
 from slurm_ft.finding import Finding
 from slurm_ft.gpu.sample import NodeSample
+from slurm_ft.node.jobscope import JobScope
 from slurm_ft.vocab import LEVELS
 
 Probe = Callable[[NodeSample, "ProbeContext"], List[Finding]]
@@ -69,7 +70,8 @@ class ProbeContext:
     now: float = 0.0
     xid_since: Optional[float] = None           # Xids logged before this time are history, not findings
     xid_untimed: bool = True                    # count Xid lines without a time (not after a resume)
-    ignore_processes: Tuple[str, ...] = ()      # process names allowed to hold a GPU between jobs
+    ignore_processes: Tuple[str, ...] = ()      # programs allowed to hold a GPU between jobs (processes.py)
+    job: JobScope = field(default_factory=JobScope)   # the epilog's job: whose leftover processes count
     # (gpu index, xid) -> number of distinct jobs in which that app-class Xid was seen (node state file)
     xid_history: Mapping[Tuple[int, int], int] = field(default_factory=dict)
 

@@ -2,6 +2,8 @@
 
 * Catalog severity fail -> a fail finding with the catalog's action (reset_gpu, reboot, rma, drain).
 * warn -> warn; ignore -> an informational ok line (shown, never a drain).
+* a syslog line (`trusted` False: `logger -t kernel` writes the same) that would fail warns instead,
+  as UNVERIFIED_XIDn; NVML reporting the same Xid makes it count (node/gather.py).
 * Application-caused Xids (13, 31, 43, 45, 68, ...) never fail. If the same one keeps coming back on
   the same GPU across different jobs (`ctx.xid_history`, kept by the epilog in the node state file),
   it warns: a heuristic for a GPU that only looks like an application bug.
@@ -34,7 +36,7 @@ def recent(sample: NodeSample, since: Optional[float], untimed: bool = True) -> 
 def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     groups: Dict[Tuple[str, int, Union[int, str]], List[XidEvent]] = {}
     for e in recent(sample, ctx.xid_since, ctx.xid_untimed):
-        key = (e.kind, e.xid, e.gpu if e.gpu is not None else e.pci_bus_id)
+        key = (e.kind if e.trusted else "unverified", e.xid, e.gpu if e.gpu is not None else e.pci_bus_id)
         groups.setdefault(key, []).append(e)
     out: List[Finding] = []
     for (kind, code, _), events in groups.items():
@@ -56,7 +58,7 @@ def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
                 reason += f"; recurred on this GPU in {seen} jobs (hardware suspect)"
             else:
                 reason += " (application error, not a node fault)"
-        prefix = {"sxid": "SXID", "forged": "FORGED_XID"}.get(kind, "XID")
+        prefix = {"sxid": "SXID", "forged": "FORGED_XID", "unverified": "UNVERIFIED_XID"}.get(kind, "XID")
         out.append(Finding(CHECK, sev, reason, f"{prefix}{code}", e.gpu, action))
     return out
 
