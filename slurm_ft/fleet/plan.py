@@ -548,13 +548,9 @@ def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], p
     if not quarantined:
         return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason "
                                                   "(the job runs on)")]
-    if not inc.done("swap") and not _swapped(inc, snap, policy):
-        fresh = [s for s in pool if s not in inc.spares][:len(inc.nodes)]
-        if fresh:
-            for s in fresh:
-                pool.remove(s)
-            return [Step("swap", **base, spares=tuple(fresh),
-                         reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")]
+    refill = _refill(inc, snap, policy, pool, base)
+    if refill:
+        return refill
     if any(n in job.nodes for n in inc.nodes):
         if now - inc.opened_at < HOT_RELEASE_WAIT_S:
             return [Step("poll", **base, reason="waiting for the job's supervisor to give the failed node back")]
@@ -562,6 +558,17 @@ def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], p
                                                 "stays in the job unused (Slurm refused the shrink)")]
     return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node left "
                                             "the job")]
+
+
+def _refill(inc: Incident, snap: Snapshot, policy: Policy, pool: List[str], base: _IncidentFields) -> List[Step]:
+    """A node out of a running hot-spare job: its partition refilled from the pool, once, while a spare is free."""
+    if inc.done("swap") or _swapped(inc, snap, policy):
+        return []
+    fresh = [s for s in pool if s not in inc.spares][:len(inc.nodes)]
+    for s in fresh:
+        pool.remove(s)
+    return [Step("swap", **base, spares=tuple(fresh),
+                 reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")] if fresh else []
 
 
 def _advance_planned(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, pool: List[str],
@@ -579,13 +586,9 @@ def _advance_planned(inc: Incident, snap: Snapshot, incidents: Sequence[Incident
     if not quarantined:
         return [Step("quarantine", **base, reason="out of the job partitions, drained for its planned swap "
                                                   "(the job runs on)")]
-    if not inc.done("swap") and not _swapped(inc, snap, policy):
-        fresh = [s for s in pool if s not in inc.spares][:len(inc.nodes)]
-        if fresh:
-            for s in fresh:
-                pool.remove(s)
-            return [Step("swap", **base, spares=tuple(fresh),
-                         reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")]
+    refill = _refill(inc, snap, policy, pool, base)
+    if refill:
+        return refill
     if any(n in job.nodes for n in inc.nodes):
         # the supervisor moves at the checkpoint it asks for once told of the quarantine, usually seconds;
         # the incident does not hold the job for longer (one open incident a job: a fault must not wait)

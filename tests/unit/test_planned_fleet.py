@@ -89,15 +89,20 @@ def test_a_restart_for_another_reason_takes_the_node_out_before_the_job_starts_a
     assert "n2" not in s.parts["train"]
 
 
-def test_a_fault_in_the_job_supersedes_an_open_planned_swap_and_takes_the_node_along(tmp_path):
-    s = FakeSlurm(train=("n1", "n2", "n3", "n4", "n5"), spares=("n6", "n7"))
-    s.add_job(5, FtSpec(ckpt_dir="", hot_spares=2, train_nodes=3, max_restarts=5), batch_host="n1")
+def fault_after_degraded(tmp_path, s):
+    """n3 degraded (a planned swap opened), then n2 fails: the controller and its incidents."""
     s.fail("n3", DEG)
     c = ctl(tmp_path, s)
     c.cycle(budget_s=0.5)
     s.fail("n2", XID)
     c.cycle(budget_s=0.5)
-    first, second = jn.incidents(c.conn)
+    return c, jn.incidents(c.conn)
+
+
+def test_a_fault_in_the_job_supersedes_an_open_planned_swap_and_takes_the_node_along(tmp_path):
+    s = FakeSlurm(train=("n1", "n2", "n3", "n4", "n5"), spares=("n6", "n7"))
+    s.add_job(5, FtSpec(ckpt_dir="", hot_spares=2, train_nodes=3, max_restarts=5), batch_host="n1")
+    c, (first, second) = fault_after_degraded(tmp_path, s)
     assert first.status == "superseded" and "a fault in the job (n2)" in first.note
     assert second.nodes == ("n2", "n3") and second.note.startswith("hot-spare: ")
     assert not [x for x in s.calls if x[0] == "requeue"]
@@ -105,12 +110,7 @@ def test_a_fault_in_the_job_supersedes_an_open_planned_swap_and_takes_the_node_a
 
 def test_a_degraded_node_stays_when_without_it_the_job_would_need_a_requeue(tmp_path):
     s = hot()                                     # 3 + 1: n2 failed and n3 degraded leave 2 of the 3 needed
-    s.fail("n3", DEG)
-    c = ctl(tmp_path, s)
-    c.cycle(budget_s=0.5)
-    s.fail("n2", XID)
-    c.cycle(budget_s=0.5)
-    first, second = jn.incidents(c.conn)
+    c, (first, second) = fault_after_degraded(tmp_path, s)
     assert first.status == "superseded"
     assert second.nodes == ("n2",) and second.note.startswith("hot-spare: ")      # the supervisor's, no requeue
     assert not [x for x in s.calls if x[0] == "requeue"]

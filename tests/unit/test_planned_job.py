@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 
 import pytest
@@ -16,7 +15,7 @@ from fakeslurm import FakeSlurm
 from slurm_ft import heartbeat
 from slurm_ft.job import ckpt, ckptrequest, hotplan as hp, planned as pl
 from slurm_ft.job.notices import Follower
-from slurm_ft.job.supervisor import Supervisor
+from test_supervisor_events import Stepless as EventsStepless, run_in_thread as go, say, wait_for   # same dir
 from slurm_ft.vocab import event_line
 
 ALLOC = ("n1", "n2", "n3", "n4")          # -N 3 --hot-spares 1; n1 the batch host
@@ -161,31 +160,10 @@ def test_progress_carries_the_mean_busy_time_since_the_last_report(tmp_path, mon
 
 # --- the supervisor's loop -----------------------------------------------------------------------
 
-class Step:
-    def __init__(self):
-        self.rc = None
-
-    def poll(self):
-        return self.rc
-
-
-class Stepless(Supervisor):
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.launched = []
-
+class Stepless(EventsStepless):
     def launch(self, nodes, reason):
-        self.launched.append(tuple(nodes))
-        self.step_nodes, self.exited_at, self.exit_checked = tuple(nodes), None, False
-        self.launch_t = time.time()
-        self.proc = Step()
-        self.launches += 1
-        return None
-
-    def stop(self):
-        if self.proc is not None and self.proc.rc is None:
-            self.proc.rc = -15
-        return True
+        self.launch_t = time.time()             # the ranks' reports of this launch are newer
+        return super().launch(nodes, reason)
 
 
 def setup(tmp_path, **kw):
@@ -199,25 +177,6 @@ def setup(tmp_path, **kw):
     sup = Stepless(slurm, jid, 3, str(d), ["train"], env={}, say=lambda m: None,
                    notices=Follower(open(out, "rb")), **kw)
     return slurm, sup, out, d
-
-
-def go(sup):
-    result = {}
-    t = threading.Thread(target=lambda: result.setdefault("rc", sup.run()), daemon=True)
-    t.start()
-    return t, result
-
-
-def wait_for(what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not what():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
-def say(out, line):
-    with open(out, "a") as f:
-        f.write(f"slurmstepd-n1: error: {line}\n")
 
 
 def events(d):
