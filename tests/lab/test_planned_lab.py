@@ -7,8 +7,13 @@ limit over several windows, nothing happens. A straggler (`lab inject --slow 0.5
 way by the job's own progress reports, and its node's watcher (a slow clock with no reason) sends it to
 validation, which fails it: a confirmed signal in `slurm-ft report`.
 
-Jobs are submitted with `slurm-ft sbatch --hot-spares` as the test's user (root in today's lab: the
-supervisor's shrink and notices need nothing more than the job's owner may do)."""
+Who does what, as on a cluster: the job is the lab's unprivileged job user's (`slurm-ft sbatch
+--hot-spares` run as them, its output and checkpoints in their `work` directory; its supervisor's shrink,
+notices and checkpoint ask need nothing more than the job's owner may do). Root only for the admin's side:
+the node's `slurm-ft watch` (a root daemon on every node: it reads NVML and drains), the controller, the
+sweep and `report` (root's config and journal in tmp_path), and `lab inject` (the fake driver: the GPU
+itself). The job reads a world-readable copy of the config (as /etc/slurm-ft/slurm-ft.yaml is on a cluster)
+for its node type's straggler settings."""
 from __future__ import annotations
 
 import json
@@ -31,28 +36,29 @@ SOFT = {"window_s": 30.0, "ecc_corrected": 100, "clock_window_s": 6.0, "clock_sl
         "straggler_ratio": 0.7, "straggler_window_s": 8.0}
 
 
-def planned_config(lab, work: Path, name: str = "slurm-ft.yaml", **soft) -> Path:
-    """The lab's config, a journal of this test's own, soft signals read every second over 30 s windows."""
-    path = controller_config(lab, work)
+def planned_config(lab, root: Path, name: str = "slurm-ft.yaml", **soft) -> Path:
+    """The lab's config, a journal of this test's own (in root's `root`), soft signals read every second
+    over 30 s windows."""
+    path = controller_config(lab, root)
     data = yaml.safe_load(path.read_text())
     data.setdefault("health", {})["soft_period_s"] = 1.0
     data["health"].setdefault("node_types", {}).setdefault("default", {})["soft"] = {**SOFT, **soft}
     data.setdefault("lifecycle", {}).update(planned_swaps_per_hour=10, quarantine_grace_s=0, validate_wait_s=240)
-    out = work / name
+    out = root / name
     out.write_text(yaml.safe_dump(data))
     os.chmod(out, 0o644)
     return out
 
 
 @pytest.fixture
-def config(lab, work):
-    return planned_config(lab, work)
+def config(lab, tmp_path):
+    return planned_config(lab, tmp_path)
 
 
 @pytest.fixture
-def controller(lab, work, config):
+def controller(lab, work, tmp_path, config):
     proc = subprocess.Popen([PY, "-m", "slurm_ft", "controller", "run"], env=dict(lab.env, SLURM_FT_CONFIG=str(config)),
-                            stdout=open(work / "controller.log", "w"), stderr=subprocess.STDOUT)
+                            stdout=open(tmp_path / "controller.log", "w"), stderr=subprocess.STDOUT)
     yield config
     proc.terminate()
     try:
@@ -61,18 +67,19 @@ def controller(lab, work, config):
         proc.kill()
         proc.wait()
         raise
-    for name in ("controller.log", "job.out", "ck/slurm-ft-starts.jsonl", "ck/trainer-log.jsonl", "watch.log"):
-        f = work / name
+    # shown by pytest only when the test failed: what the controller, the watcher, the job and its supervisor said
+    for name in ("controller.log", "watch.log", "job.out", "ck/slurm-ft-starts.jsonl", "ck/trainer-log.jsonl"):
+        f = (tmp_path if name in ("controller.log", "watch.log") else work) / name
         print(f"== {name}", *(f.read_text(errors="replace").splitlines()[-60:] if f.exists() else ["(none)"]), sep="\n")
 
 
 class Watch:
     """`slurm-ft watch` on one lab node, as its systemd service runs it there."""
 
-    def __init__(self, lab, work: Path, node: str, config: Path):
+    def __init__(self, lab, root: Path, node: str, config: Path):
         env = dict(lab.env, SLURM_FT_CONFIG=str(config), SLURMD_NODENAME=node, LD_LIBRARY_PATH=str(lab.dir / "lib"),
                    PYTHONUNBUFFERED="1")
-        self.log = work / "watch.log"
+        self.log = root / "watch.log"
         self.proc = subprocess.Popen([PY, "-m", "slurm_ft", "watch", "--node", node, "--json", "--no-nvml"],
                                      env=env, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
@@ -97,12 +104,17 @@ def watches():
 
 
 def submit(lab, work: Path, config: Path, n: int = 2, k: int = 1) -> tuple:
+    """The job user's hot-spare trainer; its supervisor reads a world-readable copy of root's config."""
     ck = work / "ck"
+    readable = work / "slurm-ft.yaml"
+    readable.write_text(config.read_text())
+    os.chmod(readable, 0o644)
     p = slurm_ft(lab, None, "sbatch", "--ckpt-dir", str(ck), "--hot-spares", str(k), "-N", str(n),
                  "--ntasks-per-node=1", "--gres=gpu:8", "-o", str(work / "job.out"), "--open-mode=append",
                  PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
                  "--step-time", "0.3", "--ckpt-every", "5", "--gpu-check", "on",
-                 env={"SLURM_FT_CONFIG": str(config), "LD_LIBRARY_PATH": str(lab.dir / "lib")})
+                 env={"SLURM_FT_CONFIG": str(readable), "LD_LIBRARY_PATH": str(lab.dir / "lib")})
+    assert lab.client.job(int(p.stdout.split()[-1])).user == lab.user   # the lab user's job, not root's
     return int(p.stdout.split()[-1]), ck
 
 
@@ -123,10 +135,10 @@ def training(lab, ck: Path, job_id: int, past: int = 7):
 
 
 def test_corrected_ecc_climbing_swaps_at_a_checkpoint_with_no_step_redone_and_the_node_goes_to_validation(
-        lab, work, controller, watches):
+        lab, work, tmp_path, controller, watches):
     job_id, ck = submit(lab, work, controller)
     job, victim = training(lab, ck, job_id)
-    w = watches(lab, work, victim, controller)
+    w = watches(lab, tmp_path, victim, controller)
     t0 = time.time()
     inject(lab.dir, victim, "ecc_sbe_rate", gpu=3, value="6000/min")
     second = lab.client.wait_for(lambda: [r for r in runs(read_log(str(ck))) if r["launch"] == 1
@@ -161,19 +173,19 @@ def test_corrected_ecc_climbing_swaps_at_a_checkpoint_with_no_step_redone_and_th
     assert row["swaps"] == 1 and row["confirmed"] + row["false_alarms"] + row["open"] == 1
 
 
-def test_with_the_signal_off_or_noise_under_its_limit_over_several_windows_nothing_happens(lab, work, controller,
-                                                                                          watches):
+def test_with_the_signal_off_or_noise_under_its_limit_over_several_windows_nothing_happens(lab, work, tmp_path,
+                                                                                          controller, watches):
     job_id, ck = submit(lab, work, controller)
     job, victim = training(lab, ck, job_id)
     # noise: 100 corrected errors a minute, 50 in any 30 s window against a limit of 100, for four windows
-    w = watches(lab, work, victim, controller)
+    w = watches(lab, tmp_path, victim, controller)
     inject(lab.dir, victim, "ecc_sbe_rate", gpu=3, value="100/min")
     time.sleep(120)
     assert not [x for x in w.lines() if x.get("soft")], w.lines()
     w.stop()
     # the signal off: 100 a second, and nothing
-    off = planned_config(lab, work, "off.yaml", ecc_corrected=0)
-    w = watches(lab, work, victim, off)
+    off = planned_config(lab, tmp_path, "off.yaml", ecc_corrected=0)
+    w = watches(lab, tmp_path, victim, off)
     inject(lab.dir, victim, "ecc_sbe_rate", gpu=3, value="6000/min")
     time.sleep(20)
     assert not [x for x in w.lines() if x.get("soft")], w.lines()
@@ -184,8 +196,8 @@ def test_with_the_signal_off_or_noise_under_its_limit_over_several_windows_nothi
     assert now.state == "RUNNING" and now.restart_count == 0
 
 
-def test_a_straggler_is_moved_off_at_a_checkpoint_and_its_own_watcher_sends_it_to_validation(lab, work, controller,
-                                                                                              watches):
+def test_a_straggler_is_moved_off_at_a_checkpoint_and_its_own_watcher_sends_it_to_validation(lab, work, tmp_path,
+                                                                                              controller, watches):
     job_id, ck = submit(lab, work, controller)
     job, victim = training(lab, ck, job_id)
     inject(lab.dir, victim, "slow", gpu=0, value=0.5)        # its GPU at half speed: the gang waits for it
@@ -198,7 +210,7 @@ def test_a_straggler_is_moved_off_at_a_checkpoint_and_its_own_watcher_sends_it_t
     assert victim not in expand(supervisor(ck, "launch")[1]["nodes"])
     assert [r["nodes"] for r in supervisor(ck, "release") if r["ok"]] == [victim]   # nobody quarantines a straggler
     assert not lab.client.node(victim).drained                  # a job's word drains no node ...
-    w = watches(lab, work, victim, controller)                  # ... the node's own watcher does
+    w = watches(lab, tmp_path, victim, controller)              # ... the node's own watcher does
     lab.client.wait_for(lambda: lab.client.node(victim).drained, 60, "the watcher's planned drain")
     assert lab.client.node(victim).reason.startswith("slurm-ft: PLANNED CLOCK_SLOW gpu0 SM clock at 50% of max")
     lab.client.wait_for(lambda: any(x.get("planned", {}).get("action") == "drained" for x in w.lines()), 30,
