@@ -6,11 +6,13 @@ between polls (the degraded nodes and since when, the checkpoint asked for, the 
 the job for a checkpoint (job/ckptrequest.py), reads the newest complete one while it waits, and makes
 the swap: stop the step, give the nodes back, launch again without them. Supervisor events (one JSON line
 each in DIR/slurm-ft-starts.jsonl): `notice` (kind degraded), `planned` (phase asked, swap, not_swapped),
-`straggler` (node, reason).
+`straggler` (node, reason). settings(): the wait bound and the straggler rule from the config the job can
+read.
 """
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Set, Tuple
 
@@ -175,3 +177,19 @@ class PlannedSwaps:
             out = (*out, *(x for x in act.release if x in self.straggling))
         allocation = sup.shrink(allocation, out)
         return sup.launch(act.nodes, f"planned swap without {compress(act.failed)}"), allocation
+
+
+def settings(node: str) -> Tuple[float, Tuple[float, float]]:
+    """(lifecycle.planned_wait_s, (straggler_ratio, straggler_window_s) of the node type of `node`) from
+    slurm-ft's config where this job can read it, else the defaults (a job runs on without it)."""
+    from slurm_ft.config import Config, SoftSignals, load_config  # lazy: yaml; the starter's own steps need none
+    try:
+        config = load_config()
+    except Exception as exc:  # noqa: BLE001 - no config to read: the defaults
+        print(f"slurm-ft supervisor: config not read ({exc}); planned-swap defaults", file=sys.stderr)
+        config = Config()
+    try:
+        soft = config.health.type_of(node)[1].soft
+    except Exception:  # noqa: BLE001 - a bad node_type_of entry: the defaults
+        soft = SoftSignals()
+    return config.lifecycle.planned_wait_s, (soft.straggler_ratio, soft.straggler_window_s)

@@ -25,7 +25,7 @@ A step that fails while Slurm shows no fault on its nodes for EXIT_CHECK_AFTER_S
 a culprit takes the fault path; with none, the job ends with the step's exit status after
 hotplan.EXIT_GRACE_S.
 
-Planned swaps (job/planned.py decides): a node of the step told degraded (a `degraded` notice, or drained
+Planned swaps (job/planned.py decides, job/planned_run.py carries it out): a node of the step told degraded (a `degraded` notice, or drained
 PLANNED in a backstop read), or found a straggler in the ranks' progress reports, is no fault: the step runs
 on while the supervisor asks the job for a checkpoint now (job/ckptrequest.py), then relaunches it without
 that node from that checkpoint (no step done twice), within lifecycle.planned_wait_s.
@@ -50,7 +50,7 @@ from slurm_ft import heartbeat
 from slurm_ft.job import ckptfallback, hang, jobstart, rendezvous, startlog
 from slurm_ft.job.notices import Follower
 from slurm_ft.job import hotplan as hp
-from slurm_ft.job.planned_run import PlannedSwaps
+from slurm_ft.job.planned_run import PlannedSwaps, settings
 from slurm_ft.job.nodefault import node_fault
 from slurm_ft.slurm.client import SlurmClient
 from slurm_ft.slurm.hostlist import compress
@@ -492,29 +492,13 @@ def _int(text: Optional[str], default: int) -> int:
         return default
 
 
-def planned_settings(node: str) -> Tuple[float, Tuple[float, float]]:
-    """(lifecycle.planned_wait_s, (straggler_ratio, straggler_window_s) of the node type of `node`) from
-    slurm-ft's config where this job can read it, else the defaults (a job runs on without it)."""
-    from slurm_ft.config import Config, SoftSignals, load_config  # lazy: yaml; the starter's own steps need none
-    try:
-        config = load_config()
-    except Exception as exc:  # noqa: BLE001 - no config to read: the defaults
-        print(f"slurm-ft supervisor: config not read ({exc}); planned-swap defaults", file=sys.stderr)
-        config = Config()
-    try:
-        soft = config.health.type_of(node)[1].soft
-    except Exception:  # noqa: BLE001 - a bad node_type_of entry: the defaults
-        soft = SoftSignals()
-    return config.lifecycle.planned_wait_s, (soft.straggler_ratio, soft.straggler_window_s)
-
-
 def main(ckpt_dir: str, train_nodes: Optional[int], argv: Sequence[str], hang_timeout: float = 0,
          max_restarts: int = 0, ckpt_fails: int = ckptfallback.DEFAULT_M) -> int:
     job = os.environ.get("SLURM_JOB_ID", "")
     if not job.isdigit():
         print("slurm-ft supervisor: not inside a Slurm job (no SLURM_JOB_ID)", file=sys.stderr)
         return 2
-    wait_s, straggler = planned_settings(os.environ.get("SLURMD_NODENAME", ""))
+    wait_s, straggler = settings(os.environ.get("SLURMD_NODENAME", ""))
     return Supervisor(SlurmClient(), int(job), train_nodes, ckpt_dir, argv, hang_timeout=hang_timeout,
                       max_restarts=max_restarts, ckpt_fails=ckpt_fails, planned_wait_s=wait_s,
                       straggler=straggler if train_nodes else (0.0, 0.0)).run()
