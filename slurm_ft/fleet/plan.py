@@ -545,30 +545,47 @@ def _advance_hot(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], p
         why = (f"the batch host {job.batch_host} failed" if job.batch_host in failed_in_job
                else f"hot spares used up ({len(job.nodes) - len(failed_in_job)} healthy node(s) left)")
         return [Step("note", **base, reason=f"{why}: the requeue path takes over")]
+    return _in_job(inc, snap, policy, pool, job, base, quarantined, now, HOT_WORDS)
+
+
+# What a node's incident in a running hot-spare job says at each step: (quarantine, poll, close kind,
+# closed with the node still in the job, closed with the node gone)
+HOT_WORDS = ("out of the job partitions, drained with its reason (the job runs on)",
+             "waiting for the job's supervisor to give the failed node back",
+             "released",
+             "relaunched on a hot spare of the allocation; the failed node stays in the job unused (Slurm refused "
+             "the shrink)",
+             "relaunched on a hot spare of the allocation; the failed node left the job")
+# the supervisor moves at the checkpoint it asks for once told of the quarantine, usually seconds; the
+# incident does not hold the job for longer (one open incident a job: a fault must not wait)
+PLANNED_WORDS = ("out of the job partitions, drained for its planned swap (the job runs on)",
+                 "waiting for the job's supervisor to move off the node at its next checkpoint",
+                 "planned",
+                 "quarantined and replaced in the partition; the job's supervisor moves off the node at its "
+                 "checkpoint (it stays in the job, unused, where Slurm refuses the shrink)",
+                 "the job's supervisor moved off the node at a checkpoint and gave it back")
+
+
+def _in_job(inc: Incident, snap: Snapshot, policy: Policy, pool: List[str], job: Job, base: _IncidentFields,
+            quarantined: bool, now: float, words: Tuple[str, str, str, str, str]) -> List[Step]:
+    """A node out of a running hot-spare job (a fault's or a planned swap's): quarantine it, refill its
+    partition from the pool once while a spare is free, and close once the node left the job (or after
+    HOT_RELEASE_WAIT_S with it still there, unused)."""
+    quarantine, poll, kind, kept, left = words
     if not quarantined:
-        return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason "
-                                                  "(the job runs on)")]
-    refill = _refill(inc, snap, policy, pool, base)
-    if refill:
-        return refill
+        return [Step("quarantine", **base, reason=quarantine)]
+    if not inc.done("swap") and not _swapped(inc, snap, policy):
+        fresh = [s for s in pool if s not in inc.spares][:len(inc.nodes)]
+        if fresh:
+            for s in fresh:
+                pool.remove(s)
+            return [Step("swap", **base, spares=tuple(fresh),
+                         reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")]
     if any(n in job.nodes for n in inc.nodes):
         if now - inc.opened_at < HOT_RELEASE_WAIT_S:
-            return [Step("poll", **base, reason="waiting for the job's supervisor to give the failed node back")]
-        return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node "
-                                                "stays in the job unused (Slurm refused the shrink)")]
-    return [Step("released", **base, reason="relaunched on a hot spare of the allocation; the failed node left "
-                                            "the job")]
-
-
-def _refill(inc: Incident, snap: Snapshot, policy: Policy, pool: List[str], base: _IncidentFields) -> List[Step]:
-    """A node out of a running hot-spare job: its partition refilled from the pool, once, while a spare is free."""
-    if inc.done("swap") or _swapped(inc, snap, policy):
-        return []
-    fresh = [s for s in pool if s not in inc.spares][:len(inc.nodes)]
-    for s in fresh:
-        pool.remove(s)
-    return [Step("swap", **base, spares=tuple(fresh),
-                 reason=f"refill {inc.partition} from {policy.spare_partition} (the job keeps running)")] if fresh else []
+            return [Step("poll", **base, reason=poll)]
+        return [Step(kind, **base, reason=kept)]
+    return [Step(kind, **base, reason=left)]
 
 
 def _advance_planned(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: Policy, pool: List[str],
@@ -583,22 +600,7 @@ def _advance_planned(inc: Incident, snap: Snapshot, incidents: Sequence[Incident
         why = (f"a fault in the job ({', '.join(failed)})" if failed and job.running
                else f"job {job.job_id} is {job.state}, restart {job.restart_count}")
         return [Step("superseded", **base, reason=f"{why}: that path takes {', '.join(inc.nodes)} along")]
-    if not quarantined:
-        return [Step("quarantine", **base, reason="out of the job partitions, drained for its planned swap "
-                                                  "(the job runs on)")]
-    refill = _refill(inc, snap, policy, pool, base)
-    if refill:
-        return refill
-    if any(n in job.nodes for n in inc.nodes):
-        # the supervisor moves at the checkpoint it asks for once told of the quarantine, usually seconds;
-        # the incident does not hold the job for longer (one open incident a job: a fault must not wait)
-        if now - inc.opened_at < HOT_RELEASE_WAIT_S:
-            return [Step("poll", **base, reason="waiting for the job's supervisor to move off the node at its "
-                                                "next checkpoint")]
-        return [Step("planned", **base, reason="quarantined and replaced in the partition; the job's supervisor "
-                                               "moves off the node at its checkpoint (it stays in the job, "
-                                               "unused, where Slurm refuses the shrink)")]
-    return [Step("planned", **base, reason="the job's supervisor moved off the node at a checkpoint and gave it back")]
+    return _in_job(inc, snap, policy, pool, job, base, quarantined, now, PLANNED_WORDS)
 
 
 def _admins(node: Optional[Node], policy: Policy) -> bool:
