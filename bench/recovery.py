@@ -22,6 +22,12 @@ training step runs on --nodes nodes throughout; at each fault its supervisor sto
 it on a hot spare of the allocation: no requeue, no epilogs, no scheduling, no prologs. No repair between
 faults: each fault takes one hot spare.
 
+--path planned: no fault at all: corrected ECC errors start climbing on one GPU of a node of the step (the
+fake driver counts them at 100 a second); that node's `slurm-ft watch` sees the soft signal and drains it
+gracefully, the supervisor asks the trainer for a checkpoint and moves the step to a hot spare from it.
+Timed from the soft signal (the node drained PLANNED) to the first step on the spare; steps redone: 0.
+Like hot-spare, the job holds --faults hot spares.
+
 --path slurm: Slurm alone only (no slurm-ft recovery): the requeue delay and a plain start's launch to
 first step are measured on the lab, the collective timeout is configured.
 
@@ -146,9 +152,10 @@ def main(argv=None) -> int:
         print(compare(*runs, names=tuple(Path(p).stem for p in argv[1:])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--path", choices=("requeue", "hot-spare", "slurm"), default="requeue",
+    ap.add_argument("--path", choices=("requeue", "hot-spare", "planned", "slurm"), default="requeue",
                     help="requeue: the controller requeues onto a pool spare; hot-spare: the job's supervisor "
-                         "relaunches on a spare in its allocation; slurm: Slurm alone (computed from measurements)")
+                         "relaunches on a spare in its allocation; planned: a soft signal, the job moves to a hot "
+                         "spare at a checkpoint asked for; slurm: Slurm alone (computed from measurements)")
     ap.add_argument("--faults", type=int, default=5)
     ap.add_argument("--dir", default="/tmp/slurm-ft-bench-lab")
     ap.add_argument("--port-base", type=int, default=18000)
@@ -177,7 +184,8 @@ def main(argv=None) -> int:
     started = not lab.running()
     if (args.no_job_hooks or args.breaker_share is not None) and not started:
         ap.error(f"--no-job-hooks and --breaker-share need a lab this run starts; one is up in {args.dir}")
-    hot = args.faults if args.path == "hot-spare" else 0
+    hot = args.faults if args.path in ("hot-spare", "planned") else 0
+    planned = args.path == "planned"
     if started:
         lab = Lab(args.dir, LabSpec(nodes=args.nodes + hot, spares=args.spares, port_base=args.port_base,
                                     job_hooks=not args.no_job_hooks))
@@ -192,7 +200,7 @@ def main(argv=None) -> int:
 
     hot = min(hot, max(0, lab.spec.nodes - 1))      # a lab already up: its nodes are what there is
     sc = Scenario(lab, lab.dir / "bench", step_time=args.step_time, ckpt_every=args.ckpt_every,
-                  collective_timeout=args.collective_timeout, hot_spares=hot)
+                  collective_timeout=args.collective_timeout, hot_spares=hot, planned=planned)
     results = []
     first_launch_s = None
     try:
@@ -223,8 +231,8 @@ def main(argv=None) -> int:
         for i in range(args.faults if args.path != "slurm" else 0):
             r = sc.fault(victim_index=7 + 13 * i, gpu=i % lab.spec.gpus_per_node, timeout=args.timeout)
             results.append(r)
-            say(f"fault {i + 1}: {r.failed_node} gpu{r.gpu} -> spare {r.spare_node}: first step after "
-                f"{r.fault_to_resume_s:.2f} s (resumed from step {r.resumed_from_step}, "
+            say(f"{'signal' if planned else 'fault'} {i + 1}: {r.failed_node} gpu{r.gpu} -> spare {r.spare_node}: "
+                f"first step after {r.fault_to_resume_s:.2f} s (resumed from step {r.resumed_from_step}, "
                 f"{r.steps_lost} redone); load {os.getloadavg()[0]:.1f}")
             if not hot:
                 repair(sc, r.failed_node)
@@ -235,7 +243,7 @@ def main(argv=None) -> int:
     if args.path == "slurm":
         return _slurm_alone_only(args, requeue_delay, first_launch_s)
 
-    sft = summary(results, hot=bool(hot))
+    sft = summary(results, hot=bool(hot), planned=planned)
     per_phase, segments = sft["phases"], sft["segments"]
     launch_p50 = sft["launch_to_first_step_p50_s"]
     alone_total = args.collective_timeout + requeue_delay + launch_p50
@@ -267,6 +275,9 @@ def main(argv=None) -> int:
         },
     }
     out["speedup_p50"] = round(alone_total / out["slurm_ft"]["fault_to_first_step_p50_s"], 1)
+    if planned:         # no fault: nothing for Slurm alone to recover from (its job would fail later, unwarned)
+        out["slurm_alone"], out["speedup_p50"] = None, None
+        out["slurm_ft"]["note"] = "timed from the soft signal (the node drained PLANNED) to the first step on the spare"
     if args.save:
         Path(args.save).write_text(json.dumps(out, indent=2) + "\n")
     if args.json:
@@ -281,6 +292,13 @@ def main(argv=None) -> int:
     for label, v in segments.items():
         print(f"{label:<52}{v['p50_s']:>9.2f}{v['p95_s']:>9.2f}")
     print()
+    if planned:
+        print(f"Slurm {version}; planned swaps on a {lab.spec.nodes}-node lab ({hot} hot spares)")
+        print(f"{'soft signal -> first step on the spare, p50':<48}{sft['fault_to_first_step_p50_s']:>9.2f} s")
+        print(f"{'                                         p95':<48}{sft['fault_to_first_step_p95_s']:>9.2f} s")
+        print(f"steps redone per swap: {out['slurm_ft']['steps_lost']}")
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+        return 0
     print(f"Slurm {version}, jobs submitted with {requeue}")
     print(f"{'fault -> first step after':<40}{'slurm-ft':>12}{'Slurm alone':>14}")
     print(f"{'  p50':<40}{sft['fault_to_first_step_p50_s']:>11.2f}s{alone_total:>13.1f}s")

@@ -6,6 +6,7 @@ for absent keys. The file must not be writable by others (these programs run as 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
 import re
 import typing
@@ -28,6 +29,30 @@ TRUST_MODES = ("auto", "admin_comment", "comment")   # job/trust.py: which job f
 
 
 @dataclass(frozen=True)
+class SoftSignals:
+    """Soft signals of one node type (node/soft.py; docs/health.md, "Soft signals"): trends of what the
+    watcher reads every health.soft_period_s, judged per GPU. Each one found is a warn finding that asks for
+    a planned swap (node/planned.py: a graceful drain within lifecycle.planned_swaps_per_hour, the jobs move
+    at their next checkpoint), never a fault drain. 0 turns one off."""
+    window_s: float = 3600.0           # the counts below are over this window
+    ecc_corrected: int = 1000          # corrected (single-bit) ECC errors added on one GPU
+    xid_contained: int = 3             # hardware Xids of the catalog's warn class on one GPU (contained ECC 94,
+                                       # row-remap event 63, high SBE rate 92, ...)
+    nvlink_replay: int = 1             # NVLink replay + recovery errors added on one GPU (DCGM fails at 1 a minute)
+    nvlink_crc: int = 6000             # NVLink CRC errors added on one GPU (a minute at DCGM's fail rate, 100/s)
+    clock_window_s: float = 600.0      # clock readings are judged over this window (GPUD's 10 minutes) ...
+    clock_event_share: float = 0.6     # ... HW slowdown, HW thermal or power brake in this share of them (GPUD)
+    clock_slow_ratio: float = 0.5      # ... or the SM clock below this share of its max with no reason reported
+    # fail findings this node type takes by planned swap instead of a fault drain: the driver asks to drain
+    # the GPU's work first (recovery actions drain_p2p, drain_and_reset); REMAP_PENDING may join them (NVIDIA:
+    # a pending remap does not affect further work; the reset can wait)
+    planned_codes: Tuple[str, ...] = ("GPU_RECOVERY_DRAIN_P2P", "GPU_RECOVERY_DRAIN_RESET")
+    straggler_ratio: float = 0.7       # a node of a hot-spare job below this share of the others' median speed
+                                       # (its ranks' step compute time, slurm_ft.progress(busy_s=)) ...
+    straggler_window_s: float = 300.0  # ... this long: the job swaps it out at a checkpoint
+
+
+@dataclass(frozen=True)
 class NodeType:
     """What a healthy node of one type looks like (0 for a count means "do not check")."""
     gpus: int = 8
@@ -37,6 +62,7 @@ class NodeType:
     tflops_bf16: float = 0.0        # expected burn-in matmul TFLOPS per GPU; 0 = compare within node only
     ib_ports: int = 0               # InfiniBand ports that must be ACTIVE/LinkUp; 0 = no IB check
     ib_rate_gbps: int = 0           # ... at this rate or better; 0 = any rate
+    soft: SoftSignals = field(default_factory=SoftSignals)
 
 
 @dataclass(frozen=True)
@@ -87,10 +113,32 @@ class HealthConfig:
     auto_resume: bool = True         # a healthy `check --drain` resumes a node that slurm-ft drained
     nvml_hung_drain_after: int = 3   # this many hung NVML checks in a row drain the node (NVML_HUNG); 0 = never
     fleet_view_max_age_s: float = 900.0  # unused since the hooks read the count when they fail a node; old configs load
+    soft_period_s: float = 60.0      # `watch` reads the soft signals (node types' `soft`) this often; 0 = never
 
     # kmsg_path, state_file, disk_paths and sysfs_root may name the node ({node}): the lab's nodes share a host
     def on(self, node: str, template: str) -> str:
         return template.replace("{node}", node)
+
+    def type_of(self, node: str) -> Tuple[str, NodeType]:
+        """(name, type) of the node type whose `node_type_of` pattern (hostlist expression or glob) names
+        this node; "default" otherwise. An unknown type name or a bad hostlist: ConfigError naming the key."""
+        for pattern, name in self.node_type_of.items():
+            if _names(node, pattern):
+                if name not in self.node_types:
+                    raise ConfigError(f"health.node_type_of.{pattern}: unknown node type {name!r} "
+                                      f"(defined: {', '.join(sorted(self.node_types))})")
+                return name, self.node_types[name]
+        return "default", self.node_types.get("default", NodeType())
+
+
+def _names(node: str, pattern: str) -> bool:
+    if any(c in pattern for c in "*?") or "[" not in pattern:
+        return fnmatch.fnmatchcase(node, pattern) or node == pattern
+    from slurm_ft.slurm.hostlist import expand   # lazy: only a node_type_of hostlist ("gpu[01-64]") needs it
+    try:
+        return node in expand(pattern)
+    except Exception:  # noqa: BLE001 - a bad expression names its key
+        raise ConfigError(f"health.node_type_of: bad hostlist {pattern!r}") from None
 
 
 @dataclass(frozen=True)
@@ -163,6 +211,10 @@ class LifecycleConfig:
     pool_target: int = 0                # spares wanted; 0 = from `slurm-ft spares plan` when available
     metrics_path: str = "/var/lib/prometheus/node-exporter/slurm_ft.prom"
     remediation: RemediationConfig = field(default_factory=RemediationConfig)
+    planned_swaps_per_hour: int = 2     # soft signals' graceful drains fleet-wide within an hour (counted from
+                                        # Slurm's reasons, as the breaker counts); 0 = soft signals are only reported
+    planned_wait_s: float = 1800.0      # a hot-spare job's supervisor waits this long for the checkpoint it asked
+                                        # for, then swaps from its latest one
 
 
 @dataclass(frozen=True)
@@ -259,7 +311,24 @@ def _parse(p: Path) -> Config:
     _check_remediation(cfg.lifecycle.remediation, str(p))
     _check_ignore_processes(cfg.health, str(p))
     _check_domains(cfg.planning, str(p))
+    _check_soft(cfg.health, str(p))
     return cfg
+
+
+_CODE_RE = re.compile(r"[A-Z][A-Z0-9_]{0,63}\Z")
+
+
+def _check_soft(hc: "HealthConfig", file: str) -> None:
+    """planned_codes name finding codes (they end up in a drain reason); windows must hold time."""
+    for name, nt in hc.node_types.items():
+        where = f"health.node_types.{name}.soft"
+        for i, code in enumerate(nt.soft.planned_codes):
+            if not _CODE_RE.match(code):
+                raise ConfigError(f"{file}: {where}.planned_codes[{i}]: {code!r} is not a finding code "
+                                  f"(REMAP_PENDING, GPU_RECOVERY_DRAIN_RESET, ...)")
+        for key in ("window_s", "clock_window_s", "straggler_window_s"):
+            if getattr(nt.soft, key) == 0:
+                raise ConfigError(f"{file}: {where}.{key} must be more than 0 seconds")
 
 
 def _check_domains(pc: "PlanningConfig", file: str) -> None:
@@ -358,7 +427,7 @@ def build(cls: Type[_D], data: Any, file: str, where: str) -> _D:
 
 # values that are a share of a whole (0..1)
 _SHARES = frozenset({"breaker_max_share", "burnin_relative_min", "burnin_absolute_min", "replace_fraction",
-                     "target", "budget_share"})
+                     "target", "clock_event_share", "clock_slow_ratio", "straggler_ratio", "budget_share"})
 
 
 def _key(where: str, name: str) -> str:

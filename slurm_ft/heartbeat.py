@@ -4,11 +4,13 @@ Runs in every rank, so it is the standard library only and costs one small file 
 second per rank. Each rank keeps one file, replaced whole (write + rename, never a torn read):
 
     $SLURM_FT_CKPT_DIR/.slurm-ft-progress/rank-<R>.json
-    {"step": 1200, "t": 1796034508.40, "rank": 3, "host": "gpu017", "job": "4242", "restart": 1, "launch": 0,
-     "first_step": 1001, "first_t": 1796034410.12}
+    {"step": 1200, "t": 1796034508.40, "rank": 3, "host": "gpu017", "node": "gpu017", "job": "4242",
+     "restart": 1, "launch": 0, "first_step": 1001, "first_t": 1796034410.12, "busy_s": 0.912}
 first_step/first_t: this process's first report (the first step after a start or restart), kept in every
 report: a reader that looks only now and then still learns when the run's first step ended (goodput's end of
-a recovery), not only the latest step.
+a recovery), not only the latest step. node: Slurm's name of the rank's node (SLURMD_NODENAME). busy_s (only from `progress(step, busy_s=S)`): the mean seconds this
+rank spent computing a step (before it waited for the others) over the steps since its last report; the
+hot-spare supervisor compares nodes by it to find one far slower than the rest (a straggler, job/planned.py).
 
 SLURM_FT_CKPT_DIR is exported to the job by slurm-ft's starter; the checkpoint directory is the one place
 every rank and the batch host share. A dot directory: checkpoint detection never reads it as a
@@ -36,6 +38,7 @@ Report = Dict[str, Any]       # one rank's last report: step, t, rank, host, job
 
 _last: Dict[str, Optional[float]] = {"t": 0.0, "step": None}    # this process's last write
 _first: Dict[str, float] = {}                                     # this process's first report: step, t
+_busy: Dict[str, float] = {"s": 0.0, "n": 0}                      # compute seconds and steps since the last write
 
 
 def progress_dir(ckpt_dir: str) -> str:
@@ -54,20 +57,28 @@ def _rank(env: Mapping[str, str]) -> int:
     return base
 
 
-def progress(step: int, *, force: bool = False) -> None:
-    """Report that this rank finished `step`. Throttled to one write a second unless `force`."""
+def progress(step: int, *, force: bool = False, busy_s: Optional[float] = None) -> None:
+    """Report that this rank finished `step` (`busy_s`: seconds it computed, before waiting for the other
+    ranks). Throttled to one write a second unless `force`."""
     env = os.environ
     ckpt_dir = env.get("SLURM_FT_CKPT_DIR", "")
     now = time.time()
+    if ckpt_dir and busy_s is not None and busy_s >= 0:
+        _busy["s"] += float(busy_s)
+        _busy["n"] += 1
     if not ckpt_dir or (not force and now - (_last["t"] or 0.0) < MIN_INTERVAL_S and _last["step"] is not None):
         return
     if not _first:
         _first.update(step=int(step), t=now)
     rank = _rank(env)
-    record = {"step": int(step), "t": now, "rank": rank, "host": socket.gethostname(),
+    record: Dict[str, Any] = {
+              "step": int(step), "t": now, "rank": rank, "host": socket.gethostname(),
+              "node": env.get("SLURMD_NODENAME", "") or socket.gethostname(),
               "job": env.get("SLURM_JOB_ID", ""), "restart": int(env.get("SLURM_RESTART_COUNT", "0") or 0),
               "launch": int(env.get("SLURM_FT_LAUNCH", "0") or 0),
               "first_step": int(_first["step"]), "first_t": _first["t"]}
+    if _busy["n"]:
+        record["busy_s"] = round(_busy["s"] / _busy["n"], 6)
     d = progress_dir(ckpt_dir)
     path = os.path.join(d, f"rank-{rank}.json")
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -79,6 +90,7 @@ def progress(step: int, *, force: bool = False) -> None:
     except (OSError, ValueError):
         return
     _last["t"], _last["step"] = now, step
+    _busy.update(s=0.0, n=0)
 
 
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -136,4 +148,7 @@ def _read(entry: "os.DirEntry[str]", dfd: int) -> Optional[Report]:
     if not (type(step) is int and type(rank) is int and isinstance(t, (int, float)) and t == t
             and abs(t) < 1e11 and 0 <= rank < MAX_RANKS):
         return None
+    busy = rec.get("busy_s")
+    if busy is not None and not (isinstance(busy, (int, float)) and not isinstance(busy, bool) and 0 <= busy < 1e6):
+        del rec["busy_s"]           # not a figure this module wrote: the report stands without it
     return rec

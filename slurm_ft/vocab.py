@@ -6,6 +6,9 @@ as its own only a reason that does (an admin's drain is never touched). The form
     slurm-ft: quarantined, <how seen> during job J    the controller, a node that stopped answering
     slurm-ft: QUARANTINED by <admin>: <cause>         `slurm-ft node quarantine`
     slurm-ft: RMA ... | REBOOT ... | validation failed: ...   the sweep's rewrites
+    slurm-ft: PLANNED CODE[ gpuN] <figure>            a soft signal's graceful drain (node/planned.py): no
+                                                      fault, the jobs run on; QUARANTINED PLANNED once the
+                                                      sweep quarantined it
     slurm-ft: REVALIDATE [outage, ]<quarantine reason>   the controller: a node quarantined for not
                                                       answering answers again; the sweep validates it
 Slurm stores longer reasons; REASON_MAX keeps `sinfo -R` readable.
@@ -45,6 +48,24 @@ def owned(reason: str) -> bool:
     return reason.strip().startswith(OWNER)
 
 
+# A soft signal (node/soft.py) takes a node out gracefully: State=DRAIN, no job killed, a planned swap of
+# the jobs on it. Such a node has not failed: no fault path may act on it (job/nodefault.py).
+PLANNED = "PLANNED"
+_PLANNED_RE = re.compile(re.escape(OWNER) + r"\s*(?:QUARANTINED\s+)?" + PLANNED + r"\s")
+
+
+def planned(reason: str) -> bool:
+    """A planned-swap drain of ours (`slurm-ft: PLANNED ...`, also once quarantined)."""
+    return bool(_PLANNED_RE.match(reason.strip() + " "))
+
+
+def planned_reason(code: str, gpu: Optional[int], figure: str) -> str:
+    """`slurm-ft: PLANNED ECC_SBE_RATE gpu3 corrected ECC +1240 in 10 min`: one line, at most REASON_MAX."""
+    where = f" gpu{gpu}" if gpu is not None else ""
+    text = " ".join(f"{OWNER} {PLANNED} {code}{where} {figure}".encode("ascii", "replace").decode().split())
+    return fit(text.replace("|", "/").replace("=", ":"))
+
+
 def admins(reason: str, slurm_reasons: Iterable[str] = SLURM_FAULT_REASONS) -> bool:
     """A reason a person wrote: neither slurm-ft's nor one of Slurm's own (`slurm_reasons`, the DOWN ones).
     slurm-ft never takes such a node on as a fault, rewrites its reason or counts it."""
@@ -70,13 +91,14 @@ def slurm_time(text: Optional[str]) -> Optional[float]:
 
 
 # Events slurm-ft tells a running job with `scontrol notify` (one RPC, no polling by the job): the node's
-# side after it drained the node, the controller after it quarantined it. The batch step's output shows
+# side after it drained the node (failed) or took it out gracefully for a soft signal (degraded: a planned
+# swap at the job's next checkpoint, node/planned.py), the controller after it quarantined it. The batch step's output shows
 # each as `slurmstepd-<host>: error: <line>`; the hot-spare supervisor reads them there. Anyone who can
 # write to that output (the job's own ranks) can forge one, so a notice only ever steers that job itself.
 EVENT_MARK = "slurm-ft-event v1"
-EVENT_KINDS = ("failed", "quarantined")
+EVENT_KINDS = ("failed", "quarantined", "degraded")
 EVENT_MAX = 300
-_EVENT_RE = re.compile(re.escape(EVENT_MARK) + r" (failed|quarantined) ([A-Za-z0-9_.\-]{1,64})(?: (.*))?$")
+_EVENT_RE = re.compile(re.escape(EVENT_MARK) + r" (failed|quarantined|degraded) ([A-Za-z0-9_.\-]{1,64})(?: (.*))?$")
 
 
 def event_line(kind: str, node: str, why: str = "") -> str:

@@ -39,7 +39,9 @@ CLOCK_EVENTS = {           # nvmlClocksEventReason* bits
 }
 
 FAULTS = ("xid", "ecc_dbe", "remap_pending", "remap_failure", "nvlink_down", "nvlink_errors", "pcie_width",
-          "gpu_lost", "clock_event", "slow", "temp", "proc", "hang", "driver_unloaded", "recovery_action")
+          "gpu_lost", "clock_event", "slow", "temp", "proc", "hang", "driver_unloaded", "recovery_action",
+          "ecc_sbe_rate")
+RATE_UNITS = {"s": 60.0, "min": 1.0, "h": 1 / 60.0}     # --ecc-sbe-rate N/UNIT -> per minute
 RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3, "drain_and_reset": 4}
 _RECOVERY_TEXT = {0: "None", 1: "GPU Reset Required", 2: "Node Reboot Required", 3: "Drain P2P",
                   4: "Drain and Reset"}
@@ -97,6 +99,8 @@ class GpuState:
     power_w: float = 120.0
     hang_ms: int = 0
     recovery_action: int = 0
+    ecc_sbe_rate: float = 0.0       # corrected ECC errors a minute, counted by the fake library since ...
+    ecc_sbe_since: float = 0.0      # ... this unix time (on top of ecc_sbe_*)
     xids: List[Tuple[int, int]] = field(default_factory=list)     # (seq, code)
     procs: List[Tuple[int, int]] = field(default_factory=list)    # (pid, bytes)
 
@@ -118,6 +122,8 @@ class GpuState:
                    ("slow", f"{self.slow:g}"), ("temp", self.temp), ("power_w", f"{self.power_w:g}"),
                    ("hang_ms", self.hang_ms), ("recovery_action", self.recovery_action)]
         out += [f"gpu {i} {k} {v}" for k, v in scalars]
+        if self.ecc_sbe_rate:
+            out.append(f"gpu {i} ecc_sbe_rate {self.ecc_sbe_rate:g} {self.ecc_sbe_since:.3f}")
         out += [f"gpu {i} nvlink_down {link}" for link in sorted(set(self.nvlink_down))]
         out += [f"gpu {i} nvlink_err {link} {NVLINK_COUNTERS.index(c)} {n}"
                 for (link, c), n in sorted(self.nvlink_err.items())]
@@ -183,6 +189,9 @@ class NodeState:
                     g.clock_events = int(v, 0)
                 elif k in ("slow", "power_w"):
                     setattr(g, k, float(v))
+                elif k == "ecc_sbe_rate":
+                    rate, since = (float(x) for x in v.split())
+                    g.ecc_sbe_rate, g.ecc_sbe_since = rate, since
                 elif k == "nvlink_down":
                     g.nvlink_down.append(int(v))
                 elif k == "nvlink_err":
@@ -291,6 +300,8 @@ def heal(labdir: Path, node: str) -> None:
             state_file.unlink(missing_ok=True)
             # the watcher's place in the kernel log (watch.py): a rebooted node's watcher starts at its end
             state_file.with_name(state_file.name + ".watch").unlink(missing_ok=True)
+            # the watcher's soft-signal trends live beside it, in /run too: gone with the reboot
+            state_file.with_name(state_file.name + ".soft").unlink(missing_ok=True)
         try:
             ngpus = len(load_state(labdir, node).gpus)
         except UsageError:          # an unreadable state file: heal is how it gets fixed
@@ -475,6 +486,12 @@ def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now
         xids.append(154)
         recovery_change = (old, g.recovery_action)
         summary = f"driver recovery action {value}, Xid 154"
+    elif fault == "ecc_sbe_rate":
+        per_min = rate_per_minute(value)
+        _fold_sbe(g, now)
+        g.ecc_sbe_rate, g.ecc_sbe_since = per_min, now
+        summary = (f"corrected ECC errors at {per_min:g} a minute from now on (volatile corrected now "
+                   f"{g.ecc_sbe_volatile})" if per_min else "corrected ECC errors stop")
     elif fault == "driver_unloaded":
         state.init_error = DRIVER_NOT_LOADED
         msgs.append("NVRM: The NVIDIA probe routine was not called for 8 device(s).")
@@ -505,6 +522,30 @@ def _inject(labdir: Path, node: str, fault: str, gpu: int, value, log: bool, now
     return Injected(node, gpu, fault, summary, tuple(records))
 
 
+def rate_per_minute(value) -> float:
+    """`600/min`, `10/s`, `36000/h` or a bare number (a minute) -> errors a minute."""
+    text = str(value).strip()
+    number, _, unit = text.partition("/")
+    try:
+        n = float(number)
+    except ValueError:
+        raise UsageError(f"--ecc-sbe-rate wants N/min (or N/s, N/h), not {value!r}") from None
+    if unit and unit not in RATE_UNITS:
+        raise UsageError(f"--ecc-sbe-rate: unit {unit!r} is not one of {', '.join(RATE_UNITS)}")
+    if not 0 <= n <= 1e9 or n != n:
+        raise UsageError(f"--ecc-sbe-rate wants 0 or more errors, not {value!r}")
+    return n * RATE_UNITS[unit or "min"]
+
+
+def _fold_sbe(g: GpuState, now: float) -> None:
+    """What a rate counted so far goes into the counts (the library adds only what comes after `since`)."""
+    if g.ecc_sbe_rate and now > g.ecc_sbe_since:
+        n = int(g.ecc_sbe_rate * (now - g.ecc_sbe_since) / 60.0)
+        g.ecc_sbe_volatile += n
+        g.ecc_sbe_aggregate += n
+    g.ecc_sbe_since = now
+
+
 def _int(value, what: str, lo: int, hi: int) -> int:
     try:
         n = int(value)
@@ -527,6 +568,7 @@ def reset_gpu(labdir: Path, node: str, gpu: int) -> None:
         g = state.gpus[gpu]
         if g.lost:
             raise UsageError(f"{node} gpu{gpu} is off the bus: a reset cannot reach it")
+        _fold_sbe(g, time.time())          # a rate goes on (the memory is as bad as before); the counts restart
         g.ecc_sbe_volatile = g.ecc_dbe_volatile = 0
         g.remap_pending = False
         g.nvlink_down, g.nvlink_err = [], {}

@@ -10,6 +10,17 @@ PHASES = ["drain", "incident", "quarantine", "swap", "requeue", "pending, exclud
           "first step after"]
 HOT_PHASES = ["drain", "step fault seen", "step stopped", "relaunched", "incident", "resumed", "first step after",
               "quarantine", "swap", "incident closed"]
+PLANNED_PHASES = ["signal", "degraded notice", "incident", "quarantine", "checkpoint asked", "checkpoint saved",
+                  "planned swap", "step stopped", "relaunched", "resumed", "first step after", "incident closed"]
+PLANNED_SEGMENTS = [
+    ("detect: errors begin -> drained PLANNED (slurm-ft watch)", "fault", "signal"),
+    ("tell: drained -> the supervisor hears it (notice)", "signal", "degraded notice"),
+    ("wait for the quarantine (controller) -> checkpoint asked", "degraded notice", "checkpoint asked"),
+    ("checkpoint: asked -> saved at the next step (trainer)", "checkpoint asked", "checkpoint saved"),
+    ("stop: saved -> the step ended (trainer exits 0)", "checkpoint saved", "step stopped"),
+    ("relaunch: srun on N nodes -> ranks load the checkpoint", "step stopped", "resumed"),
+    ("first step (trainer)", "resumed", "first step after"),
+]
 HOT_SEGMENTS = [
     ("detect: fault -> drained (slurm-ft watch)", "fault", "drain"),
     ("see: drained -> supervisor sees it (poll)", "drain", "step fault seen"),
@@ -44,17 +55,18 @@ def _p(vals: List[float]) -> dict:
     return {"p50_s": round(pct(vals, 50), 3), "p95_s": round(pct(vals, 95), 3)}
 
 
-def summary(results: Sequence[FaultResult], hot: bool) -> dict:
+def summary(results: Sequence[FaultResult], hot: bool, planned: bool = False) -> dict:
     """Each phase's and each segment's p50/p95 over the faults, the totals and the step's launch.
 
-    hot: the hot-spare path (the supervisor relaunches in the allocation), else the controller's requeue."""
+    hot: the hot-spare path (the supervisor relaunches in the allocation), else the controller's requeue;
+    planned (with hot): planned swaps, a soft signal instead of a fault."""
     per_phase: Dict[str, dict] = {}
-    for name in (HOT_PHASES if hot else PHASES):
+    for name in (PLANNED_PHASES if planned else HOT_PHASES if hot else PHASES):
         vals = [t for t in (r.at(name) for r in results) if t is not None]
         if vals:
             per_phase[name] = {**_p(vals), "n": len(vals)}
     segments: Dict[str, dict] = {}            # where the time goes: consecutive segments of the timeline
-    for label, a, b in (HOT_SEGMENTS if hot else SEGMENTS):
+    for label, a, b in (PLANNED_SEGMENTS if planned else HOT_SEGMENTS if hot else SEGMENTS):
         vals = [r.at(b) - r.at(a) for r in results if r.at(a) is not None and r.at(b) is not None]
         if vals:
             segments[label] = {**_p(vals), "from": a, "to": b}

@@ -9,7 +9,10 @@ the node, the controller (in this process, on its own journal) recovers the job,
 event log says which checkpoint it resumed from and when its first step after the fault completed.
 
 Two paths: `requeue` (the job is requeued onto a spare from the pool) and `hot-spare` (the job holds K
-idle nodes; its supervisor relaunches the training step on one of them: no requeue).
+idle nodes; its supervisor relaunches the training step on one of them: no requeue). A third, `planned`
+(`fault(..., planned=True)`, with hot spares): no fault at all, corrected ECC errors climbing on one GPU
+(`lab inject --ecc-sbe-rate`); the node's watcher sees the soft signal and drains the node gracefully, the
+supervisor asks the trainer for a checkpoint and moves the step to a hot spare from it: no step redone.
 """
 from __future__ import annotations
 
@@ -43,9 +46,15 @@ class Phase:
     detail: str = ""
 
 
+# The planned path's soft signals in the lab (a scenario's own config): read every second, 100 corrected
+# errors within 30 s; the breaker's share and the hourly budget sized for a few swaps on a small lab.
+PLANNED_SOFT = {"window_s": 30.0, "ecc_corrected": 100}
+PLANNED_RATE = "6000/min"          # 100 corrected errors a second on the victim GPU
+
+
 @dataclass
 class FaultResult:
-    path: str                       # "requeue" or "hot-spare"
+    path: str                       # "requeue", "hot-spare" or "planned"
     job_id: int
     failed_node: str
     gpu: int
@@ -65,7 +74,13 @@ class FaultResult:
 
     @property
     def fault_to_resume_s(self) -> Optional[float]:
-        return self.at("first step after")
+        """Fault to the first step after it; on the planned path from the soft signal (the node drained
+        for it) to the first step on the spare."""
+        after = self.at("first step after")
+        if self.path == "planned" and after is not None:
+            signal = self.at("signal")
+            return None if signal is None else after - signal
+        return after
 
     @property
     def steps_lost(self) -> Optional[int]:
@@ -97,10 +112,13 @@ class Scenario:
 
     def __init__(self, lab, work: Path, *, step_time: float = 0.5, ckpt_every: int = 5,
                  collective_timeout: float = 600.0, on_phase: Optional[Callable[[Phase, float], None]] = None,
-                 hot_spares: int = 0):
+                 hot_spares: int = 0, planned: bool = False):
         self.lab = lab
         self.hot_spares = hot_spares
-        self.path = "hot-spare" if hot_spares else "requeue"
+        self.planned = planned
+        if planned and not hot_spares:
+            raise ValueError("the planned path needs a hot spare in the job")
+        self.path = "planned" if planned else "hot-spare" if hot_spares else "requeue"
         self.work = Path(work)
         self.step_time = step_time
         self.ckpt_every = ckpt_every
@@ -155,6 +173,11 @@ class Scenario:
         base = yaml.safe_load(Path(self.lab.config_path).read_text()) or {}
         base["state_dir"] = str(self.work / "state")
         base.setdefault("controller", {}).update({"poll_s": 0.05, "cycle_budget_s": 300.0})
+        if self.planned:     # the victim's watcher reads this config: its soft signals, budget and breaker
+            health = base.setdefault("health", {})
+            health["soft_period_s"] = 1.0
+            health.setdefault("node_types", {}).setdefault("default", {})["soft"] = dict(PLANNED_SOFT)
+            base.setdefault("lifecycle", {}).update({"planned_swaps_per_hour": 100, "breaker_max_share": 0.5})
         self.config_path.write_text(yaml.safe_dump(base))
         os.chmod(self.config_path, 0o644)
 
@@ -298,7 +321,8 @@ class Scenario:
     # --- the fault -----------------------------------------------------------------------------------
     def fault(self, *, victim_index: int, gpu: int = 3, xid: int = 79, warmup_steps: int = 7,
               timeout: float = 600.0) -> FaultResult:
-        """Wait until the current run made progress past a checkpoint, break one GPU, time the recovery."""
+        """Wait until the current run made progress past a checkpoint, break one GPU, time the recovery
+        (planned: make its corrected ECC count climb, time the planned swap)."""
         run_no = self.current_run()
         start = self.wait_event(lambda e: e.get("event") == "start" and run_key(e) == run_no, timeout,
                                 "trainer start")
@@ -309,7 +333,7 @@ class Scenario:
             launches = [e for e in self.supervisor_events() if e.get("event") == "launch"]
             step_nodes = [n for n in expand(launches[-1]["nodes"]) if n != job.batch_host]
         victim = step_nodes[victim_index % len(step_nodes)]
-        watcher = self._start_watch(victim, timeout)
+        watcher = self._start_watch(victim, timeout, self.config_path if self.planned else None)
         self.wait_event(lambda e: e.get("event") == "step" and run_key(e) == run_no
                         and e["step"] >= first + warmup_steps, timeout, f"step {first + warmup_steps}")
         if not watcher.ready.wait(timeout):
@@ -319,10 +343,15 @@ class Scenario:
         from slurm_ft_lab.inject import inject
         t_fault = time.time()
         self._fault_t = t_fault
-        inject(self.lab.dir, victim, "xid", gpu=gpu, value=xid)
+        if self.planned:
+            inject(self.lab.dir, victim, "ecc_sbe_rate", gpu=gpu, value=PLANNED_RATE)
+            what = f"corrected ECC errors at {PLANNED_RATE} on {victim} gpu{gpu}"
+        else:
+            inject(self.lab.dir, victim, "xid", gpu=gpu, value=xid)
+            what = f"Xid {xid} on {victim} gpu{gpu}"
         res = FaultResult(self.path, self.job_id, victim, gpu, t_fault)
         sup_seen = len(self.supervisor_events())
-        res.phases.append(Phase("fault", t_fault, f"Xid {xid} on {victim} gpu{gpu}"))
+        res.phases.append(Phase("fault", t_fault, what))
         if self.on_phase:
             self.on_phase(res.phases[-1], t_fault)
 
@@ -330,12 +359,13 @@ class Scenario:
         deadline = time.monotonic() + timeout
         drained = False
         seen_steps = 0
+        saved_seen = len(self.events())
         while time.monotonic() < deadline:
             if not drained:
                 node = self.client.node(victim)
                 if node.drained or node.down:
                     drained = True
-                    self._phase(res, Phase("drain", time.time(), node.reason))
+                    self._phase(res, Phase("signal" if self.planned else "drain", time.time(), node.reason))
             with self._lock:
                 steps = list(self._steps)
             for kind, outcome, detail, t, spares in steps[seen_steps:]:
@@ -345,10 +375,19 @@ class Scenario:
                 if name and outcome in ("ok", "skipped"):
                     res.phases.append(Phase(name, t, detail))
             seen_steps = len(steps)
+            if self.planned:
+                for e in self.events()[saved_seen:]:
+                    if e.get("event") == "ckpt" and e.get("requested"):
+                        self._phase(res, Phase("checkpoint saved", e["t"], f"step {e['step']}, as asked"))
+                saved_seen = len(self.events())
             if self.hot_spares:
                 sup = self.supervisor_events()
                 for e in sup[sup_seen:]:
                     name = PHASE_OF_SUPERVISOR.get(e.get("event"))
+                    if e.get("event") == "planned":
+                        name = {"asked": "checkpoint asked", "swap": "planned swap"}.get(e.get("phase", ""))
+                    elif e.get("event") == "notice" and e.get("kind") == "degraded":
+                        name = "degraded notice"
                     if name:
                         self._phase(res, Phase(name, e["t"], e.get("reason") or e.get("nodes", "")))
                     if e.get("event") == "launch":
@@ -375,7 +414,10 @@ class Scenario:
                                      f"after the fault on {victim}; {self._where_it_stands(victim)}")
         if not drained:
             node = self.client.node(victim)
-            res.phases.append(Phase("drain", res.fault_t, node.reason + " (drain time not observed)"))
+            res.phases.append(Phase("signal" if self.planned else "drain", res.fault_t,
+                                    node.reason + " (drain time not observed)"))
+        if self.planned:                  # the errors stop (the node is out; the next swap is another's)
+            inject(self.lab.dir, victim, "ecc_sbe_rate", gpu=gpu, value=0)
         watcher.join(timeout=1)
         self._fault_t = None
         return res
@@ -400,12 +442,14 @@ class Scenario:
         if self.on_phase:
             self.on_phase(p, res.fault_t)
 
-    def _start_watch(self, node: str, timeout: float) -> "Watch":
-        """`slurm-ft watch` for the node about to fail, as its systemd service would run on that node."""
+    def _start_watch(self, node: str, timeout: float, config: Optional[Path] = None) -> "Watch":
+        """`slurm-ft watch` for the node about to fail, as its systemd service would run on that node
+        (`--once`: until its first fatal Xid, or its first planned-swap drain)."""
         env = dict(self.env)
-        env.update({"SLURMD_NODENAME": node, "SLURM_FT_CONFIG": str(self.lab.config_path),
+        env.update({"SLURMD_NODENAME": node, "SLURM_FT_CONFIG": str(config or self.lab.config_path),
                     "LD_LIBRARY_PATH": str(self.lab.dir / "lib")})
-        argv = [PY, "-m", "slurm_ft", "watch", "--node", node, "--once", "--timeout", str(int(timeout))]
+        argv = [PY, "-m", "slurm_ft", "watch", "--node", node, "--once", "--timeout", str(int(timeout)),
+                *([] if self.planned else ["--no-soft"])]
         return Watch(node, argv, env, timeout + 30)
 
 class Watch(threading.Thread):
@@ -461,6 +505,7 @@ PHASE_OF_SUPERVISOR: Dict[str, str] = {
 # The controller's steps as the timeline names them.
 PHASE_OF_STEP: Dict[str, str] = {
     "released": "incident closed",
+    "planned": "incident closed",
     "open": "incident",
     "requeue": "requeue",
     "quarantine": "quarantine",

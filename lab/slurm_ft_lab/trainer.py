@@ -16,7 +16,12 @@ One rank per task (SLURM_PROCID of SLURM_NTASKS). Like data-parallel training wi
   checkpoint (COMPLETE marker last, see slurm_ft.job.ckpt);
 * rank 0 prints ``step=S t=... restart=R nodes=N`` per step and appends JSON lines to
   DIR/trainer-log.jsonl (events start, step, ckpt, fault, timeout, done) for benchmarks;
-* every rank reports each step through ``slurm_ft.progress(step)`` (what a real job adds to its loop);
+* every rank reports each step through ``slurm_ft.progress(step, busy_s=...)`` (what a real job adds to its
+  loop): busy_s is its compute time, before the barrier; a GPU the lab slowed (`lab inject --slow F`: its
+  SM clock at F x max) computes 1/F as long, so its node is the straggler the others wait for;
+* rank 0 asks ``slurm_ft.checkpoint_requested()`` before it releases each step's barrier and tells every
+  rank with it ("go c"): all save a checkpoint at that step and stop (exit 0, event ``stop``), the contract
+  of a planned swap (docs/jobs.md);
 * faults without an Xid, for hang detection: --stall-at STEP makes rank --stall-rank stop stepping
   after STEP in the job's first run only (restart 0, launch 0: the restart does not stall again);
   --bad-ckpt STEP makes loading the checkpoint of STEP fail as --on-fault says (die or hang), every time.
@@ -98,7 +103,7 @@ def runs(events: list[dict]) -> list[dict]:
     (Slurm's restart count) and, under a hot-spare supervisor, per launch within it (SLURM_FT_LAUNCH).
 
     Each: restart, launch, start_t, resumed_from_step (None = from scratch), first_step, first_step_t,
-    last_step, last_step_t, last_ckpt, faults (the fault events), end ('done', 'timeout' or None), and
+    last_step, last_step_t, last_ckpt, faults (the fault events), end ('done', 'timeout', 'stop' or None), and
     steps_lost: the steps of the previous run redone by this one (previous last_step - resumed step).
     """
     by: dict[tuple, dict] = {}
@@ -120,7 +125,7 @@ def runs(events: list[dict]) -> list[dict]:
             r["last_ckpt"] = e["step"]
         elif kind == "fault":
             r["faults"].append(e)
-        elif kind in ("done", "timeout"):
+        elif kind in ("done", "timeout", "stop"):
             r["end"] = kind
     out = [by[k] for k in sorted(by)]
     for prev, cur in zip(out, out[1:]):
@@ -160,6 +165,20 @@ class GpuWatch:
                 elif not isinstance(exc, (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)):
                     raise
         self.events = evset
+
+    def speed(self) -> float:
+        """The slowest watched GPU's SM clock as a share of its max (1.0 when NVML cannot say)."""
+        nv = self.nv
+        out = 1.0
+        for i in self.indices:
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                cur, top = nv.nvmlDeviceGetClockInfo(h, 1), nv.nvmlDeviceGetMaxClockInfo(h, 1)
+            except nv.NVMLError:
+                continue
+            if top:
+                out = min(out, max(cur / top, 0.05))
+        return out
 
     def check(self) -> str | None:
         """A description of the first fatal fault seen since the last call, or None."""
@@ -275,7 +294,7 @@ class Rank0:
                     self.peers[rank] = s
                     self.bufs[rank] = rest
 
-    def barrier(self, tag: str, timeout: float, wait_on_loss: bool = True) -> None:
+    def barrier(self, tag: str, timeout: float, wait_on_loss: bool = True, reply: str = "go") -> str:
         deadline = time.monotonic() + timeout
         waiting = set(self.peers)
         lost = set()
@@ -313,9 +332,10 @@ class Rank0:
             raise CollectiveTimeout(f"{tag}: ranks {sorted(lost)[:8]} never arrived in {timeout:g} s")
         for rank, s in self.peers.items():
             try:
-                _send(s, "go")
+                _send(s, reply)
             except OSError:                 # gone since it arrived: the next barrier times out on it
                 pass
+        return reply
 
 
 class Peer:
@@ -342,7 +362,7 @@ class Peer:
         _send(self.sock, f"hello {rank}")
         self.buf = b""
 
-    def barrier(self, tag: str, timeout: float, wait_on_loss: bool = True) -> None:
+    def barrier(self, tag: str, timeout: float, wait_on_loss: bool = True, reply: str = "go") -> str:
         deadline = time.monotonic() + timeout
         try:
             _send(self.sock, tag)
@@ -361,7 +381,8 @@ class Peer:
                 if not data:
                     self._lost(tag, deadline, wait_on_loss)
                 self.buf += data
-        _, self.buf = self.buf.split(b"\n", 1)
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode(errors="replace")
 
     @staticmethod
     def _lost(tag: str, deadline: float, wait_on_loss: bool) -> None:
@@ -513,25 +534,31 @@ def main(argv: list[str] | tuple[str, ...] = ()) -> int:
             comm = Peer(rank, rdv, deadline)
         comm.barrier("ready", args.collective_timeout, wait_on_loss)
 
+        stopped = False
         for step in range(start_step + 1, args.steps + 1):
-            if args.step_time:
-                time.sleep(args.step_time)
+            t_step = time.monotonic()
+            if args.step_time:       # a slowed GPU (lab inject --slow F) computes 1/F as long
+                time.sleep(args.step_time / (watch.speed() if watch is not None else 1.0))
             value += rank + 1
             if watch is not None:
                 fault = watch.check()
                 if fault:
                     _fault(args, log, rank, node, fault, step)
+            busy = time.monotonic() - t_step
             if args.stall_at and step == args.stall_at + 1 and rank == args.stall_rank and restart == 0 and launch == 0:
                 log.write("stall", rank=rank, node=node, step=step - 1)
                 while True:          # a rank that stops stepping, no Xid: the gang waits at the barrier
                     signal.pause()
-            comm.barrier(f"s {step}", args.collective_timeout, wait_on_loss)
-            slurm_ft.progress(step)
+            # rank 0 hears a checkpoint asked for (a planned swap) and tells every rank in the step's "go"
+            ask = rank == 0 and slurm_ft.checkpoint_requested()
+            asked = comm.barrier(f"s {step}", args.collective_timeout, wait_on_loss,
+                                 reply="go c" if ask else "go") == "go c"
+            slurm_ft.progress(step, busy_s=busy)
             if rank == 0:
                 now = time.time()
                 print(f"step={step} t={now:.3f} restart={restart} nodes={world}", flush=True)
                 log.write("step", step=step, nodes=world)
-            if args.ckpt_every and step % args.ckpt_every == 0:
+            if (args.ckpt_every and step % args.ckpt_every == 0) or asked:
                 _ckpt().write_shard(args.ckpt_dir, step, run_id, shard_name(rank),
                                    shard_bytes(step, rank, world, value, args.shard_bytes))
                 comm.barrier(f"c {step}", args.collective_timeout, wait_on_loss)
@@ -540,7 +567,10 @@ def main(argv: list[str] | tuple[str, ...] = ()) -> int:
                     path = ckpt.commit(args.ckpt_dir, step, run_id, expect=[shard_name(r) for r in range(world)],
                                        meta={"world": world, "job": job, "restart": restart})
                     ckpt.prune(args.ckpt_dir, args.keep)
-                    log.write("ckpt", step=step, path=path)
+                    log.write("ckpt", step=step, path=path, **({"requested": True} if asked else {}))
+            if asked:                # the contract: the asked-for checkpoint is saved, stop here
+                stopped = True
+                break
         comm.barrier("done", args.collective_timeout, wait_on_loss)
     except CollectiveTimeout as exc:
         print(f"trainer: rank {rank}: collective timeout: {exc}", file=sys.stderr, flush=True)
@@ -548,7 +578,11 @@ def main(argv: list[str] | tuple[str, ...] = ()) -> int:
             log.write("timeout", rank=rank, reason=str(exc))
         return EXIT_TIMEOUT
     if rank == 0:
-        log.write("done", step=args.steps)
+        if stopped:
+            log.write("stop", step=step, reason="checkpoint requested (planned swap)")
+            print(f"stop: checkpoint of step {step} saved as asked", flush=True)
+        else:
+            log.write("done", step=args.steps)
         try:
             os.unlink(rdv)
         except FileNotFoundError:

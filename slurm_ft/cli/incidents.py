@@ -11,6 +11,7 @@ from slurm_ft.config import load_config
 from slurm_ft.fleet.records import Incident
 from slurm_ft.fleet import journal as jn
 from slurm_ft.fleet.store import repair_history
+from slurm_ft.job.paths import is_planned
 
 if TYPE_CHECKING:
     from slurm_ft.fleet.states import HistoryEntry
@@ -50,7 +51,8 @@ def _clock(t: Optional[float]) -> str:
 def render(inc: Incident, aftermath: Sequence[HistoryEntry] = ()) -> str:
     spare = ",".join(inc.spares) or ("none (shrunk to %d)" % inc.shrink_to if inc.shrink_to else "none")
     total = f"{inc.closed_at - inc.opened_at:.2f} s" if inc.closed_at else "open"
-    lines = [f"incident {inc.id}  job {inc.job_id}  {inc.status.upper()}  failed {','.join(inc.nodes)}  "
+    what = "degraded" if is_planned(inc.path) else "failed"     # a planned swap's nodes did not fail
+    lines = [f"incident {inc.id}  job {inc.job_id}  {inc.status.upper()}  {what} {','.join(inc.nodes)}  "
              f"spare {spare}  total {total}  path {inc.path}"]
     for fault in inc.faults:
         lines.append(f"  fault  {fault}")

@@ -1,4 +1,4 @@
-"""`slurm-ft report [--json]`: how slurm-ft's drains turned out, per check and per Xid.
+"""`slurm-ft report [--json]`: how slurm-ft's drains turned out, per check, per Xid and per soft signal.
 
 Drains, confirmed faults, probable false positives (the node passed validation after no repair or only
 a GPU reset), node-hours out of service and node-hours of spares consumed (fleet/drain_stats.py); then
@@ -25,7 +25,8 @@ def _row(name: str, r: Dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="The summary and every drain episode as JSON.")
 @click.pass_context
 def report(ctx: click.Context, as_json: bool) -> None:
-    """Per check and per Xid: drains, confirmed, probable false positives, hours out, spare-hours."""
+    """Per check and per Xid: drains, confirmed, probable false positives, hours out, spare-hours; per soft
+    signal: planned swaps, confirmed by validation, false alarms, precision."""
     from slurm_ft.fleet.collect import drain_report  # lazy: fleet.collect is heavy (~35 ms); not for --help
     from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, loaded with fleet.collect anyway
     from slurm_ft.fleet import remediation, remediator  # lazy: loaded with fleet.collect's neighbours anyway
@@ -49,8 +50,18 @@ def report(ctx: click.Context, as_json: bool) -> None:
         click.echo(head)
         for name, r in summary["by_xid"].items():
             click.echo(_row(f"Xid {name}", r))
+    if summary.get("by_soft_signal"):
+        click.echo("\nper soft signal (planned swaps)")
+        click.echo(f"{'':<18} {'SWAPS':>6} {'CONFIRMED':>9} {'FALSE_ALARMS':>12} {'OPEN':>5} {'PRECISION':>9}")
+        for name, r in summary["by_soft_signal"].items():
+            prec = "-" if r["precision"] is None else f"{100 * r['precision']:.0f}%"
+            click.echo(f"{name:<18} {r['swaps']:>6} {r['confirmed']:>9} {r['false_alarms']:>12} {r['open']:>5} "
+                       f"{prec:>9}")
     click.echo("\n" + _row("total", summary["total"]))
     click.echo("probable false positive: passed validation after no repair or only a GPU reset")
+    if summary.get("by_soft_signal"):
+        click.echo("soft signal: confirmed = validation failed or a repair was needed; false alarm = validated "
+                   "as it was and passed")
     if not budget:
         click.echo(f"\nremediation budget: no sweep has planned a remediation yet "
                    f"(lifecycle.remediation.mode {config.lifecycle.remediation.mode})")

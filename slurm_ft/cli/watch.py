@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from slurm_ft.config import Config, ConfigCache
     from slurm_ft.node.query_socket import Query
     from slurm_ft.node.run import Report
+    from slurm_ft.node.softpass import PassResult
     from slurm_ft.node.watch import Handled
 
 
@@ -32,13 +33,18 @@ if TYPE_CHECKING:
               help="Do not answer this node's `slurm-ft check` runs (the hooks) over the check socket.")
 @click.option("--no-serve-users", is_flag=True,
               help="Do not answer local users' checks (the in-job checks of a job's supervisor) over the query socket.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per handled event batch.")
+@click.option("--no-soft", is_flag=True,
+              help="Read no soft signals (health.soft_period_s 0 does the same): no planned swaps from here.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per handled event batch and soft finding.")
 @click.pass_context
 def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional[float], no_nvml: bool,
-          no_drain: bool, no_serve: bool, no_serve_users: bool, as_json: bool) -> None:
+          no_drain: bool, no_serve: bool, no_serve_users: bool, no_soft: bool, as_json: bool) -> None:
     """Follow the kernel log and NVML Xid events; on a fatal Xid drain this node at once.
 
     User-caused Xids (13, 31, 43, 45, 68, ...) are logged and change nothing. SIGTERM stops it cleanly.
+    Every health.soft_period_s it also reads the soft signals (corrected-ECC rate, contained Xids, NVLink
+    error rates, held clock events, the node type's planned codes): one found drains the node gracefully
+    for a planned swap (no job killed; lifecycle.planned_swaps_per_hour, the breaker) and tells its jobs.
     Unless --no-serve, it also answers the node's quick, prolog and epilog checks (HealthCheckProgram,
     the hooks) over a root-only socket ($SLURM_FT_CHECK_SOCKET, default /run/slurm-ft/check.sock):
     same check, same output, without a Python start-up and NVML initialisation per hook.
@@ -64,7 +70,31 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
         kw["drain"] = kw.get("drain") and not no_drain
         return check_node(level, node_, config_, **kw)
 
-    w = Watcher(name, config, client=client, use_nvml=not no_nvml, check=check)
+    soft = None
+    if not no_soft and config.health.soft_period_s > 0:
+        from slurm_ft.node.softpass import SoftPass  # lazy: the soft-signal pass; not for --help
+        soft = SoftPass(name, config, client)
+
+    said: Dict[str, Any] = {"key": None}
+
+    def show_soft(res: PassResult) -> None:
+        # news only: the findings (their codes and GPUs) changed, a planned drain was tried, a read failed
+        key = sorted((f.code, f.gpu if f.gpu is not None else -1) for f in res.findings)
+        acted = res.outcome is not None and res.outcome.action not in ("waiting", "none", "already")
+        if key == said["key"] and not acted and not res.error:
+            return
+        said["key"] = key
+        if as_json:
+            click.echo(json.dumps(res.to_dict()), nl=True)
+            return
+        if res.error:
+            click.echo(f"{name}: soft signals not read: {res.error}", err=True)
+        for f in res.findings:
+            click.echo(f"{name}: soft signal {f.code}{' gpu%s' % f.gpu if f.gpu is not None else ''}: {f.reason}")
+        if res.outcome is not None and res.outcome.action not in ("waiting", "none"):
+            click.echo(f"{name}: planned swap: {res.outcome.action}: {res.outcome.message}")
+
+    w = Watcher(name, config, client=client, use_nvml=not no_nvml, check=check, soft=soft, on_soft=show_soft)
 
     def on_term(signum: int, frame: Optional[FrameType]) -> None:
         w.stop_event.set()

@@ -30,7 +30,8 @@ from slurm_ft.fleet.plan import fault_time, plan, prolog_runs
 from slurm_ft.fleet.policies.common import PENDING_STATES, Policy
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job import trust
-from slurm_ft.job.tag import with_note
+from slurm_ft.job.paths import PLANNED, PLANNED_DEFERRED, REQUEUE, is_planned
+from slurm_ft.job.tag import FtSpec, with_note
 from slurm_ft.node import breaker as brk, guard
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
@@ -345,7 +346,7 @@ class Controller:
         return {"quarantine": self._quarantine, "swap": self._swap, "requeue": self._requeue,
                 "exclude": self._exclude, "start": self._start, "confirm": self._confirm, "hold": self._hold,
                 "wait": self._wait, "give_up": self._give_up, "abandon": self._abandon, "note": self._note,
-                "released": self._released}
+                "released": self._released, "planned": self._planned, "superseded": self._superseded}
 
     def _open(self, step: Step, now: float) -> None:
         job = self.client.job(step.job_id)
@@ -354,12 +355,12 @@ class Controller:
         ckpt_step = found.step if found is not None else None
         snap_nodes = {n.name: n for n in self.client.nodes(sorted({*step.nodes, *job.nodes}))}
         fault_at = fault_time(Snapshot(nodes=snap_nodes, jobs={}, partitions={}), step.nodes)
-        path = step.path or "requeue"
-        supervised = path != "requeue" and spec is not None
+        path = step.path or REQUEUE
+        supervised = policies.of_path(path).supervised and spec is not None
         # the job does not restart on a supervisor's path: no checkpoint hold (its supervisor relaunches in
-        # the allocation); the incident's note says what for people
-        hold = hold_reason(found) if found is not None and not supervised else None
-        note = policies.of_path(path).note(spec) if supervised and spec is not None else ""
+        # the allocation), nor for a planned swap (no fault); the incident's note says what for people
+        hold = hold_reason(found) if found is not None and not supervised and not is_planned(path) else None
+        note = policies.of_path(path).note(spec) if supervised and spec is not None and not is_planned(path) else ""
         try:
             iid = jn.open_incident(
                 self.conn, job_id=step.job_id, nodes=step.nodes, faults=step.reason.split("; "),
@@ -370,6 +371,9 @@ class Controller:
                 note=note)
         except jn.AlreadyOpen:
             return
+        if is_planned(path):
+            self._open_planned(step, job, spec, iid, now)
+            return
         if supervised:
             for fault in step.reason.split("; "):     # its supervisor may not have heard from the node
                 node, _, why = fault.partition(": ")
@@ -378,6 +382,34 @@ class Controller:
             jn.update_incident(self.conn, iid, note=hold)
             log.error("incident %s: job %s stays held: %s", iid, step.job_id, hold)
         log.warning("incident %s: job %s, failed %s (%s)", iid, step.job_id, ",".join(step.nodes), step.reason)
+        self._journaled("open", "intent")
+        self._journaled("open", "result")
+        if self.on_step:
+            self.on_step(step, "ok", step.reason, now)
+
+    def _open_planned(self, step: Step, job: Job, spec: Optional[FtSpec], iid: int, now: float) -> None:
+        """Say what a planned swap's path does (`incidents` shows it): the job's supervisor at its next
+        checkpoint (a hot spare), a spare before it starts again (pending after a restart), or, running
+        with no hot spare, the job's next restart (noted and closed at once: `deferred`)."""
+        nodes = ", ".join(step.nodes)
+        pol = policies.of_path(step.path)
+        mark = pol.note(spec) if spec is not None else step.path
+        if step.path == PLANNED:
+            jn.update_incident(self.conn, iid, note=f"{mark}: the job's supervisor moves off {nodes} at its next "
+                                                    f"checkpoint ({spec.hot_spares if spec else 0} hot spare(s))")
+            for fault in step.reason.split("; "):     # its supervisor may not have heard from the node
+                node, _, why = fault.partition(": ")
+                self._tell(job.job_id, "degraded", [node], why)
+        elif step.path == PLANNED_DEFERRED:
+            why = ("its batch host" if job.batch_host in step.nodes else "no hot spare left" if spec is not None
+                   and spec.hot_spares else "no hot spare")
+            jn.close_incident(self.conn, iid, "deferred", now, f"{mark}: {why}: {nodes} drained, no new job lands "
+                                                                f"there; the job runs on and a spare takes its place "
+                                                                f"at the job's next restart")
+        else:
+            jn.update_incident(self.conn, iid, note=f"{mark}: a spare takes the place of {nodes} before job "
+                                                    f"{job.job_id} starts again")
+        log.warning("incident %s: job %s, planned swap of %s (%s)", iid, step.job_id, nodes, step.reason)
         self._journaled("open", "intent")
         self._journaled("open", "result")
         if self.on_step:
@@ -441,7 +473,7 @@ class Controller:
                 self.membership.change({p: Delta(remove=tuple(sorted(failed))) for p in moved}, parts)
         if not moved and not drained and not refused_nodes:
             return "skipped", "; ".join(["already out of the job partitions"] + refused)
-        if moved and inc.path != "requeue":   # its supervisor may give these back to Slurm now
+        if moved and policies.of_path(inc.path).supervised:   # its supervisor may give these back to Slurm now
             self._tell(inc.job_id, "quarantined", sorted(failed))
         # a node the breaker refused stays in its partition: the step is not done (retried, not looped on)
         return ("failed" if refused_nodes else "ok"), "; ".join(
@@ -523,8 +555,9 @@ class Controller:
         if not job.running:
             return "failed", f"job is {job.state} ({job.reason})"
         now = self.clock()
-        jn.close_incident(self.conn, inc.id, "recovered", now,
-                          inc.note if inc.note.startswith("shrunk") else "")
+        closes_as = policies.of_path(inc.path).closes_as      # a planned swap done is no fault of ours to count
+        jn.close_incident(self.conn, inc.id, closes_as, now,
+                          inc.note if inc.note.startswith("shrunk") or closes_as != "recovered" else "")
         return "ok", f"running on {compress(job.nodes)}"
 
     def _released(self, step: Step, inc: Incident) -> Tuple[str, str]:
@@ -536,6 +569,21 @@ class Controller:
         kept = [n for n in inc.nodes if n in job.nodes]
         return "ok", (f"running on {compress(job.nodes)}; "
                       + (f"{compress(kept)} still in the job, unused" if kept else f"released {compress(inc.nodes)}"))
+
+    def _planned(self, step: Step, inc: Incident) -> Tuple[str, str]:
+        """Close a planned swap in a hot-spare job: its supervisor moved off the node (or kept it, unused)."""
+        job = self.client.job(inc.job_id)
+        if not job.running:
+            return "failed", f"job is {job.state} ({job.reason})"
+        jn.close_incident(self.conn, inc.id, "planned", self.clock(), f"{inc.note}; {step.reason}")
+        kept = [n for n in inc.nodes if n in job.nodes]
+        return "ok", (f"running on {compress(job.nodes)}; "
+                      + (f"{compress(kept)} still in the job, unused" if kept else f"released {compress(inc.nodes)}"))
+
+    def _superseded(self, step: Step, inc: Incident) -> Tuple[str, str]:
+        """A fault (or a restart) overtook a planned swap: its incident takes the node along."""
+        jn.close_incident(self.conn, inc.id, "superseded", self.clock(), f"{inc.note}; {step.reason}")
+        return "ok", step.reason
 
     def _hold(self, step: Step, inc: Incident) -> Tuple[str, str]:
         """Keep the job from starting: requeue it held if it still runs, hold it if Slurm requeued it."""

@@ -9,6 +9,10 @@ return to the pool (a passed validation), the RMA list, or now. It is
   open                        still out of service.
 Hours out of service run from the fault to the pass (or now). Spare node-hours consumed: the same hours
 when the controller swapped a spare in for the node (the pool was one short meanwhile).
+
+A planned swap's drain (`slurm-ft: PLANNED CODE ...`, a soft signal: node/soft.py) is an episode of its
+own signal, counted per soft signal rather than per check: a swap confirmed (validation failed, a repair,
+the RMA list) or a false alarm (validated as it was and passed): each signal's precision.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from slurm_ft.fleet.remediation import finding_in
 from slurm_ft.fleet.states import Event, HistoryEntry, State
 from slurm_ft.fleet.records import Incident
 from slurm_ft.node.probes import check_of
+from slurm_ft.vocab import planned
 
 OUTCOMES = ("confirmed", "probable_false_positive", "open")
 # one row of the summary (JSON): drains, confirmed, probable_false_positives, open, node-hours, false_positive_rate
@@ -34,6 +39,7 @@ class Episode:
     outcome: str = "open"
     repairs: List[str] = field(default_factory=list)   # reboot, reset_gpu, retest, admin, failed_validation
     spare_swapped: bool = False
+    planned: bool = False           # a soft signal's graceful drain for a planned swap
 
     def hours(self, now: float) -> float:
         return max(0.0, ((self.end if self.end is not None else now) - self.start) / 3600.0)
@@ -49,7 +55,7 @@ class Episode:
     def to_dict(self, now: float) -> Dict[str, Any]:
         return {"node": self.node, "code": self.code, "check": self.check, "start": self.start, "end": self.end,
                 "outcome": self.outcome, "repairs": self.repairs, "spare_swapped": self.spare_swapped,
-                "hours_out": round(self.hours(now), 4)}
+                "planned": self.planned, "hours_out": round(self.hours(now), 4)}
 
 
 def episodes(history: Iterable[HistoryEntry], incidents: Sequence[Incident] = ()) -> List[Episode]:
@@ -63,7 +69,7 @@ def episodes(history: Iterable[HistoryEntry], incidents: Sequence[Incident] = ()
         for e in sorted(entries, key=lambda e: e.time):
             if e.event is Event.FAULT and current is None:
                 f = finding_in(e.cause)
-                current = Episode(node, f.code if f else "", e.time)
+                current = Episode(node, f.code if f else "", e.time, planned=planned(e.cause))
                 out.append(current)
                 continue
             if current is None:
@@ -92,13 +98,13 @@ def _blank() -> Stats:
 
 
 def summarize(eps: Sequence[Episode], now: float) -> Dict[str, Any]:
-    """{"by_check": {check: stats}, "by_xid": {xid: stats}, "total": stats}."""
+    """{"by_check": {check: stats}, "by_xid": {xid: stats}, "by_soft_signal": {code: swaps}, "total": stats}."""
     by_check: Dict[str, Stats] = {}
     by_xid: Dict[str, Stats] = {}
     total = _blank()
     for ep in eps:
-        rows = [by_check.setdefault(ep.check, _blank()), total]
-        if ep.xid is not None:
+        rows = [by_check.setdefault(ep.check, _blank()), total] if not ep.planned else [total]
+        if ep.xid is not None and not ep.planned:
             rows.append(by_xid.setdefault(ep.xid, _blank()))
         key = {"confirmed": "confirmed", "probable_false_positive": "probable_false_positives", "open": "open"}
         for r in rows:
@@ -112,7 +118,25 @@ def summarize(eps: Sequence[Episode], now: float) -> Dict[str, Any]:
         closed = r["confirmed"] + r["probable_false_positives"]
         r["false_positive_rate"] = round(r["probable_false_positives"] / closed, 4) if closed else None
     return {"by_check": dict(sorted(by_check.items())), "by_xid": dict(sorted(by_xid.items(), key=lambda kv: int(kv[0]))),
-            "total": total}
+            "by_soft_signal": soft_signals(eps), "total": total}
+
+
+def soft_signals(eps: Sequence[Episode]) -> Dict[str, Dict[str, Any]]:
+    """Per soft signal (the code of the planned drain): swaps, confirmed by validation, false alarms,
+    still open, and precision = confirmed / (confirmed + false alarms)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for ep in eps:
+        if not ep.planned:
+            continue
+        r = out.setdefault(ep.code or "unknown", {"swaps": 0, "confirmed": 0, "false_alarms": 0, "open": 0})
+        r["swaps"] += 1
+        # a failed validation confirms the signal at once, even while the node waits for its repair
+        confirmed = ep.outcome == "confirmed" or "failed_validation" in ep.repairs
+        r["confirmed" if confirmed else "false_alarms" if ep.outcome == "probable_false_positive" else "open"] += 1
+    for r in out.values():
+        closed = r["confirmed"] + r["false_alarms"]
+        r["precision"] = round(r["confirmed"] / closed, 4) if closed else None
+    return dict(sorted(out.items()))
 
 
 def metric_rows(summary: Mapping[str, Any]) -> List[Tuple[str, str, Stats]]:

@@ -8,6 +8,12 @@ supervisor in its allocation, a replica group, or the requeue path); the inciden
 idempotent, are that policy's (`advance`). Common to all: an incident whose job ended still quarantines
 its nodes, then is abandoned.
 
+A planned swap (a node drained `slurm-ft: PLANNED ...` for a soft signal while a fault-tolerant job runs on
+it: node/planned.py) is no fault and never requeues a job: `_detect_planned` opens it on a path of
+fleet/policies/planned.py (the supervisor moves at a checkpoint; or deferred to the job's next restart,
+when any incident of the job takes the node along, and a restart with nothing else to do opens one that
+swaps a spare in for it). A fault in a job with an open planned incident supersedes it.
+
 The plan never looks at what a step *did*: it reads Slurm's state from the snapshot, so a step whose
 result never reached the journal (a killed controller) is simply planned again, and its act finds
 the work done. `poll` means "wait a moment and read again"; `wait` parks an incident until a spare
@@ -20,8 +26,9 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence,
 
 from slurm_ft.fleet.records import Incident, Placement, Step
 
-from slurm_ft.slurm.types import Job
+from slurm_ft.slurm.types import Job, Node
 from slurm_ft.job.hotplan import FINAL_EXITS
+from slurm_ft.job.paths import REQUEUE, is_planned, planned_path
 from slurm_ft.fleet import outage as out
 from slurm_ft.fleet import policies
 from slurm_ft.fleet.policies.base import IncidentView
@@ -33,7 +40,12 @@ from slurm_ft.fleet.policies.in_allocation import HOT_RELEASE_WAIT_S  # noqa: F4
 from slurm_ft.fleet.policies.requeue_swap import restarts_without_progress  # noqa: F401
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.slurm.hostlist import compress
-from slurm_ft.vocab import ENDED_JOB_STATES, slurm_time
+from slurm_ft.vocab import ENDED_JOB_STATES, planned, slurm_time
+
+
+def degraded(node: Optional[Node]) -> bool:
+    """Out for a planned swap: drained `slurm-ft: PLANNED ...` (no fault: its jobs run on)."""
+    return node is not None and node.drained and planned(node.reason)
 
 
 def spare_pool(snap: Snapshot, policy: Policy, taken: Set[str], faults: Dict[str, int]) -> List[str]:
@@ -84,12 +96,14 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: Policy, now: flo
         for job in sorted(snap.jobs.values(), key=lambda j: j.job_id):
             if job.job_id in busy or job.job_id not in snap.specs:
                 continue
-            step = _detect(job, snap, incidents, policy, claimed | hold, now)
+            step = _detect(job, snap, incidents, policy, claimed | hold, now) or _detect_planned(
+                job, snap, incidents, policy, claimed)
             if step is None:
                 continue
             if step.kind == "open":
                 # The breaker stops drains, not the recovery of a drain it allowed: a node a check drained
-                # within the budget is out already and costs nothing more; the rest cost one each.
+                # (or drained PLANNED for a planned swap) within the budget is out already and costs nothing
+                # more; the rest cost one each.
                 why = out.breaker_room(counted, snap.out_past_limit, step.nodes,
                                        [n for n in step.nodes if snap.nodes[n].drained], snap.out_limit)
                 if why:
@@ -141,7 +155,7 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
         failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
         # The same fault seen again through a stale read: an incident already requeued this run.
         handled = {n for i in of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
-                   for n in i.nodes}
+                   and not is_planned(i.path) for n in i.nodes}
         failed = [n for n in failed if n not in handled]
         if not failed and prev is not None:
             # Slurm moved the job itself (>= 25.11: an expedited requeue on node failure starts it again
@@ -180,13 +194,47 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Pol
     failed = [n for n in failed if n not in claimed]
     if not failed:
         return None
-    reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed)
     # a running job's supervisor may recover it in its allocation (job/paths.py); a requeued one is requeued
-    path = (policies.claim(job, snap.specs.get(job.job_id),
-                           sorted({*failed, *failed_in_run(job, snap.nodes, incidents, policy)})).path
-            if job.running and hit_run is None else "requeue")
-    return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason="; ".join(reasons),
+    spec = snap.specs.get(job.job_id)
+    in_run = sorted({*failed, *failed_in_run(job, snap.nodes, incidents, policy)})
+    path = policies.claim(job, spec, in_run).path if job.running and hit_run is None else REQUEUE
+    # out for a planned swap: they leave with this restart too (no second restart for them later); on a
+    # supervisor's path only while it still holds enough nodes without them (a degraded node beats a requeue)
+    along = [n for n in (job.nodes if job.running else (job.nodes or snap.partitions[part].nodes))
+             if degraded(snap.nodes.get(n)) and n not in claimed and n not in failed and n not in job.excluded_nodes
+             and (job.running or snap.nodes[n].state not in ("ALLOCATED", "MIXED"))]
+    if along and path != REQUEUE and policies.claim(job, spec, in_run + along).path != path:
+        along = []
+    reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed) + tuple(
+        f"{n}: {snap.nodes[n].reason}" for n in along)
+    return Step("open", job.job_id, nodes=tuple(failed + along), partition=part, reason="; ".join(reasons),
                 restart_count=hit_run, path=path)
+
+
+def _detect_planned(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Policy,
+                    claimed: Set[str]) -> Optional[Step]:
+    """An `open` step (planned) for an FT job with nodes out for a planned swap that no incident of this
+    run named yet: while it runs (its supervisor moves at a checkpoint, or the swap waits for its next
+    restart), or pending again after a restart (a spare takes their place before it starts)."""
+    part = _job_partition(job, snap, policy)
+    if part is None:
+        return None
+    named = {n for i in of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count for n in i.nodes}
+    if job.running:
+        cands: Sequence[str] = job.nodes
+    elif job.state in PENDING_STATES and job.restart_count and not reason_in(job.reason, PEOPLE_HOLDS):
+        cands = [n for n in (job.nodes or snap.partitions[part].nodes)
+                 if n not in job.excluded_nodes and snap.nodes.get(n) is not None
+                 and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
+    else:
+        return None
+    out = [n for n in cands if degraded(snap.nodes.get(n)) and n not in named and n not in claimed]
+    if not out:
+        return None
+    in_run = sorted({*out, *failed_in_run(job, snap.nodes, incidents, policy)})
+    return Step("open", job.job_id, nodes=tuple(out), partition=part,
+                path=planned_path(snap.specs.get(job.job_id), job.nodes, job.batch_host, job.running, in_run),
+                reason="; ".join(f"{n}: {snap.nodes[n].reason}" for n in out))
 
 
 def _previous_run(job: Job, snap: Snapshot, policy: Policy, now: float) -> Optional[Placement]:
@@ -222,7 +270,7 @@ def _left_behind(prev: Placement, job: Job, snap: Snapshot, incidents: Sequence[
                  policy: Policy) -> List[str]:
     """Failed nodes of the job's previous run that it no longer holds and no incident of that run took."""
     handled = {n for i in of_job(incidents, job.job_id, job) if i.restart_count >= prev.restart_count
-               for n in i.nodes}
+               and not is_planned(i.path) for n in i.nodes}
     return [n for n in prev.nodes if n not in job.nodes and n not in handled
             and failure(snap.nodes.get(n), policy)]
 

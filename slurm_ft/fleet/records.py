@@ -51,7 +51,8 @@ class Incident:
     """One fault of one fault-tolerant job, from detection to the job running again."""
     id: int
     job_id: int
-    status: str                         # open, waiting, recovered, gave_up, abandoned
+    status: str                         # open, waiting, recovered, gave_up, abandoned; planned (a planned swap
+                                        # done), deferred (no hot spare: at the job's next restart), superseded
     nodes: Tuple[str, ...]              # failed nodes
     faults: Tuple[str, ...] = ()        # the node reasons (drain reason or state) at detection
     partition: str = ""

@@ -10,6 +10,9 @@ A quarantined node waits for a person unless its finding has a remedy slurm-ft c
   rma        straight to the RMA list;
   manual     nothing: a person repairs it and runs `slurm-ft node repaired` (the default for every
              code that is not an Xid with a reset/reboot/rma action in the catalog).
+A node out for a planned swap (a soft signal: `slurm-ft: PLANNED ...`) has not failed: its default is
+retest, and the sweep runs that retest whatever the mode (a validation repairs nothing; its result is the
+soft signal's precision in `slurm-ft report`).
 Attempts are bounded: a node that has had `max_attempts[action]` of that action within the window and
 is quarantined again goes to the RMA list (after retests: to a person). Every new reboot asks the fleet-wide drain-rate breaker
 (a reboot re-asserts that slurm-ft took the node out); a refused one waits for a later sweep.
@@ -39,7 +42,7 @@ from slurm_ft.node import breaker as brk
 from slurm_ft.fleet.states import Event, HistoryEntry, State
 from slurm_ft.gpu.xid import lookup
 from slurm_ft.slurm.types import Node
-from slurm_ft.vocab import admins
+from slurm_ft.vocab import admins, planned
 
 # finding codes as node/drain.py writes them: XID79, SXID12028, GPU_LOST, NVLINK_DOWN, ECC_DBE_VOLATILE ...
 _CODE = re.compile(r"\b(S?XID\d+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b(?:\s+gpu(\d+))?")
@@ -92,10 +95,13 @@ def finding_in(text: str) -> Optional[Finding]:
     return Finding(m.group(1), int(m.group(2)) if m.group(2) else None, text)
 
 
-def action_for(code: str, policy: RemediationConfig) -> str:
-    """The configured action for a code; an Xid's default is the catalog's action column."""
+def action_for(code: str, policy: RemediationConfig, soft: bool = False) -> str:
+    """The configured action for a code; an Xid's default is the catalog's action column; a planned swap's
+    (`soft`): retest."""
     if code in policy.actions:
         return policy.actions[code]
+    if soft:
+        return "retest"
     if code.startswith("XID"):
         action = lookup(int(code[3:])).action
         return action if action in ("reset_gpu", "reboot", "rma") else "manual"
@@ -316,7 +322,11 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
         if finding is None:
             steps[name] = Step(name, "manual", "no finding code in its history: a person decides", pool=pool)
             continue
-        action = action_for(finding.code, policy)
+        action = action_for(finding.code, policy, planned(finding.text))
+        if action == "retest" and planned(finding.text) and node.state in ("ALLOCATED", "MIXED"):
+            steps[name] = Step(name, "wait", f"{finding.label()}: out for a planned swap, its job still runs there",
+                               pool=pool)
+            continue
         if action == "reset_gpu" and finding.gpu is None:
             action = "reboot"       # a reset needs the GPU's index; a reboot resets them all
         if action == "manual":

@@ -19,7 +19,7 @@ from slurm_ft.node import guard
 
 from slurm_ft.fleet import remediation
 from slurm_ft.fleet.states import Event, State
-from slurm_ft.vocab import OWNER, fit
+from slurm_ft.vocab import OWNER, fit, planned
 
 if TYPE_CHECKING:
     from slurm_ft.fleet.store import Store
@@ -54,11 +54,15 @@ def snapshot_plan(sweeper: Sweeper, nodes: Optional[Sequence[Node]] = None
         recent=store.history_since(now - lc.remediation.budget_window_s))
 
 
-def run(sweeper: Sweeper, report: SweepReport, *, dry_run: bool = False) -> List[str]:
-    """Plan and act (or only report with `dry_run`); returns the nodes to validate in this sweep."""
+def run(sweeper: Sweeper, report: SweepReport, *, dry_run: bool = False, only_planned: bool = False) -> List[str]:
+    """Plan and act (or only report with `dry_run`); returns the nodes to validate in this sweep.
+    `only_planned`: the retests of nodes out for a planned swap alone (the sweep runs them in every mode)."""
     steps, budget = snapshot_plan(sweeper)
-    sweeper.store.kv_set_json(BUDGET_KEY, budget.to_dict())
-    _alert_budget(sweeper, report, budget)
+    if not only_planned:        # the budget is the repairs' (a retest spends none): the remediation pass's own
+        sweeper.store.kv_set_json(BUDGET_KEY, budget.to_dict())
+        _alert_budget(sweeper, report, budget)
+    soft = [s for s in steps if s.act == "retest" and s.finding is not None and planned(s.finding.text)]
+    steps = soft if only_planned else [s for s in steps if s not in soft or not dry_run]
     if dry_run:
         for step in steps:
             line = f"would {remediation.describe(step)}"

@@ -110,8 +110,10 @@ class Sweeper:
         remedied: List[str] = []
         if self.lc.remediation.mode != "off":   # reset, reboot or RMA what the policy can decide alone
             remedied = remediator.run(self, report, dry_run=self.lc.remediation.mode == "dry_run")
-            if remedied:
-                by_name.update({n.name: n for n in self.client.nodes(remedied)})
+        if self.lc.remediation.mode != "on":    # a planned swap's node is validated in every mode: nothing to repair
+            remedied += remediator.run(self, report, only_planned=True)
+        if remedied:
+            by_name.update({n.name: n for n in self.client.nodes(remedied)})
         running: Dict[str, int] = {}
         for name in work.poll:
             rec = self.store.record(name)

@@ -25,7 +25,7 @@ Paths (docs/jobs.md, "Hot spares"):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.job.paths import can_relaunch
@@ -55,6 +55,8 @@ class View:
     step_nodes: Tuple[str, ...] = ()     # the running (or just ended) step's nodes; () = none launched
     step_rc: Optional[int] = None        # None while the step runs
     since_exit_s: float = 0.0            # how long ago the step ended (when step_rc is set)
+    avoid: Mapping[str, str] = field(default_factory=dict)   # degraded nodes off the step (job/planned.py):
+                                         # never picked, given back at a relaunch, no reason for one
 
 
 @dataclass(frozen=True)
@@ -106,12 +108,17 @@ def decide(v: View) -> Action:
             return Action("wait", reason=f"step exited {v.step_rc}: waiting {EXIT_GRACE_S:g} s for a node fault")
         return Action("exit", rc=v.step_rc, reason=f"the training step failed (exit {v.step_rc}) and no node of "
                                                    f"it is faulty")
-    nodes = pick(v.allocation, v.faults, v.train_nodes, prefer=v.step_nodes)
+    out = {**v.avoid, **v.faults}
+    nodes = pick(v.allocation, out, v.train_nodes, prefer=v.step_nodes)
+    if nodes is None and v.avoid:      # a degraded node still beats no relaunch at all
+        nodes = pick(v.allocation, v.faults, v.train_nodes, prefer=v.step_nodes)
+        out = dict(v.faults)
     if nodes is None or not can_relaunch(v.allocation, v.faults, v.batch_host, v.train_nodes):
         return Action("fallback", failed=step_failed,
                       reason=f"hot spares used up: {len(v.allocation) - len(v.faults)} healthy node(s) left, "
                              f"{v.train_nodes} needed; " + _why(v.faults, step_failed))
-    return Action("relaunch", nodes=nodes, failed=step_failed, release=tuple(x for x in v.allocation if x in v.faults),
+    return Action("relaunch", nodes=nodes, failed=step_failed,
+                  release=tuple(x for x in v.allocation if x in out and x not in nodes and x != v.batch_host),
                   reason=_why(v.faults, step_failed))
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from slurm_ft.slurm.types import Node
-from slurm_ft.vocab import OWNER, SLURM_FAULT_REASONS
+from slurm_ft.vocab import OWNER, SLURM_FAULT_REASONS, planned
 
 
 def node_fault(node: Optional[Node], fail_prefix: str = OWNER,
                fault_reasons: Iterable[str] = SLURM_FAULT_REASONS) -> Optional[str]:
     """Why the node counts as failed, or None: a slurm-ft fail drain, a Slurm fault drain, DOWN, NOT_RESPONDING.
 
-    An admin's drain with any other reason is not a fault: the jobs on it run to their end.
+    An admin's drain with any other reason is not a fault: the jobs on it run to their end. Nor is a
+    planned-swap drain (vocab.planned): the node still works; its jobs move at their next checkpoint.
     """
     if node is None:
         return None
@@ -20,6 +21,8 @@ def node_fault(node: Optional[Node], fail_prefix: str = OWNER,
         state = "+".join([node.state, *sorted(f for f in node.flags if f in ("NOT_RESPONDING", "FAIL"))])
         return f"{state}: {node.reason}" if node.reason else state
     if node.drained:
+        if planned(node.reason):
+            return None
         if node.reason.startswith(fail_prefix):
             return node.reason
         if any(node.reason.startswith(r) for r in fault_reasons):

@@ -8,6 +8,11 @@ and the controller's policies (fleet/policies/) read, so the two never disagree.
                  groups, while the batch host (the torchft Lighthouse's) is healthy and MIN_GROUPS whole
                  groups can still run
   requeue        anything else: the controller requeues the whole job onto a spare from the pool
+
+A planned swap (a node out for a soft signal, no fault: fleet/policies/planned.py) takes one of three:
+  planned           a hot-spare job's supervisor moves off the node at its next checkpoint
+  planned_restart   the job is pending again: a spare takes the node's place before it starts
+  planned_deferred  running with no hot spare: the node goes with the job's next restart
 """
 from __future__ import annotations
 
@@ -18,7 +23,10 @@ from slurm_ft.job.tag import FtSpec
 REQUEUE = "requeue"
 IN_ALLOCATION = "in_allocation"
 REPLICA_GROUP = "replica_group"
-PATHS = (REQUEUE, IN_ALLOCATION, REPLICA_GROUP)
+PLANNED = "planned"
+PLANNED_RESTART = "planned_restart"
+PLANNED_DEFERRED = "planned_deferred"
+PATHS = (REQUEUE, IN_ALLOCATION, REPLICA_GROUP, PLANNED, PLANNED_RESTART, PLANNED_DEFERRED)
 # The fewest replica groups a job trains on before it takes the requeue path: the Lighthouse's
 # min_replicas. One group still makes progress; the others heal from it when they rejoin.
 MIN_GROUPS = 1
@@ -53,3 +61,19 @@ def supervisor_path(spec: Optional[FtSpec], allocation: Sequence[str], batch_hos
     if spec.hot_spares and can_relaunch(allocation, failed, batch_host, spec.train_nodes):
         return IN_ALLOCATION
     return None
+
+
+def is_planned(path: str) -> bool:
+    """An incident of a planned swap: its nodes were degraded, not failed."""
+    return path in (PLANNED, PLANNED_RESTART, PLANNED_DEFERRED)
+
+
+def planned_path(spec: Optional[FtSpec], allocation: Sequence[str], batch_host: str, running: bool,
+                 out: Collection[str]) -> str:
+    """The path a planned swap of the nodes `out` takes: the job's supervisor where it could relaunch
+    without them (a hot-spare job, not its batch host), else the job's next restart."""
+    if not running:
+        return PLANNED_RESTART
+    if supervisor_path(spec, allocation, batch_host, out) == IN_ALLOCATION:
+        return PLANNED
+    return PLANNED_DEFERRED

@@ -25,6 +25,11 @@ A step that fails while Slurm shows no fault on its nodes for EXIT_CHECK_AFTER_S
 a culprit takes the fault path; with none, the job ends with the step's exit status after
 hotplan.EXIT_GRACE_S.
 
+Planned swaps (job/planned.py decides, job/planned_run.py carries it out): a node of the step told degraded (a `degraded` notice, or drained
+PLANNED in a backstop read), or found a straggler in the ranks' progress reports, is no fault: the step runs
+on while the supervisor asks the job for a checkpoint now (job/ckptrequest.py), then relaunches it without
+that node from that checkpoint (no step done twice), within lifecycle.planned_wait_s.
+
 Fail-safe: a failed read of Slurm is logged and the step runs on (no action on a guess); a failed
 shrink is logged (the controller quarantines the node either way) and training goes on; a check
 that cannot run names no culprit, and most of the step failing alike names none either (hang.systemic):
@@ -45,6 +50,7 @@ from slurm_ft import heartbeat
 from slurm_ft.job import ckptfallback, hang, jobstart, rendezvous, startlog
 from slurm_ft.job.notices import Follower
 from slurm_ft.job import hotplan as hp
+from slurm_ft.job.planned_run import PlannedSwaps, settings
 from slurm_ft.job.nodefault import node_fault
 from slurm_ft.slurm.client import SlurmClient
 from slurm_ft.slurm.hostlist import compress
@@ -105,6 +111,7 @@ class Supervisor:
                  env: Optional[Mapping[str, str]] = None, poll_s: float = POLL_S, hang_timeout: float = 0,
                  max_restarts: int = 0, ckpt_fails: int = ckptfallback.DEFAULT_M,
                  notices: Optional[Follower] = None, backstop_s: float = BACKSTOP_S,
+                 planned_wait_s: float = 1800.0, straggler: Tuple[float, float] = (0.0, 0.0),
                  say: Callable[[str], None] = lambda m: print(f"slurm-ft supervisor: {m}", file=sys.stderr,
                                                              flush=True)):
         self.client = client
@@ -140,6 +147,8 @@ class Supervisor:
         self.reads_due: List[float] = []   # reads before the job ends on a failed step (hotplan.EXIT_GRACE_S)
         self.quarantine_notices: Set[str] = set()   # nodes the controller says it quarantined
         self.hang_restarts = 0             # restarts in place after a hang, in this run of the job
+        self.partitions = ""               # the job's partitions (read at run())
+        self.planned = PlannedSwaps(self, planned_wait_s, straggler)   # degraded nodes, the checkpoint asked for
 
     # --- effects ----------------------------------------------------------------------------------
     def faults(self, nodes: Sequence[str]) -> Optional[Dict[str, str]]:
@@ -152,6 +161,7 @@ class Supervisor:
             return None
         self.failed.update({x.name: why for x in got for why in [node_fault(x)] if why})
         self.addrs.update({x.name: x.addr for x in got if x.addr})
+        self.planned.seen(got)      # out for a planned swap, and no notice of it came
         return self.known(nodes)
 
     def known(self, nodes: Sequence[str]) -> Dict[str, str]:
@@ -165,6 +175,8 @@ class Supervisor:
         for kind, node, why in self.notices.events():
             if kind == "quarantined":
                 self.quarantine_notices.add(node)
+            elif kind == "degraded":
+                self.planned.notice(node, why)
             elif node not in self.failed:
                 self.failed[node] = why or "failed (slurm-ft notice)"
                 self.log("notice", node=node, reason=why[:300])
@@ -275,6 +287,7 @@ class Supervisor:
     def run(self) -> int:
         job = self.client.job(self.job_id)
         allocation, batch_host = tuple(job.nodes), job.batch_host
+        self.partitions = job.partition
         if self.n is None:
             self.n = len(allocation)
         if self.notices is None:
@@ -303,8 +316,14 @@ class Supervisor:
             view = hp.View(allocation=allocation, faults=faults, batch_host=batch_host, train_nodes=self.n,
                            step_nodes=self.step_nodes, step_rc=rc,
                            since_exit_s=now - self.exited_at if rc is not None and self.exited_at is not None
-                           else 0.0)
-            act = hp.decide(view)
+                           else 0.0, avoid=self.planned.avoid(faults))
+            # a step that stopped after the checkpoint asked for: the swap, before hotplan reads its exit
+            act = self.planned.action(view, now) if self.planned.ask is not None and rc is not None \
+                else hp.Action("wait")
+            if act.kind != "swap":
+                act = hp.decide(view)
+            if act.kind == "wait" and rc is None and self.planned.active:
+                act = self.planned.action(view, now)
             if act.kind == "wait" and rc is None and self.hang_timeout and now >= self.next_hang_poll:
                 self.next_hang_poll = now + HANG_POLL_S
                 act = self.watch_progress(view)
@@ -322,6 +341,11 @@ class Supervisor:
                 return act.rc
             if act.kind == "fallback":
                 return self._fallback(act)
+            if act.kind == "swap":
+                rc, allocation = self.planned.swap(act, allocation, job.partition)
+                if rc is not None:
+                    return rc
+                continue
             if act.kind == "restart":
                 t0 = time.time()
                 if not self.stop():
@@ -339,6 +363,7 @@ class Supervisor:
         t_fault = time.time()
         self.log("fault", nodes=compress(act.failed), reason=act.reason[:1000])
         self.say(f"fault: {act.reason}")
+        self.planned.ask = None         # the relaunch leaves the degraded nodes out too: no swap is owed any more
         if not self.stop():
             return self._fallback(dataclasses.replace(act, kind="fallback",
                                                       reason=f"{act.reason}; the old step would not end")), allocation
@@ -479,5 +504,7 @@ def main(ckpt_dir: str, train_nodes: Optional[int], argv: Sequence[str], hang_ti
     if not job.isdigit():
         print("slurm-ft supervisor: not inside a Slurm job (no SLURM_JOB_ID)", file=sys.stderr)
         return 2
+    wait_s, straggler = settings(os.environ.get("SLURMD_NODENAME", ""))
     return Supervisor(SlurmClient(), int(job), train_nodes, ckpt_dir, argv, hang_timeout=hang_timeout,
-                      max_restarts=max_restarts, ckpt_fails=ckpt_fails).run()
+                      max_restarts=max_restarts, ckpt_fails=ckpt_fails, planned_wait_s=wait_s,
+                      straggler=straggler if train_nodes else (0.0, 0.0)).run()

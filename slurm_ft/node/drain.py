@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ContextManager, Dict, Iterable, List, Optional
 
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.node.probes import check_of
-from slurm_ft.vocab import OWNER, REASON_MAX, SLURM_FAULT_REASONS, admins, owned
+from slurm_ft.vocab import OWNER, PLANNED, REASON_MAX, SLURM_FAULT_REASONS, admins, owned
 
 if TYPE_CHECKING:
     from slurm_ft.config import Config
@@ -135,9 +135,11 @@ def decide(node: Node, findings: Sequence[Finding], *, checks: Iterable[str], ac
             return Outcome("drain", f"drain {name}: {reason}", reason)
         if node.reason == reason:
             return Outcome("kept", f"{name} already drained: {reason}", reason)
-        # rewrite only a health-check reason of ours or Slurm's own fault reason; a lifecycle reason
+        # rewrite only a health-check reason of ours, a planned swap's (the node failed before its jobs
+        # moved: they must hear of the fault) or Slurm's own fault reason; a lifecycle reason
         # ("slurm-ft: QUARANTINED ...", "slurm-ft: RMA ...") stays: it decides how the node returns
-        if (owned(node.reason) and check_of(code_of(node.reason))) or node.reason.strip() in SLURM_FAULT_REASONS:
+        if (owned(node.reason) and check_of(code_of(node.reason))) or node.reason.strip() in SLURM_FAULT_REASONS \
+                or (node.reason.startswith(f"{OWNER} {PLANNED} ")):
             return Outcome("reason_updated", f"{name} reason {node.reason!r} -> {reason!r}", reason)
         if owned(node.reason):
             return Outcome("kept", f"{name} already drained by slurm-ft ({node.reason!r}); "

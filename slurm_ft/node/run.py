@@ -9,7 +9,6 @@ drain. `healthy` means no `fail` finding, which is also the exit code: 0 healthy
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import logging
 import threading
 import time
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from slurm_ft.config import Config, HealthConfig, NodeType
 from slurm_ft.errors import CommandError, ConfigError
-from slurm_ft.node import drain as dr, levels, state as st
+from slurm_ft.node import drain as dr, levels, soft, state as st
 from slurm_ft.node.gather import Reader, gather
 from slurm_ft.node.jobscope import JobScope
 from slurm_ft.node.probes import ProbeContext, get as get_probe, query_check
@@ -45,6 +44,7 @@ class Report:
     hung: bool = False
     node_type: str = "default"
     drain: Optional[Dict[str, str]] = None  # what --drain did (drain.Outcome.to_dict())
+    planned: Optional[Dict[str, object]] = None  # what --drain did for a planned code (planned.Outcome.to_dict())
     sample: Optional[NodeSample] = field(default=None, repr=False)
 
     @property
@@ -66,30 +66,14 @@ class Report:
                                 "findings": [f.to_dict() for f in self.findings]}
         if self.drain is not None:
             d["drain"] = self.drain
+        if self.planned is not None:
+            d["planned"] = self.planned
         return d
 
 
 def node_type_for(node: str, hc: HealthConfig) -> "tuple[str, NodeType]":
     """The node type whose `node_type_of` pattern (hostlist expression or glob) names this node."""
-    for pattern, name in hc.node_type_of.items():
-        if _matches(node, pattern):
-            if name not in hc.node_types:
-                raise ConfigError(f"health.node_type_of.{pattern}: unknown node type {name!r} "
-                                  f"(defined: {', '.join(sorted(hc.node_types))})")
-            return name, hc.node_types[name]
-    if "default" in hc.node_types:
-        return "default", hc.node_types["default"]
-    return "default", NodeType()
-
-
-def _matches(node: str, pattern: str) -> bool:
-    if any(c in pattern for c in "*?") or "[" not in pattern:
-        return fnmatch.fnmatchcase(node, pattern) or node == pattern
-    from slurm_ft.slurm.hostlist import expand   # lazy: only a node_type_of hostlist ("gpu[01-64]") needs it
-    try:
-        return node in expand(pattern)
-    except Exception:  # noqa: BLE001 - a bad expression names its key
-        raise ConfigError(f"health.node_type_of: bad hostlist {pattern!r}") from None
+    return hc.type_of(node)
 
 
 def judge(sample: NodeSample, checks: Sequence[str], ctx: ProbeContext) -> List[Finding]:
@@ -168,7 +152,8 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
                        xid_since=xid_since if xid_since is not None else now - hc.xid_lookback_s,
                        xid_untimed=xid_untimed,
                        ignore_processes=tuple(hc.ignore_processes), xid_history=xid_history or {}, job=job)
-    findings = judge(sample, checks, ctx)
+    # the node type's planned codes warn instead of failing: a planned swap, never a fault drain
+    findings = soft.downgrade(judge(sample, checks, ctx), node_type.soft)
     return Report(node, level, findings, time.monotonic() - t0, checks, node_type=type_name, sample=sample)
 
 
@@ -226,8 +211,22 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
         # one drain decision at a time per node (the HealthCheckProgram, `watch` and a manual check may
         # overlap): what the state says about our drain and what Slurm shows must not change in between
         with st.drain_lock(path) if record else contextlib.nullcontext():
-            return _drain_step(report, node, config, client, path, before, record, active, now)
+            report = _drain_step(report, node, config, client, path, before, record, active, now)
+        if record and report.healthy:
+            _planned_step(report, node, config, client, now)
     return report
+
+
+def _planned_step(report: Report, node: str, config: Config, client: Optional[SlurmApi], now: float) -> None:
+    """A planned code found (the node type takes it by planned swap): the graceful drain the watcher's
+    soft pass would make, so that it happens where no watcher runs too (node/planned.py: budgeted,
+    at most one try per planned.RETRY_S)."""
+    _, node_type = node_type_for(node, config.health)
+    found = [f for f in report.findings if f.severity is Severity.WARN and f.code in node_type.soft.planned_codes]
+    if not found or client is None:
+        return
+    from slurm_ft.node import planned   # lazy: only a node with a planned code; the hooks' start-up does not load it
+    report.planned = planned.act(client, config, node, found, now, node_type.soft.planned_codes).to_dict()
 
 
 def _count_hang(report: Report, config: Config, path: Path, node: str, record: bool) -> None:
@@ -286,7 +285,9 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
             report.drain["at"] = f"{time.time():.3f}"     # when Slurm had it: what the jobs' and controller's latencies count from
     except CommandError as exc:
         return _unreachable(report, exc)
-    if outcome.action == "drained":
+    if outcome.action == "drained" or (outcome.action == "reason_updated" and slurm_node is not None
+                                       and vocab.planned(slurm_node.reason)):
+        # a new drain, or a fault on a node out for a planned swap: its jobs move now, not at a checkpoint
         from slurm_ft.node import tell   # lazy: a new drain only; the hooks' start-up does not load it
         tell.after_drain(client, config, node, outcome.reason, st.running_jobs(state))
     ours_now = outcome.action in ("drained", "reason_updated", "kept") and vocab.owned(outcome.reason)

@@ -1,5 +1,8 @@
 """After slurm-ft drained this node: tell the jobs running here, and wake the controller.
 
+A fault drain tells them `failed`; a soft signal's graceful drain (node/planned.py) tells them `degraded`:
+a hot-spare job then moves off this node at its next checkpoint.
+
 Detection by event instead of polling (see docs/health.md, "Who hears of a drain"). Both are best effort:
 a failure is logged and the drain stands; the controller's own poll and the job's backstop find it later.
 
@@ -58,10 +61,10 @@ def jobs_in_spool(spool_dir: str, node: str) -> List[int]:
     return sorted(jobs)[:MAX_JOBS]
 
 
-def after_drain(client: SlurmApi, config: Config, node: str, reason: str, running: Iterable[int] = ()
-                ) -> List[int]:
+def after_drain(client: SlurmApi, config: Config, node: str, reason: str, running: Iterable[int] = (),
+                kind: str = "failed") -> List[int]:
     """Tell this node's jobs (`running`: the state file's, and those with a step here) and the controller
-    that slurm-ft drained `node`; the jobs told."""
+    that slurm-ft drained `node` (`kind`: failed, or degraded for a planned swap); the jobs told."""
     try:
         conf = client.running_config()
     except SlurmFTError as exc:
@@ -71,7 +74,7 @@ def after_drain(client: SlurmApi, config: Config, node: str, reason: str, runnin
     spool = parse.slurmd_spool_dir(conf, node, socket.gethostname().split(".")[0])
     for job in sorted({*running, *(jobs_in_spool(spool, node) if spool else [])})[:MAX_JOBS]:
         try:
-            client.notify(job, event_line("failed", node, reason))
+            client.notify(job, event_line(kind, node, reason))
             told.append(job)
         except SlurmFTError as exc:       # the job ended meanwhile, or slurmctld is slow: its backstop sees it
             log.warning("job %s not told of %s's drain: %s", job, node, exc)

@@ -6,6 +6,10 @@ Two source threads feed one queue; the main loop judges each event with the Xid 
 * a draining Xid -> `check_node("quick", drain=True)` with the event handed in (an NVML event may not
   be in the log yet), then one line saying what happened. Events already queued are handled together,
   so a burst of Xids costs one check and one scontrol call.
+
+With a soft-signal pass (node/softpass.py, every health.soft_period_s in a thread of its own, so a slow
+NVML read never delays an Xid), warn-class hardware Xids also count toward its trends, and a soft finding
+drains the node gracefully for a planned swap (node/planned.py).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from slurm_ft.node.run import Report, check_node
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from slurm_ft.node.softpass import PassResult, SoftPass
     from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)
@@ -65,7 +70,8 @@ class Handled:
 
 class Watcher:
     def __init__(self, node: str, config: Config, *, client: Optional[SlurmApi] = None, use_nvml: bool = True,
-                 use_kmsg: bool = True, poll_s: float = 0.05, check: Optional[Callable[..., Report]] = None) -> None:
+                 use_kmsg: bool = True, poll_s: float = 0.05, check: Optional[Callable[..., Report]] = None,
+                 soft: Optional[SoftPass] = None, on_soft: Optional[Callable[[PassResult], None]] = None) -> None:
         self.node = node
         self.config = config
         self.client = client
@@ -78,6 +84,9 @@ class Watcher:
         self._threads: List[threading.Thread] = []
         self._check = check
         self.check_lock = threading.Lock()     # one check at a time: this loop's and the hooks' it serves
+        self.soft = soft
+        self.on_soft = on_soft
+        self.planned_drains = 0                # planned-swap drains the soft pass made (watch --once ends on one)
 
     # --- sources ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -93,6 +102,9 @@ class Watcher:
             ready = threading.Event()
             self._spawn("nvml", self._nvml_events, ready)
             waits.append(ready)
+        if self.soft is not None and self.soft.period_s > 0:
+            self._spawn("soft", self._soft_passes)
+            self.sources.append(f"soft signals every {self.soft.period_s:g} s")
         deadline = time.monotonic() + 5.0
         for w in waits:
             w.wait(max(0.0, deadline - time.monotonic()))
@@ -170,10 +182,28 @@ class Watcher:
             ready.set()
             self.stop_event.wait(5.0)      # then listen again (the driver may be back after a reset)
 
+    def _soft_passes(self) -> None:
+        assert self.soft is not None
+        while not self.stop_event.is_set():
+            now = time.time()
+            if self.soft.due(now):
+                try:
+                    res = self.soft.run(now)
+                except Exception as exc:  # noqa: BLE001 - a bug in the soft pass must not stop the Xid watch
+                    log.error("soft-signal pass failed: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
+                    continue
+                if res.outcome is not None and res.outcome.action == "drained":
+                    self.planned_drains += 1
+                if self.on_soft:
+                    self.on_soft(res)
+            self.stop_event.wait(max(0.05, min(1.0, self.soft.next_at - time.time())))
+
     def stop(self) -> None:
         self.stop_event.set()
         for t in self._threads:
             t.join(timeout=2.0)
+        if self.soft is not None:
+            self.soft.save()
 
     # --- the loop -----------------------------------------------------------------------------
     def next_batch(self, timeout: float) -> List[Union[XidEvent, Position]]:
@@ -193,6 +223,9 @@ class Watcher:
         check_now = any(e is CHECK_NOW for e in batch)
         batch = [e for e in batch if e is not CHECK_NOW]
         fatal = [e for e in batch if catalog.verdict(e).drains]
+        if self.soft is not None:   # warn-class hardware Xids are a soft signal's trend
+            self.soft.note_xids([e for e in batch if catalog.verdict(e).severity == "warn"
+                                 and not catalog.verdict(e).user_caused])
         if not fatal and not check_now:
             for e in batch:
                 v = catalog.verdict(e)
@@ -206,7 +239,8 @@ class Watcher:
 
     def run(self, *, once: bool = False, timeout: Optional[float] = None,
             on_handled: Optional[Callable[[Handled], None]] = None) -> int:
-        """Handle events until stopped, `timeout` passes, or (once) the first fatal Xid is handled."""
+        """Handle events until stopped, `timeout` passes, or (once) the first fatal Xid is handled or the
+        first planned-swap drain made."""
         end = time.monotonic() + timeout if timeout is not None else None
         handled_fatal = 0
         saved_at = 0.0
@@ -226,6 +260,8 @@ class Watcher:
                     handled_fatal += 1
                     if once:
                         break
+            if once and self.planned_drains:
+                break
             if end is not None and time.monotonic() >= end:
                 break
         return handled_fatal

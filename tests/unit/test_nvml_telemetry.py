@@ -121,6 +121,36 @@ def test_each_injection_shows_in_read_node(libdir, lab, fault, value, check):
     assert not healed["lost"] and not check(healed)
 
 
+def test_an_ecc_rate_keeps_the_corrected_count_climbing_and_a_reset_restarts_the_volatile_count(libdir, lab):
+    inject.inject(lab, NODE, "ecc_sbe_rate", gpu=3, value="6000/min", now=time.time() - 60)    # 100 a second
+    first = read(libdir, lab, ["identity", "ecc"])["gpus"][3]["ecc"]
+    time.sleep(1.2)
+    second = read(libdir, lab, ["identity", "ecc"])["gpus"][3]["ecc"]
+    assert 6000 <= first["volatile_corrected"] < second["volatile_corrected"]
+    assert second["volatile_corrected"] - first["volatile_corrected"] >= 100
+    assert second["aggregate_corrected"] == second["volatile_corrected"] and second["volatile_uncorrected"] == 0
+    inject.reset_gpu(lab, NODE, 3)
+    after = read(libdir, lab, ["identity", "ecc"])["gpus"][3]["ecc"]
+    assert after["volatile_corrected"] < 1000 and after["aggregate_corrected"] >= second["aggregate_corrected"]
+    inject.inject(lab, NODE, "ecc_sbe_rate", gpu=3, value=0)
+    stopped = read(libdir, lab, ["identity", "ecc"])["gpus"][3]["ecc"]
+    time.sleep(0.3)
+    assert read(libdir, lab, ["identity", "ecc"])["gpus"][3]["ecc"] == stopped
+    assert read(libdir, lab, ["identity", "ecc"])["gpus"][2]["ecc"]["volatile_corrected"] == 0
+
+
+@pytest.mark.parametrize("value, per_min", [("600/min", 600.0), ("10/s", 600.0), ("36000/h", 600.0), (5, 5.0)])
+def test_the_rate_reads_in_any_unit(value, per_min):
+    assert inject.rate_per_minute(value) == per_min
+
+
+@pytest.mark.parametrize("value", ["fast", "10/day", "-1/min", "nan"])
+def test_a_bad_rate_is_one_clear_error(value):
+    from slurm_ft.errors import UsageError
+    with pytest.raises(UsageError, match="ecc-sbe-rate"):
+        inject.rate_per_minute(value)
+
+
 def test_injected_xid_reaches_the_kernel_log(lab):
     from slurm_ft.gpu import kmsg
     inject.inject(lab, NODE, "gpu_lost", gpu=4)

@@ -93,6 +93,17 @@ def test_a_step_that_ends_on_sigterm_costs_no_slurm_call(quick):
     assert not [c for c in slurm.calls if c[0] == "cancel_step"] and ("steps", jid) not in slurm.reads
 
 
+def test_a_planned_swap_whose_step_will_not_end_takes_the_requeue_path_too(quick):
+    slurm, said = Slurm(ends=False), []
+    jid, sup, proc = supervised(slurm, said)
+    act = hp.Action("swap", nodes=("n1", "n3"), failed=("n2",), release=("n2",), reason="n2 degraded")
+    rc, _ = sup.planned.swap(act, ("n1", "n2", "n3"), "train")
+    assert rc == 99 and sup.launched == []
+    assert [(a.kind, a.failed) for a in sup.handed] == [("fallback", ("n2",))]
+    assert "the old step would not end" in sup.handed[0].reason
+    assert proc.poll() is not None
+
+
 # --- replica groups: one group's step stopped, the others' untouched ------------------------------
 
 class Groups(gs.GroupSupervisor):

@@ -177,3 +177,40 @@ def test_stall_and_bad_checkpoint_options():
     assert (a.stall_at, a.stall_rank, a.bad_ckpt) == (0, 0, -1)        # off by default
     a = parse_args(["--ckpt-dir", "/x", "--stall-at", "8", "--stall-rank", "1", "--bad-ckpt", "10"])
     assert (a.stall_at, a.stall_rank, a.bad_ckpt) == (8, 1, 10)
+
+
+def test_a_checkpoint_asked_for_is_saved_by_every_rank_at_one_step_and_the_ranks_stop(tmp_path):
+    from slurm_ft.job import ckptrequest
+    ck = tmp_path / "ck"
+    env = {"SLURM_FT_CKPT_DIR": str(ck), "SLURM_FT_LAUNCH": "0"}
+    procs = start_ranks(ck, 3, "--steps", "100000", "--step-time", "0.02", "--ckpt-every", "1000",
+                        "--gpu-check", "off", env=env)
+    wait_step(ck, 20)
+    ckptrequest.request(str(ck), "41", 0, 1, "another launch", 1)     # not this launch: nothing happens
+    time.sleep(1.5)
+    assert all(p.poll() is None for p in procs)
+    ckptrequest.request(str(ck), "41", 0, 0, "gpu002 degraded", 2)
+    assert finish(procs) == [0, 0, 0]
+    log = trainer.read_log(str(ck))
+    [saved] = [e for e in log if e["event"] == "ckpt"]
+    [stop] = [e for e in log if e["event"] == "stop"]
+    last = max(e["step"] for e in log if e["event"] == "step")
+    assert saved["requested"] and saved["step"] == stop["step"] == last     # no step after the checkpoint
+    assert ckpt.latest(str(ck), verify=True).step == last
+    assert trainer.runs(log)[0]["end"] == "stop"
+
+
+def test_the_busy_time_each_rank_reports_is_its_compute_a_slowed_gpu_doubles_it(tmp_path):
+    from slurm_ft import heartbeat
+    from slurm_ft_lab import fake_nvml, inject
+    lib = fake_nvml.build(tmp_path / "lib")
+    inject.init_node(tmp_path / "lab", "gpu002", gpus=8)
+    inject.inject(tmp_path / "lab", "gpu002", "slow", gpu=0, value=0.5)
+    ck = tmp_path / "ck"
+    env = {"SLURM_FT_CKPT_DIR": str(ck), "LD_LIBRARY_PATH": str(lib.parent), "SLURM_FT_LAB_DIR": str(tmp_path / "lab"),
+           "CUDA_VISIBLE_DEVICES": "0"}
+    procs = start_ranks(ck, 2, "--steps", "12", "--step-time", "0.2", "--ckpt-every", "0", "--gpu-check", "on",
+                        env=env)
+    assert finish(procs) == [0, 0]
+    busy = {r["node"]: r["busy_s"] for r in heartbeat.read_all(str(ck)).values()}
+    assert busy["gpu001"] >= 0.2 and 1.6 <= busy["gpu002"] / busy["gpu001"] <= 2.5, busy

@@ -35,16 +35,21 @@ from slurm_ft.errors import UsageError
               help="Train as R torchft replica groups (FT-DDP over gloo, slurm_ft_lab.ftddp; needs torch and "
                    "torchft): a fault restarts only its group. The job uses --nodes (default R x 2 + K) with "
                    "--hot-spares K (default 1) of them idle; 0 = one gang.")
+@click.option("--planned", is_flag=True,
+              help="No fault: corrected ECC errors climb on one GPU (a soft signal); the job moves to a hot spare "
+                   "at a checkpoint it is asked for, no step redone (a planned swap; --hot-spares 1 unless given).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end instead of the timeline.")
 @click.option("--via", type=click.Choice(["wrapper", "plugin"]), default="wrapper", show_default=True,
               help="Submit with `slurm-ft sbatch`, or through slurm-ft's Slurm plugins (the lab comes up with "
                    "--plugin): plain `sbatch --ft-ckpt-dir`, or `slurm-ft sbatch` with --hot-spares.")
 def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_every, gpu, xid, keep, timeout,
-         hot_spares, replica_groups, as_json, via) -> None:
+         hot_spares, replica_groups, planned, as_json, via) -> None:
     """Run a 64-node trainer, break one GPU mid-run, and watch slurm-ft bring the job back on a spare."""
     from slurm_ft_lab.cluster import Lab, LabSpec
     from slurm_ft_lab.scenario import Scenario
 
+    if planned and replica_groups:
+        raise UsageError("--planned moves a hot-spare job's whole step; a replica group's planned swap is not built")
     if hot_spares is None:
         hot_spares = 1 if replica_groups else 0
     if nodes is None:
@@ -80,6 +85,8 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
     def on_phase(p, fault_t):
         say(f"  +{p.t - fault_t:7.2f} s  {p.name:<17} {p.detail}")
 
+    if planned and not hot_spares:
+        hot_spares = 1                   # a planned swap moves the step within the job's own allocation
     if hot_spares >= nodes:
         raise UsageError(f"--hot-spares {hot_spares} leaves no training node of {nodes}")
     if replica_groups:
@@ -88,7 +95,7 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
         return _groups_demo(lab, job_nodes, replica_groups, hot_spares, step_time, gpu, xid, keep, timeout, as_json, say,
                             on_phase)
     sc = Scenario(lab, lab.dir / "demo", step_time=step_time, ckpt_every=ckpt_every, on_phase=on_phase,
-                  hot_spares=hot_spares)
+                  hot_spares=hot_spares, planned=planned)
     sc.prepare()
     sc.start_controller()
     try:
@@ -102,15 +109,31 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
             + f"), checkpoint every {ckpt_every} steps, via {how} (controller running, journal in "
             f"{sc.work / 'state'})")
         start = sc.wait_event(lambda e: e.get("event") == "start", timeout, "trainer start")
-        say(f"training: {start.get('world')} ranks started in {start.get('startup_s', 0):.1f} s; "
-            f"a fatal Xid {xid} goes to GPU {gpu} of one node after step 7 ...")
-        say("timeline (seconds since the fault):")
+        if planned:
+            say(f"training: {start.get('world')} ranks started in {start.get('startup_s', 0):.1f} s; "
+                f"after step 7 corrected ECC errors start climbing on GPU {gpu} of one node ...")
+        else:
+            say(f"training: {start.get('world')} ranks started in {start.get('startup_s', 0):.1f} s; "
+                f"a fatal Xid {xid} goes to GPU {gpu} of one node after step 7 ...")
+        say("timeline (seconds since the " + ("errors started" if planned else "fault") + "):")
         result = sc.fault(victim_index=nodes // 4, gpu=gpu, xid=xid, timeout=timeout)
     finally:
         sc.stop(cancel=not keep)
     out = result.to_dict()
     if as_json:
         click.echo(json.dumps(out, indent=2))
+        return
+    if planned:
+        click.echo(f"job {result.job_id}: {result.failed_node} (GPU {gpu}, corrected ECC errors climbing) swapped for "
+                   f"hot spare {result.spare_node} at a checkpoint; resumed from step {result.resumed_from_step}, "
+                   f"{result.steps_lost} step(s) redone; soft signal to first step on the spare: "
+                   f"{result.fault_to_resume_s:.2f} s (no fault, no requeue)")
+        click.echo(f"{result.failed_node} stays drained for its planned swap, out of `train` (validated as it is by the "
+                   f"next sweep)")
+        click.echo(f"the incident:  slurm-ft --config {sc.config_path} incidents")
+        if keep:
+            click.echo(f"job {result.job_id} keeps running; stop it with: scancel {result.job_id}")
+        click.echo(f"take the lab down:  slurm-ft lab down --dir {lab.dir}")
         return
     what = "hot spare" if hot_spares else "spare"
     click.echo(f"job {result.job_id}: {result.failed_node} (GPU {gpu}, Xid {xid}) replaced by {what} "

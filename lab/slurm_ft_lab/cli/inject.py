@@ -17,6 +17,8 @@ _DIR_HELP = "Lab directory (default $SLURM_FT_LAB, else /tmp/slurm-ft-lab)."
 @click.option("--gpu", type=int, default=0, show_default=True, help="GPU index on the node.")
 @click.option("--xid", type=int, metavar="CODE", help="Log an Xid (and deliver it as an NVML event).")
 @click.option("--ecc-dbe", is_flag=True, help="Double-bit ECC error (volatile+aggregate uncorrected, Xid 48).")
+@click.option("--ecc-sbe-rate", metavar="N/min",
+              help="Corrected ECC errors keep coming at this rate (N/min, N/s or N/h; 0 stops them): a soft signal.")
 @click.option("--remap-pending", is_flag=True, help="Row remapping pending (Xid 63).")
 @click.option("--remap-failure", is_flag=True, help="Row remapping failure (Xid 64).")
 @click.option("--nvlink-down", type=int, metavar="LINK", help="Take one NVLink down (Xid 74).")
@@ -39,7 +41,8 @@ _DIR_HELP = "Lab directory (default $SLURM_FT_LAB, else /tmp/slurm-ft-lab)."
               help="Stop the node's slurmd this long (SIGSTOP): a network partition or hung host to slurmctld.")
 @click.option("--dir", "labdir", metavar="PATH", help=_DIR_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print what was injected as JSON.")
-def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, remap_pending: bool, remap_failure: bool,
+def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, ecc_sbe_rate: Optional[str], remap_pending: bool,
+           remap_failure: bool,
            nvlink_down: Optional[int], nvlink_errors: Optional[int], pcie_width: Optional[int], gpu_lost: bool,
            clock_event: Optional[str], slow: Optional[float], temp: Optional[int], hang: Optional[float],
            recovery_action: Optional[str], driver_unloaded: bool, proc: Optional[int], no_log: bool, log_only: bool,
@@ -50,6 +53,7 @@ def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, remap_pending
     Examples:
       slurm-ft lab inject gpu003 --gpu 2 --xid 79
       slurm-ft lab inject gpu010 --ecc-dbe
+      slurm-ft lab inject gpu010 --gpu 3 --ecc-sbe-rate 600/min
       slurm-ft lab inject gpu011 --gpu 5 --nvlink-down 3
       slurm-ft lab inject gpu012 --slow 0.5 --no-log
       slurm-ft lab inject gpu014 --gpu 3 --xid 79 --log-only
@@ -66,13 +70,13 @@ def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, remap_pending
             click.echo(f"{node}: slurmd (pid {pid}) stopped for {unresponsive:g} s")
         return
     chosen = [(name, value) for name, value in (
-        ("xid", xid), ("ecc_dbe", ecc_dbe or None), ("remap_pending", remap_pending or None),
+        ("xid", xid), ("ecc_dbe", ecc_dbe or None), ("ecc_sbe_rate", ecc_sbe_rate), ("remap_pending", remap_pending or None),
         ("remap_failure", remap_failure or None), ("nvlink_down", nvlink_down), ("nvlink_errors", nvlink_errors), ("pcie_width", pcie_width),
         ("gpu_lost", gpu_lost or None), ("clock_event", clock_event), ("slow", slow), ("temp", temp), ("hang", hang),
         ("recovery_action", recovery_action), ("driver_unloaded", driver_unloaded or None), ("proc", proc),
     ) if value is not None]
     if len(chosen) != 1:
-        raise UsageError("give exactly one fault: --xid CODE, --ecc-dbe, --remap-pending, --remap-failure, "
+        raise UsageError("give exactly one fault: --xid CODE, --ecc-dbe, --ecc-sbe-rate N/min, --remap-pending, --remap-failure, "
                          "--nvlink-down LINK, --nvlink-errors LINK, --pcie-width W, --gpu-lost, --clock-event NAME, "
                          "--slow F, --temp C, --hang S, --recovery-action A, --driver-unloaded or --proc PID")
     if no_log and log_only:

@@ -15,6 +15,7 @@
  *   gpu <i> uuid GPU-...        gpu <i> pci 00000000:18:00.0
  *   gpu <i> lost 1              (every call on that GPU -> NVML_ERROR_GPU_IS_LOST)
  *   gpu <i> ecc_dbe_volatile N  ecc_dbe_aggregate N  ecc_sbe_volatile N  ecc_sbe_aggregate N
+ *   gpu <i> ecc_sbe_rate R T0   (corrected errors keep coming: R a minute since unix time T0, on top of the counts)
  *   gpu <i> remap_corrected N   remap_uncorrected N  remap_pending 0|1   remap_failure 0|1
  *   gpu <i> nvlink_down L       nvlink_err L COUNTER N   (COUNTER: 0 replay 1 recovery 2 crc_flit 3 crc_data 4 ecc)
  *   gpu <i> pcie_gen G          pcie_width W         clock_events 0xMASK  slow F (SM clock = F x max)
@@ -66,6 +67,7 @@ struct gpu {
     char uuid[96], pci[32];
     int lost;
     unsigned long long ecc[2][2];           /* [corrected=0 | uncorrected=1][volatile=0 | aggregate=1] */
+    double sbe_rate, sbe_since;             /* corrected errors a minute since sbe_since (epoch seconds) */
     unsigned int remap[4];                  /* corrected, uncorrected, pending, failure */
     int link_down[MAX_LINKS];
     unsigned long long link_err[MAX_LINKS][5];
@@ -174,6 +176,10 @@ static void parse_gpu_line(struct gpu *g, const char *key, char *rest)
     else if (!strcmp(key, "ecc_sbe_aggregate")) g->ecc[0][1] = strtoull(rest, NULL, 0);
     else if (!strcmp(key, "ecc_dbe_volatile")) g->ecc[1][0] = strtoull(rest, NULL, 0);
     else if (!strcmp(key, "ecc_dbe_aggregate")) g->ecc[1][1] = strtoull(rest, NULL, 0);
+    else if (!strcmp(key, "ecc_sbe_rate")) {
+        double r, t;
+        if (sscanf(rest, "%lf %lf", &r, &t) == 2 && r >= 0) { g->sbe_rate = r; g->sbe_since = t; }
+    }
     else if (!strcmp(key, "remap_corrected")) g->remap[0] = atoi(rest);
     else if (!strcmp(key, "remap_uncorrected")) g->remap[1] = atoi(rest);
     else if (!strcmp(key, "remap_pending")) g->remap[2] = atoi(rest);
@@ -500,11 +506,24 @@ EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t dev, int *current, int *pe
     return NVML_SUCCESS;
 }
 
+/* The count now: the state's, plus the corrected errors a rate has added since it was set. */
+static unsigned long long ecc_count(const struct gpu *g, int type, int counter)
+{
+    unsigned long long n = g->ecc[type][counter];
+    if (type == 0 && g->sbe_rate > 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        double minutes = (now.tv_sec + now.tv_nsec / 1e9 - g->sbe_since) / 60.0;
+        if (minutes > 0) n += (unsigned long long)(g->sbe_rate * minutes);
+    }
+    return n;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, int type, int counter, unsigned long long *count)
 {
     GPU(dev, g); OUT(count);
     if (type < 0 || type > 1 || counter < 0 || counter > 1) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = g.ecc[type][counter];
+    *count = ecc_count(&g, type, counter);
     return NVML_SUCCESS;
 }
 
@@ -514,7 +533,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t dev, int type, 
     GPU(dev, g); OUT(count);
     if (type < 0 || type > 1 || counter < 0 || counter > 1) return NVML_ERROR_INVALID_ARGUMENT;
     switch (location) {
-    case 2: *count = g.ecc[type][counter]; return NVML_SUCCESS;     /* DRAM: where injected errors live */
+    case 2: *count = ecc_count(&g, type, counter); return NVML_SUCCESS;   /* DRAM: where injected errors live */
     case 0: case 1: case 3: case 7: *count = 0; return NVML_SUCCESS; /* L1, L2, register file, SRAM */
     default: return NVML_ERROR_NOT_SUPPORTED;                       /* texture, CBU: not on Hopper */
     }

@@ -5,6 +5,8 @@
     advance  the next steps of one open incident of this path, read off Slurm's state (pure)
     phases   the steps it takes, each named as a timeline shows it (`lab demo`)
     note     what the incident's note says of it for people when it opens (never read back)
+    supervised  the job's supervisor acts on it (told of the nodes, no checkpoint hold: the job does not restart)
+    closes_as   the status its incident closes with once the job runs on (`confirm`)
 
 A policy decides; the controller acts (one method per step kind, controller.ACTS) and journals each act.
 Where the job's own supervisor recovers in its allocation, the rule "may the supervisor handle this
@@ -40,6 +42,8 @@ class IncidentView:
 class RecoveryPolicy(Protocol):
     path: str
     phases: Mapping[str, str]
+    supervised: bool
+    closes_as: str
 
     def claims(self, job: Job, spec: Optional[FtSpec], failed: Sequence[str]) -> bool: ...
 

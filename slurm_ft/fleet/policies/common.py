@@ -10,6 +10,7 @@ from slurm_ft import vocab
 from slurm_ft.fleet.records import Incident
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job.nodefault import node_fault
+from slurm_ft.job.paths import is_planned
 from slurm_ft.job.tag import FtSpec
 from slurm_ft.slurm.types import Job, Node
 
@@ -90,7 +91,8 @@ def failed_in_run(job: Job, nodes: Mapping[str, Node], incidents: Sequence[Incid
     """The job's nodes failed in this run of it: failed now, or named by an incident of this run. A health
     check may resume its drain once the fault no longer shows (an Xid older than its look-back); the
     node stays failed here, as it does for the job's supervisor (which then falls back to the requeue)."""
-    earlier = {n for i in of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count for n in i.nodes}
+    earlier = {n for i in of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
+               and not is_planned(i.path) for n in i.nodes}
     return [n for n in job.nodes if n in earlier or failure(nodes.get(n), policy)]
 
 

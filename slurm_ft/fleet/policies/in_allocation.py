@@ -36,6 +36,12 @@ class InAllocation:
     phases: Mapping[str, str] = {"open": "incident", "quarantine": "quarantine", "swap": "pool refill",
                                  "released": "incident closed"}
     released_as = "relaunched on a hot spare of the allocation"
+    supervised, closes_as = True, "recovered"
+    quarantine_says = "out of the job partitions, drained with its reason (the job runs on)"
+    waiting_says = "waiting for the job's supervisor to give the failed node back"
+    close_kind = "released"
+    kept_says = "the failed node stays in the job unused (Slurm refused the shrink)"
+    left_says = "the failed node left the job"
 
     def claims(self, job: Job, spec: Optional[FtSpec], failed: Sequence[str]) -> bool:
         return supervisor_path(spec, job.nodes, job.batch_host, failed) == self.path
@@ -50,9 +56,14 @@ class InAllocation:
         failed = failed_in_run(job, v.snap.nodes, v.incidents, v.policy)
         if failed and not self.claims(job, v.spec, failed):
             return [Step("note", **base, reason=f"{self.why_not(job, v.spec, failed)}: the requeue path takes over")]
+        return self.in_job(v)
+
+    def in_job(self, v: IncidentView) -> List[Step]:
+        """The node out of the running job: quarantine it, refill its partition from the pool once while a
+        spare is free, then close (release)."""
+        inc, base = v.inc, v.base
         if not quarantined(inc, v.snap, v.policy):
-            return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason "
-                                                      "(the job runs on)")]
+            return [Step("quarantine", **base, reason=self.quarantine_says)]
         if not inc.done("swap") and not swapped(inc, v.snap, v.policy):
             fresh = [s for s in v.pool if s not in inc.spares][:len(inc.nodes)]
             if fresh:
@@ -66,10 +77,9 @@ class InAllocation:
         """Close once the supervisor gave the failed node back (shrank the job), or Slurm refused to."""
         if any(n in v.job.nodes for n in v.inc.nodes):
             if v.now - v.inc.opened_at < HOT_RELEASE_WAIT_S:
-                return [Step("poll", **v.base, reason="waiting for the job's supervisor to give the failed node back")]
-            return [Step("released", **v.base, reason=f"{self.released_as}; the failed node stays in the job unused "
-                                                      f"(Slurm refused the shrink)")]
-        return [Step("released", **v.base, reason=f"{self.released_as}; the failed node left the job")]
+                return [Step("poll", **v.base, reason=self.waiting_says)]
+            return [Step(self.close_kind, **v.base, reason=f"{self.released_as}; {self.kept_says}")]
+        return [Step(self.close_kind, **v.base, reason=f"{self.released_as}; {self.left_says}")]
 
     def why_not(self, job: Job, spec: Optional[FtSpec], failed: Sequence[str]) -> str:
         if job.batch_host in failed:

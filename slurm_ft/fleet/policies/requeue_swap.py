@@ -33,8 +33,13 @@ class RequeueSwap:
         "exclude": "pending, exclude", "start": "start now", "confirm": "running",
     }
 
+    supervised, closes_as = False, "recovered"
+
     def claims(self, job: Job, spec: Optional[FtSpec], failed: Sequence[str]) -> bool:
         return True                     # the fallback: whatever no other policy takes
+
+    def gives_up(self, v: IncidentView, max_restarts: int) -> bool:
+        return restarts_without_progress(v.inc, v.incidents, v.job) >= max_restarts
 
     def note(self, spec: FtSpec) -> str:
         return ""
@@ -42,7 +47,7 @@ class RequeueSwap:
     def advance(self, v: IncidentView) -> List[Step]:
         inc, job, spec, base, snap, policy = v.inc, v.job, v.spec, v.base, v.snap, v.policy
         max_restarts = spec.max_restarts if spec else 0
-        giving_up = restarts_without_progress(inc, v.incidents, job) >= max_restarts
+        giving_up = self.gives_up(v, max_restarts)
         if not quarantined(inc, snap, policy):
             return [Step("quarantine", **base, reason="out of the job partitions, drained with its reason")]
         if inc.note.startswith(HOLD_PREFIX):
