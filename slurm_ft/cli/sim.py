@@ -95,9 +95,9 @@ def load_figures(figures_file: Optional[str], recovery_figures: Optional[str]) -
 @click.option("--async-checkpoint", is_flag=True,
               help="The job's saves are asynchronous: they block for the copy to host memory only.")
 @click.option("--planned-swaps", "planned_share", type=float, default=None,
-              help="Not shipped: the share of node-taking GPU faults swapped ahead, at a checkpoint.")
+              help="Planned swaps: the share of node-taking GPU faults swapped ahead, at a checkpoint.")
 @click.option("--replica-groups", type=click.IntRange(min=1), default=None,
-              help="Not shipped: the job trains as R replica groups; a fault stops one.")
+              help="Replica groups: the job trains as R torchft groups; a fault stops one.")
 @click.option("--params", type=float, default=None,
               help="The model's parameters: the checkpoint's size, save and load times (the `ckpt plan` arithmetic).")
 @click.option("--bytes-per-param", type=float, default=16.0, show_default=True)
@@ -535,7 +535,8 @@ def _plot_waterfall(rows: Sequence[Dict[str, Any]], s0: sim_report.SimSetup, pat
     bottoms = [ettr[0] if i == 0 else min(ettr[i - 1], ettr[i]) for i in xs]
     heights = [ettr[0] - 50 if i == 0 else abs(ettr[i] - ettr[i - 1]) for i in xs]
     bottoms[0] = 50
-    colours = [{"slurm-ft": "tab:blue", "the job": "tab:green", "not yet": "tab:orange"}.get(r["ships"], "grey")
+    colours = [{"slurm-ft": "tab:blue", "the job": "tab:green", "slurm-ft + the job": "tab:cyan",
+                "not yet": "tab:orange"}.get(r["ships"], "grey")
                for r in rows]
     a1.bar(xs, heights, bottom=bottoms, color=colours)
     for i in xs:
@@ -546,7 +547,8 @@ def _plot_waterfall(rows: Sequence[Dict[str, Any]], s0: sim_report.SimSetup, pat
     a1.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
     a1.set_ylim(max(50.0, min(ettr) - 5), 100)
     a1.set_ylabel("ETTR (%), min..max over seeds")
-    a1.set_title("ETTR, one lever at a time (blue: slurm-ft's; green: the job's; orange: not shipped)", fontsize=10)
+    a1.set_title("ETTR, one lever at a time (blue: slurm-ft's; green: the job's; cyan: slurm-ft's for a torchft job)",
+                 fontsize=10)
     bottom = [0.0] * len(rows)
     for cause in simlib.CAUSES:
         h = [r["lost_hours_by_cause"][cause] for r in rows]

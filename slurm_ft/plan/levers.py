@@ -29,11 +29,13 @@ from slurm_ft.errors import UsageError
 from slurm_ft.plan.figures import Figures
 from slurm_ft.plan.profiles import Policy, Route
 
-# The waterfall's levers, in the order they are added; what ships (README) and what does not yet.
-ORDER = ("fast_detection", "requeue_now", "spare_swap", "hot_spares", "hang_detection", "async_checkpoint",
-         "planned_swaps", "replica_groups")
-SHIPPED = ("fast_detection", "requeue_now", "spare_swap", "hot_spares", "hang_detection")   # slurm-ft's
+# The waterfall's levers, in the order they are added: slurm-ft's own, then those the job must bring
+# (waterfall_verdict reads the rows in this order).
+ORDER = ("fast_detection", "requeue_now", "spare_swap", "hot_spares", "hang_detection", "planned_swaps",
+         "async_checkpoint", "replica_groups")
+SHIPPED = ("fast_detection", "requeue_now", "spare_swap", "hot_spares", "hang_detection", "planned_swaps")
 JOBS_OWN = ("async_checkpoint",)        # exists today, in the job (PyTorch DCP async_save), not in slurm-ft
+WITH_THE_JOB = ("replica_groups",)      # slurm-ft's (`--replica-groups`), for a job written as torchft groups
 LABELS = {
     "fast_detection": "fast detection (watcher drains, controller requeues)",
     "requeue_now": "requeue now (StartTime=now)",
@@ -47,8 +49,9 @@ LABELS = {
 
 
 def ships(lever: str) -> str:
-    """Who ships a lever: slurm-ft, the job (its framework), or nobody yet."""
-    return "slurm-ft" if lever in SHIPPED else "the job" if lever in JOBS_OWN else "not yet"
+    """Who ships a lever: slurm-ft, the job (its framework), slurm-ft with the job's framework, or nobody yet."""
+    return ("slurm-ft" if lever in SHIPPED else "the job" if lever in JOBS_OWN
+            else "slurm-ft + the job" if lever in WITH_THE_JOB else "not yet")
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,8 @@ class Features:
     hot_spares: int = 0
     hang_timeout_s: Optional[float] = None
     async_checkpoint: bool = False
-    planned_swap_share: float = 0.0     # not shipped: the lever exists to show what it would be worth
-    replica_groups: int = 1             # not shipped
+    planned_swap_share: float = 0.0     # the share of node-taking GPU faults swapped ahead (soft signals)
+    replica_groups: int = 1
     expedite: bool = False              # Slurm >= 25.11 `--requeue=expedite`: Slurm's own requeue delay is 0
 
     @property

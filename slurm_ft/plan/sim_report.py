@@ -327,9 +327,10 @@ def waterfall_verdict(rows: Sequence[Dict[str, Any]], aim: float) -> Dict[str, A
     the aim; what is left then, and what each lever after it adds."""
     def last(who: Sequence[str]) -> int:
         return max(i for i, r in enumerate(rows) if r["ships"] in who)
-    ft, today = last(("Slurm", "slurm-ft")), last(("Slurm", "slurm-ft", "the job"))
+    ft, today = last(("Slurm", "slurm-ft")), last(("Slurm", "slurm-ft", "the job", "slurm-ft + the job"))
     after = [{"lever": r["lever"], "adds": r["delta_ettr"]} for r in rows[today + 1:]]
     return {"slurm_ft_ettr": rows[ft]["ettr"], "today_ettr": rows[today]["ettr"], "aim": aim,
+            "slurm_ft_through": rows[ft]["lever"], "today_through": rows[today]["lever"],
             "slurm_ft_meets_aim": rows[ft]["ettr"]["mean"] >= aim, "today_meets_aim": rows[today]["ettr"]["mean"] >= aim,
             "left_hours_by_cause_slurm_ft": dict(sorted(rows[ft]["lost_hours_by_cause"].items(), key=lambda kv: -kv[1])),
             "left_hours_by_cause_today": dict(sorted(rows[today]["lost_hours_by_cause"].items(), key=lambda kv: -kv[1])),
@@ -357,7 +358,8 @@ def render_waterfall(steps: Sequence[Step], aim: float, settings: Sequence[str] 
     out += ["", f"ETTR, and hours lost by cause (means over seeds, of {num(elapsed_h)} elapsed):", head]
     for r in rows:
         e = r["ettr"]
-        mark = {"the job": "  (the job's)", "not yet": "  (not shipped)"}.get(r["ships"], "")
+        mark = {"the job": "  (the job's)", "slurm-ft + the job": "  (a torchft job)",
+                "not yet": "  (not shipped)"}.get(r["ships"], "")
         change = "" if r["delta_ettr"] is None else f"{100 * r['delta_ettr']:+.2f}"
         out.append(f"  {(r['label'] + mark)[:66]:<66} {pct(e['mean']):>8} {pct(e['min']) + '..' + pct(e['max']):>17} "
                    f"{change:>8}" + "".join(f" {num(r['lost_hours_by_cause'][c]):>10}" for c in CAUSES)
@@ -372,14 +374,16 @@ def render_waterfall(steps: Sequence[Step], aim: float, settings: Sequence[str] 
 
     def adds(xs: Sequence[Dict[str, Any]]) -> str:
         return ", ".join(f"{LABELS[x['lever']].split(' (')[0]} {100 * x['adds']:+.2f} points" for x in xs)
-    out += ["", f"With slurm-ft's levers (through hang detection): ETTR {spread_txt(v['slurm_ft_ettr'])}; aim "
-                f"{pct(aim)}: {'met' if v['slurm_ft_meets_aim'] else 'not met'}.",
+    def through(key: str) -> str:
+        return LABELS.get(v[key], "Slurm alone").split(" (")[0]
+    out += ["", f"With slurm-ft's levers (through {through('slurm_ft_through')}): ETTR {spread_txt(v['slurm_ft_ettr'])}; "
+                f"aim {pct(aim)}: {'met' if v['slurm_ft_meets_aim'] else 'not met'}.",
             f"  left: {left(v['left_hours_by_cause_slurm_ft'])}; the levers after it add: "
             f"{adds(v['levers_after_slurm_ft'])}.",
-            f"With the job's async checkpoint too (what exists today): ETTR {spread_txt(v['today_ettr'])}; aim "
-            f"{pct(aim)}: {'met' if v['today_meets_aim'] else 'not met'}.",
-            f"  left: {left(v['left_hours_by_cause_today'])}; the levers not shipped yet add: "
-            f"{adds(v['levers_after_today'])}."]
+            f"With what the job brings too (through {through('today_through')}: what exists today): ETTR "
+            f"{spread_txt(v['today_ettr'])}; aim {pct(aim)}: {'met' if v['today_meets_aim'] else 'not met'}.",
+            f"  left: {left(v['left_hours_by_cause_today'])}"
+            + (f"; the levers not shipped yet add: {adds(v['levers_after_today'])}." if v["levers_after_today"] else ".")]
     if v["first_to_reach_aim"]:
         out.append(f"  The first row at or above the aim: {LABELS.get(v['first_to_reach_aim'], 'Slurm alone')}.")
     out += ["", "  ETTR = useful / elapsed; `slurm-ft sim --policy slurm-ft [features]` prints one row's ways back."]

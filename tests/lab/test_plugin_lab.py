@@ -69,8 +69,8 @@ def test_sbatch_and_srun_help_list_the_options(plab):
     (["--ft-ckpt-dir=/tmp/a/../../etc"], "contains a '..' component"),
     (["--ft-ckpt-dir=/var/lib/run7"], "slurm-ft: --ft-ckpt-dir /var/lib/run7: not under this site's checkpoint roots"),
     (["--ft-ckpt-dir=/tmp/run7", "--ft-hot-spares=1"],
-     "slurm-ft: --ft-hot-spares 1: hot spares need slurm-ft's supervisor in the batch step: submit with "
-     "`slurm-ft sbatch --hot-spares`"),
+     "slurm-ft: --ft-hot-spares 1: hot spares and replica groups need slurm-ft's supervisor in the batch step: "
+     "submit with `slurm-ft sbatch --hot-spares` or `--replica-groups`"),
     (["-p", "spares", "--ft-ckpt-dir=/tmp/run7"],
      "slurm-ft: fault-tolerant jobs (--ft-*) run only in partition(s) train here, not spares"),
     # review finding 12: restarts in place are counted in the checkpoint directory; without one they never end

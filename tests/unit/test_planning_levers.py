@@ -332,17 +332,18 @@ def test_waterfall_adds_one_lever_at_a_time_on_the_same_faults(capsys):
     d = json.loads(out)
     rows = d["waterfall"]
     assert [r["lever"] for r in rows] == ["slurm", *lv.ORDER]
-    assert [r["ships"] for r in rows] == ["Slurm"] + ["slurm-ft"] * 5 + ["the job", "not yet", "not yet"]
+    assert [r["ships"] for r in rows] == ["Slurm"] + ["slurm-ft"] * 6 + ["the job", "slurm-ft + the job"]
     for a, b in zip(rows, rows[1:]):
         assert set(a["levers"]) <= set(b["levers"]) or b["lever"] in ("hot_spares", "hang_detection")
         assert b["delta_ettr"] == pytest.approx(b["ettr"]["mean"] - a["ettr"]["mean"])
     # every row meets the same hardware faults (common random numbers)
     assert len({s["runs"][0]["replacements"] for s in d["steps"]}) == 1
-    assert rows[-3]["checkpoint_cost_s"] < rows[-4]["checkpoint_cost_s"]          # the async save blocks less
+    assert rows[-2]["checkpoint_cost_s"] < rows[-3]["checkpoint_cost_s"]          # the async save blocks less
     assert rows[0]["ettr"]["mean"] < 0.85 and rows[5]["ettr"]["mean"] > rows[0]["ettr"]["mean"] + 0.1
     code, text, err = run_cli(capsys, "sim", "--waterfall", "--seeds", "2", "--hot-spares", "3")
     assert code == 0 and "hot spares: 3 per job" in text and "With slurm-ft's levers" in text
-    assert "(not shipped)" in text and "Figures from slurm-ft's figures-lab.json" in text
+    assert "(not shipped)" not in text and "(a torchft job)" in text and "through planned swaps" in text
+    assert "Figures from slurm-ft's figures-lab.json" in text
 
 
 def test_the_acceptance_at_llama3_scale_ettr_with_its_spread():
@@ -359,6 +360,7 @@ def test_the_acceptance_at_llama3_scale_ettr_with_its_spread():
     assert v["today_meets_aim"] and v["today_ettr"]["min"] >= 0.97
     assert not v["slurm_ft_meets_aim"] and v["slurm_ft_ettr"]["mean"] > 0.93
     assert v["first_to_reach_aim"] == "async_checkpoint"
+    assert v["slurm_ft_through"] == "planned_swaps" and v["today_through"] == "replica_groups"
     left = v["left_hours_by_cause_slurm_ft"]
     assert list(left)[:2] == ["lost_work", "checkpointing"] or list(left)[:2] == ["checkpointing", "lost_work"]
 
