@@ -19,6 +19,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from slurm_ft_lab.recovery_summary import pct
+
 
 class NotRecovered(Exception):
     """The job did not get back to full strength in what the log holds (the message says how far it got)."""
@@ -167,16 +169,6 @@ def analyze(events: List[dict], fault_t: float, victim: str, shape: Shape, *, fa
         bad_node_left_out=bool(live_nodes) and victim not in live_nodes,
         starts_on_bad_node=len(bad_ups),
     )
-
-
-def pct(values: List[float], q: float) -> float:
-    """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
-    xs = sorted(values)
-    if len(xs) == 1:
-        return xs[0]
-    k = (len(xs) - 1) * q / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 # --- the table: one row per contender -------------------------------------------------------------

@@ -37,6 +37,8 @@ import socket
 import sys
 import time
 
+from slurm_ft_lab.trainer import read_jsonl
+
 EXIT_CUDA = 1
 
 
@@ -56,17 +58,7 @@ class EventLog:
 
 def read_log(path: str) -> list:
     """The events so far; a torn last line is ignored."""
-    out = []
-    try:
-        with open(path) as fh:
-            for line in fh:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    except FileNotFoundError:
-        pass
-    return out
+    return read_jsonl(path)
 
 
 def parse_args(argv):

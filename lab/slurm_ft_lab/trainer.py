@@ -85,9 +85,14 @@ class EventLog:
 
 def read_log(ckpt_dir: str) -> list[dict]:
     """The trainer's events (for tests and benchmarks); a torn last line is ignored."""
+    return read_jsonl(os.path.join(ckpt_dir, LOG_NAME))
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """One JSON object a line, as the lab's jobs append them; a torn last line is ignored."""
     out = []
     try:
-        with open(os.path.join(ckpt_dir, LOG_NAME)) as fh:
+        with open(path) as fh:
             for line in fh:
                 try:
                     out.append(json.loads(line))
