@@ -346,6 +346,7 @@ class Controller:
         return {"quarantine": self._quarantine, "swap": self._swap, "requeue": self._requeue,
                 "exclude": self._exclude, "start": self._start, "confirm": self._confirm, "hold": self._hold,
                 "wait": self._wait, "give_up": self._give_up, "abandon": self._abandon, "note": self._note,
+                "handover": self._handover,
                 "released": self._released, "planned": self._planned, "superseded": self._superseded}
 
     def _open(self, step: Step, now: float) -> None:
@@ -614,6 +615,12 @@ class Controller:
 
     def _note(self, step: Step, inc: Incident) -> Tuple[str, str]:
         jn.update_incident(self.conn, inc.id, note=step.reason)
+        log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
+        return "ok", step.reason
+
+    def _handover(self, step: Step, inc: Incident) -> Tuple[str, str]:
+        """The incident leaves its supervisor's path for the requeue path (its next steps are that policy's)."""
+        jn.update_incident(self.conn, inc.id, path=REQUEUE, note=step.reason)
         log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         spares: Sequence[str]
         shrink_to: Optional[int]
         note: str
+        path: str
 
 FILE_NAME = "journal.db"
 COMPONENT = "recovery"
@@ -210,7 +211,7 @@ def record_result(conn: sqlite3.Connection, step_id: int, outcome: str, now: flo
                  " WHERE id = ?", (now, outcome, detail, detail, step_id))
 
 
-_FIELDS = {"status", "spares", "shrink_to", "note"}
+_FIELDS = {"status", "spares", "shrink_to", "note", "path"}
 
 
 def update_incident(conn: sqlite3.Connection, incident_id: int, **fields: Unpack[_Update]) -> None:

@@ -259,7 +259,7 @@ class GroupSupervisor(Supervisor):
         old = self.groups[g].nodes
         if not self.stop_group(g):       # its ranks may still write: never launched beside
             return self._fallback(hp.Action("fallback", failed=act.failed,
-                                            reason=f"group {g}'s step did not end: {act.reason}"))
+                                            reason=f"group {g}'s step did not end: {act.reason}"), at_once=True)
         if old:
             self.log("stopped", group=g, nodes=compress(old), stop_s=round(time.time() - t0, 3))
         if act.kind == "park":

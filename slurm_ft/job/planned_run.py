@@ -166,7 +166,8 @@ class PlannedSwaps:
         self.ask = None
         if not sup.stop():          # the supervisor's own way out, as for a fault's relaunch
             return sup._fallback(dataclasses.replace(act, kind="fallback",
-                                                     reason=f"{act.reason}; the old step would not end")), allocation
+                                                     reason=f"{act.reason}; the old step would not end"),
+                                 at_once=True), allocation
         sup.log("stopped", nodes=compress(sup.step_nodes), stop_s=round(time.time() - t0, 3))
         if sup.ckpt_dir:
             ckptrequest.clear(sup.ckpt_dir)

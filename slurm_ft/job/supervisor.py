@@ -349,7 +349,8 @@ class Supervisor:
             if act.kind == "restart":
                 t0 = time.time()
                 if not self.stop():
-                    return self._fallback(hp.Action("fallback", reason=f"{act.reason}; the old step would not end"))
+                    return self._fallback(hp.Action("fallback", reason=f"{act.reason}; the old step would not end"),
+                                          at_once=True)
                 self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t0, 3))
                 rc = self.launch(act.nodes, act.reason)
             else:
@@ -366,7 +367,8 @@ class Supervisor:
         self.planned.ask = None         # the relaunch leaves the degraded nodes out too: no swap is owed any more
         if not self.stop():
             return self._fallback(dataclasses.replace(act, kind="fallback",
-                                                      reason=f"{act.reason}; the old step would not end")), allocation
+                                                      reason=f"{act.reason}; the old step would not end"),
+                                  at_once=True), allocation
         self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t_fault, 3))
         allocation = self.shrink(allocation, self.quarantined(partitions, act.release,
                                                               time.monotonic() + QUARANTINE_WAIT_S
@@ -471,20 +473,25 @@ class Supervisor:
             return tuple(x for x in nodes if x in self.quarantine_notices)
         return tuple(x for x in nodes if x not in members or x in self.quarantine_notices)
 
-    def _fallback(self, act: hp.Action) -> int:
+    def _fallback(self, act: hp.Action, at_once: bool = False) -> int:
         """Hand over to the controller: stop the step and keep the failed nodes in the job so Slurm
         shows them; the controller requeues the job (which ends this process). A fault only this
         supervisor saw (a node down for a moment, a controller that is not running) would leave the job
         idle: after FALLBACK_REQUEUE_S it requeues the job itself (its owner may); the controller then
-        finds the requeued job's failed nodes in its last run and recovers it as any other."""
+        hands the incident to the requeue path and recovers it as any other. `at_once`: a reason the
+        controller cannot see (an old step that would not end, where it still counts on this
+        supervisor): requeued now."""
         self.stop()
         self.log("fallback", nodes=compress(act.failed) if act.failed else "", reason=act.reason[:1000])
-        self.say(f"to the requeue path: {act.reason}; waiting for the controller to requeue the job")
-        time.sleep(FALLBACK_REQUEUE_S)
-        self.say(f"not requeued after {FALLBACK_REQUEUE_S:g} s: requeuing the job myself")
+        if not at_once:
+            self.say(f"to the requeue path: {act.reason}; waiting for the controller to requeue the job")
+            time.sleep(FALLBACK_REQUEUE_S)
+            self.say(f"not requeued after {FALLBACK_REQUEUE_S:g} s: requeuing the job myself")
+        else:
+            self.say(f"to the requeue path: {act.reason}; requeuing the job myself")
         try:
             self.client.requeue(self.job_id)
-            self.log("requeue", reason="not requeued by the controller")
+            self.log("requeue", reason="the old step would not end" if at_once else "not requeued by the controller")
         except Exception as exc:   # noqa: BLE001 - the job's time limit ends it otherwise
             self.say(f"could not requeue the job: {exc}")
         while True:                  # until the requeue kills the batch step (or the job's time limit)

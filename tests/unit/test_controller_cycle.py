@@ -446,3 +446,28 @@ def test_a_quarantine_asks_the_breaker_under_the_fleet_lock_before_the_partition
     assert "gpu003" in asked[0][1] and asked[0][2] >= 1      # before the write, inside membership.locked()
     assert "gpu003" in s.parts["train"] and not s.n["gpu003"].drained      # refused: it stays put
     assert jn.incidents(c.conn)[0].step("quarantine").outcome == "failed"
+
+
+def test_a_hot_spare_incident_whose_job_was_requeued_is_handed_to_the_requeue_path_and_recovers(tmp_path):
+    """The supervisor gave up on its allocation (an old step that would not end) and requeued the job
+    itself: the incident takes the requeue path (its path column, not only its note) and the job starts
+    again at once on healthy nodes, not after Slurm's requeue delay."""
+    s = FakeSlurm()
+    s.add_job(4, FtSpec(ckpt_dir="", hot_spares=1, train_nodes=3), batch_host="gpu001")
+    s.fail("gpu002")
+    now = [1_000_000.0]
+    c = make(tmp_path, s)
+    c.clock = lambda: now[0]
+    for _ in range(3):                                        # open, quarantine, swap
+        c.cycle(budget_s=0.0)
+    [inc] = jn.incidents(c.conn)
+    assert inc.path == "in_allocation"
+    s.requeue(100)                                            # the supervisor's own requeue
+    for _ in range(8):
+        now[0] += 1
+        c.cycle(budget_s=0.0)
+    [inc] = jn.incidents(c.conn)
+    assert inc.path == "requeue" and inc.status == "recovered", (inc.path, inc.status, [x.name for x in inc.steps])
+    assert [x.name for x in inc.steps][:4] == ["open", "quarantine", "swap", "handover"]
+    job = s.j[100]
+    assert job.state == "RUNNING" and "gpu002" not in job.nodes and job.restart_count == 1

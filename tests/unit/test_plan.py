@@ -460,7 +460,7 @@ def test_hot_spare_job_without_spares_left_takes_the_requeue_path():
     assert kinds(plan(snap, [], P, NOW)) == ["open"]
     # an incident opened on the hot path whose supervisor then ran out: the requeue path takes over
     steps = plan(snap, [hot_incident()], P, NOW)
-    assert kinds(steps) == ["note"] and "requeue path" in steps[0].reason
+    assert kinds(steps) == ["handover"] and "requeue path" in steps[0].reason
     steps = plan(snap, [incident(note="hot spares used up: the requeue path takes over")], P, NOW)
     assert kinds(steps) == ["quarantine"]
 
@@ -484,7 +484,7 @@ def test_a_passing_job_state_never_hands_a_hot_spare_incident_to_the_requeue_pat
     requeued = cluster([node("gpu001"), node("gpu003"), node("gpu004")], specs=HOT,
                        jobs=[hot_job(state="COMPLETING", restart=1)])
     steps = plan(requeued, [inc], P, NOW)
-    assert kinds(steps) == ["note"] and "requeue path takes over" in steps[0].reason
+    assert kinds(steps) == ["handover"] and "requeue path takes over" in steps[0].reason
 
 
 def test_a_node_failed_earlier_in_the_run_counts_after_its_drain_was_resumed():
@@ -497,7 +497,7 @@ def test_a_node_failed_earlier_in_the_run_counts_after_its_drain_was_resumed():
     first = hot_incident([("quarantine", "ok"), ("released", "ok")], status="recovered", closed_at=NOW - 60)
     now = hot_incident(id=2, nodes=("gpu004",))
     steps = plan(snap, [first, now], P, NOW)
-    assert kinds(steps) == ["note"] and "requeue path" in steps[0].reason
+    assert kinds(steps) == ["handover"] and "requeue path" in steps[0].reason
     assert failed_in_run(snap.jobs[7], snap.nodes, [first], P) == ["gpu002", "gpu004"]
     assert failed_in_run(replace(snap.jobs[7], restart_count=1), snap.nodes, [first], P) == ["gpu004"]  # next run
 

@@ -155,7 +155,7 @@ def test_a_replica_group_incident_hands_over_when_no_whole_group_is_left():
     snap = rg_cluster({"gpu002", "gpu003", "gpu004", "gpu005"})
     inc = incident(nodes=("gpu004",), path="replica_group", job_nodes=5)
     [step] = plan(snap, [inc], P, NOW)
-    assert step.kind == "note" and "requeue path takes over" in step.reason
+    assert step.kind == "handover" and "requeue path takes over" in step.reason
 
 
 # --- the tag and the command line ------------------------------------------------------------------

@@ -40,8 +40,8 @@ class Recorded(sv.Supervisor):
         self.launched.append(tuple(nodes))
         return None
 
-    def _fallback(self, act):
-        self.handed.append(act)
+    def _fallback(self, act, at_once=False):
+        self.handed.append((act, at_once))
         return 99
 
 
@@ -79,8 +79,8 @@ def test_a_step_that_will_not_end_is_never_launched_beside_the_job_takes_the_req
     act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
     rc, _ = sup.relaunch(act, ("n1", "n2", "n3"), "train")
     assert rc == 99 and sup.launched == []
-    assert [(a.kind, a.failed) for a in sup.handed] == [("fallback", ("n2",))]
-    assert "the old step would not end" in sup.handed[0].reason
+    assert [(a.kind, a.failed, now) for a, now in sup.handed] == [("fallback", ("n2",), True)]
+    assert "the old step would not end" in sup.handed[0][0].reason
     assert proc.poll() is not None                    # srun itself is not left behind
 
 
@@ -99,8 +99,8 @@ def test_a_planned_swap_whose_step_will_not_end_takes_the_requeue_path_too(quick
     act = hp.Action("swap", nodes=("n1", "n3"), failed=("n2",), release=("n2",), reason="n2 degraded")
     rc, _ = sup.planned.swap(act, ("n1", "n2", "n3"), "train")
     assert rc == 99 and sup.launched == []
-    assert [(a.kind, a.failed) for a in sup.handed] == [("fallback", ("n2",))]
-    assert "the old step would not end" in sup.handed[0].reason
+    assert [(a.kind, a.failed, now) for a, now in sup.handed] == [("fallback", ("n2",), True)]
+    assert "the old step would not end" in sup.handed[0][0].reason
     assert proc.poll() is not None
 
 
@@ -115,8 +115,8 @@ class Groups(gs.GroupSupervisor):
         self.launched.append((g, tuple(nodes)))
         return None
 
-    def _fallback(self, act):
-        self.handed.append(act)
+    def _fallback(self, act, at_once=False):
+        self.handed.append((act, at_once))
         return 99
 
 
@@ -152,7 +152,24 @@ def test_a_groups_step_that_will_not_end_is_never_launched_beside_the_job_takes_
     jid, sup, proc = grouped(slurm, said)
     try:
         assert sup.carry_out(gp.Action("relaunch", group=1, nodes=("n3",), failed=("n2",), reason="n2 failed")) == 99
-        assert sup.launched == [] and [(a.kind, a.failed) for a in sup.handed] == [("fallback", ("n2",))]
-        assert "group 1's step did not end" in sup.handed[0].reason and proc.poll() is not None
+        assert sup.launched == [] and [(a.kind, a.failed, now) for a, now in sup.handed] == [("fallback", ("n2",), True)]
+        assert "group 1's step did not end" in sup.handed[0][0].reason and proc.poll() is not None
     finally:
         sup.groups[0].proc.kill()
+
+
+def test_a_step_that_will_not_end_requeues_the_job_at_once_not_after_the_controllers_wait(quick, monkeypatch):
+    """The controller still counts on the supervisor (its hot spare is there): only the supervisor knows the
+    old step would not end, so it requeues its own job now; the controller then takes the requeue path."""
+    import threading
+    monkeypatch.setattr(sv, "FALLBACK_REQUEUE_S", 600.0)
+    slurm, said = Slurm(ends=False), []
+    jid, sup, proc = supervised(slurm, said)
+    sup._fallback = lambda act, at_once=False: sv.Supervisor._fallback(sup, act, at_once)   # the real one
+    act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
+    threading.Thread(target=sup.relaunch, args=(act, ("n1", "n2", "n3"), "train"), daemon=True).start()
+    deadline = sv.time.monotonic() + 30
+    while ("requeue", jid, False) not in slurm.calls:
+        assert sv.time.monotonic() < deadline, slurm.calls
+        sv.time.sleep(0.05)
+    assert sup.launched == [] and any("requeuing the job myself" in m for m in said)

@@ -49,13 +49,13 @@ class InAllocation:
     def advance(self, v: IncidentView) -> List[Step]:
         inc, job, base = v.inc, v.job, v.base
         if job.restart_count > inc.restart_count:
-            return [Step("note", **base, reason=f"job requeued (restart {job.restart_count}, {job.state}): "
+            return [Step("handover", **base, reason=f"job requeued (restart {job.restart_count}, {job.state}): "
                                                 f"the requeue path takes over")]
         if not job.running:
             return [Step("poll", **base, reason=f"job is {job.state}: waiting for it to run on or end")]
         failed = failed_in_run(job, v.snap.nodes, v.incidents, v.policy)
         if failed and not self.claims(job, v.spec, failed):
-            return [Step("note", **base, reason=f"{self.why_not(job, v.spec, failed)}: the requeue path takes over")]
+            return [Step("handover", **base, reason=f"{self.why_not(job, v.spec, failed)}: the requeue path takes over")]
         return self.in_job(v)
 
     def in_job(self, v: IncidentView) -> List[Step]:
