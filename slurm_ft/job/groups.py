@@ -113,7 +113,7 @@ class GroupSupervisor(Supervisor):
             binary = find_lighthouse(self.env)
             if binary is None:
                 return f"no {LIGHTHOUSE} on the job's PATH nor beside {sys.executable}: install torchft"
-            free = port_free_here(batch_host)
+            free = port_free_here(batch_host, self.addrs)
             ports = rendezvous.candidate_ports(self.job_id, self.restart, LIGHTHOUSE_SLOT)
             port = next((p for p in ports if free(batch_host, p)), ports[0])
             self.lighthouse_cmd = lighthouse_argv(binary, port, self.heartbeat_ms)
@@ -148,7 +148,8 @@ class GroupSupervisor(Supervisor):
         env.update(jobstart.ckpt_env(found, self.ckpt_dir))
         env[LAUNCH_ENV] = str(self.launches)
         rdv, rank0 = rendezvous.launch_env(self.env, nodes, self.addrs, self.job_id, self.restart,
-                                           self.launches % LIGHTHOUSE_SLOT, port_free_here(self.env.get("SLURMD_NODENAME", "")))
+                                           self.launches % LIGHTHOUSE_SLOT,
+                                           port_free_here(self.env.get("SLURMD_NODENAME", ""), self.addrs))
         env.update(rdv)
         env.update({"TORCHFT_LIGHTHOUSE": self.lighthouse_addr, "REPLICA_GROUP_ID": str(g),
                     "NUM_REPLICA_GROUPS": str(self.r), "SLURM_FT_RANK_OFFSET": str(g * self.m * self.tasks_per_node),

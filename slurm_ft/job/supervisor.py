@@ -90,11 +90,14 @@ def check_argv(nodes: Sequence[str], python: str = sys.executable, drain: bool =
             *(["--drain"] if drain else []), "--json", "--no-state"]
 
 
-def port_free_here(here: str) -> Callable[[str, int], bool]:
-    """Whether a port is free on `node`, by binding it here when `node` is this host (rank 0 on the batch
-    host, where the supervisor runs); another node's ports cannot be seen from here: taken as free."""
+def port_free_here(here: str, addrs: Mapping[str, str] = {}) -> Callable[[str, int], bool]:
+    """Whether a port is free on `node`, by binding it here when `node` is this host: the batch host, where
+    the supervisor runs, or a node with its address (NodeAddr: nodes that share one host, as the lab's do,
+    share its ports). Another host's ports cannot be seen from here: taken as free."""
+    mine = addrs.get(here)
+
     def free(node: str, port: int) -> bool:
-        if node != here:
+        if node != here and (not mine or addrs.get(node) != mine):
             return True
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as TCPStore binds: TIME_WAIT is no use
@@ -211,7 +214,7 @@ class Supervisor:
         env.update(jobstart.ckpt_env(found, self.ckpt_dir))
         env[LAUNCH_ENV] = str(self.launches)
         rdv, rank0 = rendezvous.launch_env(self.env, nodes, self.addrs, self.job_id, self.restart, self.launches,
-                                           port_free_here(self.env.get("SLURMD_NODENAME", "")))
+                                           port_free_here(self.env.get("SLURMD_NODENAME", ""), self.addrs))
         env.update(rdv)
         try:
             program = jobstart.exec_argv(resolved[0], resolved[1:])

@@ -90,3 +90,17 @@ def test_the_supervisor_sees_a_listening_port_on_its_own_node_as_taken():
         assert not free("gpu001", port)
         assert free("gpu002", port)                  # another node's ports cannot be seen from here
     assert free("gpu001", port)
+
+
+def test_a_node_on_the_batch_hosts_address_shares_its_ports():
+    """The lab's nodes (and any nodes that share one host) have one NodeAddr: a port a neighbour's daemon
+    listens on (another lab's slurmd, in CI's three rooms) is taken for every one of them; a node on another
+    address still cannot be seen from here."""
+    addrs = {"gpu001": "localhost", "gpu003": "localhost", "gpu009": "10.0.0.9"}
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        free = port_free_here("gpu001", addrs)
+        assert not free("gpu001", port) and not free("gpu003", port)
+        assert free("gpu009", port) and free("gpu002", port)
