@@ -164,7 +164,7 @@ def bench_watch(lab, node: str, injections: int) -> dict:
                 if not ready:
                     raise SystemExit("watch did not report the injected Xid within 10 s")
                 ev = json.loads(proc.stdout.readline())
-                if ev["fatal"]:
+                if ev.get("kind") == "xid" and ev["fatal"]:
                     break
             latencies.append(ev["time"] - t0)
             while not client.node(node).drained:     # cross-check: Slurm really has it drained

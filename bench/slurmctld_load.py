@@ -281,7 +281,8 @@ class Faults:
         t_fault = time.time()
         inject(self.lab.dir, victim, "xid", gpu=3, value=79)
         out, _ = w.communicate(timeout=180)
-        handled = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        xids = [x for x in (json.loads(line) for line in out.splitlines() if line.startswith("{")) if x.get("kind") == "xid"]
+        handled = xids[-1] if xids else {}
         drained_at = float(((handled.get("check") or {}).get("drain") or {}).get("at") or 0) or None
         rec = {"job": job["id"], "hot": hot, "node": victim, "fault": t_fault, "drained": drained_at}
         self.done.append(rec)

@@ -35,7 +35,9 @@ if TYPE_CHECKING:
               help="Do not answer local users' checks (the in-job checks of a job's supervisor) over the query socket.")
 @click.option("--no-soft", is_flag=True,
               help="Read no soft signals (health.soft_period_s 0 does the same): no planned swaps from here.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per handled event batch and soft finding.")
+@click.option("--json", "as_json", is_flag=True,
+              help='One JSON object per handled event batch ("kind": "xid") and per change in the soft signals '
+                   '("kind": "soft").')
 @click.pass_context
 def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional[float], no_nvml: bool,
           no_drain: bool, no_serve: bool, no_serve_users: bool, no_soft: bool, as_json: bool) -> None:
@@ -75,7 +77,7 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
         from slurm_ft.node.softpass import SoftPass  # lazy: the soft-signal pass; not for --help
         soft = SoftPass(name, config, client)
 
-    said: Dict[str, Any] = {"key": None}
+    said: Dict[str, Any] = {"key": []}        # a node with nothing to say says nothing
 
     def show_soft(res: PassResult) -> None:
         # news only: the findings (their codes and GPUs) changed, a planned drain was tried, a read failed

@@ -49,7 +49,7 @@ class PassResult:
     error: str = ""
 
     def to_dict(self) -> Dict[str, object]:
-        d: Dict[str, object] = {"time": round(self.time, 3), "soft": [f.to_dict() for f in self.findings],
+        d: Dict[str, object] = {"kind": "soft", "time": round(self.time, 3), "soft": [f.to_dict() for f in self.findings],
                                 "read_s": round(self.read_s, 4)}
         if self.outcome is not None:
             d["planned"] = self.outcome.to_dict()

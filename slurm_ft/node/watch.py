@@ -57,7 +57,7 @@ class Handled:
     report: Optional[Report] = None      # when a check ran
 
     def to_dict(self) -> Dict[str, object]:
-        d: Dict[str, object] = {"time": round(self.done_at, 3), "fatal": self.fatal,
+        d: Dict[str, object] = {"kind": "xid", "time": round(self.done_at, 3), "fatal": self.fatal,
                                 "latency_s": round(self.done_at - self.detected_at, 4),
                                 "events": [{"xid": e.xid, "gpu": e.gpu, "pci": e.pci_bus_id, "source": e.source,
                                             "meaning": catalog.verdict(e).name,
