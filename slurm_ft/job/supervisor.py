@@ -483,9 +483,10 @@ class Supervisor:
         idle: after FALLBACK_REQUEUE_S it requeues the job itself (its owner may); the controller then
         hands the incident to the requeue path and recovers it as any other. `at_once`: a reason the
         controller cannot see (an old step that would not end, where it still counts on this
-        supervisor): requeued now."""
-        self.stop()
+        supervisor): requeued now. Logged first: a step slow to end (up to STEP_END_S) must not hide the
+        decision from whoever reads the job's events."""
         self.log("fallback", nodes=compress(act.failed) if act.failed else "", reason=act.reason[:1000])
+        self.stop()
         if not at_once:
             self.say(f"to the requeue path: {act.reason}; waiting for the controller to requeue the job")
             time.sleep(FALLBACK_REQUEUE_S)
