@@ -22,6 +22,8 @@ from tests.lab.test_hot_spares_lab import controller, supervisor_events  # noqa:
 pytestmark = pytest.mark.lab
 STEP_S = 0.3
 START_S = 300          # torch + torchft's import and the first quorum, 5 ranks at once on 2 loaded cores
+STOP_S = 180           # a failed group's step stopped before its relaunch or park: 2 s after SIGTERM, then
+                       # its cancel through Slurm awaited up to 120 s (groups.end_step), on loaded cores
 
 
 @pytest.fixture(autouse=True)
@@ -95,7 +97,7 @@ def test_a_fault_in_group_1_restarts_group_1_alone_on_the_hot_spare(lab, work, c
     chk = xid_drain(lab, victim)                    # the fake driver's Xid 79, the node's real check drains it
     assert chk.returncode == 1 and lab.client.node(victim).drained, (chk.stdout, chk.stderr)
 
-    relaunch = lab.client.wait_for(lambda: launches(ck, 1)[1:], 60, "group 1 relaunched")[0]
+    relaunch = lab.client.wait_for(lambda: launches(ck, 1)[1:], STOP_S, "group 1 relaunched")[0]
     assert set(expand(relaunch["nodes"])) == set(expand(g1["nodes"])) - {victim} | {spare}
     assert relaunch["rejoin"] is True
     back = lab.client.wait_for(lambda: in_quorum(ck, 1, relaunch["launch"]), START_S, "group 1 back in the quorum")
@@ -123,13 +125,13 @@ def test_two_faults_in_a_row_the_second_with_no_spare_left_trains_on_one_group(l
     first = expand(launches(ck, 1)[0]["nodes"])[-1]
     t_first = time.time()
     fail_node(lab, first)
-    relaunch = lab.client.wait_for(lambda: launches(ck, 1)[1:], 60, "group 1 relaunched")[0]
+    relaunch = lab.client.wait_for(lambda: launches(ck, 1)[1:], STOP_S, "group 1 relaunched")[0]
     back = lab.client.wait_for(lambda: in_quorum(ck, 1, relaunch["launch"]), START_S, "group 1 back in the quorum")
     # the second fault: the hot spare is used up, group 1 waits and group 0 trains on alone
     second = next(x for x in expand(relaunch["nodes"]) if x != job.batch_host)
     t_second = time.time()
     fail_node(lab, second)
-    lab.client.wait_for(lambda: [e for e in events(ck, "park") if e.get("group") == 1], 60, "group 1 parked")
+    lab.client.wait_for(lambda: [e for e in events(ck, "park") if e.get("group") == 1], STOP_S, "group 1 parked")
     alone = lab.client.wait_for(lambda: [e for e in committed(ck, 0) if e["t"] > t_second and e["participants"] == 1][4:],
                                 60, "group 0 stepping alone")
     assert_never_stopped(ck, 0, t_first, alone[-1]["t"])
