@@ -392,16 +392,22 @@ def test_a_node_quarantined_for_not_answering_goes_to_validation_when_it_answers
     assert [i.status for i in jn.incidents(c.conn)] == ["recovered"]
 
 
-@pytest.mark.parametrize("passing", ["STOPPED", "COMPLETING"])
-def test_a_passing_job_state_does_not_requeue_a_job_running_on_its_hot_spare(tmp_path, passing):
-    """Issue 21 item 5: one read showing the job in a passing state (its owner's SIGSTOP shows STOPPED on
-    22.05) made the hot path hand the incident to the requeue path, which requeued the running job."""
+def _hot_spare_fault(tmp_path):
+    """A hot-spare job (3 + 1 nodes) with gpu002 failed, its controller on a clock the test moves."""
     s = FakeSlurm()
     s.add_job(4, FtSpec(ckpt_dir="", hot_spares=1, train_nodes=3), batch_host="gpu001")
     s.fail("gpu002")
     now = [1_000_000.0]
     c = make(tmp_path, s)
     c.clock = lambda: now[0]
+    return s, c, now
+
+
+@pytest.mark.parametrize("passing", ["STOPPED", "COMPLETING"])
+def test_a_passing_job_state_does_not_requeue_a_job_running_on_its_hot_spare(tmp_path, passing):
+    """Issue 21 item 5: one read showing the job in a passing state (its owner's SIGSTOP shows STOPPED on
+    22.05) made the hot path hand the incident to the requeue path, which requeued the running job."""
+    s, c, now = _hot_spare_fault(tmp_path)
     for _ in range(4):                                        # open, quarantine, swap, then waits on the supervisor
         c.cycle(budget_s=0.0)
     [inc] = jn.incidents(c.conn)
@@ -452,12 +458,7 @@ def test_a_hot_spare_incident_whose_job_was_requeued_is_handed_to_the_requeue_pa
     """The supervisor gave up on its allocation (an old step that would not end) and requeued the job
     itself: the incident takes the requeue path (its path column, not only its note) and the job starts
     again at once on healthy nodes, not after Slurm's requeue delay."""
-    s = FakeSlurm()
-    s.add_job(4, FtSpec(ckpt_dir="", hot_spares=1, train_nodes=3), batch_host="gpu001")
-    s.fail("gpu002")
-    now = [1_000_000.0]
-    c = make(tmp_path, s)
-    c.clock = lambda: now[0]
+    s, c, now = _hot_spare_fault(tmp_path)
     for _ in range(3):                                        # open, quarantine, swap
         c.cycle(budget_s=0.0)
     [inc] = jn.incidents(c.conn)
