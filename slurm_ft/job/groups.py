@@ -176,7 +176,7 @@ class GroupSupervisor(Supervisor):
     def stop(self) -> bool:
         """Every group's step and the Lighthouse (the job ends, or the requeue path takes over); whether
         every step ended."""
-        ended = all([self.stop_group(g, STOP_GRACE_S) for g in range(self.r)])
+        ended = self.end_steps([(run.proc, step_name(g)) for g, run in enumerate(self.groups)], STOP_GRACE_S)
         if self.lighthouse is not None and self.lighthouse.poll() is None:
             self.lighthouse.terminate()
             try:

@@ -238,35 +238,42 @@ class Supervisor:
         return self.end_step(self.proc, STOP_GRACE_S)
 
     def end_step(self, proc: Optional["subprocess.Popen[bytes]"], grace_s: float, name: Optional[str] = None) -> bool:
-        """End the step srun `proc` runs (named `name`, when several run); whether it ended. srun forwards
-        SIGTERM to the ranks and exits once they are gone. A killed srun would not end them: its ranks run
-        on, writing the checkpoint directory beside the next launch's (deleting the checkpoint it resumes
-        from, in a loaded lab). So a step that outlives the grace is cancelled through slurmctld, and srun
-        waited for again; one that still runs is never launched beside (the caller's requeue path)."""
-        if proc is None or proc.poll() is not None:
+        """End the step srun `proc` runs (named `name`, when several run); whether it ended (end_steps)."""
+        return self.end_steps([(proc, name)], grace_s)
+
+    def end_steps(self, runs: Sequence[Tuple[Optional["subprocess.Popen[bytes]"], Optional[str]]],
+                  grace_s: float) -> bool:
+        """End the steps these sruns run, each named when several run, all at once (one grace, one wait
+        for the cancels, however many); whether every one ended. srun forwards SIGTERM to the ranks and
+        exits once they are gone. A killed srun would not end them: its ranks run on, writing the
+        checkpoint directory beside the next launch's (deleting the checkpoint it resumes from, in a
+        loaded lab). So a step that outlives the grace is cancelled through slurmctld, and srun waited
+        for again; one that still runs is never launched beside (the caller's requeue path)."""
+        live = [(p, n) for p, n in runs if p is not None and p.poll() is None]
+        for p, _ in live:
+            p.send_signal(signal.SIGTERM)
+        late = _outlive(live, grace_s)
+        if not late:
             return True
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace_s)
-            return True
-        except subprocess.TimeoutExpired:
-            pass
-        self.say(f"the step did not end {grace_s:g} s after SIGTERM: cancelling it through Slurm")
-        try:
-            steps = self.client.steps(self.job_id, name)   # the training steps alone (checks are waited for)
-            for step in steps:
-                self.client.cancel_step(self.job_id, step)
-            self.log("cancel_step", steps=steps, **({"name": name} if name else {}))
-        except Exception as exc:   # noqa: BLE001 - srun may still end it; if not, the requeue path will
-            self.say(f"could not cancel the step: {exc}")
-        try:
-            proc.wait(STEP_END_S)
-            return True
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        self.say(f"the step did not end {STEP_END_S:g} s after its cancel: no launch beside it")
-        return False
+        what = "the step" if len(late) == 1 else f"{len(late)} steps"
+        self.say(f"{what} did not end {grace_s:g} s after SIGTERM: cancelling {'it' if len(late) == 1 else 'them'} "
+                 f"through Slurm")
+        for _, name in late:
+            try:
+                steps = self.client.steps(self.job_id, name)   # the training steps alone (checks are waited for)
+                for step in steps:
+                    self.client.cancel_step(self.job_id, step)
+                self.log("cancel_step", steps=steps, **({"name": name} if name else {}))
+            except Exception as exc:   # noqa: BLE001 - srun may still end it; if not, the requeue path will
+                self.say(f"could not cancel the step{f' {name}' if name else ''}: {exc}")
+        stuck = _outlive(late, STEP_END_S)
+        for p, _ in stuck:
+            p.kill()
+            p.wait()
+        if stuck:
+            self.say(f"{'the step' if len(stuck) == 1 else f'{len(stuck)} steps'} did not end {STEP_END_S:g} s "
+                     f"after {'its cancel: no launch beside it' if len(stuck) == 1 else 'their cancels: no launch beside them'}")
+        return not stuck
 
     def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> Tuple[str, ...]:
         """The allocation without `release`, given back to Slurm; unchanged when the shrink fails."""
@@ -500,6 +507,19 @@ class Supervisor:
             self.say(f"could not requeue the job: {exc}")
         while True:                  # until the requeue kills the batch step (or the job's time limit)
             time.sleep(3600)
+
+
+def _outlive(runs: Sequence[Tuple["subprocess.Popen[bytes]", Optional[str]]], within_s: float
+             ) -> List[Tuple["subprocess.Popen[bytes]", Optional[str]]]:
+    """Those of `runs` still running `within_s` from now: one deadline for all."""
+    deadline = time.monotonic() + within_s
+    late = []
+    for p, name in runs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            late.append((p, name))
+    return late
 
 
 def _int(text: Optional[str], default: int) -> int:

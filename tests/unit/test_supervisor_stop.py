@@ -173,3 +173,44 @@ def test_a_step_that_will_not_end_requeues_the_job_at_once_not_after_the_control
         assert sv.time.monotonic() < deadline, slurm.calls
         sv.time.sleep(0.05)
     assert sup.launched == [] and any("requeuing the job myself" in m for m in said)
+
+
+def noting_srun(mark):
+    """An srun that notes its SIGTERM in the file `mark` and runs on."""
+    return [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
+            "open(sys.argv[1], 'w').close()); print('up', flush=True); time.sleep(600)", str(mark)]
+
+
+class EveryStep(FakeSlurm):
+    """Each named step's srun notes SIGTERM and runs on; cancelling a step ends its srun. Each cancel
+    records which sruns had been sent SIGTERM by then."""
+    def __init__(self, marks):
+        super().__init__(train=("n1", "n2", "n3"), spares=())
+        self.sruns, self.marks, self.termed_at_cancel = {}, marks, []
+
+    def cancel_step(self, job_id, step):
+        super().cancel_step(job_id, step)
+        self.termed_at_cancel.append([g for g, m in enumerate(self.marks) if m.exists()])
+        self.sruns[step].kill()
+
+
+def test_the_jobs_end_stops_every_group_at_once_one_grace_and_one_wait_for_all(quick, tmp_path):
+    """Each group's step given its own grace and cancel one after the other would keep a requeue (or the
+    job's end) waiting R times as long."""
+    marks = [tmp_path / "term0", tmp_path / "term1"]
+    slurm, said = EveryStep(marks), []
+    jid = slurm.add_job(3)
+    slurm.running_steps[jid] = [0, 1]
+    slurm.step_names.update({(jid, 0): gs.step_name(0), (jid, 1): gs.step_name(1)})
+    sup = Groups(slurm, jid, 2, 2, "", ["train"], env={}, notices=None)
+    sup.say = said.append
+    for g in (0, 1):
+        proc = subprocess.Popen(noting_srun(marks[g]), stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline() == "up\n"
+        slurm.sruns[g] = proc
+        sup.groups[g] = gs.Running(nodes=(f"n{g + 1}",), proc=proc)
+    assert sup.stop() is True
+    assert [c for c in slurm.calls if c[0] == "cancel_step"] == [("cancel_step", jid, 0), ("cancel_step", jid, 1)]
+    assert slurm.termed_at_cancel == [[0, 1], [0, 1]]     # both sent SIGTERM, waited out together, then cancelled
+    assert any("2 steps did not end" in m for m in said)
+    assert all(p.poll() is not None for p in slurm.sruns.values())
