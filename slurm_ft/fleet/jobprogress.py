@@ -27,7 +27,7 @@ from slurm_ft.fleet.journal import ensure_schema
 from slurm_ft.fleet.pool_status import gpus_in_gres
 from slurm_ft.job import trust
 from slurm_ft.job.ckptfs import LocalFS, NotRegular
-from slurm_ft.job.jobstart import STARTS_LOG
+from slurm_ft.job.startprep import STARTS_LOG
 
 if TYPE_CHECKING:
     from typing_extensions import TypeGuard

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from slurm_ft import heartbeat
-from slurm_ft.job import ckptfallback, groupplan as gp, hang, hotplan as hp, jobstart, rendezvous
+from slurm_ft.job import ckptfallback, groupplan as gp, hang, hotplan as hp, rendezvous, startprep
 from slurm_ft.job.notices import Follower
 from slurm_ft.job.paths import MIN_GROUPS
 from slurm_ft.job.supervisor import (EXIT_CHECK_AFTER_S, HANG_POLL_S, LAUNCH_ENV, STOP_GRACE_S, Supervisor,
@@ -139,13 +139,13 @@ class GroupSupervisor(Supervisor):
         `first` (a start of the job's groups) and with another group training: it rejoins, healing from a peer."""
         t0 = time.time()
         rejoin = not first and any(x.proc is not None and x.rc is None for i, x in enumerate(self.groups) if i != g)
-        resolved, found, rc, fields = jobstart.prepare(self.argv, self.ckpt_dir, self.say, job=str(self.job_id),
+        resolved, found, rc, fields = startprep.prepare(self.argv, self.ckpt_dir, self.say, job=str(self.job_id),
                                                        m=self.ckpt_fails, restart=self.restart)
         if rc is not None:
             self.log("exit", rc=rc, reason="no checkpoint to start from", group=g, **fields)
             return rc
         env = dict(self.env)
-        env.update(jobstart.ckpt_env(found, self.ckpt_dir))
+        env.update(startprep.ckpt_env(found, self.ckpt_dir))
         env[LAUNCH_ENV] = str(self.launches)
         rdv, rank0 = rendezvous.launch_env(self.env, nodes, self.addrs, self.job_id, self.restart,
                                            self.launches % LIGHTHOUSE_SLOT,
@@ -155,7 +155,7 @@ class GroupSupervisor(Supervisor):
                     "NUM_REPLICA_GROUPS": str(self.r), "SLURM_FT_RANK_OFFSET": str(g * self.m * self.tasks_per_node),
                     "SLURM_FT_GROUP_REJOIN": "1" if rejoin else "0"})
         try:
-            program = jobstart.exec_argv(resolved[0], resolved[1:])
+            program = startprep.exec_argv(resolved[0], resolved[1:])
         except OSError as exc:
             self.say(f"cannot run {resolved[0]}: {exc}")
             return 127

@@ -47,7 +47,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from slurm_ft import heartbeat
-from slurm_ft.job import ckptfallback, hang, jobstart, rendezvous, startlog
+from slurm_ft.job import ckptfallback, hang, rendezvous, startlog, startprep
 from slurm_ft.job.notices import Follower
 from slurm_ft.job import hotplan as hp
 from slurm_ft.job.planned_run import PlannedSwaps, settings
@@ -196,7 +196,7 @@ class Supervisor:
 
     def log(self, event: str, **fields: object) -> None:
         if self.ckpt_dir:
-            jobstart.log_event(self.ckpt_dir, {"event": event, "t": time.time(), "job": str(self.job_id),
+            startprep.log_event(self.ckpt_dir, {"event": event, "t": time.time(), "job": str(self.job_id),
                                                "restart": self.restart, **fields})
 
     def launch(self, nodes: Sequence[str], reason: str) -> Optional[int]:
@@ -204,20 +204,20 @@ class Supervisor:
         t0 = time.time()
         # the last step the launch before reached, read before this one's ranks replace the reports: goodput's
         # redone steps after a relaunch, as jobstart's `before` after a requeue
-        before = jobstart.last_progress(self.ckpt_dir) if self.ckpt_dir else None
-        resolved, found, rc, fields = jobstart.prepare(self.argv, self.ckpt_dir, self.say, job=str(self.job_id),
+        before = startprep.last_progress(self.ckpt_dir) if self.ckpt_dir else None
+        resolved, found, rc, fields = startprep.prepare(self.argv, self.ckpt_dir, self.say, job=str(self.job_id),
                                                        m=self.ckpt_fails, restart=self.restart)
         if rc is not None:
             self.log("exit", rc=rc, reason="no checkpoint to start from", **fields)
             return rc
         env = dict(self.env)
-        env.update(jobstart.ckpt_env(found, self.ckpt_dir))
+        env.update(startprep.ckpt_env(found, self.ckpt_dir))
         env[LAUNCH_ENV] = str(self.launches)
         rdv, rank0 = rendezvous.launch_env(self.env, nodes, self.addrs, self.job_id, self.restart, self.launches,
                                            port_free_here(self.env.get("SLURMD_NODENAME", ""), self.addrs))
         env.update(rdv)
         try:
-            program = jobstart.exec_argv(resolved[0], resolved[1:])
+            program = startprep.exec_argv(resolved[0], resolved[1:])
         except OSError as exc:
             self.say(f"cannot run {resolved[0]}: {exc}")
             return 127
@@ -435,7 +435,7 @@ class Supervisor:
             return act                  # a culprit: the fault path (relaunch without it, or fallback)
         # counted in the starts log (across this job's starts), and here: a job with no checkpoint
         # directory (submitted before that was refused) has no log, and must still stop restarting
-        logged = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, jobstart.STARTS_LOG))
+        logged = sum(1 for r in startlog.read(os.path.join(self.ckpt_dir, startprep.STARTS_LOG))
                      if r.get("event") == "hang_restart" and r.get("job") == str(self.job_id)) if self.ckpt_dir else 0
         used = max(logged, self.hang_restarts)
         if not hang.restarts_left(self.max_restarts, self.restart, used):

@@ -6,7 +6,7 @@ hand it any object with these methods.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 
@@ -53,14 +53,3 @@ class SlurmApi(Protocol):
                            duration: str = "UNLIMITED", users: Sequence[str] = ("root",),
                            flags: Sequence[str] = ("MAINT", "IGNORE_JOBS")) -> str: ...
     def delete_reservation(self, name: str) -> None: ...
-
-
-if TYPE_CHECKING:                        # mypy: both backends are a SlurmApi
-    from slurm_ft.slurm.client import SlurmClient
-    from slurm_ft.slurm.pyslurm_backend import PySlurmClient
-
-    def _commands(c: SlurmClient) -> SlurmApi:
-        return c
-
-    def _pyslurm(c: PySlurmClient) -> SlurmApi:
-        return c

@@ -20,10 +20,10 @@ from dataclasses import replace
 import re
 import tempfile
 import time
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from slurm_ft.errors import CommandError, CommandTimeout, UsageError
-from slurm_ft.slurm.api import NodeSpec
+from slurm_ft.slurm.api import NodeSpec, SlurmApi
 from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 from slurm_ft.runner import Result, run
 from slurm_ft.slurm import parse, versions
@@ -544,3 +544,8 @@ def _begin_time_cleared(client: "SlurmClient", jid: int) -> Callable[[], bool]:
         job = client.job(jid)
         return not (job.state == "PENDING" and job.reason == "BeginTime")
     return check
+
+
+if TYPE_CHECKING:                        # mypy: this backend is a SlurmApi
+    def _is_api(c: SlurmClient) -> SlurmApi:
+        return c

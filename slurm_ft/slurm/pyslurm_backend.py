@@ -10,12 +10,12 @@ other call is inherited from the commands backend, so the behaviour users see st
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional
 
 from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.slurm.types import Node
 from slurm_ft.slurm import parse
-from slurm_ft.slurm.api import NodeSpec
+from slurm_ft.slurm.api import NodeSpec, SlurmApi
 from slurm_ft.slurm.client import SlurmClient, SlurmError, _node_list, check_reason
 
 
@@ -95,3 +95,8 @@ class PySlurmClient(SlurmClient):
 
 
 __all__ = ["PySlurmClient", "unusable_reason", "UsageError"]
+
+
+if TYPE_CHECKING:                        # mypy: this backend is a SlurmApi
+    def _is_api(c: PySlurmClient) -> SlurmApi:
+        return c

@@ -7,7 +7,7 @@ import os
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from slurm_ft.job import ckpt, ckptfallback as cf, jobstart, startlog
+from slurm_ft.job import ckpt, ckptfallback as cf, jobstart, startlog, startprep
 
 
 def start(step, reached=None, newest=None, event="launch", job="7", restart=0, launch=0):
@@ -129,7 +129,7 @@ def test_the_starter_passes_over_a_checkpoint_that_failed_m_starts(tmp_path, mon
         resolved, found = jobstart._start(str(ck), ["t", "{ckpt}"], m=3)
         starts.append(found.step)
     assert starts == [10, 10, 10, 5]          # three starts from 10 never got past it: the fourth uses 5
-    log = [json.loads(x) for x in (ck / jobstart.STARTS_LOG).read_text().splitlines()]
+    log = [json.loads(x) for x in (ck / startprep.STARTS_LOG).read_text().splitlines()]
     assert log[3]["passed_over"] == {"10": 3} and log[3]["newest"] == 10 and log[3]["step"] == 5
     assert "checkpoint step 10 failed 3 starts in a row (--ckpt-fails 3): passed over; the previous complete " \
            "checkpoint, step 5" in capsys.readouterr().err

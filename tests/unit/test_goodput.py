@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from slurm_ft.fleet import goodput, jobprogress, metrics
 from slurm_ft.fleet.goodput import Point, Start
-from slurm_ft.job import jobstart
+from slurm_ft.job import startprep
 
 
 def _one_restart(now=2000.0, **kw):
@@ -144,10 +144,10 @@ def test_the_journal_keeps_first_and_last_seen_of_each_run():
 
 
 def test_jobstart_logs_the_last_progress_of_the_run_before(tmp_path):
-    assert jobstart.last_progress(str(tmp_path)) is None
+    assert startprep.last_progress(str(tmp_path)) is None
     _progress(tmp_path, 0, step=12, t=50.0, job="9", restart=0, launch=0, host="h")
     _progress(tmp_path, 1, step=14, t=49.0, job="9", restart=0, launch=0, host="h")
-    assert jobstart.last_progress(str(tmp_path)) == {"step": 14, "t": 49.0, "job": "9", "restart": 0, "launch": 0}
+    assert startprep.last_progress(str(tmp_path)) == {"step": 14, "t": 49.0, "job": "9", "restart": 0, "launch": 0}
 
 
 @pytest.mark.parametrize("tres,gres,gpus", [("gres/gpu:8", [], 32), ("gres:gpu:h100:4", [], 16),

@@ -37,12 +37,13 @@ def test_the_unit_tests_fake_slurm_is_a_slurm_api():
         assert got == want, m
 
 
-def _imports(path: Path, package: dict) -> set:
-    """The package modules a file imports anywhere (function-level too), type-checking-only imports aside."""
+def _imports(path: Path, package: dict, type_only: bool = False) -> set:
+    """The package modules a file imports anywhere (function-level too); type-checking-only imports too
+    when `type_only`."""
     import ast
     tree = ast.parse(path.read_text())
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
-            for n in ast.walk(node)}
+    skip = set() if type_only else {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                                    and "TYPE_CHECKING" in ast.dump(node.test) for n in ast.walk(node)}
     out = set()
     for n in ast.walk(tree):
         if id(n) in skip:
@@ -54,12 +55,13 @@ def _imports(path: Path, package: dict) -> set:
     return out & set(package)
 
 
-def test_no_import_cycles_but_the_starters_dispatch():
+def _cycles(type_only: bool) -> list:
+    """The pairs of package modules that reach each other through imports."""
     package = {}
     for p in (ROOT / "slurm_ft").rglob("*.py"):
         name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
         package[name.removesuffix(".__init__")] = p
-    graph = {m: _imports(p, package) - {m} for m, p in package.items()}
+    graph = {m: _imports(p, package, type_only) - {m} for m, p in package.items()}
 
     def reaches(a: str, b: str) -> bool:
         seen, todo = set(), [a]
@@ -72,11 +74,19 @@ def test_no_import_cycles_but_the_starters_dispatch():
                 todo += graph[x]
         return False
 
-    cycles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
-    # the generated starter's entry hands a hot-spare job to the supervisor, and a replica-group job to its
-    # supervisor (groups, built on the first), each reusing the starter's steps
-    assert cycles == [("slurm_ft.job.groups", "slurm_ft.job.jobstart"), ("slurm_ft.job.groups", "slurm_ft.job.supervisor"),
-                      ("slurm_ft.job.jobstart", "slurm_ft.job.supervisor")], cycles
+    return sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
+
+
+def test_no_import_cycles():
+    assert _cycles(type_only=False) == []
+
+
+def test_type_only_import_cycles_are_the_known_ones_and_no_new_one():
+    # The sweep hands itself to its helpers (collect, remediator), as the supervisor to its planned swaps:
+    # each helper names its caller's type. Still to undo (issue 26's fleet/ split); no new one may come.
+    assert _cycles(type_only=True) == [("slurm_ft.fleet.collect", "slurm_ft.fleet.sweep"),
+                                       ("slurm_ft.fleet.remediator", "slurm_ft.fleet.sweep"),
+                                       ("slurm_ft.job.planned_run", "slurm_ft.job.supervisor")]
 
 
 # Rooms by where the code runs (README, Layout). A room imports only the rooms below it: the controller host's

@@ -180,8 +180,8 @@ def setup(tmp_path, **kw):
 
 
 def events(d):
-    from slurm_ft.job import jobstart, startlog
-    return [r for r in startlog.read(os.path.join(d, jobstart.STARTS_LOG))]
+    from slurm_ft.job import startlog, startprep
+    return [r for r in startlog.read(os.path.join(d, startprep.STARTS_LOG))]
 
 
 def test_a_degraded_notice_asks_for_a_checkpoint_and_the_step_moves_once_it_is_saved(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from pathlib import Path
 
 from slurm_ft.errors import UsageError
-from slurm_ft.job import ckpt, jobstart, submit as sub
+from slurm_ft.job import ckpt, jobstart, startprep, submit as sub
 from slurm_ft.job.submit import parse, sbatch_argv, script_directives, starter_script
 from slurm_ft.slurm.versions import requeue_option
 from slurm_ft.job.tag import FtSpec, decode
@@ -149,10 +149,10 @@ def test_script_directives_copied_until_first_command():
 
 def test_resolve_empty_then_latest(tmp_path):
     d = str(tmp_path)
-    argv, found = jobstart.resolve(["t", "--resume", "{ckpt}", "--x={ckpt}/rank0"], d)
+    argv, found = startprep.resolve(["t", "--resume", "{ckpt}", "--x={ckpt}/rank0"], d)
     assert argv == ["t", "--resume", "", "--x=/rank0"] and found.path is None
     ckpt.write_checkpoint(d, 7, {"a": b"x"})
-    argv, found = jobstart.resolve(["t", "--resume", "{ckpt}"], d)
+    argv, found = startprep.resolve(["t", "--resume", "{ckpt}"], d)
     assert argv == ["t", "--resume", os.path.join(d, "step_000007")] and found.step == 7
 
 
@@ -160,10 +160,10 @@ def test_exec_argv_uses_shebang_for_non_executable(tmp_path):
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash -e\necho hi\n")
     os.chmod(script, 0o644)
-    assert jobstart.exec_argv(str(script), ["a"]) == ["/bin/bash", "-e", str(script), "a"]
+    assert startprep.exec_argv(str(script), ["a"]) == ["/bin/bash", "-e", str(script), "a"]
     os.chmod(script, 0o755)
-    assert jobstart.exec_argv(str(script), ["a"]) == [str(script), "a"]
-    assert jobstart.exec_argv("python3", ["-c", "1"]) == ["python3", "-c", "1"]
+    assert startprep.exec_argv(str(script), ["a"]) == [str(script), "a"]
+    assert startprep.exec_argv("python3", ["-c", "1"]) == ["python3", "-c", "1"]
 
 
 def test_starter_execs_with_resolved_argv(tmp_path):
