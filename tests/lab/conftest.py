@@ -68,6 +68,7 @@ class LabHandle:
     config_path: Path
     started_here: bool = field(default=False)
     user: str = users.DEFAULT           # the user the lab's jobs run as
+    clean: bool = field(default=False)  # reset, and no test body has run since
 
     def user_env(self, user: Optional[str] = None) -> Dict[str, str]:
         """The lab's environment as the job user's (their USER, LOGNAME, HOME)."""
@@ -94,7 +95,12 @@ class LabHandle:
 
     def reset(self, timeout: float = 60.0) -> None:
         """Back to a fresh lab: no jobs, no reservations, both partitions as configured, every node
-        idle and undrained, every slurmd running, healthy fake GPUs."""
+        idle and undrained, every slurmd running, healthy fake GPUs. A lab reset since the last test
+        body ran (the fixtures of one test and the next each reset, before and after) is only looked
+        at: no job, every node idle, no flag, no comment."""
+        if self.clean and self._quiet(self.client.nodes()):
+            return
+        self.clean = False
         c = self.client
         jobs = [j.job_id for j in c.jobs() if j.state in ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED",
                                                           "COMPLETING", "REQUEUED", "REQUEUE_HOLD")]
@@ -111,7 +117,6 @@ class LabHandle:
                 run(["scontrol", "update", f"PartitionName={p.name}", "State=UP"], timeout=30, env=self.env)
         deadline = time.monotonic() + timeout
         while True:
-            busy = [j for j in c.jobs() if j.state in ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")]
             nodes = c.nodes()
             bad = [n.name for n in nodes if n.drained or n.state in ("DOWN", "FAIL")]
             if bad:
@@ -119,13 +124,30 @@ class LabHandle:
             for n in nodes:
                 if n.comment:
                     c.update_node(n.name, Comment="")
-            idle = all(n.state == "IDLE" and not n.flags for n in nodes)
-            if not busy and not bad and idle:
+            if not bad and self._quiet(nodes):
+                self.clean = True
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"lab reset: still busy after {timeout:g} s: jobs {[j.job_id for j in busy]}, "
+                busy = [j.job_id for j in c.jobs() if j.state in _BUSY]
+                raise AssertionError(f"lab reset: still busy after {timeout:g} s: jobs {busy}, "
                                      f"nodes {[(n.name, n.state, sorted(n.flags)) for n in nodes if n.flags or n.state != 'IDLE'][:5]}")
             time.sleep(0.3)
+
+    def _quiet(self, nodes) -> bool:
+        """No job busy, and `nodes` (the lab's, just read) idle with no flag and no comment."""
+        return (all(n.state == "IDLE" and not n.flags and not n.comment for n in nodes)
+                and not any(j.state in _BUSY for j in self.client.jobs()))
+
+
+_BUSY = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING")
+_handles: List[LabHandle] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    """A test body may change any lab: the next reset does all its work."""
+    for h in _handles:
+        h.clean = False
 
 
 def _heal(labdir: Path) -> None:
@@ -158,8 +180,10 @@ def lab_session(directory: str, spec: LabSpec):
         env=cluster.env(), train_nodes=cluster.spec.train_nodes, spare_nodes=cluster.spec.spare_nodes,
         config_path=cluster.config_path, started_here=not reused,
     )
+    _handles.append(handle)
     handle.reset()
     yield handle
+    _handles.remove(handle)
     if not reused:
         cluster.down()
 
