@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-EXIT_OK = 0
 EXIT_NEGATIVE = 1
 EXIT_USAGE = 2
 EXIT_COMMAND = 3

@@ -214,7 +214,7 @@ class Controller:
         self._breaker_said = is_open
 
     def _may_drain(self, node: str, reason: str) -> Tuple[bool, str]:
-        d = guard.may_drain(self.config, node, reason, client=self.client, actor="controller", now=self.clock())
+        d = guard.may_drain(self.config, node, client=self.client, actor="controller", now=self.clock())
         return d.allowed, d.reason
 
     # --- the cycle ------------------------------------------------------------------------------------

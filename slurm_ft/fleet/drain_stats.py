@@ -25,7 +25,6 @@ from slurm_ft.fleet.records import Incident
 from slurm_ft.node.probes import check_of
 from slurm_ft.vocab import planned
 
-OUTCOMES = ("confirmed", "probable_false_positive", "open")
 # one row of the summary (JSON): drains, confirmed, probable_false_positives, open, node-hours, false_positive_rate
 Stats = Dict[str, Any]
 

@@ -160,9 +160,6 @@ class Store:
 
     # --- small values -----------------------------------------------------------------------
 
-    def kv_all(self) -> Dict[str, str]:
-        return {r[0]: r[1] for r in self.db.execute("SELECT key, value FROM lifecycle_kv")}
-
     def kv_get(self, key: str, default: str = "") -> str:
         row = self.db.execute("SELECT value FROM lifecycle_kv WHERE key = ?", (key,)).fetchone()
         return row[0] if row else default

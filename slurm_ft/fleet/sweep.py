@@ -343,7 +343,7 @@ class Sweeper:
             why += f" (node drained: {node.reason})"
         reason = fit(f"{OWNER} validation failed: {why}")
         if recheck:
-            decision = guard.may_drain(self.cfg, name, reason, client=self.client, actor=self.actor,
+            decision = guard.may_drain(self.cfg, name, client=self.client, actor=self.actor,
                                        now=self.clock())
             if not decision.allowed:
                 self._drop_reservation(resv)

@@ -27,16 +27,12 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Opti
 
 from slurm_ft.job import layouts
 from slurm_ft.job.ckptfs import DEFAULT_DEADLINE_S, FS, Entry, LocalFS, NotRegular, ScanTimeout  # noqa: F401
-from slurm_ft.job.layouts import dcp as _dcp, marker as _marker, megatron as _megatron, torchzip as _zip
+from slurm_ft.job.layouts import dcp as _dcp, marker as _marker, megatron as _megatron
 
 MARKER = _marker.MARKER
 FORMAT = _marker.FORMAT
 STEP_DIR = re.compile(r"step_(\d+)\Z")
 STAGING = re.compile(r"\.step_(\d+)\.partial(?:-.*)?\Z")
-MEGATRON_TRACKER = _megatron.TRACKER
-DCP_METADATA = _dcp.METADATA
-ZIP_MAGIC = _zip.ZIP_MAGIC
-ZIP_EOCD = _zip.ZIP_EOCD
 # What slurm-ft itself keeps beside the checkpoints (trainer log, starts log): never candidates.
 OWN_FILES = frozenset({"trainer-log.jsonl", "slurm-ft-starts.jsonl"})
 # Parsers of foreign bytes fail in these ways on odd content: such a candidate is unreadable, not fatal.
@@ -137,18 +133,19 @@ def _judge(fs: FS, d: str, name: str, e: Entry, kids: Dict[str, Entry], verify: 
     if e.link is not None:
         target = kids.get(e.link) if e.link and "/" not in e.link and e.link not in (".", "..") else None
         if target is None or target.link is not None:
-            if e.is_dir or layouts.looks_like_checkpoint(name) or _zip.claims(name):
+            if e.is_dir or layouts.looks_like_checkpoint(name) or layouts.file_layout(name):
                 return _Verdict(path, step, None, f"symlink to {e.link!r}: not followed out of the directory",
                                 "unreadable")
             return None
         # Lightning's last.ckpt -> epoch=3-step=300.ckpt: judged as its target, named as itself
         v = _judge(fs, d, e.link, target, kids, verify)
         return None if v is None else _Verdict(path, v.step, v.layout, v.reason, v.verdict)
+    single = layouts.file_layout(name)
     if e.is_dir:
-        return _judge_dir(fs, path, step, verify, layouts.looks_like_checkpoint(name) or _zip.claims(name))
-    if _zip.claims(name):
-        got, why = _zip.check_file(fs, path, e.size, step)
-        return _Verdict(path, got, _zip.NAME, why, "incomplete")
+        return _judge_dir(fs, path, step, verify, layouts.looks_like_checkpoint(name) or single is not None)
+    if single is not None:
+        got, why = single.check_file(fs, path, e.size, step)
+        return _Verdict(path, got, single.NAME, why, "incomplete")
     return None
 
 

@@ -85,7 +85,7 @@ def may_drain(node: str, reason: str, *, client: SlurmApi, config: Optional[Conf
     if config is None:
         return Gate(True, "no config: no drain limit")
     from slurm_ft.node import guard   # lazy: only a new drain asks the breaker; the verdict line needs no guard
-    d = guard.may_drain(config, node, reason, client=client, actor="check", now=now)
+    d = guard.may_drain(config, node, client=client, actor="check", now=now)
     return Gate(d.allowed, d.reason)
 
 

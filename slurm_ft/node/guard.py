@@ -78,9 +78,9 @@ def may_take_out(config: Config, nodes: Iterable[str], *, client: Optional[Slurm
     return d
 
 
-def may_drain(config: Config, node: str, reason: str = "", *, client: Optional[SlurmApi] = None,
-              total_nodes: Optional[int] = None, actor: str = "check", now: Optional[float] = None) -> brk.Decision:
-    """`may_take_out` for one node (`reason` and `total_nodes` are accepted for older callers)."""
+def may_drain(config: Config, node: str, *, client: Optional[SlurmApi] = None, actor: str = "check",
+              now: Optional[float] = None) -> brk.Decision:
+    """`may_take_out` for one node."""
     return may_take_out(config, [node], client=client, actor=actor, now=now)
 
 

@@ -18,7 +18,7 @@ from slurm_ft.job.layouts.names import looks_like_checkpoint, step_of
 if TYPE_CHECKING:
     from slurm_ft.job.ckptfs import FS, Entry
 
-__all__ = ["DIR_LAYOUTS", "FILE_LAYOUTS", "TRACKERS", "looks_like_checkpoint", "step_of"]
+__all__ = ["DIR_LAYOUTS", "FILE_LAYOUTS", "TRACKERS", "file_layout", "looks_like_checkpoint", "step_of"]
 
 
 class DirLayout(Protocol):
@@ -31,6 +31,15 @@ class DirLayout(Protocol):
               ) -> Tuple[Optional[int], Optional[str]]: ...
 
 
+class FileLayout(Protocol):
+    """What a single-file layout module provides (torchzip): which names it claims, and the check."""
+    NAME: str
+
+    def claims(self, name: str) -> bool: ...
+
+    def check_file(self, fs: FS, path: str, size: int, step: Optional[int]) -> Tuple[Optional[int], Optional[str]]: ...
+
+
 class TrackerLayout(Protocol):
     """What a layout with a directory-wide tracker provides (megatron, deepspeed)."""
     NAME: str
@@ -40,6 +49,10 @@ class TrackerLayout(Protocol):
 
 
 DIR_LAYOUTS: Tuple[DirLayout, ...] = (marker, hf, megatron, deepspeed, dcp)
-FILE_LAYOUTS = (torchzip,)
+FILE_LAYOUTS: Tuple[FileLayout, ...] = (torchzip,)
 TRACKERS: Tuple[TrackerLayout, ...] = (megatron, deepspeed)
 
+
+def file_layout(name: str) -> Optional[FileLayout]:
+    """The single-file layout whose names `name` has (Lightning's `*.ckpt`...), or None."""
+    return next((x for x in FILE_LAYOUTS if x.claims(name)), None)
