@@ -213,7 +213,7 @@ class Controller:
                       brk._span(self.config.lifecycle.breaker_window_s), cap)
         self._breaker_said = is_open
 
-    def _may_drain(self, node: str, reason: str) -> Tuple[bool, str]:
+    def _may_drain(self, node: str) -> Tuple[bool, str]:
         d = guard.may_drain(self.config, node, client=self.client, actor="controller", now=self.clock())
         return d.allowed, d.reason
 
@@ -460,7 +460,7 @@ class Controller:
                     seen = next((f.split(": ", 1)[1] for f in inc.faults if f.startswith(node.name + ": ")),
                                 node.state)
                     reason = f"{vocab.UNRESPONSIVE_QUARANTINE}{seen} during job {inc.job_id}"
-                    ok, why = self._may_drain(node.name, reason)
+                    ok, why = self._may_drain(node.name)
                     if ok:
                         self.client.drain([node.name], reason)
                         drained.append(node.name)

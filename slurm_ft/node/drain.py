@@ -76,7 +76,7 @@ class Gate:
     why: str
 
 
-def may_drain(node: str, reason: str, *, client: SlurmApi, config: Optional[Config], now: float) -> Gate:
+def may_drain(node: str, *, client: SlurmApi, config: Optional[Config], now: float) -> Gate:
     """May slurm-ft drain `node` now? The single decision point every new drain passes.
 
     The fleet drain-rate breaker (`slurm_ft.node.guard`) answers from Slurm's own node states, the
@@ -170,7 +170,7 @@ def apply(client: SlurmApi, node_name: str, plan: Outcome, *, config: Optional[C
         client.resume([node_name])
     elif plan.action == "drain":
         with _serialized(config):
-            gate = may_drain(node_name, plan.reason, client=client, config=config, now=now)
+            gate = may_drain(node_name, client=client, config=config, now=now)
             if not gate.allowed:
                 log.warning("%s", gate.why)
                 return Outcome("refused", gate.why, plan.reason)

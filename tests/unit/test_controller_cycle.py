@@ -443,7 +443,7 @@ def test_a_quarantine_asks_the_breaker_under_the_fleet_lock_before_the_partition
     c = make(tmp_path, s)
     asked = []
 
-    def refuse(node, reason):
+    def refuse(node):
         asked.append((node, tuple(s.parts["train"]), c.membership._depth))
         return False, "drain-rate breaker open"
     monkeypatch.setattr(c, "_may_drain", refuse)

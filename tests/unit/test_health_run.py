@@ -288,7 +288,7 @@ def test_builtin_gate_counts_slurm_ft_drains_in_slurm():
     cfg = Config(lifecycle=replace(LifecycleConfig(), breaker_max_share=0.0, breaker_max_nodes=2))
     drained = [Node(f"gpu00{i}", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu0 x") for i in (2, 3)]
     c = one_node(Node("gpu001", "IDLE"), drained)
-    g = dr.may_drain("gpu001", "r", client=c, config=cfg, now=0.0)
+    g = dr.may_drain("gpu001", client=c, config=cfg, now=0.0)
     assert not g.allowed and "limit 2" in g.why
 
 
