@@ -50,7 +50,7 @@ from slurm_ft.node.query_socket import PATH_ENV as QUERY_SOCKET_ENV
 from slurm_ft.runner import Result, run
 from slurm_ft.slurm import versions
 from slurm_ft.slurm.hostlist import compress
-from slurm_ft_lab import users
+from slurm_ft_lab import users, versionconf
 
 log = logging.getLogger(__name__)
 
@@ -405,11 +405,11 @@ class Lab:
             for stale in (self.dir / "nodes" / n).glob("state.json*"):   # health findings of a past run
                 stale.unlink()
             (self.dir / "spool" / f"slurmd.{n}").mkdir(exist_ok=True)
-        feats = versions.features(versions.installed_version())
-        version_lines = versions.lab_conf_lines(feats)
+        feats = versions.features(versionconf.installed_version())
+        version_lines = versionconf.conf_lines(feats)
         if spec.plugin:
             version_lines += self._write_plugin_files(feats.expedite)
-        cgroup = versions.lab_cgroup_conf(feats)
+        cgroup = versionconf.cgroup_conf(feats)
         if cgroup is not None:
             atomic_write(self.dir / "etc" / "cgroup.conf", cgroup)
         conf = self._slurm_conf(version_lines)
@@ -807,7 +807,7 @@ lifecycle:
 def rate_limiter_status() -> str:
     """What the lab's slurmctld does about a user's RPC rate: on where Slurm has the limiter, else why not."""
     try:
-        version = versions.installed_version()
+        version = versionconf.installed_version()
     except CommandError as exc:
         return f"unknown ({exc})"
     text = f"{version[0]}.{version[1]:02d}.{version[2]}"

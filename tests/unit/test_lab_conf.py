@@ -185,7 +185,8 @@ def test_ports_in_the_ephemeral_range_are_refused_and_the_host_left_alone(tmp_pa
 
 def test_slim_per_node_confs_carry_the_version_lines_and_cgroup_conf(tmp_path, monkeypatch):
     from slurm_ft.slurm import versions
-    monkeypatch.setattr(versions, "installed_version", lambda env=None: (26, 5, 0))
+    from slurm_ft_lab import versionconf
+    monkeypatch.setattr(versionconf, "installed_version", lambda env=None: (26, 5, 0))
     monkeypatch.setattr(cluster, "_fake_gpu_init", lambda: None)
     monkeypatch.setattr(Lab, "_build_fake_nvml", lambda self: None)
     monkeypatch.setattr(cluster.os, "mknod", lambda *a, **k: None)
@@ -193,7 +194,7 @@ def test_slim_per_node_confs_carry_the_version_lines_and_cgroup_conf(tmp_path, m
     assert lab.spec.slim
     lab._write_files()
     feats = versions.features((26, 5, 0))
-    want = [ln for ln in versions.lab_conf_lines(feats).splitlines() if ln and not ln.startswith("#")]
+    want = [ln for ln in versionconf.conf_lines(feats).splitlines() if ln and not ln.startswith("#")]
     assert want, "26.05 adds version lines"
     main = lab.conf.read_text().splitlines()
     one = lab.slurmd_conf("gpu0007").read_text().splitlines()
@@ -204,7 +205,7 @@ def test_slim_per_node_confs_carry_the_version_lines_and_cgroup_conf(tmp_path, m
     assert not [ln for ln in one if ln.startswith("PartitionName=")]
     nodes_etc = lab.dir / "etc" / "nodes"
     assert (nodes_etc / "gres.conf").exists()
-    cg = versions.lab_cgroup_conf(feats)
+    cg = versionconf.cgroup_conf(feats)
     if cg is not None:
         assert (nodes_etc / "cgroup.conf").read_text() == cg
 

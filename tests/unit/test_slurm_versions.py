@@ -10,6 +10,7 @@ from hypothesis import given, strategies as st
 
 from slurm_ft.slurm import parse, versions
 from slurm_ft.slurm.client import SlurmClient
+from slurm_ft_lab import versionconf
 from slurm_ft.runner import Result
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -93,12 +94,12 @@ def test_requeue_option_from_the_running_config(version, option):
 
 def test_lab_configuration_by_version():
     old, mid, new = (feats(v) for v in VERSIONS)
-    assert versions.lab_cgroup_conf(old) is None
-    assert "CgroupPlugin=disabled" in versions.lab_cgroup_conf(mid)
-    assert versions.lab_conf_lines(old) == ""                  # 22.05: no rate limiter, no expedite
-    assert [ln for ln in versions.lab_conf_lines(mid).splitlines() if not ln.startswith("#")] == [
+    assert versionconf.cgroup_conf(old) is None
+    assert "CgroupPlugin=disabled" in versionconf.cgroup_conf(mid)
+    assert versionconf.conf_lines(old) == ""                  # 22.05: no rate limiter, no expedite
+    assert [ln for ln in versionconf.conf_lines(mid).splitlines() if not ln.startswith("#")] == [
         "SlurmctldParameters=rl_enable"]
-    lines = versions.lab_conf_lines(new)
+    lines = versionconf.conf_lines(new)
     # both in one SlurmctldParameters line
     assert "\nSlurmctldParameters=enable_expedited_requeue,rl_enable\n" in lines and "HealthCheckTimeout=" in lines
     assert lines.count("SlurmctldParameters=") == 1
@@ -270,7 +271,7 @@ def test_kv_and_json_agree_on_every_version(version):
 def test_snippet_documents_the_settings_of_newer_versions():
     """etc/slurm.conf.snippet shows (commented: older slurmctld do not know them) what the 26.05 lab sets."""
     text = (Path(__file__).resolve().parents[2] / "etc" / "slurm.conf.snippet").read_text()
-    for line in versions.lab_conf_lines(feats("26.05")).splitlines():
+    for line in versionconf.conf_lines(feats("26.05")).splitlines():
         if not line.startswith("#"):
             assert f"#{line}" in text.splitlines(), line
     assert "requeue_delay=" in text and "#HealthCheckNodeState=START_ONLY" in text.splitlines()
