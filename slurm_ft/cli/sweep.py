@@ -11,7 +11,7 @@ from slurm_ft.errors import EXIT_COMMAND, UsageError
 from slurm_ft.filelock import FileLock
 
 if TYPE_CHECKING:
-    from slurm_ft.fleet.sweep import SweepReport
+    from slurm_ft.fleet.sweepreport import SweepReport
 
 
 @click.command("sweep")
@@ -47,7 +47,8 @@ def remediate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     from slurm_ft.cli.node import setup  # lazy: config (yaml) and the Slurm backend; not for --help
     from slurm_ft.fleet import remediation, remediator  # lazy: only remediate; loaded with fleet.sweep anyway
     from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, loaded with fleet.sweep anyway
-    from slurm_ft.fleet.sweep import Sweeper, SweepReport  # lazy: fleet.sweep is heavy (~50 ms); not for --help
+    from slurm_ft.fleet.sweep import Sweeper  # lazy: fleet.sweep is heavy (~50 ms); not for --help
+    from slurm_ft.fleet.sweepreport import SweepReport  # lazy: as Sweeper
     config, client = setup(ctx)
     if dry_run:
         with Store(config.state_dir) as store:

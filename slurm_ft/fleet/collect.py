@@ -24,7 +24,7 @@ from slurm_ft.slurm.types import Node
 
 if TYPE_CHECKING:
     from slurm_ft.fleet.drain_stats import Episode, Stats
-    from slurm_ft.fleet.sweep import SweepReport
+    from slurm_ft.fleet.sweepreport import SweepReport
     from slurm_ft.slurm.api import SlurmApi
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ not every sweep). Every act is a lifecycle event in the journal (`node history` 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Protocol, Sequence, Tuple
 
 from slurm_ft.config import expand_domains
 from slurm_ft.node import guard
@@ -22,11 +22,28 @@ from slurm_ft.fleet.states import Event, State
 from slurm_ft.vocab import OWNER, fit, planned
 
 if TYPE_CHECKING:
+    from slurm_ft.config import Config
+    from slurm_ft.fleet.states import HistoryEntry
     from slurm_ft.fleet.store import Store
-    from slurm_ft.fleet.sweep import Sweeper, SweepReport
+    from slurm_ft.fleet.sweepreport import SweepReport
+    from slurm_ft.slurm.api import SlurmApi
     from slurm_ft.slurm.types import Node
 
 log = logging.getLogger(__name__)
+
+
+class SweepApi(Protocol):
+    """What remediation uses of the sweep that runs it (fleet/sweep.py's Sweeper)."""
+    cfg: Config
+    client: SlurmApi
+    store: Store
+    clock: Callable[[], float]
+
+    def mark_quarantined(self, name: str, state: State) -> None: ...
+
+    def _guarded(self, report: SweepReport, node: str, fn: Callable[[], object]) -> None: ...
+
+    def _record(self, name: str, event: Event, cause: str, node: Optional[Node] = None) -> HistoryEntry: ...
 
 RESET_KEY = "reset_gpus:"      # lifecycle_kv: GPUs the node's next validation job resets first
 DRY_KEY = "remediation_dry_run:"
@@ -36,7 +53,7 @@ WAITING_KEY = "remediation_budget_waiting"  # lifecycle_kv: who waited at the la
 _CONCERNED = (State.QUARANTINED, State.REMEDIATING, State.REPAIRED, State.VALIDATING)
 
 
-def snapshot_plan(sweeper: Sweeper, nodes: Optional[Sequence[Node]] = None
+def snapshot_plan(sweeper: SweepApi, nodes: Optional[Sequence[Node]] = None
                   ) -> Tuple[List[remediation.Step], remediation.Budget]:
     """The plan for the fleet as Slurm and the journal show it now, and the budget it spent."""
     cfg, store = sweeper.cfg, sweeper.store
@@ -54,7 +71,7 @@ def snapshot_plan(sweeper: Sweeper, nodes: Optional[Sequence[Node]] = None
         recent=store.history_since(now - lc.remediation.budget_window_s))
 
 
-def run(sweeper: Sweeper, report: SweepReport, *, dry_run: bool = False, only_planned: bool = False) -> List[str]:
+def run(sweeper: SweepApi, report: SweepReport, *, dry_run: bool = False, only_planned: bool = False) -> List[str]:
     """Plan and act (or only report with `dry_run`); returns the nodes to validate in this sweep.
     `only_planned`: the retests of nodes out for a planned swap alone (the sweep runs them in every mode)."""
     steps, budget = snapshot_plan(sweeper)
@@ -81,7 +98,7 @@ def run(sweeper: Sweeper, report: SweepReport, *, dry_run: bool = False, only_pl
     return validate
 
 
-def _alert_budget(sweeper: Sweeper, report: SweepReport, budget: remediation.Budget) -> None:
+def _alert_budget(sweeper: SweepApi, report: SweepReport, budget: remediation.Budget) -> None:
     """One alert when the set of nodes waiting for the budget changes (not one per node, not every sweep)."""
     waiting = sorted(s.node for s in budget.waiting)
     if sweeper.store.kv_get(WAITING_KEY) == ",".join(waiting):
@@ -98,7 +115,7 @@ def _alert_budget(sweeper: Sweeper, report: SweepReport, budget: remediation.Bud
     report.alerts.append(text)
 
 
-def _act(sweeper: Sweeper, report: SweepReport, step: remediation.Step) -> List[str]:
+def _act(sweeper: SweepApi, report: SweepReport, step: remediation.Step) -> List[str]:
     name, store = step.node, sweeper.store
     if step.act == "rma":
         entry = sweeper._record(name, Event.SEND_RMA, f"remediation: {step.why}")

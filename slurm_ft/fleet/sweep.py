@@ -18,9 +18,8 @@ import logging
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, TypedDict
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, TypedDict
 
 from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, UsageError
@@ -34,6 +33,7 @@ from slurm_ft.fleet.remediator import take_reset_gpus
 from slurm_ft.fleet.reconcile import Change, classify
 from slurm_ft.fleet.states import Event, HistoryEntry, State, default_state
 from slurm_ft.fleet.store import Store
+from slurm_ft.fleet.sweepreport import SweepReport
 from slurm_ft.slurm.types import Job, Node
 from slurm_ft import vocab
 from slurm_ft.vocab import OWNER, fit, owned
@@ -46,25 +46,6 @@ log = logging.getLogger(__name__)
 PASS_MARK = "slurm-ft-validate: PASS"
 FAIL_MARK = "slurm-ft-validate: FAIL"
 ENDED = vocab.ENDED_JOB_STATES | {"NODE_FAIL"}     # a validation job's node failing ends it
-
-
-@dataclass
-class SweepReport:
-    started: float
-    finished: float = 0.0
-    changes: List[str] = field(default_factory=list)     # one line per change, for people and cron mail
-    alerts: List[str] = field(default_factory=list)
-    pool_size: int = 0
-    pool_target: int = 0
-    pool_target_source: str = ""
-    pending: List[str] = field(default_factory=list)     # validations still running when the sweep ended
-    errors: List[str] = field(default_factory=list)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"started": self.started, "finished": self.finished, "elapsed_s": round(self.finished - self.started, 3),
-                "changes": self.changes, "alerts": self.alerts, "pool": {"size": self.pool_size,
-                "target": self.pool_target, "target_source": self.pool_target_source},
-                "pending_validations": self.pending, "errors": self.errors}
 
 
 class _Lemon(TypedDict):

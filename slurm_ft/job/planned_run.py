@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 from slurm_ft import heartbeat
 from slurm_ft.job import ckpt, ckptrequest, hang, hotplan as hp, planned as pl
@@ -22,7 +22,8 @@ from slurm_ft.slurm.hostlist import compress
 from slurm_ft.vocab import planned
 
 if TYPE_CHECKING:
-    from slurm_ft.job.supervisor import Supervisor
+    import subprocess
+
     from slurm_ft.slurm.types import Node
 
 CKPT_POLL_S = 0.2            # while a checkpoint is asked for: how often the newest complete one is read
@@ -32,8 +33,35 @@ QUARANTINE_WAIT_S = 60.0     # a degraded node: the checkpoint is asked for once
 RELEASE_WAIT_S = 1.0         # at the swap, as at a fault's relaunch: the quarantine notice awaited, then a read
 
 
+class Supervised(Protocol):
+    """What a planned swap uses of the supervisor that owns it (job/supervisor.py's Supervisor)."""
+    job_id: int
+    ckpt_dir: str
+    restart: int
+    launches: int
+    launch_t: float
+    step_nodes: Tuple[str, ...]
+    proc: Optional["subprocess.Popen[bytes]"]
+    partitions: str
+    may_shrink: bool
+    quarantine_notices: Set[str]
+    say: Callable[[str], None]
+
+    def log(self, event: str, **fields: object) -> None: ...
+
+    def launch(self, nodes: Sequence[str], reason: str) -> Optional[int]: ...
+
+    def stop(self) -> bool: ...
+
+    def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> Tuple[str, ...]: ...
+
+    def quarantined(self, partitions: str, nodes: Sequence[str], until: float) -> Tuple[str, ...]: ...
+
+    def _fallback(self, act: hp.Action, at_once: bool = False) -> int: ...
+
+
 class PlannedSwaps:
-    def __init__(self, sup: Supervisor, wait_s: float = 1800.0, straggler: Tuple[float, float] = (0.0, 0.0)):
+    def __init__(self, sup: Supervised, wait_s: float = 1800.0, straggler: Tuple[float, float] = (0.0, 0.0)):
         self.sup = sup
         self.wait_s = wait_s
         self.degraded: Dict[str, str] = {}        # node -> why (notices, PLANNED drains, stragglers)
