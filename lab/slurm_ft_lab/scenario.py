@@ -305,7 +305,7 @@ class Scenario:
     def supervisor_events(self) -> List[dict]:
         """The hot-spare supervisor's lines in the starts log (launch, fault, stopped, release, fallback)."""
         import json
-        from slurm_ft.job.jobstart import STARTS_LOG
+        from slurm_ft.job.startprep import STARTS_LOG
         try:
             lines = (self.ckpt_dir / STARTS_LOG).read_text().splitlines()
         except FileNotFoundError:
