@@ -138,7 +138,7 @@ def test_every_name_the_lab_benches_and_tests_import_from_the_product_exists():
     """The lab and the benches import the product's names, some inside functions (a scenario's starts log,
     read late): a name the product moves must fail here, not in a clean room's lab test."""
     import ast
-    import importlib
+    import importlib.util
     missing = []
     for folder in ("lab", "bench", "tests"):
         for p in (ROOT / folder).rglob("*.py"):
