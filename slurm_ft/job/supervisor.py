@@ -255,8 +255,8 @@ class Supervisor:
         late = _outlive(live, grace_s)
         if not late:
             return True
-        what = "the step" if len(late) == 1 else f"{len(late)} steps"
-        self.say(f"{what} did not end {grace_s:g} s after SIGTERM: cancelling {'it' if len(late) == 1 else 'them'} "
+        one = len(late) == 1
+        self.say(f"{_steps(late)} did not end {grace_s:g} s after SIGTERM: cancelling {'it' if one else 'them'} "
                  f"through Slurm")
         for _, name in late:
             try:
@@ -271,8 +271,9 @@ class Supervisor:
             p.kill()
             p.wait()
         if stuck:
-            self.say(f"{'the step' if len(stuck) == 1 else f'{len(stuck)} steps'} did not end {STEP_END_S:g} s "
-                     f"after {'its cancel: no launch beside it' if len(stuck) == 1 else 'their cancels: no launch beside them'}")
+            one = len(stuck) == 1
+            self.say(f"{_steps(stuck)} did not end {STEP_END_S:g} s after "
+                     f"{'its cancel: no launch beside it' if one else 'their cancels: no launch beside them'}")
         return not stuck
 
     def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> Tuple[str, ...]:
@@ -520,6 +521,10 @@ def _outlive(runs: Sequence[Tuple["subprocess.Popen[bytes]", Optional[str]]], wi
         except subprocess.TimeoutExpired:
             late.append((p, name))
     return late
+
+
+def _steps(runs: Sequence[object]) -> str:
+    return "the step" if len(runs) == 1 else f"{len(runs)} steps"
 
 
 def _int(text: Optional[str], default: int) -> int:
