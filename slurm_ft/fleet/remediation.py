@@ -40,7 +40,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from slurm_ft.config import RemediationConfig
 from slurm_ft.node import breaker as brk
 from slurm_ft.fleet.states import Event, HistoryEntry, State
-from slurm_ft.gpu.xid import lookup
+from slurm_ft.gpu.xid import drained_action
 from slurm_ft.slurm.types import Node
 from slurm_ft.vocab import admins, planned
 
@@ -96,14 +96,14 @@ def finding_in(text: str) -> Optional[Finding]:
 
 
 def action_for(code: str, policy: RemediationConfig, soft: bool = False) -> str:
-    """The configured action for a code; an Xid's default is the catalog's action column; a planned swap's
-    (`soft`): retest."""
+    """The configured action for a code; an Xid's default is what its drain needs (`xid.drained_action`); a
+    planned swap's (`soft`): retest."""
     if code in policy.actions:
         return policy.actions[code]
     if soft:
         return "retest"
     if code.startswith("XID"):
-        action = lookup(int(code[3:])).action
+        action = drained_action(int(code[3:]))
         return action if action in ("reset_gpu", "reboot", "rma") else "manual"
     return "manual"
 

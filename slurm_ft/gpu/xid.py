@@ -151,3 +151,9 @@ def verdict(event: XidEvent) -> XidInfo:
         if m and m.group(1) == "Fatal":
             return replace(info, severity="fail", action="reset_gpu", drains=True)
     return info
+
+
+def drained_action(xid: int) -> str:
+    """What a node drained for this Xid needs: the catalog's action, except for the NVLink5 Xids, which
+    drain only on a `Fatal` token and then need that token's action, not their (non-draining) row's."""
+    return verdict(XidEvent(xid, detail="Fatal")).action if xid in NVLINK5_XIDS else lookup(xid).action

@@ -63,6 +63,8 @@ def test_xid_actions_come_from_the_catalog_and_config_overrides_them():
     assert action_for("XID48", ON) == "reset_gpu"
     assert action_for("XID64", ON) == "rma"
     assert action_for("XID54", ON) == "manual"          # catalog action drain: a person looks at the cabling
+    # an NVLink5 Xid drains on its line's Fatal token alone: what that token needs, not the row's "none"
+    assert action_for("XID147", ON) == action_for("XID144", ON) == "reset_gpu"
     assert action_for("NVLINK_DOWN", ON) == "manual"    # not an Xid: only what the admin configures
     assert action_for("NVLINK_DOWN", replace(ON, actions={"NVLINK_DOWN": "reset_gpu"})) == "reset_gpu"
     assert action_for("XID79", replace(ON, actions={"XID79": "rma"})) == "rma"
