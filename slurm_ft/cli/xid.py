@@ -59,8 +59,9 @@ def _format_code(v: catalog.XidInfo) -> List[str]:
         f"  action     {v.action}  ({'drains the node' if v.drains else 'does not drain'})",
         f"  what to do {v.advice}",
     ]
-    if v.xid in catalog.NVLINK5_XIDS:
-        lines.append("  note       the log line's Fatal/Nonfatal token decides: Fatal -> reset_gpu, Nonfatal -> warn")
+    if v.tokens:
+        rules = ", ".join(f"{t.word} -> {t.severity}/{t.action}" for t in v.tokens)
+        lines.append(f"  note       a word of the log line decides: {rules}")
     lines.append(f"  source     {v.source}")
     return lines
 

@@ -11,7 +11,8 @@ this module only loads it and answers questions. Two rules live in code because 
   job; a needless drain costs one node for one validation cycle, and the drain-rate breaker bounds
   how many nodes a bad rule can take out.
 
-NVLink5 Xids 144-150 carry a `Fatal`/`Nonfatal` token in the log line; it decides their verdict.
+Some codes carry a severity word in their log line (NVLink5's 144-150: `Fatal`/`Nonfatal`); the row's
+`tokens` column says what each word means, so a new range of such codes is rows, not code.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List, Optional, Tuple
 
 from slurm_ft.finding import Action
 
@@ -40,8 +41,15 @@ ADVICE = {
     "drain": "drain and inspect the node before returning it",
 }
 
-NVLINK5_XIDS = range(144, 151)
-_FATAL_TOKEN = re.compile(r"\b(Fatal|Nonfatal)\b")
+_TOKEN_RULE = re.compile(r"([A-Za-z][A-Za-z_]*)=([a-z]+)/([a-z_]+)")
+
+
+@dataclass(frozen=True)
+class TokenRule:
+    """A word of the log line and the verdict it gives (a row's `tokens` column: `WORD=severity/action`)."""
+    word: str
+    severity: str
+    action: str
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,7 @@ class XidInfo:
     drains: bool
     source: str = ""
     known: bool = True
+    tokens: Tuple[TokenRule, ...] = ()
 
     @property
     def user_caused(self) -> bool:
@@ -86,6 +95,22 @@ class CatalogError(ValueError):
     pass
 
 
+def parse_tokens(text: str) -> Tuple[TokenRule, ...]:
+    """A row's `tokens` column; ValueError names what is wrong."""
+    rules: List[TokenRule] = []
+    for item in text.split():
+        m = _TOKEN_RULE.fullmatch(item)
+        if not m:
+            raise ValueError(f"token rule {item!r} is not WORD=severity/action")
+        rule = TokenRule(*m.groups())
+        if rule.severity not in SEVERITIES or rule.action not in ACTIONS:
+            raise ValueError(f"token rule {item!r}: bad severity/action")
+        if rule.word in (r.word for r in rules):
+            raise ValueError(f"token {rule.word!r} listed twice")
+        rules.append(rule)
+    return tuple(rules)
+
+
 def load_catalog(path: Path = CATALOG_PATH) -> Dict[int, XidInfo]:
     """Read and check the catalog file; a malformed row raises CatalogError naming the line."""
     table: Dict[int, XidInfo] = {}
@@ -97,6 +122,7 @@ def load_catalog(path: Path = CATALOG_PATH) -> Dict[int, XidInfo]:
                 xid=int(row["xid"]), name=row["name"].strip(), category=row["category"].strip(),
                 severity=row["severity"].strip(), action=row["action"].strip(),
                 drains={"yes": True, "no": False}[row["drains"].strip()], source=row.get("source") or "",
+                tokens=parse_tokens(row["tokens"] or ""),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CatalogError(f"{path}: row {lineno}: {exc!r}") from exc
@@ -106,7 +132,8 @@ def load_catalog(path: Path = CATALOG_PATH) -> Dict[int, XidInfo]:
             raise CatalogError(f"{path}: row {lineno}: drains must be yes exactly when severity is fail")
         if info.xid in table:
             raise CatalogError(f"{path}: row {lineno}: Xid {info.xid} listed twice")
-        if info.user_caused and info.drains:  # the policy in the module docstring, enforced on load
+        # the policy in the module docstring, enforced on load
+        if info.user_caused and (info.drains or any(t.severity == "fail" for t in info.tokens)):
             raise CatalogError(f"{path}: row {lineno}: user_app Xid {info.xid} must not drain")
         table[info.xid] = info
     return table
@@ -144,16 +171,18 @@ def verdict(event: XidEvent) -> XidInfo:
         fatal = bool(re.search(r"\bFatal\b", event.detail))
         return XidInfo(event.xid, f"NVSwitch SXid {event.xid} ({'fatal' if fatal else 'non-fatal'})",
                        "nvswitch", "warn", "none", False, "NVSwitch kernel log (not a GPU Xid)", known=False)
-    if event.xid in NVLINK5_XIDS:
-        m = _FATAL_TOKEN.search(event.detail)
-        if m and m.group(1) == "Nonfatal":
-            return replace(info, severity="warn", action="none", drains=False)
-        if m and m.group(1) == "Fatal":
-            return replace(info, severity="fail", action="reset_gpu", drains=True)
-    return info
+    rule = token_in(info, event.detail)
+    return replace(info, severity=rule.severity, action=rule.action, drains=rule.severity == "fail") if rule else info
+
+
+def token_in(info: XidInfo, detail: str) -> Optional[TokenRule]:
+    """The rule of the first of the row's words that the log line holds (as a whole word), if any."""
+    rules = {t.word: t for t in info.tokens}
+    return next((rules[w] for w in re.findall(r"\w+", detail) if w in rules), None) if rules else None
 
 
 def drained_action(xid: int) -> str:
-    """What a node drained for this Xid needs: the catalog's action, except for the NVLink5 Xids, which
-    drain only on a `Fatal` token and then need that token's action, not their (non-draining) row's."""
-    return verdict(XidEvent(xid, detail="Fatal")).action if xid in NVLINK5_XIDS else lookup(xid).action
+    """What a node drained for this Xid needs: the row's action, or for a row that drains only on a token
+    of its log line (NVLink5's 147, 148: `Fatal`), that token's."""
+    info = lookup(xid)
+    return info.action if info.drains else next((t.action for t in info.tokens if t.severity == "fail"), info.action)

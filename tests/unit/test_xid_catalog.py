@@ -64,9 +64,49 @@ def test_sxid_never_drains():
 
 def test_bad_catalog_rejected(tmp_path):
     p = tmp_path / "cat.csv"
-    p.write_text("xid,name,category,severity,action,drains,source\n13,x,user_app,fail,reboot,yes,s\n")
+    p.write_text("xid,name,category,severity,action,drains,tokens,source\n13,x,user_app,fail,reboot,yes,,s\n")
     with pytest.raises(xid.CatalogError, match="user_app"):
         xid.load_catalog(p)
     p.write_text("xid,name,category,severity,action,drains,source\n13,x,driver,warn,none,maybe,s\n")
     with pytest.raises(xid.CatalogError, match="row 2"):
+        xid.load_catalog(p)
+
+
+def test_a_new_range_with_severity_words_is_rows_alone(tmp_path):
+    # a made-up Xid whose line says Critical or Benign: the CSV says what each word means, no code changes
+    p = tmp_path / "cat.csv"
+    p.write_text("xid,name,category,severity,action,drains,tokens,source\n"
+                 "170,made up,nvlink,warn,none,no,Critical=fail/reboot Benign=ignore/none,s\n")
+    [info] = xid.load_catalog(p).values()
+    critical = xid.token_in(info, "LINK_EVT Critical Link 3")
+    assert (critical.severity, critical.action) == ("fail", "reboot")
+    assert xid.token_in(info, "Benign, then Critical").word == "Benign"        # the first in the line decides
+    assert xid.token_in(info, "Criticality unknown") is None                  # whole words only
+    assert xid.token_in(info, "") is None
+
+
+def test_nvlink5_rows_carry_their_words_in_the_catalog():
+    for code in range(144, 151):
+        assert [(t.word, t.severity, t.action) for t in xid.lookup(code).tokens] == [
+            ("Fatal", "fail", "reset_gpu"), ("Nonfatal", "warn", "none")], code
+    # 147 and 148 do not drain by their row; their Fatal line does, and that drain needs a GPU reset
+    assert not xid.lookup(147).drains and xid.drained_action(147) == "reset_gpu"
+    assert xid.drained_action(79) == "reboot" and xid.drained_action(999) == "drain"
+
+
+@pytest.mark.parametrize("tokens, why", [
+    ("Fatal", "is not WORD=severity/action"), ("Fatal=fatal/reboot", "bad severity/action"),
+    ("Fatal=fail/explode", "bad severity/action"), ("Fatal=fail/reboot Fatal=warn/none", "listed twice"),
+])
+def test_a_bad_token_rule_is_refused_naming_its_row(tmp_path, tokens, why):
+    p = tmp_path / "cat.csv"
+    p.write_text(f"xid,name,category,severity,action,drains,tokens,source\n170,x,nvlink,warn,none,no,{tokens},s\n")
+    with pytest.raises(xid.CatalogError, match=f"row 2: .*{why}"):
+        xid.load_catalog(p)
+
+
+def test_a_user_caused_row_may_not_drain_by_a_word_either(tmp_path):
+    p = tmp_path / "cat.csv"
+    p.write_text("xid,name,category,severity,action,drains,tokens,source\n13,x,user_app,ignore,none,no,Fatal=fail/reboot,s\n")
+    with pytest.raises(xid.CatalogError, match="user_app"):
         xid.load_catalog(p)
