@@ -3,6 +3,7 @@ node records, hostlists, job tags and the config file (issue 10; job records: te
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 
 import yaml
@@ -13,6 +14,7 @@ from slurm_ft.config import Config, load_config
 from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.gpu import kmsg
 from slurm_ft.gpu import xid as catalog
+from slurm_ft.gpu.sample import XidEvent
 from slurm_ft.job import tag
 from slurm_ft.slurm import parse
 from slurm_ft.slurm.hostlist import compress, expand
@@ -81,6 +83,16 @@ def test_a_yearless_syslog_time_is_never_in_the_future(month, day, hour, now):
     (e,) = kmsg.parse_lines([line], boot_time=BT, now=now)
     assert e.timestamp is not None and e.timestamp <= now + kmsg.FUTURE_SKEW_S
     assert e.timestamp > now - 367 * 86400
+
+
+@SETTINGS
+@given(st.integers(144, 150), DETAIL, DETAIL)
+def test_an_nvlink5_line_drains_exactly_when_its_first_severity_word_is_fatal(code, before, after):
+    # the first whole word Fatal or Nonfatal decides, wherever it stands and whatever surrounds it
+    detail = f"{before} Fatal {after}"
+    words = [w for w in re.findall(r"\w+", detail) if w in ("Fatal", "Nonfatal")]
+    v = catalog.verdict(XidEvent(xid=code, detail=detail))
+    assert v.drains == (words[0] == "Fatal") and v.action == ("reset_gpu" if v.drains else "none")
 
 
 @SETTINGS
