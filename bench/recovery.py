@@ -57,6 +57,7 @@ from slurm_ft_lab.recovery_summary import summary                  # noqa: E402
 from slurm_ft_lab.scenario import Scenario                         # noqa: E402
 from slurm_ft.runner import run                                    # noqa: E402
 from slurm_ft.slurm import versions                                # noqa: E402
+from slurm_ft_lab.waits import wait_job_state  # noqa: E402
 
 
 def measure_requeue_delay(sc: Scenario) -> float:
@@ -70,7 +71,7 @@ def measure_requeue_delay(sc: Scenario) -> float:
                "--wrap", "sleep 600"], timeout=60, env=sc.env)
     jid = int(res.stdout.strip().split(";")[0])
     try:
-        c.wait_job_state(jid, "RUNNING", timeout=120)
+        wait_job_state(c, jid, "RUNNING", timeout=120)
         t0 = time.time()
         c.requeue(jid)
         t = (t0 + time.time()) / 2        # slurmctld stamped the requeue somewhere in the call

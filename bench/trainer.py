@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_ft_lab.trainer import read_log, runs  # noqa: E402
+from slurm_ft_lab.waits import start_now  # noqa: E402
 
 PY = sys.executable
 
@@ -111,7 +112,7 @@ def in_lab(lab_dir: str, nodes: int, requeues: int, step_time: float) -> dict:
             t_requeue = time.time()
             client.requeue(job_id)
             time.sleep(max(0.0, int(time.time()) + 1.02 - time.time()))
-            client.start_now(job_id)
+            start_now(client, job_id)
             t_running = wait(lambda: client.job(job_id).state == "RUNNING" and time.time())
             run = wait(lambda: [r for r in runs(read_log(str(ck))) if r["restart"] == i + 1
                                 and r["first_step_t"] is not None])[0]

@@ -19,7 +19,6 @@ import os
 from dataclasses import replace
 import re
 import tempfile
-import time
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from slurm_ft.errors import CommandError, CommandTimeout, UsageError
@@ -54,14 +53,6 @@ class SlurmTimeout(SlurmError):
 
 class JobNotFound(UsageError):
     """The job id is not (or no longer) known to slurmctld."""
-
-
-class WaitTimeout(CommandError):
-    """A wait_* helper ran out of time; the message says what it waited for and what it saw."""
-
-    def __init__(self, what: str, timeout: float, last: object = None):
-        seen = f"; last seen: {last}" if last is not None else ""
-        super().__init__(["wait"], None, "", f"{what}: not reached within {timeout:g} s{seen}")
 
 
 class SlurmClient:
@@ -343,42 +334,6 @@ class SlurmClient:
         with tempfile.TemporaryDirectory(prefix="slurm-ft-shrink-") as tmp:
             self._run(["scontrol", "update", f"JobId={_job_id(job_id)}", f"NodeList={compress(names)}"], cwd=tmp)
 
-    def start_now(self, job_id: int, timeout: float = 15.0) -> float:
-        """After a requeue or release: wait until the job is PENDING on BeginTime, then StartTime=now
-        (nothing to do when it is RUNNING again: Slurm's expedited requeue).
-
-        Setting StartTime=now earlier does not stick: the requeue finishes asynchronously and then
-        sets the begin time again. Returns the seconds spent waiting.
-        """
-        jid = _job_id(job_id)
-        t0 = time.monotonic()
-        seen: List[Job] = []
-
-        def on_begin_time() -> Optional[Job]:
-            job = self.job(jid)
-            seen[:] = [job]
-            if job.held:
-                raise UsageError(f"job {jid} is held ({job.reason}); release it first")
-            # RUNNING: an expedited requeue (>= 25.11) is eligible at once and may have started already
-            return job if job.state == "RUNNING" or job.state == "PENDING" and job.reason == "BeginTime" else None
-
-        try:
-            job = self.wait_for(on_begin_time, timeout, f"job {jid} pending on BeginTime")
-        except WaitTimeout:
-            last = seen[0] if seen else None
-            raise WaitTimeout(f"job {jid} pending on BeginTime", timeout,
-                              f"{last.state} ({last.reason or 'no reason'})" if last else None) from None
-        if job.state == "RUNNING":
-            return time.monotonic() - t0
-        for _ in range(5):                   # confirm it stuck: a late requeue step may reset it
-            self.update_job(jid, StartTime="now")
-            try:
-                self.wait_for(_begin_time_cleared(self, jid), 2.0, f"job {jid} BeginTime cleared")
-                return time.monotonic() - t0
-            except WaitTimeout:
-                continue
-        raise WaitTimeout(f"job {jid}: StartTime=now did not stick", time.monotonic() - t0)
-
     def submit(self, argv_or_script: Union[Sequence[str], str], *, env: Optional[Mapping[str, str]] = None,
                cwd: Optional[str] = None, timeout: Optional[float] = None) -> int:
         """sbatch: a list is sbatch options + script + its arguments (no shell); a string with a
@@ -438,36 +393,6 @@ class SlurmClient:
     def delete_reservation(self, name: str) -> None:
         _check_value("reservation name", name)
         self._run(["scontrol", "delete", f"ReservationName={name}"])
-
-    # --- waiting -------------------------------------------------------------------------------
-    def wait_for(self, predicate: Callable[[], Optional[T]], timeout: float, what: str = "condition",
-                 interval: float = 0.2) -> T:
-        """Call predicate() until it returns something truthy; return that. WaitTimeout otherwise."""
-        deadline = time.monotonic() + timeout
-        while True:
-            last = predicate()
-            if last:
-                return last
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(what, timeout)
-            time.sleep(interval)
-
-    def wait_job_state(self, job_id: int, states: Union[str, Iterable[str]], timeout: float = 30.0) -> Job:
-        wanted = {states} if isinstance(states, str) else set(states)
-        jid = _job_id(job_id)
-        seen: List[Job] = []
-
-        def check() -> Optional[Job]:
-            job = self.job(jid)
-            seen[:] = [job]
-            return job if job.state in wanted else None
-
-        try:
-            return self.wait_for(check, timeout, f"job {jid} in {'/'.join(sorted(wanted))}")
-        except WaitTimeout:
-            last = seen[0] if seen else None
-            raise WaitTimeout(f"job {jid} in {'/'.join(sorted(wanted))}", timeout,
-                              f"{last.state} ({last.reason})" if last else None) from None
 
 
 _WARNED: Set[Tuple[int, int, int]] = set()     # versions already warned about in this process: one warning, not one per client
@@ -537,13 +462,6 @@ def _job_id(job_id: object) -> int:
     if jid <= 0:
         raise UsageError(f"bad job id {job_id!r}")
     return jid
-
-
-def _begin_time_cleared(client: "SlurmClient", jid: int) -> Callable[[], bool]:
-    def check() -> bool:
-        job = client.job(jid)
-        return not (job.state == "PENDING" and job.reason == "BeginTime")
-    return check
 
 
 if TYPE_CHECKING:                        # mypy: this backend is a SlurmApi

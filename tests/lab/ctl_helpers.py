@@ -13,6 +13,7 @@ from typing import List, Optional
 import yaml
 
 from slurm_ft_lab import users
+from slurm_ft_lab.waits import wait_for
 
 PY = sys.executable
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -206,7 +207,7 @@ def skip_periodic_check(lab, node: str) -> str:
     hook = lab.dir / "hooks" / "healthcheck"
     saved = hook.read_text()
     write_hook(hook, with_lines(saved, f'[ "$SLURMD_NODENAME" = {node} ] && exit 0\n'))
-    lab.client.wait_for(lambda: not hook_runs_on(node), 120, f"the hooks running on {node} to end", 0.5)
+    wait_for(lambda: not hook_runs_on(node), 120, f"the hooks running on {node} to end", 0.5)
     return saved
 
 

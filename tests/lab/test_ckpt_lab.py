@@ -16,6 +16,7 @@ import pytest
 from ctl_helpers import (controller_config, fail_node, incidents, once, submit_ft, submit_plain, wait_job,
                          xid_drain)
 from slurm_ft.job import ckpt
+from slurm_ft_lab.waits import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -105,7 +106,7 @@ def test_a_fifo_in_one_jobs_checkpoints_holds_that_job_only(lab, cfg, work):
     j_good = submit_ft(lab, work, 2, "--exclusive", "--ckpt-dir", str(good))
     jb, jg = wait_job(lab, j_bad), wait_job(lab, j_good)
     for d in (bad, good):            # RUNNING comes before the batch script: wait for the job's own start
-        lab.client.wait_for(lambda d=d: (d / "slurm-ft-starts.jsonl").exists() or None, 60, f"start in {d}")
+        wait_for(lambda d=d: (d / "slurm-ft-starts.jsonl").exists() or None, 60, f"start in {d}")
     os.mkfifo(bad / "latest")        # the user's job made it; nobody writes to it: a plain open() blocks
     lab.give(bad / "latest")
     fail_node(lab, jb.nodes[0])

@@ -12,6 +12,7 @@ import pytest
 from slurm_ft.errors import UsageError
 from slurm_ft.slurm.backend import get_client
 from slurm_ft.slurm.client import JobNotFound, SlurmClient, SlurmError
+from slurm_ft_lab.waits import start_now, wait_for, wait_job_state
 
 pytestmark = pytest.mark.lab
 
@@ -132,7 +133,7 @@ def test_submit_with_env_and_cwd(client, lab, tmp_path):
     script.write_text("#!/bin/sh\necho \"$SLURM_FT_TEST_VALUE $1 $(pwd)\"\n")
     jid = client.submit(["-N1", "-o", "out.txt", "--comment", 'slurm-ft:ft=1 note="a b" x=y;z',
                          str(script), "arg one"], env={"SLURM_FT_TEST_VALUE": "hello"}, cwd=str(tmp_path))
-    job = client.wait_job_state(jid, "COMPLETED", 30)
+    job = wait_job_state(client, jid, "COMPLETED", 30)
     assert job.comment == 'slurm-ft:ft=1 note="a b" x=y;z'
     assert job.work_dir == str(tmp_path) and job.exit_code == "0:0" and job.user == "root"
     assert client.job(jid).std_out == str(tmp_path / "out.txt")
@@ -144,7 +145,7 @@ def test_a_users_job_as_roots_client_reads_it(lab, work):
     the user's own client reads (their sbatch, their squeue)."""
     mine = lab.as_user()
     jid = mine.submit(["-N1", "-o", "out.txt", "--wrap", "id -un"], cwd=str(work))
-    job = lab.client.wait_job_state(jid, "COMPLETED", 60)
+    job = wait_job_state(lab.client, jid, "COMPLETED", 60)
     assert job.user == lab.user and job.work_dir == str(work) and job.exit_code == "0:0"
     assert (work / "out.txt").read_text().strip() == lab.user
     assert mine.job(jid).user == lab.user
@@ -158,16 +159,16 @@ def test_a_users_step_is_listed_then_cancelled_and_the_job_runs_on(lab, work):
     jid = mine.submit(["-N2", "-J", "users-job", "-o", "out.txt", "--wrap",
                        "srun -N1 --job-name=slurm-ft-group1 sleep 600 & srun -N1 sleep 600; sleep 600"], cwd=str(work))
     try:
-        mine.wait_for(lambda: len(mine.steps(jid)) == 2, 120, "the job's two steps")
+        wait_for(lambda: len(mine.steps(jid)) == 2, 120, "the job's two steps")
         named = mine.steps(jid, "slurm-ft-group1")
         other = [s for s in mine.steps(jid) if s not in named]
         assert len(named) == 1 and len(other) == 1 and mine.steps(jid, "slurm-ft-group0") == []
         mine.cancel_step(jid, named[0])
-        mine.wait_for(lambda: mine.steps(jid) == other, 60, "the named step gone, the other running")
+        wait_for(lambda: mine.steps(jid) == other, 60, "the named step gone, the other running")
         job = mine.job(jid)
         assert job.state == "RUNNING" and job.name == "users-job"
         mine.cancel_step(jid, other[0])
-        mine.wait_for(lambda: mine.steps(jid) == [], 60, "the steps gone")
+        wait_for(lambda: mine.steps(jid) == [], 60, "the steps gone")
         assert mine.job(jid).state == "RUNNING"
     finally:
         mine.cancel(jid)
@@ -175,13 +176,13 @@ def test_a_users_step_is_listed_then_cancelled_and_the_job_runs_on(lab, work):
 
 def test_submit_script_text_and_list(client, lab, tmp_path):
     jid = client.submit("#!/bin/sh\n#SBATCH -N2\n#SBATCH --gres=gpu:8\nsleep 600\n", cwd=str(tmp_path))
-    job = client.wait_job_state(jid, "RUNNING", 30)
+    job = wait_job_state(client, jid, "RUNNING", 30)
     assert job.num_nodes == 2 and len(job.nodes) == 2 and job.batch_host == job.nodes[0]
     assert job.tres_per_node.endswith("gpu:8")
     assert jid in [j.job_id for j in client.jobs()]
     assert [j.job_id for j in client.jobs([jid, 987654])] == [jid]
     client.cancel(jid)
-    assert client.wait_job_state(jid, "CANCELLED", 15).state == "CANCELLED"
+    assert wait_job_state(client, jid, "CANCELLED", 15).state == "CANCELLED"
 
 
 def test_submit_error_carries_command_and_stderr(client, tmp_path):
@@ -195,15 +196,15 @@ def test_submit_error_carries_command_and_stderr(client, tmp_path):
 
 def test_requeue_then_start_now_runs_again_in_seconds(client, lab, tmp_path):
     jid = _sleep_job(client, lab, tmp_path, 2, "--requeue")
-    client.wait_job_state(jid, "RUNNING", 30)
+    wait_job_state(client, jid, "RUNNING", 30)
     # RUNNING comes with the allocation (PrologFlags=Alloc); a requeue during the prologs waits for them
     # (COMPLETING, reason Prolog: 15 s and more on a loaded CI box), which is not what is measured here
-    first = client.wait_for(lambda: (lambda j: j if j.reason != "Prolog" else None)(client.job(jid)), 60,
-                            "the prologs done")
+    first = wait_for(lambda: (lambda j: j if j.reason != "Prolog" else None)(client.job(jid)), 60,
+                     "the prologs done")
     t0 = time.monotonic()
     client.requeue(jid)
-    client.start_now(jid, timeout=30)
-    job = client.wait_job_state(jid, "RUNNING", 20)
+    start_now(client, jid, timeout=30)
+    job = wait_job_state(client, jid, "RUNNING", 20)
     elapsed = time.monotonic() - t0
     # ~2 s on an idle machine (prolog and epilog of this repo included); the bound leaves room for a
     # loaded CI box, and is still far below the ~121 s Slurm waits on its own.
@@ -213,19 +214,19 @@ def test_requeue_then_start_now_runs_again_in_seconds(client, lab, tmp_path):
 
 def test_requeue_hold_and_release(client, lab, tmp_path):
     jid = _sleep_job(client, lab, tmp_path, 1, "--requeue")
-    job = client.wait_job_state(jid, "RUNNING", 30)
+    job = wait_job_state(client, jid, "RUNNING", 30)
     bad = job.nodes[0]
     client.requeue(jid, hold=True)
-    held = client.wait_for(lambda: (lambda j: j if j.state == "PENDING" and j.held else None)(client.job(jid)),
-                           15, "job held")
+    held = wait_for(lambda: (lambda j: j if j.state == "PENDING" and j.held else None)(client.job(jid)),
+                    15, "job held")
     assert held.priority == 0 and held.reason.replace("_", " ") == "job requeued in held state"   # not a launch failure
     with pytest.raises(UsageError, match="held"):
-        client.start_now(jid, timeout=2)
+        start_now(client, jid, timeout=2)
     client.update_job(jid, ExcNodeList=[bad])                 # the spare swap's exclusion
     assert client.job(jid).excluded_nodes == (bad,)
     client.release(jid)
-    client.start_now(jid, timeout=15)
-    job = client.wait_job_state(jid, "RUNNING", 20)
+    start_now(client, jid, timeout=15)
+    job = wait_job_state(client, jid, "RUNNING", 20)
     assert bad not in job.nodes and not job.held
 
 

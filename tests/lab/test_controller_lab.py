@@ -11,6 +11,7 @@ import pytest
 
 from ctl_helpers import (LAB_FAULT, controller_config, controller_running, crash_once, fail_node, incidents, once, parts,
                          slurm_ft, submit_ft, set_pool, submit_plain, wait_job)
+from slurm_ft_lab.waits import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -162,8 +163,8 @@ def test_prolog_failure_launch_failed_held_job_is_released_onto_a_spare(lab, cfg
     with controller_running(lab, cfg, tmp_path / "controller.log"):
         jid = submit_ft(lab, work, 2)
         job = wait_job(lab, jid, restart_count=1, timeout=180)
-        inc = lab.client.wait_for(lambda: [i for i in incidents(lab, cfg) if i["status"] == "recovered"], 60,
-                                  "the incident closed")[0]
+        inc = wait_for(lambda: [i for i in incidents(lab, cfg) if i["status"] == "recovered"], 60,
+                       "the incident closed")[0]
     assert inc["nodes"] == [bad] and lab.client.node(bad).drained
     assert [s["outcome"] for s in inc["steps"] if s["name"] == "requeue"] == ["skipped"]   # Slurm had requeued it
     assert "start" in [s["name"] for s in inc["steps"]]              # released from Slurm's launch-failed hold

@@ -13,6 +13,7 @@ from slurm_ft.config import load_config
 from slurm_ft.node import state
 from slurm_ft.slurm import parse
 from slurm_ft.vocab import parse_event
+from slurm_ft_lab.waits import wait_for
 from tests.lab.ctl_helpers import PY, controller_config, incidents, submit_ft, wait_job, xid_drain
 
 pytestmark = pytest.mark.lab
@@ -60,13 +61,13 @@ def test_a_drained_nodes_jobs_read_the_notice_in_their_output(lab, work):
     second = [n for n in job.nodes if n != job.batch_host][0]
     config = load_config(str(lab.config_path))
     # RUNNING comes before the prologs end (PrologFlags=Alloc): an Xid before then fails the prolog instead
-    lab.client.wait_for(lambda: job.job_id in state.running_jobs(state.load(state.path_for(config.health, second))),
-                        60, f"the prolog's record on {second}")
+    wait_for(lambda: job.job_id in state.running_jobs(state.load(state.path_for(config.health, second))),
+             60, f"the prolog's record on {second}")
     t0 = time.monotonic()
     drained = xid_drain(lab, second)
     assert drained.returncode == 1, drained.stdout + drained.stderr
-    lab.client.wait_for(lambda: any(parse_event(x) for x in out.read_text(errors="replace").splitlines()), 30,
-                        "the notice in the job's output")
+    wait_for(lambda: any(parse_event(x) for x in out.read_text(errors="replace").splitlines()), 30,
+             "the notice in the job's output")
     events = [e for e in map(parse_event, out.read_text(errors="replace").splitlines()) if e]
     assert events[0][:2] == ("failed", second) and events[0][2].startswith("slurm-ft: XID79")
     assert time.monotonic() - t0 < 30
@@ -83,15 +84,15 @@ def test_a_drain_wakes_the_controller_which_would_otherwise_sleep_a_minute(lab, 
     try:
         job_id = submit_ft(lab, work, 2)
         job = wait_job(lab, job_id, "RUNNING", timeout=120)
-        lab.client.wait_for(lambda: "woken by nodes" in (tmp_path / "controller.log").read_text(), 60, "controller up")
+        wait_for(lambda: "woken by nodes" in (tmp_path / "controller.log").read_text(), 60, "controller up")
         time.sleep(2)                                      # its first cycle (it then idles for 60 s)
         victim = [n for n in job.nodes if n != job.batch_host][0]
         drained = xid_drain(lab, victim)
         assert drained.returncode == 1, drained.stdout + drained.stderr
         t_drain = time.time()
         print(drained.stdout + drained.stderr)             # the check's own lines: the wake sent or not
-        inc = lab.client.wait_for(lambda: [i for i in incidents(lab, config)
-                                           if victim in i["nodes"]], 30, "the incident")[0]
+        inc = wait_for(lambda: [i for i in incidents(lab, config)
+                                if victim in i["nodes"]], 30, "the incident")[0]
         assert inc["opened_at"] - t_drain < 5.0, inc      # a wake; polling alone would take up to 60 s
     finally:
         ctl.terminate()

@@ -22,6 +22,7 @@ from ctl_helpers import PY
 from slurm_ft.errors import EnvironmentProblem
 from slurm_ft_lab.cluster import INSTALL_HINT, Lab, LabSpec, check_environment, ephemeral_port_range
 from slurm_ft.slurm.client import SlurmClient
+from slurm_ft_lab.waits import wait_job_state
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -86,7 +87,7 @@ def test_xid79_on_one_node_of_a_2048_node_job_is_recovered_onto_a_spare_and_noth
                        capture_output=True, text=True, timeout=600, env=fleet.user_env(), cwd=str(work))
     assert p.returncode == 0, p.stderr
     jid = int(p.stdout.split()[-1])
-    job = client.wait_job_state(jid, "RUNNING", timeout=600)
+    job = wait_job_state(client, jid, "RUNNING", timeout=600)
     assert len(job.nodes) == 2048
     # RUNNING comes with the allocation (PrologFlags=Alloc); the batch script starts, and its output
     # file appears, once all 2,048 prologs passed: only then is the fault one of a running job

@@ -16,6 +16,7 @@ import pytest
 from slurm_ft_lab.inject import inject
 from slurm_ft_lab.trainer import read_log
 from slurm_ft.slurm.hostlist import expand
+from slurm_ft_lab.waits import wait_for
 from tests.lab.ctl_helpers import PY, periodic_check_skips, slurm_ft, wait_job, watching
 
 pytestmark = pytest.mark.lab
@@ -61,7 +62,7 @@ def test_a_hang_without_a_culprit_restarts_in_place_without_hot_spares(lab, work
     try:
         job = wait_job(lab, job_id, "RUNNING", timeout=180)
         assert len(job.nodes) == 2
-        resumed = lab.client.wait_for(lambda: first_step(ck, 1), 120, "the first step after the restart")
+        resumed = wait_for(lambda: first_step(ck, 1), 120, "the first step after the restart")
         stall = next(e for e in read_log(str(ck)) if e["event"] == "stall")
         launches = events(ck, "launch")
         assert launches[1]["nodes"] == launches[0]["nodes"]               # in place: the same nodes
@@ -90,11 +91,11 @@ def gpu_lost_silently(lab, work: Path, on_fault: str) -> tuple:
     of the culprit is its node's watcher's."""
     job_id, ck = submit(lab, work, 2, 1, "--gpu-check", "on", "--on-fault", on_fault)
     job = wait_job(lab, job_id, "RUNNING", timeout=180)
-    lab.client.wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a checkpoint")
+    wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a checkpoint")
     victim = next(x for x in expand(events(ck, "launch")[0]["nodes"]) if x != job.batch_host)
     with watching(lab, job.nodes, work, "--no-nvml"), periodic_check_skips(lab, victim):
         slurm_ft(lab, None, "lab", "inject", victim, "--gpu", "0", "--gpu-lost", "--no-log", "--dir", str(lab.dir))
-        resumed = lab.client.wait_for(lambda: first_step(ck, 1), 120, "the first step after the relaunch")
+        resumed = wait_for(lambda: first_step(ck, 1), 120, "the first step after the relaunch")
     return job_id, ck, victim, resumed
 
 
@@ -122,13 +123,13 @@ def test_a_hang_whose_culprit_shows_only_in_the_kernel_log_is_found_through_the_
     job_id, ck = submit(lab, work, 2, 1, "--stall-at", "40", "--stall-rank", "1", "--gpu-check", "off")
     try:
         job = wait_job(lab, job_id, "RUNNING", timeout=180)
-        lab.client.wait_for(lambda: events(ck, "launch"), 120, "launch 0")
+        wait_for(lambda: events(ck, "launch"), 120, "launch 0")
         victim = next(x for x in expand(events(ck, "launch")[0]["nodes"]) if x != job.batch_host)
         with periodic_check_skips(lab, victim):
             inject(lab.dir, victim, "xid", gpu=3, value=79, driver=False)         # the kernel log alone
             with watching(lab, job.nodes, work) as logs:
                 assert not events(ck, "hang"), "the step stalled before the watchers were up"
-                resumed = lab.client.wait_for(lambda: first_step(ck, 1), 180, "the first step after the relaunch")
+                resumed = wait_for(lambda: first_step(ck, 1), 180, "the first step after the relaunch")
         [check] = events(ck, "hang_check")
         assert check["culprits"] == victim
         relaunch = events(ck, "launch")[1]
@@ -169,7 +170,7 @@ def test_a_checkpoint_that_keeps_failing_is_passed_over(lab, work):
                         "--gpu-check", "off", ft=("--ckpt-fails", "2", "--max-restarts", "5"))
     try:
         wait_job(lab, job_id, "RUNNING", timeout=180)
-        lab.client.wait_for(lambda: first_step(ck, 3), 240, "the first step from the previous checkpoint")
+        wait_for(lambda: first_step(ck, 3), 240, "the first step from the previous checkpoint")
         launches = events(ck, "launch")
         assert [x["step"] for x in launches[:4]] == [None, 10, 10, 5]
         assert launches[3]["passed_over"] == {"10": 2} and launches[3]["newest"] == 10
@@ -193,12 +194,12 @@ def test_on_the_requeue_path_a_checkpoint_that_keeps_failing_is_passed_over(lab,
     job_id = int(p.stdout.split()[-1])
     try:
         for start in (1, 2, 3):
-            lab.client.wait_for(lambda: len(events(ck, "jobstart")) >= start and _ended(lab, job_id), 180,
-                                f"start {start} of job {job_id} to end")
+            wait_for(lambda: len(events(ck, "jobstart")) >= start and _ended(lab, job_id), 180,
+                     f"start {start} of job {job_id} to end")
             _requeue(lab, job_id, ck, start)
-        lab.client.wait_for(lambda: start_of(ck, 0) and [e for e in read_log(str(ck))
-                                                         if e["event"] == "start" and e.get("step") == 5], 180,
-                            "the start from the previous checkpoint")
+        wait_for(lambda: start_of(ck, 0) and [e for e in read_log(str(ck))
+                                              if e["event"] == "start" and e.get("step") == 5], 180,
+                 "the start from the previous checkpoint")
         starts = events(ck, "jobstart")
         assert [x["step"] for x in starts[:4]] == [None, 10, 10, 5]
         assert [x["restart"] for x in starts[:4]] == [0, 1, 2, 3]           # three real Slurm requeues
@@ -229,7 +230,7 @@ def _requeue(lab, job_id: int, ck: Path, starts: int) -> None:
         if job.state == "PENDING" and job.reason == "BeginTime":
             lab.client.update_job(job_id, StartTime="now")
         return len(events(ck, "jobstart")) > starts
-    lab.client.wait_for(started, 180, f"start {starts + 1} of job {job_id}")
+    wait_for(started, 180, f"start {starts + 1} of job {job_id}")
 
 
 def test_a_hang_with_the_restart_limit_used_up_ends_the_job_with_exit_75(lab, work):
@@ -238,8 +239,8 @@ def test_a_hang_with_the_restart_limit_used_up_ends_the_job_with_exit_75(lab, wo
     try:
         # >= 25.11 with expedite: Slurm requeues any non-zero exit held; the controller leaves a 75 alone
         ends = ("FAILED", "REQUEUE_HOLD") if lab.client.expedited_requeue_available() else ("FAILED",)
-        job = lab.client.wait_for(lambda: next((j for j in [lab.client.job(job_id)] if j.state in ends), None),
-                                  180, f"job {job_id} {' or '.join(ends)}")
+        job = wait_for(lambda: next((j for j in [lab.client.job(job_id)] if j.state in ends), None),
+                       180, f"job {job_id} {' or '.join(ends)}")
         assert job.exit_code == "75:0", job
         end = events(ck, "exit")[-1]
         assert end["rc"] == 75 and "restart limit is used up" in end["reason"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ft_lab.trainer import read_log
+from slurm_ft_lab.waits import wait_for
 from tests.lab.ctl_helpers import PY, controller_config, fail_node, incidents, slurm_ft, wait_job
 
 pytestmark = pytest.mark.lab
@@ -65,18 +66,18 @@ def test_two_faults_use_both_hot_spares_then_the_third_is_requeued(lab, work, co
     job = wait_job(lab, job_id, "RUNNING", timeout=180)
     assert len(job.nodes) == 4                                  # N + K
     for launch in (0, 1):
-        lab.client.wait_for(lambda: stepped_past(ck, 0, launch, (start_of(ck, 0, launch) or {"step": 1e9})["step"] + 7),
-                 120, f"launch {launch} past a checkpoint")
+        wait_for(lambda: stepped_past(ck, 0, launch, (start_of(ck, 0, launch) or {"step": 1e9})["step"] + 7),
+            120, f"launch {launch} past a checkpoint")
         nodes = supervisor_events(ck, "launch")[launch]["nodes"]
         victim = next(x for x in _expand(nodes) if x != job.batch_host)
         fail_node(lab, victim)
-        start = lab.client.wait_for(lambda: start_of(ck, 0, launch + 1), 60, f"launch {launch + 1}")
+        start = wait_for(lambda: start_of(ck, 0, launch + 1), 60, f"launch {launch + 1}")
         assert start["resumed_from"] and start["step"] >= 5      # from a complete checkpoint, not from scratch
         relaunched = supervisor_events(ck, "launch")[launch + 1]
         assert victim not in _expand(relaunched["nodes"]) and len(_expand(relaunched["nodes"])) == 2
         # quarantined and journaled by the controller, never requeued
-        inc = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
-                                and i["status"] == "recovered"], 90, "hot-spare incident recovered")[0]
+        inc = wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
+                     and i["status"] == "recovered"], 90, "hot-spare incident recovered")[0]
         names = [s["name"] for s in inc["steps"]]
         assert "released" in names and "requeue" not in names, names
         assert victim not in {x for p in lab.client.partitions() if p.name == "train" for x in p.nodes}
@@ -93,32 +94,32 @@ def test_two_faults_use_both_hot_spares_then_the_third_is_requeued(lab, work, co
     assert not given_back & set(now.nodes) and len(now.nodes) == 4 - len(given_back)
 
     # no hot spare left: the third fault takes the requeue path and the job comes back at N + K
-    lab.client.wait_for(lambda: stepped_past(ck, 0, 2, start_of(ck, 0, 2)["step"] + 7), 120,
-                        "launch 2 past a checkpoint")
+    wait_for(lambda: stepped_past(ck, 0, 2, start_of(ck, 0, 2)["step"] + 7), 120,
+             "launch 2 past a checkpoint")
     victim = next(x for x in _expand(supervisor_events(ck, "launch")[-1]["nodes"]) if x != job.batch_host)
     fail_node(lab, victim)
-    start = lab.client.wait_for(lambda: start_of(ck, 1, 0), 180, "the requeued job's start")
+    start = wait_for(lambda: start_of(ck, 1, 0), 180, "the requeued job's start")
     assert start["resumed_from"] and start["step"] >= 15
     back = wait_job(lab, job_id, "RUNNING", timeout=60)
     assert back.restart_count == 1 and len(back.nodes) == 4 and victim not in back.nodes
     assert supervisor_events(ck, "fallback")[0]["nodes"] == victim
     assert "hot spares used up" in supervisor_events(ck, "fallback")[0]["reason"]
-    inc = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
-                            and i["status"] == "recovered"], 60, "requeue incident recovered")[0]
+    inc = wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
+                 and i["status"] == "recovered"], 60, "requeue incident recovered")[0]
     assert "requeue" in [s["name"] for s in inc["steps"]]
 
 
 def test_a_fault_on_the_batch_host_is_requeued(lab, work, controller):
     job_id, ck = submit(lab, work, n=2, k=1)
     job = wait_job(lab, job_id, "RUNNING", timeout=180)
-    lab.client.wait_for(lambda: stepped_past(ck, 0, 0, 7), 120, "a checkpoint")
+    wait_for(lambda: stepped_past(ck, 0, 0, 7), 120, "a checkpoint")
     fail_node(lab, job.batch_host)
-    start = lab.client.wait_for(lambda: start_of(ck, 1, 0), 180, "the requeued job's start")
+    start = wait_for(lambda: start_of(ck, 1, 0), 180, "the requeued job's start")
     assert start["resumed_from"] and start["step"] >= 5
     back = wait_job(lab, job_id, "RUNNING", timeout=60)
     assert back.restart_count == 1 and len(back.nodes) == 3 and job.batch_host not in back.nodes
-    inc = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if job.batch_host in i["nodes"]
-                            and i["status"] == "recovered"], 60, "incident recovered")[0]
+    inc = wait_for(lambda: [i for i in incidents(lab, controller) if job.batch_host in i["nodes"]
+                 and i["status"] == "recovered"], 60, "incident recovered")[0]
     assert "requeue" in [s["name"] for s in inc["steps"]]
 
 

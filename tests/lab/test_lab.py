@@ -14,6 +14,7 @@ import pytest
 
 from slurm_ft.errors import EnvironmentProblem, UsageError
 from slurm_ft_lab.cluster import Lab, LabSpec
+from slurm_ft_lab.waits import wait_for, wait_job_state
 
 pytestmark = pytest.mark.lab
 
@@ -233,11 +234,11 @@ def test_dead_slurmd_is_not_responding_fast_and_comes_back(lab):
     lab.reset()
     t0 = time.monotonic()
     lab.cluster.kill_slurmd("gpu040")
-    lab.client.wait_for(lambda: "NOT_RESPONDING" in lab.client.node("gpu040").flags, 40, "gpu040 not responding")
+    wait_for(lambda: "NOT_RESPONDING" in lab.client.node("gpu040").flags, 40, "gpu040 not responding")
     noticed = time.monotonic() - t0
     assert noticed < 40, noticed
     lab.cluster.start_slurmds()
-    lab.client.wait_for(lambda: "NOT_RESPONDING" not in lab.client.node("gpu040").flags, 40, "gpu040 back")
+    wait_for(lambda: "NOT_RESPONDING" not in lab.client.node("gpu040").flags, 40, "gpu040 back")
     print(f"slurmd killed -> NOT_RESPONDING after {noticed:.1f} s")
     lab.reset()
 
@@ -245,7 +246,7 @@ def test_dead_slurmd_is_not_responding_fast_and_comes_back(lab):
 def test_restart_slurmctld_keeps_jobs(lab):
     lab.reset()
     jid = lab.as_user().submit(["-N1", "-o", "/dev/null", "--wrap", "sleep 600"])
-    lab.client.wait_job_state(jid, "RUNNING", 30)
+    wait_job_state(lab.client, jid, "RUNNING", 30)
     lab.cluster.restart_slurmctld()
     assert lab.client.job(jid).state == "RUNNING"
     lab.reset()

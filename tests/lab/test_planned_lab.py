@@ -28,6 +28,7 @@ import yaml
 from slurm_ft.slurm.hostlist import expand
 from slurm_ft_lab.inject import inject
 from slurm_ft_lab.trainer import read_log, runs
+from slurm_ft_lab.waits import wait_for
 from tests.lab.ctl_helpers import PY, controller_config, incidents, slurm_ft, wait_job
 
 pytestmark = pytest.mark.lab
@@ -128,8 +129,8 @@ def supervisor(ck: Path, event: str) -> list:
 def training(lab, ck: Path, job_id: int, past: int = 7):
     """The job's step nodes once it trained past a checkpoint; the victim: one of them, not the batch host."""
     job = wait_job(lab, job_id, "RUNNING", timeout=180)
-    lab.client.wait_for(lambda: any(e["event"] == "step" and e["step"] >= past for e in read_log(str(ck))), 180,
-                        f"step {past}")
+    wait_for(lambda: any(e["event"] == "step" and e["step"] >= past for e in read_log(str(ck))), 180,
+             f"step {past}")
     step_nodes = list(expand(supervisor(ck, "launch")[0]["nodes"]))
     return job, next(x for x in step_nodes if x != job.batch_host)
 
@@ -141,8 +142,8 @@ def test_corrected_ecc_climbing_swaps_at_a_checkpoint_with_no_step_redone_and_th
     w = watches(lab, tmp_path, victim, controller)
     t0 = time.time()
     inject(lab.dir, victim, "ecc_sbe_rate", gpu=3, value="6000/min")
-    second = lab.client.wait_for(lambda: [r for r in runs(read_log(str(ck))) if r["launch"] == 1
-                                          and r["first_step"] is not None], 180, "the step relaunched")[0]
+    second = wait_for(lambda: [r for r in runs(read_log(str(ck))) if r["launch"] == 1
+                               and r["first_step"] is not None], 180, "the step relaunched")[0]
     first = runs(read_log(str(ck)))[0]
     # the trainer's own log: it stopped after the checkpoint it was asked for, the next launch began there
     assert first["end"] == "stop" and first["last_ckpt"] == first["last_step"]
@@ -153,12 +154,12 @@ def test_corrected_ecc_climbing_swaps_at_a_checkpoint_with_no_step_redone_and_th
     assert not supervisor(ck, "fault")
     node = lab.client.node(victim)
     assert node.drained and node.reason.startswith("slurm-ft: PLANNED ECC_SBE_RATE gpu3 corrected ECC errors +")
-    lab.client.wait_for(lambda: [x["planned"]["action"] for x in w.lines() if x.get("planned")][:1] == ["drained"],
-                        30, "the watcher saying it drained the node")
+    wait_for(lambda: [x["planned"]["action"] for x in w.lines() if x.get("planned")][:1] == ["drained"],
+             30, "the watcher saying it drained the node")
     now = lab.client.job(job_id)
     assert now.state == "RUNNING" and now.restart_count == 0 and victim not in now.nodes
-    inc = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if i["status"] == "planned"], 90,
-                              "the planned incident closed")[0]
+    inc = wait_for(lambda: [i for i in incidents(lab, controller) if i["status"] == "planned"], 90,
+                   "the planned incident closed")[0]
     assert inc["nodes"] == [victim] and inc["note"].startswith("planned, hot spare:")
     assert [s["name"] for s in inc["steps"]][:2] == ["open", "quarantine"] and "requeue" not in str(inc["steps"])
     print(f"soft signal -> first step on the spare: {second['first_step_t'] - t0:.2f} s after the errors began")
@@ -201,8 +202,8 @@ def test_a_straggler_is_moved_off_at_a_checkpoint_and_its_own_watcher_sends_it_t
     job_id, ck = submit(lab, work, controller)
     job, victim = training(lab, ck, job_id)
     inject(lab.dir, victim, "slow", gpu=0, value=0.5)        # its GPU at half speed: the gang waits for it
-    second = lab.client.wait_for(lambda: [r for r in runs(read_log(str(ck))) if r["launch"] == 1
-                                          and r["first_step"] is not None], 180, "the step relaunched")[0]
+    second = wait_for(lambda: [r for r in runs(read_log(str(ck))) if r["launch"] == 1
+                               and r["first_step"] is not None], 180, "the step relaunched")[0]
     [slow] = supervisor(ck, "straggler")
     assert slow["node"] == victim and slow["reason"].startswith("STRAGGLER: 0.")
     first = runs(read_log(str(ck)))[0]
@@ -211,10 +212,10 @@ def test_a_straggler_is_moved_off_at_a_checkpoint_and_its_own_watcher_sends_it_t
     assert [r["nodes"] for r in supervisor(ck, "release") if r["ok"]] == [victim]   # nobody quarantines a straggler
     assert not lab.client.node(victim).drained                  # a job's word drains no node ...
     w = watches(lab, tmp_path, victim, controller)              # ... the node's own watcher does
-    lab.client.wait_for(lambda: lab.client.node(victim).drained, 60, "the watcher's planned drain")
+    wait_for(lambda: lab.client.node(victim).drained, 60, "the watcher's planned drain")
     assert lab.client.node(victim).reason.startswith("slurm-ft: PLANNED CLOCK_SLOW gpu0 SM clock at 50% of max")
-    lab.client.wait_for(lambda: any(x.get("planned", {}).get("action") == "drained" for x in w.lines()), 30,
-                        "the watcher saying so")
+    wait_for(lambda: any(x.get("planned", {}).get("action") == "drained" for x in w.lines()), 30,
+             "the watcher saying so")
     sweep = json.loads(slurm_ft(lab, controller, "sweep", "--json", timeout=600).stdout)
     assert any(c.startswith(f"{victim}: validating -> quarantined (BURNIN") for c in sweep["changes"]), sweep
     row = json.loads(slurm_ft(lab, controller, "report", "--json").stdout)["by_soft_signal"]["CLOCK_SLOW"]

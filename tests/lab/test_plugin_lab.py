@@ -25,6 +25,7 @@ from slurm_ft_lab.scenario import Scenario
 from slurm_ft_lab.trainer import read_log
 from slurm_ft.job.tag import FtSpec, decode, encode
 from slurm_ft.slurm.hostlist import expand
+from slurm_ft_lab.waits import wait_for
 
 OPTIONS = ("--ft-ckpt-dir", "--ft-hot-spares", "--ft-max-restarts", "--ft-hang-timeout", "--ft-min-nodes")
 
@@ -161,7 +162,7 @@ def test_through_the_plugin_a_hang_is_restarted_in_place_from_the_newest_checkpo
     job_id = int(p.stdout.split()[-1])
     try:
         assert decode(plab.client.job(job_id).admin_comment).hang_timeout == 10
-        plab.client.wait_for(lambda: _stepped_past(ck, 1, 1), 180, "the first step after the restart in place")
+        wait_for(lambda: _stepped_past(ck, 1, 1), 180, "the first step after the restart in place")
         records = [json.loads(x) for x in (ck / "slurm-ft-starts.jsonl").read_text().splitlines()]
         launches = [r for r in records if r["event"] == "launch"]
         assert [r["event"] for r in records if r["event"] in ("jobstart", "launch")][:3] == ["jobstart", "launch", "launch"]
@@ -192,11 +193,11 @@ def test_through_the_plugin_hot_spares_meet_a_fault_inside_the_allocation(pwork,
         job = wait_job(plab, job_id, "RUNNING", timeout=180)
         assert len(job.nodes) == 3
         assert job.admin_comment == encode(FtSpec(ckpt_dir=str(ck), hot_spares=1, train_nodes=2, max_restarts=5))
-        plab.client.wait_for(lambda: _stepped_past(ck, 0, 7), 120, "launch 0 past its first checkpoint")
+        wait_for(lambda: _stepped_past(ck, 0, 7), 120, "launch 0 past its first checkpoint")
         launch0 = [r for r in _starts(ck) if r["event"] == "launch"][0]
         victim = next(x for x in expand(launch0["nodes"]) if x != job.batch_host)
         fail_node(plab, victim)
-        start = plab.client.wait_for(lambda: _start_of_launch(ck, 1), 90, "the relaunch on the hot spare")
+        start = wait_for(lambda: _start_of_launch(ck, 1), 90, "the relaunch on the hot spare")
         assert start["resumed_from"] and start["step"] >= 5
         relaunched = [r for r in _starts(ck) if r["event"] == "launch"][1]
         assert victim not in expand(relaunched["nodes"]) and len(expand(relaunched["nodes"])) == 2

@@ -18,6 +18,7 @@ import pytest
 from slurm_ft.job import startlog
 from slurm_ft_lab import users
 from slurm_ft_lab.trainer import read_log
+from slurm_ft_lab.waits import wait_for
 from tests.lab.ctl_helpers import PY, fail_node, slurm_ft, wait_job
 
 pytestmark = pytest.mark.lab
@@ -74,8 +75,8 @@ def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
     for j in jobs:
         j["job"] = wait_job(lab, j["id"], "RUNNING", timeout=600)      # 20 jobs starting beside CI's other rooms
     for j in jobs:
-        c.wait_for(lambda: any(e["event"] == "step" and e["step"] >= 7 for e in read_log(str(j["ck"]))), 600,
-                   f"job {j['id']} past a checkpoint")
+        wait_for(lambda: any(e["event"] == "step" and e["step"] >= 7 for e in read_log(str(j["ck"]))), 600,
+                 f"job {j['id']} past a checkpoint")
     loops = [subprocess.Popen(lab.cluster.user_argv(["/bin/sh", "-c", "while :; do squeue >/dev/null 2>&1; "
                                                      "sleep 0.3; done"], u), env=lab.user_env(u),
                               cwd=str(lab.cluster.user_home(u))) for u in USERS]
@@ -88,8 +89,8 @@ def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
             if j["job"].restart_count:
                 requeued_before_the_fault(lab, j)
                 rc = j["job"].restart_count
-                c.wait_for(lambda: any(e["event"] == "step" and e.get("restart") == rc
-                                       for e in read_log(str(j["ck"]))), 600, f"job {j['id']} training again")
+                wait_for(lambda: any(e["event"] == "step" and e.get("restart") == rc
+                                     for e in read_log(str(j["ck"]))), 600, f"job {j['id']} training again")
                 j["job"] = c.job(j["id"])
         t_fault = time.time()
         for j in jobs:
@@ -102,7 +103,7 @@ def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
         took = []
         for j in jobs:
             try:
-                first = c.wait_for(lambda: relaunched(j), 300, f"job {j['id']} relaunched")
+                first = wait_for(lambda: relaunched(j), 300, f"job {j['id']} relaunched")
             except BaseException:
                 show(c, [j for j in jobs if not relaunched(j)], t_fault)
                 raise

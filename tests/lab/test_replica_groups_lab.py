@@ -16,6 +16,7 @@ import pytest
 
 from slurm_ft.slurm.hostlist import expand
 from slurm_ft_lab.trainer import read_log
+from slurm_ft_lab.waits import wait_for
 from tests.lab.ctl_helpers import PY, fail_node, incidents, slurm_ft, wait_job, xid_drain
 from tests.lab.test_hot_spares_lab import controller, supervisor_events  # noqa: F401 - the fixture
 
@@ -63,8 +64,8 @@ def in_quorum(ck: Path, group: int, launch: int, steps: int = 3) -> list:
 
 
 def training(lab, ck: Path, job_id: int) -> None:
-    lab.client.wait_for(lambda: all(launches(ck, g) and in_quorum(ck, g, launches(ck, g)[-1]["launch"], 12)
-                                    for g in (0, 1)), START_S, f"job {job_id}: both groups stepping in the quorum")
+    wait_for(lambda: all(launches(ck, g) and in_quorum(ck, g, launches(ck, g)[-1]["launch"], 12)
+                         for g in (0, 1)), START_S, f"job {job_id}: both groups stepping in the quorum")
 
 
 def assert_never_stopped(ck: Path, group: int, t_fault: float, t_until: float) -> list:
@@ -97,10 +98,10 @@ def test_a_fault_in_group_1_restarts_group_1_alone_on_the_hot_spare(lab, work, c
     chk = xid_drain(lab, victim)                    # the fake driver's Xid 79, the node's real check drains it
     assert chk.returncode == 1 and lab.client.node(victim).drained, (chk.stdout, chk.stderr)
 
-    relaunch = lab.client.wait_for(lambda: launches(ck, 1)[1:], STOP_S, "group 1 relaunched")[0]
+    relaunch = wait_for(lambda: launches(ck, 1)[1:], STOP_S, "group 1 relaunched")[0]
     assert set(expand(relaunch["nodes"])) == set(expand(g1["nodes"])) - {victim} | {spare}
     assert relaunch["rejoin"] is True
-    back = lab.client.wait_for(lambda: in_quorum(ck, 1, relaunch["launch"]), START_S, "group 1 back in the quorum")
+    back = wait_for(lambda: in_quorum(ck, 1, relaunch["launch"]), START_S, "group 1 back in the quorum")
     start = next(e for e in read_log(str(ck)) if e["event"] == "start" and e["launch"] == relaunch["launch"])
     assert start["rejoin"] and start["resumed_from"] is None     # no checkpoint read: it healed from group 0
     assert back[0]["step"] > at_fault                            # at group 0's step, not from scratch
@@ -108,8 +109,8 @@ def test_a_fault_in_group_1_restarts_group_1_alone_on_the_hot_spare(lab, work, c
     assert_never_stopped(ck, 0, t_fault, back[0]["t"] + 5)
     assert len(launches(ck, 0)) == 1 and not events(ck, "fallback")
 
-    inc = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
-                                       and i["status"] == "recovered"], 120, "the incident recovered")[0]
+    inc = wait_for(lambda: [i for i in incidents(lab, controller) if victim in i["nodes"]
+                            and i["status"] == "recovered"], 120, "the incident recovered")[0]
     assert inc["path"] == "replica_group"
     names = [s["name"] for s in inc["steps"]]
     assert "quarantine" in names and "released" in names and "requeue" not in names, names
@@ -125,19 +126,19 @@ def test_two_faults_in_a_row_the_second_with_no_spare_left_trains_on_one_group(l
     first = expand(launches(ck, 1)[0]["nodes"])[-1]
     t_first = time.time()
     fail_node(lab, first)
-    relaunch = lab.client.wait_for(lambda: launches(ck, 1)[1:], STOP_S, "group 1 relaunched")[0]
-    back = lab.client.wait_for(lambda: in_quorum(ck, 1, relaunch["launch"]), START_S, "group 1 back in the quorum")
+    relaunch = wait_for(lambda: launches(ck, 1)[1:], STOP_S, "group 1 relaunched")[0]
+    back = wait_for(lambda: in_quorum(ck, 1, relaunch["launch"]), START_S, "group 1 back in the quorum")
     # the second fault: the hot spare is used up, group 1 waits and group 0 trains on alone
     second = next(x for x in expand(relaunch["nodes"]) if x != job.batch_host)
     t_second = time.time()
     fail_node(lab, second)
-    lab.client.wait_for(lambda: [e for e in events(ck, "park") if e.get("group") == 1], STOP_S, "group 1 parked")
-    alone = lab.client.wait_for(lambda: [e for e in committed(ck, 0) if e["t"] > t_second and e["participants"] == 1][4:],
-                                60, "group 0 stepping alone")
+    wait_for(lambda: [e for e in events(ck, "park") if e.get("group") == 1], STOP_S, "group 1 parked")
+    alone = wait_for(lambda: [e for e in committed(ck, 0) if e["t"] > t_second and e["participants"] == 1][4:],
+                     60, "group 0 stepping alone")
     assert_never_stopped(ck, 0, t_first, alone[-1]["t"])
     assert back[0]["t"] < t_second and not events(ck, "fallback")
-    lab.client.wait_for(lambda: len([i for i in incidents(lab, controller) if i["status"] == "recovered"]) >= 2, 120,
-                        "both incidents recovered")
+    wait_for(lambda: len([i for i in incidents(lab, controller) if i["status"] == "recovered"]) >= 2, 120,
+             "both incidents recovered")
     incs = [i for i in incidents(lab, controller) if i["status"] == "recovered"]
     assert [i["path"] for i in incs] == ["replica_group", "replica_group"]
     assert all("requeue" not in [s["name"] for s in i["steps"]] for i in incs)
@@ -148,19 +149,19 @@ def test_a_fault_on_the_lighthouse_host_takes_the_whole_job_requeue_path(lab, wo
     job_id, ck = submit(lab, work)
     job = wait_job(lab, job_id, "RUNNING", timeout=180)
     training(lab, ck, job_id)
-    lab.client.wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a DCP checkpoint")
+    wait_for(lambda: any(e["event"] == "ckpt" for e in read_log(str(ck))), 120, "a DCP checkpoint")
     fail_node(lab, job.batch_host)                   # the batch host: the supervisor and the Lighthouse
-    [fb] = lab.client.wait_for(lambda: events(ck, "fallback"), 60, "the supervisor's fallback")
+    [fb] = wait_for(lambda: events(ck, "fallback"), 60, "the supervisor's fallback")
     assert "Lighthouse" in fb["reason"]
     def restarted():
         return [e for e in read_log(str(ck)) if e["event"] == "start" and e["restart"] == 1]
-    starts = lab.client.wait_for(lambda: len(restarted()) >= 2 and restarted(), START_S,
-                                 "both groups started again after the requeue")
+    starts = wait_for(lambda: len(restarted()) >= 2 and restarted(), START_S,
+                      "both groups started again after the requeue")
     assert all(s["resumed_from"] and s["step"] >= 10 for s in starts)      # from the DCP fallback checkpoint
     back = wait_job(lab, job_id, "RUNNING", timeout=60)
     assert back.restart_count == 1 and job.batch_host not in back.nodes and len(back.nodes) == 5
-    inc = lab.client.wait_for(lambda: [i for i in incidents(lab, controller) if job.batch_host in i["nodes"]
-                                       and i["status"] == "recovered"], 120, "incident recovered")[0]
+    inc = wait_for(lambda: [i for i in incidents(lab, controller) if job.batch_host in i["nodes"]
+                            and i["status"] == "recovered"], 120, "incident recovered")[0]
     assert inc["path"] == "requeue" and "requeue" in [s["name"] for s in inc["steps"]]
 
 

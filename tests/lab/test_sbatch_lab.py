@@ -12,6 +12,7 @@ import pytest
 
 from slurm_ft.job import ckpt
 from slurm_ft.job.tag import FtSpec, decode
+from slurm_ft_lab.waits import start_now
 
 pytestmark = pytest.mark.lab
 
@@ -90,7 +91,7 @@ sleep 300
     os.makedirs(ck / "step_000050")                     # a newer, half-written one: never resumed from
     out.unlink()
     lab.client.requeue(job_id)
-    lab.client.start_now(job_id)
+    start_now(lab.client, job_id)
     second = wait_file(out)
     assert second["restart"] == "1"
     assert second["argv"] == ["--resume", done, f"--x={done}/rank0"]

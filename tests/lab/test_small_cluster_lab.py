@@ -22,6 +22,7 @@ import yaml
 from conftest import TEST_LAB_DIR, TEST_PORT_BASE, lab_session, work_dir
 from ctl_helpers import incidents, once, parts, slurm_ft, submit_ft, wait_job, xid_drain
 from slurm_ft_lab.cluster import LabSpec
+from slurm_ft_lab.waits import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -71,7 +72,7 @@ def test_the_fault_that_used_the_default_breakers_one_unit_is_recovered_onto_the
     cfg = default_config(slab, swork)
     jid = submit_ft(slab, sjob, len(slab.train_nodes))               # the whole partition: it needs the spare
     job = wait_job(slab, jid, timeout=180)                           # every prolog done
-    slab.client.wait_for(lambda: (sjob / f"job-{jid}.out").exists(), 120, "the batch script's start")
+    wait_for(lambda: (sjob / f"job-{jid}.out").exists(), 120, "the batch script's start")
     bad = job.nodes[1]
     chk = xid_drain(slab, bad)                 # the node's own check finds the Xid 79 and drains the node
     node = slab.client.node(bad)
@@ -115,7 +116,7 @@ def test_a_users_requeue_beside_an_admins_down_node_claims_moves_and_reboots_not
     subprocess.run([*owner, "env", f"SLURM_CONF={slab.conf}", "scontrol", "requeue", str(jid)], check=True,
                    env=slab.env, timeout=30)
     # requeued: PENDING, or (>= 25.11, --requeue=expedite) running again at once
-    slab.client.wait_for(lambda: slab.client.job(jid).restart_count == 1, 60, "the owner's requeue")
+    wait_for(lambda: slab.client.job(jid).restart_count == 1, 60, "the owner's requeue")
 
     out = once(slab, cfg, budget=20)
     assert incidents(slab, cfg) == [], (out.stdout, out.stderr)

@@ -13,6 +13,7 @@ import pytest
 from slurm_ft_lab.inject import inject
 from slurm_ft_lab.trainer import read_log
 from slurm_ft.job import ckpt
+from slurm_ft_lab.waits import start_now, wait_for, wait_job_state
 from tests.lab.ctl_helpers import wait_event
 
 pytestmark = pytest.mark.lab
@@ -58,7 +59,7 @@ def test_trainer_checkpoints_and_resumes_after_requeue(lab, work):
     # refused on the node ("Job N already killed, do not launch batch job") and the job FAILS. Start
     # it in the next second at the earliest.
     time.sleep(max(0.0, int(time.time()) + 1.05 - time.time()))
-    lab.client.start_now(job_id)
+    start_now(lab.client, job_id)
     resumed = wait_event(ck, lambda e: e["event"] == "start" and e["restart"] == 1, START_S, "start after requeue",
                          lab, job_id)
     last_before = max(e["step"] for e in read_log(str(ck)) if e["event"] == "step" and e["restart"] == 0)
@@ -88,9 +89,9 @@ def test_fatal_xid_kills_one_rank_and_the_others_hit_the_collective_timeout(lab,
     assert 8 - 0.2 <= timeout["t"] - fault["t"] < 8 + 20
     if lab.client.requeue_option() == "--requeue=expedite":
         # Slurm >= 25.11 requeues an expedite job that fails by itself (slurm-ft's controller is not running)
-        lab.client.wait_for(lambda: lab.client.job(job_id).restart_count >= 1, 60, "Slurm's own requeue")
+        wait_for(lambda: lab.client.job(job_id).restart_count >= 1, 60, "Slurm's own requeue")
     else:
-        job = lab.client.wait_job_state(job_id, ["FAILED", "COMPLETED"], timeout=60)
+        job = wait_job_state(lab.client, job_id, ["FAILED", "COMPLETED"], timeout=60)
         assert job.state == "FAILED"                           # Slurm alone does not bring it back
     steps = [e["step"] for e in read_log(str(ck)) if e["event"] == "step" and e["restart"] == 0]
     assert max(steps) == fault["step"] - 1                     # no step completed after the fault
@@ -120,12 +121,12 @@ def test_elastic_job_resumes_on_fewer_nodes(lab, work):
                             "--collective-timeout", "60", ft_args=("--min-nodes", "2"))
     wait_event(ck, lambda e: e["event"] == "ckpt" and e["step"] >= 5, START_S, "checkpoint", lab, job_id)
     lab.client.requeue(job_id, hold=True)   # held: an expedited requeue (>= 25.11) would start it again at once
-    lab.client.wait_for(lambda: (lambda j: j.state == "PENDING" and j.held)(lab.client.job(job_id)),
-                        30, "requeued job held")
+    wait_for(lambda: (lambda j: j.state == "PENDING" and j.held)(lab.client.job(job_id)),
+             30, "requeued job held")
     lab.client.update_job(job_id, NumNodes=str(NODES - 1))
     lab.client.release(job_id)
     time.sleep(max(0.0, int(time.time()) + 1.05 - time.time()))   # see test_trainer_checkpoints_and_resumes...
-    lab.client.start_now(job_id)
+    start_now(lab.client, job_id)
     resumed = wait_event(ck, lambda e: e["event"] == "start" and e["restart"] == 1, START_S, "start after shrink",
                          lab, job_id)
     assert resumed["world"] == NODES - 1 and resumed["step"] >= 5 and resumed["state_ok"]
@@ -148,4 +149,4 @@ def test_trainer_at_the_full_size_of_the_lab(lab, work):
     latest = ckpt.latest(str(ck), verify=True)
     assert latest.step == 10 and len(os.listdir(latest.path)) == n + 1
     assert [e["step"] for e in read_log(str(ck)) if e["event"] == "step"] == list(range(1, 13))
-    assert lab.client.wait_job_state(job_id, ["COMPLETED"], timeout=120).state == "COMPLETED"
+    assert wait_job_state(lab.client, job_id, ["COMPLETED"], timeout=120).state == "COMPLETED"

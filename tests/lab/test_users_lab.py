@@ -15,6 +15,7 @@ import pytest
 
 from ctl_helpers import PY, periodic_check_skips, wait_job, watching
 from slurm_ft_lab.inject import inject
+from slurm_ft_lab.waits import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -27,7 +28,7 @@ def _holder(lab, work, node: str) -> int:
     assert p.returncode == 0, p.stderr
     job_id = int(p.stdout.strip().split(";")[0])
     wait_job(lab, job_id, "RUNNING", timeout=180)
-    lab.client.wait_for(lambda: started.exists(), 180, f"job {job_id}'s batch script")
+    wait_for(lambda: started.exists(), 180, f"job {job_id}'s batch script")
     return job_id
 
 

@@ -172,10 +172,6 @@ class FakeSlurm:
         self._free([x for x in j.nodes if x not in kept])
         self.j[job_id] = replace(j, nodes=kept, num_nodes=len(kept))
 
-    def start_now(self, job_id: int, timeout: float = 15.0) -> float:
-        self.update_job(job_id, StartTime="now")
-        return 0.0
-
     def submit(self, argv_or_script: Union[Sequence[str], str], *, env: Optional[Mapping[str, str]] = None,
                cwd: Optional[str] = None, timeout: Optional[float] = None) -> int:
         raise NotImplementedError("FakeSlurm runs no batch scripts: add_job() places a job, or override submit")

@@ -30,6 +30,7 @@ from slurm_ft_lab.cluster import Lab, LabSpec
 from slurm_ft.slurm.client import SlurmClient
 from slurm_ft.slurm.parse import sinfo_node_format
 from slurm_ft.vocab import EVENT_MARK, event_line
+from slurm_ft_lab.waits import wait_for, wait_job_state
 
 HERE = Path(__file__).resolve().parent
 REASON = 'slurm-ft: XID79 gpu3 "fell off the bus" a=b; c=\'d\''
@@ -87,15 +88,15 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
     done = c.submit(["-w", "gpu004", "-N1", "--wrap", "true"], cwd=str(work))
     failed = c.submit(["-w", "gpu004", "-N1", "--wrap", "exit 3"], cwd=str(work))
     for jid in (running, small, held):
-        c.wait_job_state(jid, "RUNNING", 60)
-    c.wait_job_state(done, "COMPLETED", 60)
-    c.wait_job_state(failed, "FAILED", 60)
-    c.wait_job_state(begin, "PENDING", 10)
+        wait_job_state(c, jid, "RUNNING", 60)
+    wait_job_state(c, done, "COMPLETED", 60)
+    wait_job_state(c, failed, "FAILED", 60)
+    wait_job_state(c, begin, "PENDING", 10)
     if c.expedited_requeue_available():   # >= 25.11 with enable_expedited_requeue: a non-zero exit with
         exp = c.submit(["-w", "gpu004", "-N1", "--requeue=expedite", "--wrap", "exit 3"], cwd=str(work))
-        c.wait_for(lambda: c.job(exp).held, 60, "expedited requeue held")   # clean epilogs -> held
+        wait_for(lambda: c.job(exp).held, 60, "expedited requeue held")   # clean epilogs -> held
     c.requeue(held, hold=True)
-    c.wait_for(lambda: c.job(held).held, 30, "held")
+    wait_for(lambda: c.job(held).held, 30, "held")
     c.drain("gpu002", "slurm-ft: draining while a job runs")
     c.drain("gpu003", REASON)
     c.create_reservation("gpu003", name="maint_now", duration="60")
@@ -103,7 +104,7 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
 
     slurmd = next(d["pid"] for d in lab.daemons() if d.get("node") == "gpu004")
     os.kill(slurmd, signal.SIGKILL)
-    c.wait_for(lambda: "NOT_RESPONDING" in c.node("gpu004").flags, 60, "gpu004 not responding")
+    wait_for(lambda: "NOT_RESPONDING" in c.node("gpu004").flags, 60, "gpu004 not responding")
     save("scontrol_show_node.txt", ["scontrol", "show", "node", "-o"])
     one = ["sinfo", "-N", "-h", "-O", sinfo_node_format(), "-n"]   # SlurmClient.node: one node asked for
     save("sinfo_node_draining.txt", [*one, "gpu002"])
@@ -113,7 +114,7 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
     # what a job's output shows of `scontrol notify` (the node's watcher tells the job of a drain)
     c.notify(running, event_line("failed", "gpu001", REASON))
     out_file = work / f"train-{running}.out"
-    c.wait_for(lambda: EVENT_MARK in out_file.read_text(errors="replace"), 30, "the notice in the job's output")
+    wait_for(lambda: EVENT_MARK in out_file.read_text(errors="replace"), 30, "the notice in the job's output")
     (out_dir / "notify_batch_output.txt").write_text(out_file.read_text(errors="replace"))
     save("sinfo.json", ["sinfo", "--json"])
     save("sinfo_N.txt", ["sinfo", "-h", "-N", "-o", "%N %T"])
@@ -124,7 +125,7 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
     save("scontrol_version.txt", ["scontrol", "--version"])
     for what in ("node", "job", "partition", "reservation"):
         save(f"scontrol_show_{what}.json", ["scontrol", "show", what, "--json"])
-    c.wait_for(lambda: c.node("gpu004").state == "DOWN", 60, "gpu004 down")
+    wait_for(lambda: c.node("gpu004").state == "DOWN", 60, "gpu004 down")
     save("scontrol_show_node_down.txt", ["scontrol", "show", "node", "-o", "gpu004"])
     save("sinfo_node_down.txt", [*one, "gpu004"])
     save("scontrol_show_node_down.json", ["scontrol", "show", "node", "gpu004", "--json"])
@@ -141,13 +142,13 @@ def capture_hang_check(lab: Lab, c: SlurmClient, work: Path, out_dir: Path) -> N
     from slurm_ft.job.supervisor import check_argv
     nodes = ["gpu001", "gpu002", "gpu003", "gpu004"]
     job = c.submit(["-w", ",".join(nodes), "-N4", "--wrap", "sleep 600"], cwd=str(work))
-    c.wait_job_state(job, "RUNNING", 60)
+    wait_job_state(c, job, "RUNNING", 60)
     # RUNNING comes before the prologs end (PrologFlags=Alloc): a GPU lost before then fails the prolog
     from slurm_ft.config import load_config
     from slurm_ft.node import state
     health = load_config(str(lab.config_path)).health
-    c.wait_for(lambda: all(job in state.running_jobs(state.load(state.path_for(health, n))) for n in nodes), 60,
-               "the prologs' records")
+    wait_for(lambda: all(job in state.running_jobs(state.load(state.path_for(health, n))) for n in nodes), 60,
+             "the prologs' records")
     inject(lab.dir, "gpu002", "gpu_lost", gpu=0, log=False)
     env = dict(lab.env(), SLURM_JOB_ID=str(job), LD_LIBRARY_PATH=str(lab.dir / "lib"))
     p = subprocess.run(check_argv(nodes, python=sys.executable), env=env, capture_output=True, text=True, timeout=300)
@@ -155,8 +156,8 @@ def capture_hang_check(lab: Lab, c: SlurmClient, work: Path, out_dir: Path) -> N
     print(f"srun_label_hang_check.txt: {len(p.stdout.splitlines())} lines (rc {p.returncode})")
     heal_all(lab.dir)                     # before the epilog checks the node
     c.cancel(job)
-    c.wait_for(lambda: c.job(job).state == "CANCELLED" and "COMPLETING" not in c.node("gpu004").flags, 60,
-               "the hang check's job ended")
+    wait_for(lambda: c.job(job).state == "CANCELLED" and "COMPLETING" not in c.node("gpu004").flags, 60,
+             "the hang check's job ended")
     if c.node("gpu002").drained:          # by the check (--drain)
         c.resume(["gpu002"])
 
