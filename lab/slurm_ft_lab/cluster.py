@@ -50,7 +50,7 @@ from slurm_ft.node.query_socket import PATH_ENV as QUERY_SOCKET_ENV
 from slurm_ft.runner import Result, run
 from slurm_ft.slurm import versions
 from slurm_ft.slurm.hostlist import compress
-from slurm_ft_lab import users, versionconf
+from slurm_ft_lab import plugin, users, versionconf
 
 log = logging.getLogger(__name__)
 
@@ -440,7 +440,6 @@ class Lab:
     def _write_plugin_files(self, expedite: bool) -> str:
         """plugstack.conf and job_submit.lua (site rules: FT jobs in `train`, checkpoints under the temp
         dir or the lab's own); the slurm.conf lines that load them."""
-        from slurm_ft_lab import plugin
         so = plugin.build(self.dir / "lib")
         etc = self.dir / "etc"
         atomic_write(etc / "plugstack.conf", plugin.plugstack_conf(so, sys.executable), mode=0o644)
@@ -834,6 +833,7 @@ def nodes_not_ready(want: Iterable[str], states: Dict[str, str], busy_ok: bool =
 def _fake_gpu_init():
     """slurm_ft_lab.inject.init_node (healthy fake GPUs, empty kernel log), if that module exists."""
     try:
+        # lazy: optional: a lab tree without the fault injector still comes up
         from slurm_ft_lab.inject import init_node
     except ImportError:
         return None

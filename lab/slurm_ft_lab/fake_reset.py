@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from slurm_ft.errors import UsageError
+from slurm_ft_lab.inject import reset_gpu
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -21,7 +22,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not node:
         print("fake reset: no $SLURMD_NODENAME (run it inside a job on the node)", file=sys.stderr)
         return 2
-    from slurm_ft_lab.inject import reset_gpu
     try:
         reset_gpu(Path(args.dir), node, args.gpu)
     except UsageError as exc:

@@ -33,6 +33,9 @@ import socket
 import sys
 import time
 
+import slurm_ft
+from slurm_ft_lab.trainer import EventLog, GpuWatch, visible_gpus
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m slurm_ft_lab.ftddp", description=__doc__.split("\n\n")[0])
@@ -57,7 +60,6 @@ def main(argv=()) -> int:
     group, groups = int(env.get("REPLICA_GROUP_ID", "0")), int(env.get("NUM_REPLICA_GROUPS", "1"))
     rejoin = env.get("SLURM_FT_GROUP_REJOIN") == "1"
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
-    from slurm_ft_lab.trainer import EventLog, GpuWatch, visible_gpus
     log = EventLog(a.ckpt_dir, {"job": env.get("SLURM_JOB_ID", "0"), "restart": int(env.get("SLURM_RESTART_COUNT", "0") or 0),
                                 "launch": int(env.get("SLURM_FT_LAUNCH", "0") or 0), "group": group})
     t0 = time.time()
@@ -70,11 +72,10 @@ def main(argv=()) -> int:
                 print(f"ftddp: rank {rank}: cannot watch GPUs: {exc}", file=sys.stderr)
                 return 4
 
-    import torch
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo
-    import slurm_ft
+    import torch  # lazy: torch and torchft are test extras; the lab imports this module without them
+    import torch.distributed as dist  # lazy: as above
+    import torch.distributed.checkpoint as dcp  # lazy: as above
+    from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo  # lazy: as above
 
     addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
     if not env.get("TORCHFT_LIGHTHOUSE"):
@@ -159,11 +160,10 @@ def main(argv=()) -> int:
 
 def gang(a, rank: int, world: int, addr: str, port: int, log, watch, node: str, t0: float) -> int:
     """The same model as one gang: plain DDP over every rank, DCP checkpoints, resume from --resume."""
-    import torch
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    import slurm_ft
+    import torch  # lazy: torch is a test extra; the lab imports this module without it
+    import torch.distributed as dist  # lazy: as above
+    import torch.distributed.checkpoint as dcp  # lazy: as above
+    from torch.nn.parallel import DistributedDataParallel as DDP  # lazy: as above
 
     dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=a.quorum_timeout))

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional
 from slurm_ft.errors import EnvironmentProblem
 from slurm_ft.runner import run
 from slurm_ft.slurm.hostlist import expand
+from slurm_ft_lab.inject import inject
 from slurm_ft_lab.scenario import PHASE_OF_STEP, PY, Phase, Scenario, _r
 
 PHASE_OF_GROUP_EVENT = {"fault": "group fault seen", "stopped": "group stopped", "launch": "group relaunched",
@@ -137,7 +138,6 @@ class GroupScenario(Scenario):
             raise EnvironmentProblem(f"lab scenario: slurm-ft watch on {victim} did not start within {timeout:g} s")
         with self._lock:
             self._steps.clear()
-        from slurm_ft_lab.inject import inject
         sup_seen = len(self.supervisor_events())
         t_fault = time.time()
         self._fault_t = t_fault

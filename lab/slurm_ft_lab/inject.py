@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+import psutil
+
+from slurm_ft.config import load_config
 from slurm_ft.errors import UsageError
 from slurm_ft.fsutil import atomic_write, write_unread
 
@@ -278,7 +281,6 @@ def health_state_file(labdir: Path, node: str) -> Optional[Path]:
     cfg = labdir / "slurm-ft.yaml"
     if cfg.exists():
         try:
-            from slurm_ft.config import load_config
             hc = load_config(str(cfg)).health
             path = Path(hc.on(node, hc.state_file))
         except Exception:  # noqa: BLE001 - a broken lab config must not stop a heal; the default path stays
@@ -346,7 +348,6 @@ _XID_TEXT = {
 
 
 def _boot_time() -> float:
-    import psutil
     return psutil.boot_time()
 
 

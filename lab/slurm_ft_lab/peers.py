@@ -37,6 +37,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from slurm_ft.errors import EnvironmentProblem
 from slurm_ft.runner import run
 from slurm_ft_lab import peerstats, torchjob
+from slurm_ft_lab.inject import inject
 from slurm_ft_lab.scenario import PY, Scenario
 from slurm_ft_lab.torchjob import read_log
 
@@ -184,7 +185,7 @@ def _tool(name: str) -> Optional[str]:
 
 def _torch() -> Optional[str]:
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401  # lazy: torch is a test extra: this says whether it is here
     except ImportError:
         return "no torch in this venv (pip install -e '.[torch]')"
     return None
@@ -346,7 +347,6 @@ MEASURED: List[Contender] = [SlurmFtHotSpare(), SlurmFtRequeue(), SlurmFtTorchft
 def run_fault(lab, work: Path, contender: Contender, setup: Setup, i: int,
               say: Callable[[str], None] = lambda s: None) -> FaultRun:
     """One fault of one contender on a clean lab: start its job, break a GPU, read the job back to full strength."""
-    from slurm_ft_lab.inject import inject
     sc = Scenario(lab, work / contender.key, step_time=setup.step_time, ckpt_every=setup.save_every)
     sc.prepare()
     ctx = Ctx(lab, sc, setup, log=sc.job_dir / "events.jsonl", out=sc.job_dir / "job.out")

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from slurm_ft_lab import inject
 from slurm_ft_lab.cluster import Lab, _proc_cmdline, _terminate
 
 LOG_NAME = "reboot.log"
@@ -48,7 +49,6 @@ def node_of_ancestor(pid: int) -> Optional[str]:
 
 def reboot(labdir: Path, node: str, delay: float) -> None:
     """The detached helper's work: stop the node's slurmd, heal the node, start it as freshly booted."""
-    from slurm_ft_lab import inject
     time.sleep(delay)
     lab = Lab(labdir)
     pid = lab.slurmd_pid(node)

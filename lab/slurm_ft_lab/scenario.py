@@ -16,6 +16,8 @@ supervisor asks the trainer for a checkpoint and moves the step to a hot spare f
 """
 from __future__ import annotations
 
+import importlib.util
+import json
 import logging
 import os
 import shlex
@@ -30,9 +32,18 @@ from typing import Callable, Dict, List, Optional
 
 import yaml
 
+from slurm_ft.config import load_config
 from slurm_ft.errors import EnvironmentProblem
+from slurm_ft.fleet import daemon
+from slurm_ft.fleet import journal as jn
+from slurm_ft.fleet.controller import Controller, controller_lock
+from slurm_ft.job.startprep import STARTS_LOG
 from slurm_ft.runner import run
+from slurm_ft.slurm.backend import client_from_config
+from slurm_ft.slurm.client import SlurmClient
 from slurm_ft.slurm.hostlist import expand
+from slurm_ft_lab.inject import heal_all, inject
+from slurm_ft_lab.trainer import LOG_NAME
 
 log = logging.getLogger(__name__)
 
@@ -137,17 +148,15 @@ class Scenario:
         self._fault_t: Optional[float] = None
         self._log_pos = 0                   # events(): bytes of the trainer's log already read
         self._events: List[dict] = []
-        from slurm_ft.slurm.client import SlurmClient
         self.client = SlurmClient(conf=str(lab.conf))
 
     # --- set-up ------------------------------------------------------------------------------------
     def prepare(self) -> None:
         """A clean lab (no jobs, healthy GPUs, partitions as configured) and a fresh journal."""
-        from slurm_ft_lab import inject
         jobs = [j.job_id for j in self.client.jobs() if j.state not in ("COMPLETED", "CANCELLED", "FAILED")]
         if jobs:
             run(["scancel", *map(str, jobs)], timeout=30, env=self.env, check=False)
-        inject.heal_all(self.lab.dir)             # also forgets each node's health state, as a reboot would
+        heal_all(self.lab.dir)             # also forgets each node's health state, as a reboot would
         self.client.set_partition_nodes("train", self.lab.spec.train_nodes)
         if self.lab.spec.spare_nodes:
             self.client.set_partition_nodes("spares", self.lab.spec.spare_nodes)
@@ -182,9 +191,6 @@ class Scenario:
         os.chmod(self.config_path, 0o644)
 
     def start_controller(self) -> None:
-        from slurm_ft.config import load_config
-        from slurm_ft.fleet import journal as jn
-        from slurm_ft.fleet.controller import Controller, controller_lock
         config = load_config(str(self.config_path))
         lock = controller_lock(config.state_dir)
         lock.__enter__()
@@ -198,8 +204,6 @@ class Scenario:
                     self.on_phase(Phase(name, t, detail), self._fault_t)
 
         def loop():
-            from slurm_ft.fleet import daemon
-            from slurm_ft.slurm.backend import client_from_config
             ctl = Controller(client_from_config(config), jn.connect(jn.path_in(config.state_dir)), config,
                              on_step=on_step)
             # the daemon's own cadence: an idle read every controller.interval_s, at once on a node's wake
@@ -217,7 +221,6 @@ class Scenario:
         # Each rank runs `python -S` with the directories it needs on PYTHONPATH (the lab's, slurm-ft's
         # and pynvml's): site.py's .pth processing (the editable-install finders and whatever else is
         # installed) costs every one of the 64 ranks CPU that the restart's prologs need.
-        import importlib.util
         path = [str(Path(__file__).resolve().parents[1])]
         for name in ("slurm_ft", "pynvml"):
             spec = importlib.util.find_spec(name)
@@ -267,8 +270,6 @@ class Scenario:
     def events(self) -> List[dict]:
         """The trainer's events so far. Read on from where the last call stopped: the fault loop polls
         every 50 ms while the restart's hooks and ranks need the CPUs, and the log only grows."""
-        import json
-        from slurm_ft_lab.trainer import LOG_NAME
         try:
             with open(self.ckpt_dir / LOG_NAME, "rb") as fh:
                 if os.fstat(fh.fileno()).st_size < self._log_pos:     # a new log (prepare() again)
@@ -304,8 +305,6 @@ class Scenario:
 
     def supervisor_events(self) -> List[dict]:
         """The hot-spare supervisor's lines in the starts log (launch, fault, stopped, release, fallback)."""
-        import json
-        from slurm_ft.job.startprep import STARTS_LOG
         try:
             lines = (self.ckpt_dir / STARTS_LOG).read_text().splitlines()
         except FileNotFoundError:
@@ -340,7 +339,6 @@ class Scenario:
             raise EnvironmentProblem(f"lab scenario: slurm-ft watch on {victim} did not start within {timeout:g} s")
         with self._lock:
             self._steps.clear()
-        from slurm_ft_lab.inject import inject
         t_fault = time.time()
         self._fault_t = t_fault
         if self.planned:

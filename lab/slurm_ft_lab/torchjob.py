@@ -37,7 +37,7 @@ import socket
 import sys
 import time
 
-from slurm_ft_lab.trainer import read_jsonl
+from slurm_ft_lab.trainer import GpuWatch, read_jsonl, visible_gpus
 
 EXIT_CUDA = 1
 
@@ -116,7 +116,6 @@ def _fault(log: EventLog, rank: int, node: str, what: str, step: int, how: str) 
 def _gpu_watch(mode: str):
     if mode == "off":
         return None
-    from slurm_ft_lab.trainer import GpuWatch, visible_gpus
     try:
         return GpuWatch(visible_gpus())
     except Exception as exc:      # noqa: BLE001 - no NVML: a toy can still train, unless asked not to
@@ -130,7 +129,7 @@ def _rendezvous(args, rank: int, world: int, key: str):
     Manager joins too. env:// where a launcher set MASTER_ADDR/PORT (torchrun, ft_launcher, the hot-spare
     supervisor); else rank 0 serves a TCPStore on a free port and publishes it through a FileStore in the
     checkpoint directory (fresh per run)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch is a test extra; the lab imports this module without it
     env = os.environ
     timeout = datetime.timedelta(seconds=args.collective_timeout)
     if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
@@ -164,9 +163,9 @@ def main(argv=()) -> int:
     log.write("up", rank=rank, node=node, pid=os.getpid())
     watch = _gpu_watch(args.gpu_check)         # a GPU lost before this rank started: found at step 1
 
-    import torch
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
+    import torch  # lazy: torch is a test extra; the lab imports this module without it
+    import torch.distributed as dist  # lazy: as above
+    import torch.distributed.checkpoint as dcp  # lazy: as above
 
     log.write("imported", rank=rank)
     host, port = _rendezvous(args, rank, world, f"{job}-{restart}-{launch}-{elastic}-g{group}")
@@ -192,6 +191,7 @@ def main(argv=()) -> int:
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         opt = inner
     if args.mode == "nvrx":
+        # lazy: only --mode nvrx (nvidia-resiliency-ext has a wheel for Python 3.11 alone)
         from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
         monitor = RankMonitorClient()
         monitor.init_workload_monitoring()
@@ -248,8 +248,8 @@ def main(argv=()) -> int:
 
 def _torchft(args, model, inner, rank, world, host, port, group, log):
     """torchft's Manager for this replica group, as its train_ddp.py sets it up on CPU (gloo)."""
-    from torchft import Manager, ProcessGroupGloo
-    from torchft.optim import OptimizerWrapper
+    from torchft import Manager, ProcessGroupGloo  # lazy: only --mode torchft (torchft is a test extra)
+    from torchft.optim import OptimizerWrapper  # lazy: as above
 
     def load_state_dict(sd):
         model.load_state_dict(sd["model"])

@@ -33,6 +33,7 @@ and pynvml only (no typing, no slurm_ft module: ckpt.py is imported where a chec
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import select
@@ -58,7 +59,7 @@ CKPT_MARKER = "COMPLETE"   # = slurm_ft.job.ckpt.MARKER (a test holds them equal
 
 def _ckpt():
     """slurm_ft.job.ckpt, imported when first needed (writing a checkpoint), not at every rank's start."""
-    from slurm_ft.job import ckpt
+    from slurm_ft.job import ckpt  # lazy: writing a checkpoint, not every rank's start
     return ckpt
 
 
@@ -145,7 +146,7 @@ class GpuWatch:
     """Watches this node's GPUs for the faults that would kill a CUDA job: a lost GPU or a fatal Xid."""
 
     def __init__(self, indices: list[int] | None, fatal_xids=FATAL_XIDS):
-        import pynvml
+        import pynvml  # lazy: only with the GPU check on (a toy run has no pynvml)
         self.nv = pynvml
         self.fatal = fatal_xids
         _nvml_init(pynvml)
@@ -214,7 +215,6 @@ class GpuWatch:
 
 
 def _addr(handle) -> int:
-    import ctypes
     return ctypes.cast(handle, ctypes.c_void_p).value or 0
 
 
@@ -231,7 +231,6 @@ def _nvml_init(nv) -> None:
         lib = os.path.join(lab, "lib", "libnvidia-ml.so.1") if lab else ""
         if not lib or not os.path.exists(lib):
             raise
-        import ctypes
         nv.nvmlLib = ctypes.CDLL(lib)
         nv.nvmlInit()
 

@@ -115,10 +115,10 @@ def test_every_import_inside_a_function_says_why_it_is_lazy():
     # An import belongs at the top of its module unless loading it later is the point (a hook's start-up, an
     # optional package such as torch, pynvml or pyslurm, a heavy stack a command's --help or sibling commands
     # need not pay for: cli/ loads each command's module lazily, group.py): such an import carries a
-    # `# lazy: why` comment, on its line or the line above. The faces (cli/) too.
+    # `# lazy: why` comment, on its line or the line above. The faces (cli/) too, and the lab.
     import ast
     unexplained = []
-    files = list((ROOT / "slurm_ft").rglob("*.py"))
+    files = list((ROOT / "slurm_ft").rglob("*.py")) + list((ROOT / "lab" / "slurm_ft_lab").rglob("*.py"))
     assert any(p.parent.name == "cli" for p in files)
     for p in files:
         rel = p.relative_to(ROOT)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+from dataclasses import replace
 
 import click
 
@@ -77,8 +79,7 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
 
     Options not given keep the values this lab directory was last brought up with.
     """
-    from dataclasses import replace
-    from slurm_ft_lab.cluster import Lab
+    from slurm_ft_lab.cluster import Lab  # lazy: each lab command loads what it runs, as slurm-ft's own cli/ does
     given = {"nodes": nodes, "spares": spares, "gpus_per_node": gpus_per_node, "port_base": port_base,
              "health_interval_s": health_interval, "slurmd_timeout_s": slurmd_timeout, "fast_hooks": fast_hooks,
              "plugin": plugin}
@@ -100,7 +101,7 @@ def down(directory) -> None:
     """Stop every daemon this lab started (by pid) and any job steps they left.
 
     The lab's job users stay (every lab on this machine shares them): `slurm-ft lab users --remove`."""
-    from slurm_ft_lab.cluster import Lab
+    from slurm_ft_lab.cluster import Lab  # lazy: each lab command loads what it runs
     the_lab = Lab(directory)
     stopped = the_lab.down()
     click.echo(f"lab in {the_lab.dir}: stopped {len(stopped)} process(es)" if stopped
@@ -113,7 +114,7 @@ def down(directory) -> None:
 @click.pass_context
 def status(ctx, directory, as_json) -> None:
     """Daemons of the lab and what sinfo says. Exit 1 when the lab is not running."""
-    from slurm_ft_lab.cluster import Lab
+    from slurm_ft_lab.cluster import Lab  # lazy: each lab command loads what it runs
     st = Lab(directory).status()
     if as_json:
         click.echo(json.dumps(st, indent=2))
@@ -146,7 +147,7 @@ def _name_range(names) -> str:
 def users_cmd(remove, as_json) -> None:
     """The lab's job users (slurmft-u0 .. slurmft-u9): machine-wide accounts that `lab up` creates and
     every lab shares; jobs of the tests, `lab demo` and the bench run as slurmft-u0."""
-    from slurm_ft_lab import users
+    from slurm_ft_lab import users  # lazy: each lab command loads what it runs
     if remove:
         gone = users.remove()
         click.echo(f"removed {len(gone)} lab user(s)" + (f": {', '.join(gone)}" if gone else ""))
@@ -168,8 +169,7 @@ def users_cmd(remove, as_json) -> None:
 def as_user(directory, user, command) -> None:
     """Run COMMAND as a lab job user with the lab's environment (`sbatch`, `squeue`, `slurm-ft sbatch`...):
     what a user of a cluster can and cannot do."""
-    import os
-    from slurm_ft_lab.cluster import Lab
+    from slurm_ft_lab.cluster import Lab  # lazy: each lab command loads what it runs
     the_lab = Lab(directory)
     argv = the_lab.user_argv(list(command), user)
     env = the_lab.user_env(user)
@@ -181,6 +181,7 @@ def as_user(directory, user, command) -> None:
 @dir_option
 def env(directory) -> None:
     """Print `export` lines so that sinfo, sbatch and slurm-ft talk to the lab."""
+    # lazy: each lab command loads what it runs
     from slurm_ft_lab.cluster import CHECK_SOCKET_ENV, QUERY_SOCKET_ENV, Lab
     the_lab = Lab(directory)
     click.echo(f"export SLURM_CONF={the_lab.conf}")

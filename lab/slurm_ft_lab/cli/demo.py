@@ -45,8 +45,8 @@ from slurm_ft.errors import UsageError
 def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_every, gpu, xid, keep, timeout,
          hot_spares, replica_groups, planned, as_json, via) -> None:
     """Run a 64-node trainer, break one GPU mid-run, and watch slurm-ft bring the job back on a spare."""
-    from slurm_ft_lab.cluster import Lab, LabSpec
-    from slurm_ft_lab.scenario import Scenario
+    from slurm_ft_lab.cluster import Lab, LabSpec  # lazy: each lab command loads what it runs
+    from slurm_ft_lab.scenario import Scenario  # lazy: each lab command loads what it runs
 
     if planned and replica_groups:
         raise UsageError("--planned moves a hot-spare job's whole step; a replica group's planned swap is not built")
@@ -149,9 +149,9 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
 
 def _groups_demo(lab, nodes, groups, hot_spares, step_time, gpu, xid, keep, timeout, as_json, say, on_phase) -> None:
     """A fault in one of R torchft replica groups: only that group restarts (no whole-job requeue phase)."""
-    from slurm_ft_lab.groups_scenario import GroupScenario
+    from slurm_ft_lab.groups_scenario import GroupScenario  # lazy: only the replica-group demo
     try:
-        import torchft  # noqa: F401  (lazy: only this demo needs it)
+        import torchft  # noqa: F401  # lazy: only this demo needs it, and torchft is a test extra
     except ImportError:
         raise UsageError("--replica-groups runs torchft's FT-DDP: install torch and torchft (setup.sh does)") from None
     per = (nodes - hot_spares) // groups

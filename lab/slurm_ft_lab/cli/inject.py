@@ -60,7 +60,7 @@ def inject(node: str, gpu: int, xid: Optional[int], ecc_dbe: bool, ecc_sbe_rate:
       slurm-ft lab inject gpu013 --unresponsive 25
     """
     if unresponsive is not None:
-        from slurm_ft_lab.cluster import Lab
+        from slurm_ft_lab.cluster import Lab  # lazy: only --unresponsive needs the lab's daemons
         the_lab = Lab(str(lab_inject.lab_dir(labdir)))
         lab_inject.node_dir(the_lab.dir, node)          # an unknown node: the usual one-line error
         pid = the_lab.stop_slurmd(node, unresponsive)
