@@ -31,7 +31,6 @@ if TYPE_CHECKING:          # annotations only: the hooks' start-up imports none 
     from slurm_ft.node.run import Report
 
 VERDICT = "slurm-ft-verdict: FAIL"
-HOOK_LEVELS = ("prolog", "epilog")
 
 
 def own_validation_job(env: Mapping[str, str], reservation_prefix: str) -> bool:
@@ -90,7 +89,8 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
     passes `load` (a ConfigCache's: the config parsed again only when it changed)."""
     args = parser(env).parse_args(argv)
     from slurm_ft.config import load_config  # lazy: hook start-up: yaml only once the arguments parsed
-    from slurm_ft.node.run import check_node  # lazy: hook start-up: the probes only once the arguments parsed
+    from slurm_ft.node.levels import HOOK_LEVELS  # lazy: hook start-up: the probes only once the arguments parsed
+    from slurm_ft.node.run import check_node, takes_the_node_out  # lazy: as above
 
     level, as_json, drain, job_id = args.level, args.as_json, args.drain, args.job_id
     config = (load or load_config)(config_path)
@@ -128,7 +128,10 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
         if report.level in HOOK_LEVELS and client is None:
             from slurm_ft.node.guard import hook_client  # lazy: hook start-up: only a failing hook asks Slurm
             client = hook_client(config)
-        if _may_fail(report, config, name, drain, err, client):
+        out_, why_not = takes_the_node_out(report, config, name, drain, client)
+        if why_not:
+            print(f"slurm-ft: error: fail finding reported, node not failed: {why_not}", file=err)
+        if out_:
             from slurm_ft.node.drain import reason_text  # lazy: hook start-up: only on a fail verdict
             print(f"{VERDICT} {reason_text(report.findings)}", file=out)
             if level == "prolog" and job_id and job_id.isdigit() and client is not None:
@@ -186,22 +189,6 @@ def answer_user(query: Query, out: TextIO, err: TextIO, config: Config, may_drai
         print(f"slurm-ft: error: {report.install_error} (slurm-ft's install on this node's watcher)", file=err)
         code = 2
     return code, report.hung
-
-
-def _may_fail(report: Report, config: Config, node: str, drain: bool, err: TextIO,
-              client: Optional[SlurmApi] = None) -> bool:
-    """Does this fail finding take the node out (the VERDICT line)? Only within the breaker."""
-    if drain:
-        if not report.drain:
-            return False
-        return report.drain.get("action") in ("drained", "reason_updated", "kept")
-    if report.level not in HOOK_LEVELS:
-        return True            # a manual check: nothing acts on the verdict but a person
-    from slurm_ft.node import guard  # lazy: hook start-up: only a hook's fail verdict asks the breaker
-    decision = guard.hook_decision(config, node, client=client)
-    if not decision.allowed:
-        print(f"slurm-ft: error: fail finding reported, node not failed: {decision.reason}", file=err)
-    return decision.allowed
 
 
 _MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "error": "ERR "}

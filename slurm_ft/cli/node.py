@@ -11,10 +11,9 @@ import click
 
 from slurm_ft.config import load_config
 from slurm_ft.errors import UsageError
-from slurm_ft.fleet.states import Event, State, TransitionError, default_state, next_state
+from slurm_ft.fleet.states import Event, State
 from slurm_ft.fleet.store import Store
 from slurm_ft.slurm.backend import client_from_config
-from slurm_ft.vocab import OWNER, fit
 
 if TYPE_CHECKING:
     from slurm_ft.config import Config
@@ -105,31 +104,12 @@ def history(ctx: click.Context, name: str, as_json: bool) -> None:
 
 
 def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
+    from slurm_ft.fleet import admin as fleet_admin  # lazy: fleet.sweep is heavy, only the commands that change a node
     config, client = setup(ctx)
     n = _known(client, name)
     lc = config.lifecycle
     with Store(config.state_dir) as store:
-        # refuse before touching Slurm: a refused transition must leave the node as it was (drained
-        # and moved out with the record unchanged, the sweep would put it back or lose track of it)
-        rec = store.record(name)
-        current = rec.state if rec else default_state(n.partitions, config.controller.spare_partition)
-        try:
-            next_state(current, event)
-        except TransitionError as exc:
-            if current is State.VALIDATING and rec and rec.validation_job:
-                raise TransitionError(f"{exc} (`scancel {rec.validation_job}`)") from None
-            raise
-        if event is Event.QUARANTINE:
-            from slurm_ft.fleet.sweep import Sweeper  # lazy: fleet.sweep is heavy (~50 ms), only `node quarantine`
-            if not n.drained:
-                client.drain([name], fit(f"{OWNER} QUARANTINED by {admin()[6:]}: {cause}"))
-            Sweeper(config, client, store, actor=admin()).take_out(name)
-        entry = store.apply(name, event, time.time(),
-                            default=default_state(n.partitions, config.controller.spare_partition),
-                            cause=cause, actor=admin(), lemon_k=lc.lemon_incidents,
-                            lemon_window_s=lc.lemon_window_days * 86400.0)
-        if event is Event.QUARANTINE and n.drained:   # keep the fault, stop a healthy check from resuming it
-            Sweeper(config, client, store, actor=admin()).mark_quarantined(name, entry.to_state)
+        entry = fleet_admin.apply(config, client, store, n, event, cause, admin())
     click.echo(f"{name}: {entry.from_state} -> {entry.to_state}" + (f" ({entry.cause})" if entry.cause else ""))
     if entry.to_state is State.REPAIRED:
         click.echo(f"the next `slurm-ft sweep` validates it ({' + '.join(lc.validate_levels)}) "

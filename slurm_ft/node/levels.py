@@ -26,6 +26,8 @@ LEVELS: Dict[str, Tuple[str, ...]] = {
 NVML_PARTS: Mapping[str, FrozenSet[str]] = {c.name: c.nvml for c in CHECKS if c.nvml}
 # NVLink error counters cost 4 NVML calls per link (576 on an 8 x 18-link node): full levels only
 DEEP_LEVELS = ("full", "burnin")
+# a job's own hooks: a fail verdict there lets Slurm drain the node, so it asks the breaker first
+HOOK_LEVELS = ("prolog", "epilog")
 
 
 def checks_for(level: str, overrides: Optional[Mapping[str, Tuple[str, ...]]] = None) -> Tuple[str, ...]:

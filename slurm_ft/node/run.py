@@ -373,3 +373,17 @@ def _without_xids_before(report: Report, config: Config, since: float, now: floa
             merged += xid_findings
             xid_findings = []
     return merged
+
+
+def takes_the_node_out(report: Report, config: Config, node: str, drain: bool,
+                       client: Optional[SlurmApi] = None) -> Tuple[bool, str]:
+    """Does this report's fail verdict take the node out (the hooks' VERDICT line)? Only within the breaker:
+    with --drain when this run drained it or keeps our drain; a manual check's verdict is for a person; a
+    hook's asks the breaker. The answer, and why not when the breaker said no."""
+    if drain:
+        return (report.drain or {}).get("action") in ("drained", "reason_updated", "kept"), ""
+    if report.level not in levels.HOOK_LEVELS:
+        return True, ""
+    from slurm_ft.node import guard  # lazy: hook start-up: only a hook's fail verdict asks the breaker
+    decision = guard.hook_decision(config, node, client=client)
+    return decision.allowed, "" if decision.allowed else decision.reason

@@ -691,3 +691,20 @@ def test_without_a_known_drain_time_a_resume_acknowledges_no_xid(tmp_path):
     rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()), now=now)
     assert not rep.healthy and rep.drain["action"] == "drained" and c.node("gpu001").reason.startswith("slurm-ft: XID79")
     assert (st.load(p).get("xid_ack") or 0) < now - 1
+
+
+def test_a_fail_verdict_takes_the_node_out_only_within_the_breaker(tmp_path):
+    report = run.Report("gpu001", "prolog", [XID79], 0.1)
+    # --drain: what the drain did decides
+    assert run.takes_the_node_out(replace(report, drain={"action": "drained"}), config(tmp_path), "gpu001", True) == (True, "")
+    assert run.takes_the_node_out(replace(report, drain={"action": "refused"}), config(tmp_path), "gpu001", True)[0] is False
+    assert run.takes_the_node_out(report, config(tmp_path), "gpu001", True)[0] is False
+    # a manual check's verdict is for a person: nothing acts on it
+    assert run.takes_the_node_out(replace(report, level="full"), config(tmp_path), "gpu001", False) == (True, "")
+    # a hook's asks the breaker: one node out already at a limit of one, so this one is not failed, and says why
+    cfg = replace(config(tmp_path), lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=1))
+    c = one_node(Node("gpu001", "IDLE"), [Node("gpu002", "IDLE", frozenset({"DRAIN"}), reason="slurm-ft: XID79 gpu0 x")])
+    out, why = run.takes_the_node_out(report, cfg, "gpu001", False, client=c)
+    assert out is False and "limit 1" in why
+    assert run.takes_the_node_out(report, replace(cfg, lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=2)),
+                                  "gpu001", False, client=c) == (True, "")
