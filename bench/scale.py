@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurm_ft.config import load_config                            # noqa: E402
 from slurm_ft.errors import CommandError                           # noqa: E402
-from slurm_ft.node import guard                               # noqa: E402
+from slurm_ft.breaker import guard                               # noqa: E402
 from slurm_ft_lab.cluster import Lab, LabSpec, ephemeral_port_range  # noqa: E402
 from slurm_ft.fleet import journal as jn                        # noqa: E402
 from slurm_ft.fleet.controller import Controller                # noqa: E402

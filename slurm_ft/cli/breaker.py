@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, Tuple
 import click
 
 from slurm_ft.errors import EXIT_NEGATIVE
-from slurm_ft.node import breaker as brk
+from slurm_ft.breaker import rules as brk
 
 if TYPE_CHECKING:
     from slurm_ft.config import Config

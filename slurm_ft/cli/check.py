@@ -9,7 +9,7 @@ never change the exit code.
 The prolog/epilog hooks fail a job's node only on the positive signal VERDICT ("slurm-ft-verdict: FAIL
 <reason>" on stdout): printed only when the check ran to a verdict with a node fault AND the breaker
 lets the node go (`--drain`: this run drained it or keeps our drain; prolog/epilog: the fleet's drain
-count, read then, has room: see slurm_ft.node.guard). Any other end (an import error, a
+count, read then, has room: see slurm_ft.breaker.guard). Any other end (an import error, a
 config error, a kill, a refused drain) has no such line and the hooks exit 0.
 """
 from __future__ import annotations
@@ -126,7 +126,7 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
         code = 2
     elif not report.healthy and not as_json:
         if report.level in HOOK_LEVELS and client is None:
-            from slurm_ft.node.guard import hook_client  # lazy: hook start-up: only a failing hook asks Slurm
+            from slurm_ft.breaker.guard import hook_client  # lazy: hook start-up: only a failing hook asks Slurm
             client = hook_client(config)
         out_, why_not = takes_the_node_out(report, config, name, drain, client)
         if why_not:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
-from slurm_ft.node import breaker as brk
+from slurm_ft.breaker import rules as brk
 from slurm_ft.fleet import drain_stats, jobprogress, journal, metrics
 from slurm_ft.fleet.pool import pool_target
 from slurm_ft.fleet.reconcile import count_states, state_of

@@ -32,7 +32,7 @@ from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.job import trust
 from slurm_ft.job.paths import PLANNED, PLANNED_DEFERRED, REQUEUE, is_planned
 from slurm_ft.job.tag import FtSpec, with_note
-from slurm_ft.node import breaker as brk, guard
+from slurm_ft.breaker import guard, rules as brk
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
 from slurm_ft.slurm.types import Job, Node

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.config import RemediationConfig
-from slurm_ft.node import breaker as brk
+from slurm_ft.breaker import rules as brk
 from slurm_ft.fleet.states import Event, HistoryEntry, State
 from slurm_ft.gpu.xid import drained_action
 from slurm_ft.slurm.types import Node

@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Callable, List, Optional, Protocol, Sequence, Tuple
 
 from slurm_ft.config import expand_domains
-from slurm_ft.node import guard
+from slurm_ft.breaker import guard
 
 from slurm_ft.fleet import remediation
 from slurm_ft.fleet.states import Event, State

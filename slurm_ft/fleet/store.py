@@ -3,7 +3,7 @@
 Tables (component "lifecycle" of the journal's schema table; beside the controller's incidents):
   node_state     node -> current lifecycle state, since when, why, validation job, last pass
   node_history   every transition: node, time, event, from, to, cause, actor
-  breaker_drain  unused since the breaker counts from Slurm (node/breaker.py); kept in schema v1
+  breaker_drain  unused since the breaker counts from Slurm (breaker/rules.py); kept in schema v1
   lifecycle_kv   last sweep, last pool alert
 
 Every read-decide-write runs in one `BEGIN IMMEDIATE` transaction.

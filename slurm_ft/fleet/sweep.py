@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.fleet import collect, journal, remediator
-from slurm_ft.node import guard
+from slurm_ft.breaker import guard
 from slurm_ft.node.levels import LEVELS
 from slurm_ft.filelock import FileLock
 from slurm_ft.slurm.membership import Delta, Membership

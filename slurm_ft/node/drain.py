@@ -79,12 +79,12 @@ class Gate:
 def may_drain(node: str, *, client: SlurmApi, config: Optional[Config], now: float) -> Gate:
     """May slurm-ft drain `node` now? The single decision point every new drain passes.
 
-    The fleet drain-rate breaker (`slurm_ft.node.guard`) answers from Slurm's own node states, the
+    The fleet drain-rate breaker (`slurm_ft.breaker.guard`) answers from Slurm's own node states, the
     count every node and the controller share; an unknown count refuses (our trouble drains nothing).
     """
     if config is None:
         return Gate(True, "no config: no drain limit")
-    from slurm_ft.node import guard   # lazy: only a new drain asks the breaker; the verdict line needs no guard
+    from slurm_ft.breaker import guard   # lazy: only a new drain asks the breaker; the verdict line needs no guard
     d = guard.may_drain(config, node, client=client, actor="check", now=now)
     return Gate(d.allowed, d.reason)
 
@@ -92,7 +92,7 @@ def may_drain(node: str, *, client: SlurmApi, config: Optional[Config], now: flo
 def _serialized(config: Optional[Config]) -> ContextManager[None]:
     if config is None:
         return contextlib.nullcontext()
-    from slurm_ft.node import guard   # lazy: the breaker lock is taken for a new drain only
+    from slurm_ft.breaker import guard   # lazy: the breaker lock is taken for a new drain only
     return guard.serialized(config)
 
 
@@ -100,7 +100,7 @@ def _settle(node: str, reason: str, client: SlurmApi, config: Optional[Config]) 
     """Undo our drain when drains racing on other hosts passed the breaker (see guard.settle)."""
     if config is None:
         return ""
-    from slurm_ft.node import guard   # lazy: settling follows a new drain only
+    from slurm_ft.breaker import guard   # lazy: settling follows a new drain only
     return guard.settle(config, node, reason, client=client)
 
 

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Dict, List, Sequence
 
 from slurm_ft.errors import SlurmFTError
 from slurm_ft.finding import Finding
-from slurm_ft.node import breaker as brk, guard, soft, state as st, tell
+from slurm_ft.breaker import guard, rules as brk
+from slurm_ft.node import soft, state as st, tell
 from slurm_ft.vocab import planned, planned_reason, slurm_time
 
 if TYPE_CHECKING:

@@ -384,6 +384,6 @@ def takes_the_node_out(report: Report, config: Config, node: str, drain: bool,
         return (report.drain or {}).get("action") in ("drained", "reason_updated", "kept"), ""
     if report.level not in levels.HOOK_LEVELS:
         return True, ""
-    from slurm_ft.node import guard  # lazy: hook start-up: only a hook's fail verdict asks the breaker
+    from slurm_ft.breaker import guard  # lazy: hook start-up: only a hook's fail verdict asks the breaker
     decision = guard.hook_decision(config, node, client=client)
     return decision.allowed, "" if decision.allowed else decision.reason

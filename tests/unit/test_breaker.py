@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_ft.node import breaker as brk
+from slurm_ft.breaker import rules as brk
 
 
 @pytest.mark.parametrize("total,share,count,want", [

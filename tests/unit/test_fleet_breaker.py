@@ -9,8 +9,8 @@ from dataclasses import replace
 
 
 from slurm_ft.config import Config, HealthConfig, LifecycleConfig
-from slurm_ft.node import breaker as brk
-from slurm_ft.node import guard
+from slurm_ft.breaker import rules as brk
+from slurm_ft.breaker import guard
 from slurm_ft.slurm.types import Node
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 

@@ -84,12 +84,14 @@ def test_no_import_cycles_of_any_kind():
 
 
 # Rooms by where the code runs (README, Layout). A room imports only the rooms below it: the controller host's
-# fleet/ reads node/'s drain vocabulary (breaker, guard, the check registry), job/'s tag and checkpoints and
-# plan/'s arithmetic; node/ (every GPU node), job/ (inside the user's job) and plan/ (offline) import no other
-# room, so the node never reaches the controller's journal. The seams and the data modules import no room.
+# fleet/ reads node/'s drain vocabulary (the check registry), job/'s tag and checkpoints and plan/'s arithmetic;
+# node/ (every GPU node), job/ (inside the user's job) and plan/ (offline) import no other room, so the node
+# never reaches the controller's journal. The seams, the data modules and the drain-rate breaker that node/ and
+# fleet/ both ask (breaker/) import no room.
 ROOMS = {"node": set(), "job": set(), "plan": set(), "fleet": {"node", "job", "plan"},
          "recovery": {"job"}}    # recovery/jobstart.py: the start code's old name, for already queued jobs
-LOWER = ("slurm", "gpu", "config", "vocab", "finding", "errors", "fsutil", "runner", "heartbeat", "plugins")
+LOWER = ("slurm", "gpu", "config", "vocab", "finding", "errors", "fsutil", "runner", "heartbeat", "plugins",
+         "breaker")
 
 
 def test_rooms_import_only_the_rooms_below_them():

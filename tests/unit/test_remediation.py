@@ -13,7 +13,7 @@ from slurm_ft.cli.check import own_validation_job
 from slurm_ft.config import RemediationConfig, load_config
 from slurm_ft.errors import CommandTimeout, ConfigError
 from slurm_ft.node.gpu_reset import reset_gpu
-from slurm_ft.node import breaker as brk
+from slurm_ft.breaker import rules as brk
 from slurm_ft.fleet.remediation import (action_for, attempts, budget_lines, describe, finding_in, in_remediation, plan,
                                         plan_and_budget, pool_limit, pool_of)
 from slurm_ft.fleet.states import Event, HistoryEntry, State, next_state

@@ -282,7 +282,7 @@ def test_the_light_fleet_read_gives_the_json_read_nodes_and_breaker_view(version
     """Every node's health check reads the fleet for the breaker with `scontrol show node -o` (a text
     read, ~25x less CPU than sinfo --json at 2,112 nodes): the same nodes, reasons with `=`, quotes
     and `;` included, and so the same view, on every version."""
-    from slurm_ft.node import breaker as brk
+    from slurm_ft.breaker import rules as brk
 
     class Captured(SlurmClient):
         def _run(self, argv, **kw):

@@ -2,7 +2,7 @@
 
 Health checks (`check --drain`, the HealthCheckProgram, `watch`), the sweep's spare re-checks and the
 controller's quarantines call `may_take_out` (or `may_drain` for one node) before they touch Slurm. The
-answer is the pure `breaker.may_take_out` over a fresh Slurm snapshot, so every host and the controller
+answer is the pure `rules.may_take_out` over a fresh Slurm snapshot, so every host and the controller
 see one fleet-wide breaker, with no node-local state to reset.
 
 When the count cannot be known (Slurm unreachable, a malformed answer) the answer is NO, logged as an
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
-from slurm_ft.node import breaker as brk
+from slurm_ft.breaker import rules as brk
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
