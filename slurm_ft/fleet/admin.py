@@ -10,7 +10,7 @@ from slurm_ft.fleet.store import Store
 from slurm_ft.fleet.sweep import Sweeper
 from slurm_ft.slurm.api import SlurmApi
 from slurm_ft.slurm.types import Node
-from slurm_ft.vocab import OWNER, fit
+from slurm_ft.vocab import admin_quarantine_reason
 
 
 def apply(config: Config, client: SlurmApi, store: Store, node: Node, event: Event, cause: str,
@@ -30,7 +30,7 @@ def apply(config: Config, client: SlurmApi, store: Store, node: Node, event: Eve
         raise
     if event is Event.QUARANTINE:
         if not node.drained:
-            client.drain([node.name], fit(f"{OWNER} QUARANTINED by {actor.split(':', 1)[-1]}: {cause}"))
+            client.drain([node.name], admin_quarantine_reason(actor.split(":", 1)[-1], cause))
         Sweeper(config, client, store, actor=actor).take_out(node.name)
     entry = store.apply(node.name, event, time.time(), default=default, cause=cause, actor=actor,
                         lemon_k=lc.lemon_incidents, lemon_window_s=lc.lemon_window_days * 86400.0)

@@ -459,7 +459,7 @@ class Controller:
                 if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
                     seen = next((f.split(": ", 1)[1] for f in inc.faults if f.startswith(node.name + ": ")),
                                 node.state)
-                    reason = f"{vocab.UNRESPONSIVE_QUARANTINE}{seen} during job {inc.job_id}"
+                    reason = vocab.unresponsive_reason(seen, inc.job_id)
                     ok, why = self._may_drain(node.name)
                     if ok:
                         self.client.drain([node.name], reason)
@@ -594,17 +594,17 @@ class Controller:
         elif job.state == "PENDING" and not job.held:
             self.client.update_job(inc.job_id, Priority=0)      # = scontrol hold
         jn.update_incident(self.conn, inc.id, status="waiting")
-        self._admin_comment(inc.job_id, f"{vocab.OWNER} held: {step.reason}")
+        self._admin_comment(inc.job_id, vocab.job_comment(f"held: {step.reason}"))
         return "ok", step.reason
 
     def _wait(self, step: Step, inc: Incident) -> Tuple[str, str]:
         jn.update_incident(self.conn, inc.id, status="waiting", note=step.reason)
-        self._admin_comment(inc.job_id, f"{vocab.OWNER} {step.reason}")
+        self._admin_comment(inc.job_id, vocab.job_comment(step.reason))
         log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason
 
     def _give_up(self, step: Step, inc: Incident) -> Tuple[str, str]:
-        self._admin_comment(inc.job_id, f"{vocab.OWNER} held, not restarted again: {step.reason}")
+        self._admin_comment(inc.job_id, vocab.job_comment(f"held, not restarted again: {step.reason}"))
         jn.close_incident(self.conn, inc.id, "gave_up", self.clock(), step.reason)
         log.error("incident %s job %s: gave up: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason

@@ -31,7 +31,7 @@ from slurm_ft.fleet.records import Incident
 
 from slurm_ft.slurm.hostlist import compress
 from slurm_ft.slurm.types import Node
-from slurm_ft.vocab import OWNER, REVALIDATE, REVALIDATE_OUTAGE, UNRESPONSIVE_QUARANTINE, fit, slurm_time
+from slurm_ft.vocab import slurm_time, unresponsive_cause
 
 UNRESPONSIVE_WORDS = ("NOT_RESPONDING", "DOWN", "Not responding")
 
@@ -186,22 +186,12 @@ def breaker_room(counted: Iterable[str], past_limit: Iterable[str], nodes: Seque
             f"{len(have) + len(new)} within the window (limit {limit}); not quarantining")
 
 
-def quarantine_cause(reason: str) -> Optional[str]:
-    """How a node we quarantined for not answering was seen ("DOWN+NOT_RESPONDING: Not responding during
-    job 7"), from its drain reason as the controller wrote it or as the sweep rewrote it (QUARANTINED);
-    None for any other reason."""
-    for head in (UNRESPONSIVE_QUARANTINE, f"{OWNER} QUARANTINED {UNRESPONSIVE_QUARANTINE[len(OWNER) + 1:]}"):
-        if reason.startswith(head):
-            return reason[len(head):]
-    return None
-
-
 def restorable(node: Optional[Node], s: Optional[Seen], watching_since: float, now: float,
                restore_after_s: float) -> bool:
     """A node quarantined for not answering that answers again, with nothing else against it."""
     if node is None or node.down or not node.drained or "MAINTENANCE" in node.flags:
         return False
-    why = quarantine_cause(node.reason)
+    why = unresponsive_cause(node.reason)
     if why is None:
         return False            # a health check drained it since (its own reason replaced ours)
     if not any(w in why.split(" during job")[0] for w in UNRESPONSIVE_WORDS):
@@ -211,11 +201,6 @@ def restorable(node: Optional[Node], s: Optional[Seen], watching_since: float, n
         return False
     return now - back >= restore_after_s
 
-
-def revalidate_reason(reason: str, outage: bool) -> str:
-    """The drain reason that hands a restorable node to the sweep's validation (vocab.REVALIDATE)."""
-    why = quarantine_cause(reason) or reason
-    return fit(f"{REVALIDATE}{REVALIDATE_OUTAGE if outage else ''}answers again; quarantined, {why}")
 
 
 def latest_incident_of(incidents: Sequence[Incident]) -> Dict[str, Incident]:
@@ -231,4 +216,4 @@ def _hms(t: float) -> str:
 
 
 __all__: List[str] = ["Seen", "Wave", "track", "waves", "in_a_wave", "describe", "held_back", "breaker_room",
-                      "quarantine_cause", "restorable", "revalidate_reason", "latest_incident_of"]
+                      "restorable", "latest_incident_of"]

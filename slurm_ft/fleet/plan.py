@@ -40,7 +40,7 @@ from slurm_ft.fleet.policies.in_allocation import HOT_RELEASE_WAIT_S  # noqa: F4
 from slurm_ft.fleet.policies.requeue_swap import restarts_without_progress  # noqa: F401
 from slurm_ft.fleet.snapshot import Snapshot
 from slurm_ft.slurm.hostlist import compress
-from slurm_ft.vocab import ENDED_JOB_STATES, planned, slurm_time
+from slurm_ft.vocab import ENDED_JOB_STATES, planned, revalidate_reason, slurm_time
 
 
 def degraded(node: Optional[Node]) -> bool:
@@ -131,7 +131,7 @@ def _revalidations(snap: Snapshot, incidents: Sequence[Incident], policy: Policy
                                                policy.restore_after_s):
             wave = out.in_a_wave(name, snap.seen, nodes=policy.wave_nodes, window_s=policy.wave_window_s)
             steps.append(Step("revalidate", inc.job_id, incident_id=inc.id, nodes=(name,),
-                              reason=out.revalidate_reason(node.reason, outage=wave)))
+                              reason=revalidate_reason(node.reason, outage=wave)))
     return steps
 
 

@@ -12,7 +12,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.slurm.types import Node
 from slurm_ft.fleet.states import Event, State, default_state
-from slurm_ft.vocab import REVALIDATE, admins, owned, slurm_time
+from slurm_ft.vocab import admins, owned, revalidation, slurm_time
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def classify(nodes: Sequence[Node], recorded: Mapping[str, State], last_pass: Ma
             st = State.FAILED
         if st is State.FAILED and admins(node.reason) and (node.drained or node.down):
             continue             # an admin took it on since (their reason): theirs, left where it is
-        if (node.reason.startswith(REVALIDATE) and node.drained and not node.down and not in_pool
+        if (revalidation(node.reason) and node.drained and not node.down and not in_pool
                 and not _reserved(node) and st in (State.IN_SERVICE, State.SPARE, State.FAILED, State.QUARANTINED)):
             revalidate.append(node.name)
         if st is State.FAILED:

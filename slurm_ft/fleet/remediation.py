@@ -32,7 +32,6 @@ returns the budget as well. fleet/remediator.py acts on them.
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -42,10 +41,8 @@ from slurm_ft.breaker import rules as brk
 from slurm_ft.fleet.states import Event, HistoryEntry, State
 from slurm_ft.gpu.xid import drained_action
 from slurm_ft.slurm.types import Node
-from slurm_ft.vocab import admins, planned
+from slurm_ft.vocab import admins, finding_code, planned
 
-# finding codes as node/drain.py writes them: XID79, SXID12028, GPU_LOST, NVLINK_DOWN, ECC_DBE_VOLATILE ...
-_CODE = re.compile(r"\b(S?XID\d+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b(?:\s+gpu(\d+))?")
 DEFAULT_MAX = {"reset_gpu": 2, "reboot": 1, "retest": 3}
 REBOOTING_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "NOT_RESPONDING", "POWERING_UP"})
 REPAIRS = ("reboot", "reset_gpu")   # what the budget's repairs count (a retest changes nothing on the node)
@@ -89,10 +86,8 @@ class Step:
 
 def finding_in(text: str) -> Optional[Finding]:
     """The first finding code (and its GPU) in a drain reason or a history cause, or None."""
-    m = _CODE.search(text or "")
-    if not m:
-        return None
-    return Finding(m.group(1), int(m.group(2)) if m.group(2) else None, text)
+    found = finding_code(text)
+    return Finding(found[0], found[1], text) if found else None
 
 
 def action_for(code: str, policy: RemediationConfig, soft: bool = False) -> str:

@@ -19,7 +19,7 @@ from slurm_ft.breaker import guard
 
 from slurm_ft.fleet import remediation
 from slurm_ft.fleet.states import Event, State
-from slurm_ft.vocab import OWNER, fit, planned
+from slurm_ft.vocab import planned, reboot_reason
 
 if TYPE_CHECKING:
     from slurm_ft.config import Config
@@ -125,7 +125,7 @@ def _act(sweeper: SweepApi, report: SweepReport, step: remediation.Step) -> List
         return []
     if step.act == "reboot":
         label = step.finding.label() if step.finding else ""
-        sweeper.client.reboot([name], fit(f"{OWNER} REBOOT {label} attempt {step.attempt}/{step.max_attempts}"))
+        sweeper.client.reboot([name], reboot_reason(label, step.attempt, step.max_attempts))
         entry = sweeper._record(name, Event.REMEDIATE, f"reboot: {step.why}")
         report.changes.append(f"{name}: {entry.from_state} -> remediating ({step.why})")
         return []

@@ -36,7 +36,7 @@ from slurm_ft.fleet.store import Store
 from slurm_ft.fleet.sweepreport import SweepReport
 from slurm_ft.slurm.types import Job, Node
 from slurm_ft import vocab
-from slurm_ft.vocab import OWNER, fit, owned
+from slurm_ft.vocab import owned
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
@@ -159,13 +159,9 @@ class Sweeper:
             return
         if vocab.admins(node.reason, self.cfg.controller.slurm_fault_reasons):
             return
-        if node.reason.startswith(vocab.REVALIDATE) and state is State.QUARANTINED:
+        if vocab.revalidation(node.reason) and state is State.QUARANTINED:
             return
-        tag = "RMA" if state is State.RMA else "QUARANTINED"
-        rest = node.reason[len(OWNER):].strip() if owned(node.reason) else node.reason
-        for old in ("QUARANTINED ", "RMA ", "REBOOT "):
-            rest = rest[len(old):] if rest.startswith(old) else rest
-        self.client.drain([name], fit(f"{OWNER} {tag} {rest}"))
+        self.client.drain([name], vocab.rewritten_reason("RMA" if state is State.RMA else "QUARANTINED", node.reason))
 
     def _resume(self, name: str) -> None:
         """Resume if still drained (a health check may have resumed it meanwhile), or DOWN after the
@@ -206,8 +202,7 @@ class Sweeper:
         rec = self.store.record(node.name)
         if rec is None or rec.state is not State.QUARANTINED:
             return {}          # the lemon rule put it on the RMA list, or something else holds it
-        cause = node.reason[len(vocab.REVALIDATE):]
-        outage = cause.startswith(vocab.REVALIDATE_OUTAGE)
+        cause, outage = vocab.revalidation(node.reason) or (node.reason, False)
         entry = self._record(node.name, Event.REPAIRED, cause, node)
         report.changes.append(f"{node.name}: {entry.from_state} -> {entry.to_state} ({_short(cause)})")
         return {node.name: self.lc.spare_recheck_levels if outage else self.lc.validate_levels}
@@ -322,7 +317,7 @@ class Sweeper:
             return
         if why.endswith("without a verdict") and node.drained:   # e.g. our prolog failed it before it ran
             why += f" (node drained: {node.reason})"
-        reason = fit(f"{OWNER} validation failed: {why}")
+        reason = vocab.validation_failed_reason(why)
         if recheck:
             decision = guard.may_drain(self.cfg, name, client=self.client, actor=self.actor,
                                        now=self.clock())

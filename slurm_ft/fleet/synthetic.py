@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 from slurm_ft.fleet.states import Event, State
 from slurm_ft.fleet.store import Store
 from slurm_ft.fleet import journal
-from slurm_ft.vocab import OWNER
+from slurm_ft.vocab import sim_reason
 
 if TYPE_CHECKING:
     from slurm_ft.plan.sim import SimFault
@@ -93,7 +93,7 @@ def write_sim_journal(store: Store, faults: Sequence[SimFault], *, job_nodes: in
             failed.append(node)
             heapq.heappush(in_repair, (f.repaired, node))
             steps += _repair_steps(node, start + f.at, start + f.detected, start + f.repaired,
-                                   f"{OWNER} SIM {f.cls} ({f.kind} fault, simulated)")
+                                   sim_reason(f.cls, f.kind))
             back, spare = (0.0, pool.pop(0)) if pool else heapq.heappop(in_repair)
             slots[i] = spare
             taken.append(spare)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional
 
-from slurm_ft.vocab import OWNER
+from slurm_ft.vocab import hang_code, hang_culprit
 
 if TYPE_CHECKING:
     from slurm_ft.heartbeat import Report
@@ -78,9 +78,8 @@ def culprits(output: str) -> Dict[str, str]:
     for rep in _reports(output[:CHECK_OUTPUT_MAX]):
         bad = [f for f in rep["findings"] if isinstance(f, dict) and f.get("severity") == "fail"]
         if bad:
-            out[rep["node"]] = f"{OWNER} hang check: " + "; ".join(
-                f"{f.get('code', '?')} {'gpu' + str(f['gpu']) if f.get('gpu') is not None else ''} {f.get('reason', '')}".strip()
-                for f in bad)[:300]
+            out[rep["node"]] = hang_culprit((str(f.get("code", "?")), f.get("gpu"), str(f.get("reason", "")))
+                                            for f in bad)
     return out
 
 
@@ -117,7 +116,7 @@ def systemic(culprits: Mapping[str, str], checked: int) -> Optional[str]:
     more nodes), or every node of a smaller one with the same finding, failing at once is not that many
     faults: it is the checks' own trouble or the job's environment (seen: a job without the driver library
     on its path failed every node's NVML check), or an outage, which no relaunch inside the job gets around."""
-    codes = {why.split("hang check: ", 1)[-1].split(" ", 1)[0] for why in culprits.values()}
+    codes = {hang_code(why) for why in culprits.values()}
     if (checked >= 3 and 2 * len(culprits) > checked) or (checked >= 2 and len(culprits) == checked and len(codes) == 1):
         first = next(iter(culprits.values()), "")
         return f"the checks failed {len(culprits)} of {checked} nodes at once (first: {first[:200]})"

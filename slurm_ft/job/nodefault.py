@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from slurm_ft.slurm.types import Node
-from slurm_ft.vocab import OWNER, SLURM_FAULT_REASONS, planned
+from slurm_ft.vocab import SLURM_FAULT_REASONS, owned, planned
 
 
-def node_fault(node: Optional[Node], fail_prefix: str = OWNER,
-               fault_reasons: Iterable[str] = SLURM_FAULT_REASONS) -> Optional[str]:
+def node_fault(node: Optional[Node], fault_reasons: Iterable[str] = SLURM_FAULT_REASONS) -> Optional[str]:
     """Why the node counts as failed, or None: a slurm-ft fail drain, a Slurm fault drain, DOWN, NOT_RESPONDING.
 
     An admin's drain with any other reason is not a fault: the jobs on it run to their end. Nor is a
@@ -23,7 +22,7 @@ def node_fault(node: Optional[Node], fail_prefix: str = OWNER,
     if node.drained:
         if planned(node.reason):
             return None
-        if node.reason.startswith(fail_prefix):
+        if owned(node.reason):
             return node.reason
         if any(node.reason.startswith(r) for r in fault_reasons):
             return node.reason

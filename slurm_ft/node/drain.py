@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ContextManager, Dict, Iterable, List, Optional, Sequence
 
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.node.probes import check_of
-from slurm_ft.vocab import OWNER, PLANNED, REASON_MAX, SLURM_FAULT_REASONS, admins, owned
+from slurm_ft.vocab import SLURM_FAULT_REASONS, admins, check_reason, code_of, owned, planned_unquarantined
 
 if TYPE_CHECKING:
     from slurm_ft.config import Config
@@ -44,28 +43,7 @@ def primary(findings: Sequence[Finding]) -> Optional[Finding]:
 def reason_text(findings: Sequence[Finding]) -> str:
     """`slurm-ft: XID79 gpu3 GPU has fallen off the bus (+1 more)` for the worst fail finding."""
     first = primary(findings)
-    if first is None:
-        return ""
-    where = f" gpu{first.gpu}" if first.gpu is not None else ""
-    more = len(fails(findings)) - 1
-    tail = f" (+{more} more)" if more else ""
-    text = f"{OWNER} {first.code}{where} {_clean(first.reason)}"
-    if len(text) + len(tail) > REASON_MAX:
-        text = text[:REASON_MAX - len(tail) - 3].rstrip() + "..."
-    return text + tail
-
-
-def _clean(text: str) -> str:
-    # one line of printable ASCII: Slurm prints reasons unquoted, some tools split on '|' or '=', and
-    # the client refuses a control byte (a process name is a user's: the probe escapes it, this is the
-    # last guard)
-    text = re.sub(r"\s+", " ", text).replace("|", "/").replace("=", ":")
-    return re.sub(r"[^\x20-\x7e]", "?", text).strip()
-
-
-def code_of(reason: str) -> str:
-    m = re.match(r"^\s*slurm-ft:\s*(\S+)", reason or "")
-    return m.group(1) if m else ""
+    return check_reason(first.code, first.gpu, first.reason, len(fails(findings)) - 1) if first else ""
 
 
 # --- the gate ----------------------------------------------------------------------------------
@@ -139,7 +117,7 @@ def decide(node: Node, findings: Sequence[Finding], *, checks: Iterable[str], ac
         # moved: they must hear of the fault) or Slurm's own fault reason; a lifecycle reason
         # ("slurm-ft: QUARANTINED ...", "slurm-ft: RMA ...") stays: it decides how the node returns
         if (owned(node.reason) and check_of(code_of(node.reason))) or node.reason.strip() in SLURM_FAULT_REASONS \
-                or (node.reason.startswith(f"{OWNER} {PLANNED} ")):
+                or planned_unquarantined(node.reason):
             return Outcome("reason_updated", f"{name} reason {node.reason!r} -> {reason!r}", reason)
         if owned(node.reason):
             return Outcome("kept", f"{name} already drained by slurm-ft ({node.reason!r}); "

@@ -12,6 +12,7 @@ import pytest
 from slurm_ft.config import Config, HealthConfig, LifecycleConfig, NodeType
 from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.node import drain as dr
+from slurm_ft import vocab
 from slurm_ft.node import levels, run, state as st
 from slurm_ft.node.probes import ProbeContext
 from slurm_ft.finding import Action, Finding, Severity
@@ -215,7 +216,7 @@ def test_reason_names_code_gpu_and_cause_and_fits():
     assert dr.reason_text([ECC, XID79]) == "slurm-ft: XID79 gpu3 GPU has fallen off the bus (+1 more)"
     long = Finding("disk", Severity.FAIL, "x" * 300 + "=|\u00e9", "DISK_FULL", None, Action.DRAIN)
     r = dr.reason_text([long])
-    assert len(r) <= dr.REASON_MAX and r.startswith("slurm-ft: DISK_FULL ") and r.isascii()
+    assert len(r) <= vocab.REASON_MAX and r.startswith("slurm-ft: DISK_FULL ") and r.isascii()
 
 
 def test_fail_drains_a_healthy_node_once():

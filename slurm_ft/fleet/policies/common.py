@@ -39,7 +39,6 @@ class Policy:
     """The controller's settings the plan reads (config `controller`)."""
     spare_partition: str = "spares"
     job_partitions: Tuple[str, ...] = ()          # () = every partition but the pool
-    fail_prefix: str = vocab.OWNER
     slurm_fault_reasons: Tuple[str, ...] = vocab.SLURM_FAULT_REASONS
     running_timeout_s: float = 120.0
     # More than this share of all nodes DOWN/NOT_RESPONDING at once is Slurm's outage (slurmctld just
@@ -71,7 +70,7 @@ def failure(node: Optional[Node], policy: Policy) -> Optional[str]:
     """Why the node counts as a fault the controller takes on, or None (nodefault.node_fault under this
     policy's reasons). A node an admin set DOWN (or drained) with their own reason is theirs: never
     claimed by a job, drained over, counted or replaced by slurm-ft."""
-    why = node_fault(node, policy.fail_prefix, policy.slurm_fault_reasons)
+    why = node_fault(node, policy.slurm_fault_reasons)
     if why is None or node is None or vocab.admins(node.reason, policy.slurm_fault_reasons):
         return None
     return why
