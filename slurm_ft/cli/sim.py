@@ -395,7 +395,7 @@ def _with_flags(x: lv.Features, lever: str, hot: Optional[int], hang: Optional[f
     return x
 
 
-def _lever_settings(figs: fg.Figures, steps: Sequence[sim_report.Step]) -> List[str]:
+def _lever_settings(figs: fg.Figures, steps: Sequence[sim_report.WaterfallStep]) -> List[str]:
     last = steps[-1][1].policy
     out = [f"hot spares: {last.hot_spares} per job", f"planned swaps: {100 * last.planned_share:g}% of node-taking "
            f"GPU faults", f"replica groups: {last.replica_groups}"]

@@ -149,9 +149,9 @@ def _incidents(v: FleetView, store: Store) -> None:
             v.phase_seconds.setdefault("total", []).append(max(0.0, inc.closed_at - start))
 
 
-def snapshot(v: FleetView, jobs: Sequence[Tuple[int, Mapping[str, Any]]] = ()) -> metrics.Snapshot:
+def snapshot(v: FleetView, jobs: Sequence[Tuple[int, Mapping[str, Any]]] = ()) -> metrics.Readings:
     """The metrics of the view, with the per-job goodput rows `jobs` (goodput_rows)."""
-    return metrics.Snapshot(jobs=tuple(jobs),
+    return metrics.Readings(jobs=tuple(jobs),
         nodes_by_state=count_states(v.states.values()), pool_size=len(v.pool), pool_target=v.pool_target,
         incidents_total=v.incidents_total, incidents_open=len(v.incidents_open), phase_seconds=v.phase_seconds,
         drains=drain_rows(v.drain_summary), breaker_open=v.breaker.open, breaker_drains_in_window=len(v.breaker_in_window), breaker_limit=v.breaker_limit,

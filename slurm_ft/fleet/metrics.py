@@ -18,7 +18,7 @@ BUCKETS: Tuple[float, ...] = (0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 180
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class Readings:
     nodes_by_state: Mapping[str, int] = field(default_factory=dict)
     pool_size: int = 0                  # spares that are known good and schedulable
     pool_target: int = 0
@@ -34,7 +34,7 @@ class Snapshot:
     jobs: Sequence[Tuple[int, Mapping[str, Any]]] = ()   # (job id, fleet/goodput.py Goodput.to_dict())
 
 
-def render(s: Snapshot) -> str:
+def render(s: Readings) -> str:
     out: List[str] = []
 
     def metric(name: str, kind: str, help_: str, samples: Iterable[Tuple[str, float]]) -> None:
@@ -110,7 +110,7 @@ def _goodput(jobs: Sequence[Tuple[int, Mapping[str, Any]]],
            [(_labels(job=j), d["redone_steps"]) for j, d in jobs])
 
 
-def write(path: str, s: Snapshot) -> None:
+def write(path: str, s: Readings) -> None:
     """Atomically replace the .prom file (mode 0644: node_exporter runs as its own user)."""
     atomic_write(path, render(s), 0o644)
 

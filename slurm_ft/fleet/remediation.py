@@ -26,7 +26,7 @@ slurm-ft's bug, a driver or a bad probe than hardware: the rest waits, oldest qu
 with the time its pool's next slot frees.
 
 `plan` reads one snapshot (lifecycle records and history, Slurm's nodes, the breaker's fleet view, the
-recent history of every node for the budget) and returns one Step per node it concerns; `plan_and_budget`
+recent history of every node for the budget) and returns one Remedy per node it concerns; `plan_and_budget`
 returns the budget as well. fleet/remediator.py acts on them.
 """
 from __future__ import annotations
@@ -50,7 +50,8 @@ NO_POOL = "(no domain)"             # the pool of the nodes in no planning.domai
 
 
 @dataclass(frozen=True)
-class Finding:
+class DrainCause:
+    """The finding a node was taken out for, as its drain reason or its history names it."""
     code: str
     gpu: Optional[int]
     text: str                       # the cause it was read from, for the history
@@ -60,12 +61,12 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Step:
+class Remedy:
     """What to do with one node now."""
     node: str
     act: str                        # reset_gpu | reboot | retest | rma | manual | hold | wait | done | timeout
     why: str
-    finding: Optional[Finding] = None
+    finding: Optional[DrainCause] = None
     attempt: int = 0                # the attempt this step starts (reset_gpu, reboot)
     max_attempts: int = 0
     pool: str = ""                  # the node's budget pool
@@ -84,10 +85,10 @@ class Step:
                 "held_by": self.held_by or None, "until": self.until}
 
 
-def finding_in(text: str) -> Optional[Finding]:
+def finding_in(text: str) -> Optional[DrainCause]:
     """The first finding code (and its GPU) in a drain reason or a history cause, or None."""
     found = finding_code(text)
-    return Finding(found[0], found[1], text) if found else None
+    return DrainCause(found[0], found[1], text) if found else None
 
 
 def action_for(code: str, policy: RemediationConfig, soft: bool = False) -> str:
@@ -115,7 +116,7 @@ def attempts(history: Iterable[HistoryEntry], action: str, now: float, window_s:
                if e.event is Event.REMEDIATE and e.cause.startswith(f"{action}:") and now - e.time <= window_s)
 
 
-def last_finding(history: Sequence[HistoryEntry], reason: str) -> Optional[Finding]:
+def last_finding(history: Sequence[HistoryEntry], reason: str) -> Optional[DrainCause]:
     """What the node was quarantined for: the latest fault or failed validation that names a code
     (a failed reboot names none: the finding of the remediation it ends), else the drain reason."""
     for e in reversed(sorted(history, key=lambda e: e.time)):
@@ -173,7 +174,7 @@ class Budget:
     share: float = 0.0                                   # budget_share
     in_remediation: List[str] = field(default_factory=list)   # nodes in remediation, this plan's starts included
     pools: Dict[str, PoolBudget] = field(default_factory=dict)
-    waiting: List[Step] = field(default_factory=list)    # held by the budget (not the breaker)
+    waiting: List[Remedy] = field(default_factory=list)    # held by the budget (not the breaker)
 
     def pool(self, name: str) -> PoolBudget:
         if name not in self.pools:
@@ -277,7 +278,7 @@ def budget_of(records: Mapping[str, State], histories: Mapping[str, Sequence[His
 def plan(records: Mapping[str, State], since: Mapping[str, float], histories: Mapping[str, Sequence[HistoryEntry]],
          nodes: Sequence[Node], fleet: Optional[brk.FleetView], now: float, policy: RemediationConfig, *,
          breaker_share: float = 0.0, breaker_nodes: int = 0, breaker_window_s: float = 3600.0,
-         pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = ()) -> List[Step]:
+         pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = ()) -> List[Remedy]:
     """One step per quarantined or remediating node, in name order (see plan_and_budget)."""
     return plan_and_budget(records, since, histories, nodes, fleet, now, policy, breaker_share=breaker_share,
                            breaker_nodes=breaker_nodes, breaker_window_s=breaker_window_s, pools=pools,
@@ -289,7 +290,7 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
                     fleet: Optional[brk.FleetView], now: float, policy: RemediationConfig, *,
                     breaker_share: float = 0.0, breaker_nodes: int = 0, breaker_window_s: float = 3600.0,
                     pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = ()
-                    ) -> Tuple[List[Step], Budget]:
+                    ) -> Tuple[List[Remedy], Budget]:
     """One step per quarantined or remediating node, in name order, and the budget as this plan spent it.
     `fleet`: the breaker's view of the same snapshot (None with the breaker off); `histories`: the history
     of each node concerned (quarantined, remediating, or repaired/validating after a repair); `recent`:
@@ -298,7 +299,7 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
     pools = pools or {}
     budget = budget_of(records, histories, recent, nodes, pools, now, policy)
     window_s = policy.window_days * 86400.0
-    steps: Dict[str, Step] = {}
+    steps: Dict[str, Remedy] = {}
     taking: List[str] = []          # reboots this plan starts: each counts against the breaker
     # the oldest quarantine first: the budget is spent in the order the nodes came
     for name in sorted(records, key=lambda n: (since.get(n, now), n)):
@@ -311,21 +312,21 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
             steps[name] = _progress(name, node, now - since.get(name, now), policy)
             continue
         if admins(node.reason) and (node.drained or node.down):
-            steps[name] = Step(name, "manual", f"an admin's reason on it ({node.reason[:60]}): theirs", pool=pool)
+            steps[name] = Remedy(name, "manual", f"an admin's reason on it ({node.reason[:60]}): theirs", pool=pool)
             continue
         finding = last_finding(history, node.reason)
         if finding is None:
-            steps[name] = Step(name, "manual", "no finding code in its history: a person decides", pool=pool)
+            steps[name] = Remedy(name, "manual", "no finding code in its history: a person decides", pool=pool)
             continue
         action = action_for(finding.code, policy, planned(finding.text))
         if action == "retest" and planned(finding.text) and node.state in ("ALLOCATED", "MIXED"):
-            steps[name] = Step(name, "wait", f"{finding.label()}: out for a planned swap, its job still runs there",
+            steps[name] = Remedy(name, "wait", f"{finding.label()}: out for a planned swap, its job still runs there",
                                pool=pool)
             continue
         if action == "reset_gpu" and finding.gpu is None:
             action = "reboot"       # a reset needs the GPU's index; a reboot resets them all
         if action == "manual":
-            steps[name] = Step(name, action, f"{finding.label()}: a person repairs it", finding, pool=pool)
+            steps[name] = Remedy(name, action, f"{finding.label()}: a person repairs it", finding, pool=pool)
             continue
         done = cap = 0
         why = f"{finding.label()}: the policy sends it to the RMA list"
@@ -333,7 +334,7 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
             cap = policy.max_attempts.get(action, DEFAULT_MAX[action])
             done = attempts(history, action, now, window_s)
             if done >= cap and action == "retest":
-                steps[name] = Step(name, "manual", f"{finding.label()} again after {done} retests within "
+                steps[name] = Remedy(name, "manual", f"{finding.label()} again after {done} retests within "
                                                    f"{policy.window_days:g} days: a person looks", finding, done, cap,
                                    pool=pool)
                 continue
@@ -341,9 +342,9 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
                 action, why = "rma", (f"{finding.label()} again after {done} {action} within "
                                       f"{policy.window_days:g} days (at most {cap})")
         if action == "rma":
-            steps[name] = _within(budget, Step(name, "rma", why, finding, done, cap, pool=pool), "rma")
+            steps[name] = _within(budget, Remedy(name, "rma", why, finding, done, cap, pool=pool), "rma")
             continue
-        step = Step(name, action, f"{finding.label()}: {action} (attempt {done + 1} of {cap})", finding, done + 1,
+        step = Remedy(name, action, f"{finding.label()}: {action} (attempt {done + 1} of {cap})", finding, done + 1,
                     cap, pool=pool)
         if action in REPAIRS:
             held = budget.refusal(name, pool, "repair")
@@ -354,7 +355,7 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
             d = brk.may_take_out(fleet, taking + [name], now, max_share=breaker_share, max_nodes=breaker_nodes,
                                  window_s=breaker_window_s)
             if not d.allowed:
-                steps[name] = Step(name, "hold", f"{finding.label()}: reboot held: {d.reason}", finding, done + 1,
+                steps[name] = Remedy(name, "hold", f"{finding.label()}: reboot held: {d.reason}", finding, done + 1,
                                    cap, pool=pool, held_by="breaker")
                 continue
             taking.append(name)
@@ -365,7 +366,7 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
     return [steps[n] for n in sorted(steps)], budget
 
 
-def _within(budget: Budget, step: Step, kind: str) -> Step:
+def _within(budget: Budget, step: Remedy, kind: str) -> Remedy:
     """`step` if the budget has room for it (and spend it), else a hold saying until when."""
     held = budget.refusal(step.node, step.pool, kind)
     if held is not None:
@@ -374,13 +375,13 @@ def _within(budget: Budget, step: Step, kind: str) -> Step:
     return step
 
 
-def _held(budget: Budget, step: Step, held: Tuple[str, str, Optional[float]]) -> Step:
+def _held(budget: Budget, step: Remedy, held: Tuple[str, str, Optional[float]]) -> Remedy:
     by, why, until = held
     what = "RMA listing" if step.act == "rma" else step.act
     label = step.finding.label() if step.finding else step.node
-    out = Step(step.node, "hold", f"{label}: {what} waits for the remediation budget: {why}", step.finding,
+    out = Remedy(step.node, "hold", f"{label}: {what} waits for the remediation budget: {why}", step.finding,
                step.attempt, step.max_attempts, pool=step.pool, held_by=by, until=until)
-    budget.waiting.append(Step(out.node, step.act, out.why, out.finding, out.attempt, out.max_attempts,
+    budget.waiting.append(Remedy(out.node, step.act, out.why, out.finding, out.attempt, out.max_attempts,
                                pool=out.pool, held_by=by, until=until))
     return out
 
@@ -394,20 +395,20 @@ def stamp(t: Optional[float]) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def _progress(name: str, node: Node, elapsed: float, policy: RemediationConfig) -> Step:
+def _progress(name: str, node: Node, elapsed: float, policy: RemediationConfig) -> Remedy:
     """A node slurm-ft is rebooting: still rebooting, back (validate it), or not back in time."""
     if "reboot timed out" in node.reason.lower():
-        return Step(name, "timeout", f"Slurm: {node.reason}")
+        return Remedy(name, "timeout", f"Slurm: {node.reason}")
     rebooting = bool(REBOOTING_FLAGS & set(node.flags)) or node.state in ("UNKNOWN", "FUTURE")
     if rebooting:
         if elapsed > policy.reboot_timeout_s:
-            return Step(name, "timeout", f"not back from its reboot after {elapsed:.0f} s "
+            return Remedy(name, "timeout", f"not back from its reboot after {elapsed:.0f} s "
                                          f"(lifecycle.remediation.reboot_timeout_s {policy.reboot_timeout_s:g})")
-        return Step(name, "wait", f"rebooting for {elapsed:.0f} s ({'+'.join(sorted(node.flags)) or node.state})")
-    return Step(name, "done", f"back from its reboot after {elapsed:.0f} s")
+        return Remedy(name, "wait", f"rebooting for {elapsed:.0f} s ({'+'.join(sorted(node.flags)) or node.state})")
+    return Remedy(name, "done", f"back from its reboot after {elapsed:.0f} s")
 
 
-def describe(step: Step) -> str:
+def describe(step: Remedy) -> str:
     """One line for `remediate --dry-run` and the sweep's dry-run report."""
     verb = {"reset_gpu": "reset the GPU, then validate", "retest": "validate it as it is", "reboot": "reboot (scontrol reboot ASAP nextstate=DOWN)",
             "rma": "put on the RMA list", "manual": "leave for a person", "hold": "hold",
@@ -415,5 +416,5 @@ def describe(step: Step) -> str:
     return f"{step.node}: {verb[step.act]}: {step.why}"
 
 
-def reset_gpus(step: Step) -> Tuple[int, ...]:
+def reset_gpus(step: Remedy) -> Tuple[int, ...]:
     return (step.finding.gpu,) if step.finding and step.finding.gpu is not None else ()

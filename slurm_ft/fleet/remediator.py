@@ -54,7 +54,7 @@ _CONCERNED = (State.QUARANTINED, State.REMEDIATING, State.REPAIRED, State.VALIDA
 
 
 def snapshot_plan(sweeper: SweepApi, nodes: Optional[Sequence[Node]] = None
-                  ) -> Tuple[List[remediation.Step], remediation.Budget]:
+                  ) -> Tuple[List[remediation.Remedy], remediation.Budget]:
     """The plan for the fleet as Slurm and the journal show it now, and the budget it spent."""
     cfg, store = sweeper.cfg, sweeper.store
     nodes = sweeper.client.nodes() if nodes is None else nodes
@@ -115,7 +115,7 @@ def _alert_budget(sweeper: SweepApi, report: SweepReport, budget: remediation.Bu
     report.alerts.append(text)
 
 
-def _act(sweeper: SweepApi, report: SweepReport, step: remediation.Step) -> List[str]:
+def _act(sweeper: SweepApi, report: SweepReport, step: remediation.Remedy) -> List[str]:
     name, store = step.node, sweeper.store
     if step.act == "rma":
         entry = sweeper._record(name, Event.SEND_RMA, f"remediation: {step.why}")

@@ -59,7 +59,7 @@ def pct(x: float) -> str:
 
 
 @dataclass
-class Step:
+class Term:
     name: str           # stable key, also the JSON key of the result
     label: str          # what it is, in words
     symbolic: str       # the formula in symbols, "" for a given input
@@ -88,19 +88,19 @@ class Step:
 @dataclass
 class Derivation:
     """An ordered list of inputs and worked steps, plus free-text lines (tables, conclusions)."""
-    steps: List[Step] = field(default_factory=list)
+    steps: List[Term] = field(default_factory=list)
     lines: List[Tuple[int, str]] = field(default_factory=list)   # (position in steps, text)
 
     def given(self, name: str, label: str, value: _Num, unit: str = "", note: str = "") -> _Num:
         """An input as the user gave it (or a documented default): shown, not derived."""
-        self.steps.append(Step(name, label, "", "", value, unit, note))
+        self.steps.append(Term(name, label, "", "", value, unit, note))
         return value
 
     def step(self, name: str, label: str, symbolic: str, numeric: str, value: _Num,
              unit: str = "", note: str = "", exact: bool = False) -> _Num:
         """A derived value; returns it rounded as displayed so later steps build on what is shown."""
         shown = value if exact else rnd(value)
-        self.steps.append(Step(name, label, symbolic, numeric, shown, unit, note))
+        self.steps.append(Term(name, label, symbolic, numeric, shown, unit, note))
         return shown
 
     def text(self, line: str) -> None:

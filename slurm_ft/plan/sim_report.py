@@ -303,10 +303,10 @@ def render_compare(runs: Sequence[Tuple[SimSetup, Sequence[SimResult]]]) -> List
 
 # --- the waterfall: one lever at a time ----------------------------------------------------------------
 
-Step = Tuple[str, SimSetup, Sequence[SimResult]]      # (lever, or "slurm" for Slurm alone; setup; results)
+WaterfallStep = Tuple[str, SimSetup, Sequence[SimResult]]      # (lever, or "slurm" for Slurm alone; setup; results)
 
 
-def waterfall_rows(steps: Sequence[Step]) -> List[Dict[str, Any]]:
+def waterfall_rows(steps: Sequence[WaterfallStep]) -> List[Dict[str, Any]]:
     rows: List[Dict[str, Any]] = []
     prev: Optional[float] = None
     for lever, s, res in steps:
@@ -339,7 +339,7 @@ def waterfall_verdict(rows: Sequence[Dict[str, Any]], aim: float) -> Dict[str, A
             "first_to_reach_aim": next((r["lever"] for r in rows if r["ettr"]["mean"] >= aim), None)}
 
 
-def render_waterfall(steps: Sequence[Step], aim: float, settings: Sequence[str] = ()) -> List[str]:
+def render_waterfall(steps: Sequence[WaterfallStep], aim: float, settings: Sequence[str] = ()) -> List[str]:
     s0 = steps[0][1]
     p = s0.params
     res0 = steps[0][2]

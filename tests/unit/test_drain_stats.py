@@ -66,9 +66,9 @@ def test_a_second_finding_during_one_drain_is_one_episode_and_a_cause_without_co
 
 def test_metrics_have_a_counter_per_check_and_per_xid():
     s = summarize(episodes(lap("a", "TEMP_HIGH", ["retest"]) + lap("c", "XID79", ["reboot"])), now=T0 + 10 * H)
-    text = metrics.render(metrics.Snapshot(drains=metric_rows(s)))
+    text = metrics.render(metrics.Readings(drains=metric_rows(s)))
     assert 'slurm_ft_drains_total{check="temperature"} 1' in text
     assert 'slurm_ft_drains_probable_false_positive_total{check="temperature"} 1' in text
     assert 'slurm_ft_drains_confirmed_total{xid="79"} 1' in text
     assert 'slurm_ft_drain_out_of_service_node_hours_total{check="xid"} 2' in text
-    assert "slurm_ft_drains_total" not in metrics.render(metrics.Snapshot())
+    assert "slurm_ft_drains_total" not in metrics.render(metrics.Readings())

@@ -17,7 +17,7 @@ def snapshot(**kw):
                 breaker_open=True, breaker_drains_in_window=6, breaker_limit=6,
                 last_sweep_time=1764433000.5, last_sweep_duration_s=2.25)
     base.update(kw)
-    return metrics.Snapshot(**base)
+    return metrics.Readings(**base)
 
 
 def values(text):
