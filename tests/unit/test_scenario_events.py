@@ -25,3 +25,19 @@ def test_events_read_on_from_the_last_call_and_wait_for_a_torn_line(tmp_path):
         {"event": "start"}, {"event": "step", "step": 1}, {"event": "step", "step": 2}]
     log.write_text(json.dumps({"event": "start", "restart": 0}) + "\n")     # a new run's log
     assert sc.events() == [{"event": "start", "restart": 0}]
+
+
+def test_a_drain_seen_late_by_the_scenarios_poll_is_dated_by_its_first_reaction():
+    from slurm_ft_lab.scenario import FaultResult, Phase, _drained_no_later_than_its_reactions
+    from slurm_ft_lab.recovery_summary import summary
+    r = FaultResult("hot-spare", 1, "gpu002", 0, fault_t=100.0,
+                    phases=[Phase("fault", 100.0), Phase("drain", 100.50), Phase("step fault seen", 100.47),
+                            Phase("step stopped", 101.0), Phase("first step after", 103.0)])
+    _drained_no_later_than_its_reactions(r, "drain")
+    assert abs(r.at("drain") - 0.47) < 1e-9
+    assert summary([r], hot=True)["segments"]["see: drained -> supervisor sees it (poll)"]["p50_s"] == 0.0
+    # seen in time: unchanged; a drain never dated before its fault
+    r = FaultResult("hot-spare", 1, "gpu002", 0, fault_t=100.0,
+                    phases=[Phase("fault", 100.0), Phase("drain", 100.2), Phase("step fault seen", 100.3)])
+    _drained_no_later_than_its_reactions(r, "drain")
+    assert abs(r.at("drain") - 0.2) < 1e-9
