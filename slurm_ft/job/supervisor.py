@@ -38,6 +38,7 @@ nothing is drained on a guess.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import signal
 import socket
@@ -66,6 +67,8 @@ QUARANTINE_WAIT_S = 1.0      # after a fault, how long the relaunch waits for th
 STOP_GRACE_S = 10.0          # SIGTERM to srun (it forwards it to the ranks), then the step is cancelled
 STEP_END_S = 120.0           # ... through slurmctld, and srun waited for again; then SIGKILL (not ended)
 FALLBACK_REQUEUE_S = 120.0   # a job handed to the requeue path that nothing requeued: the supervisor does
+REQUEUE_RETRY_S = 5.0        # ... and tries again after a refused or timed-out requeue, doubling the wait
+REQUEUE_RETRY_MAX_S = 60.0   # ... up to this
 LAUNCH_ENV = "SLURM_FT_LAUNCH"   # the launch number within this start of the job (0, 1, ...)
 HANG_POLL_S = 1.0            # progress reads per second (one small file per rank)
 CHECK_TIMEOUT_S = 120.0      # the hang checks' srun, start-up included; then it is killed: no culprit
@@ -501,13 +504,24 @@ class Supervisor:
             self.say(f"not requeued after {FALLBACK_REQUEUE_S:g} s: requeuing the job myself")
         else:
             self.say(f"to the requeue path: {act.reason}; requeuing the job myself")
-        try:
-            self.client.requeue(self.job_id)
-            self.log("requeue", reason="the old step would not end" if at_once else "not requeued by the controller")
-        except Exception as exc:   # noqa: BLE001 - the job's time limit ends it otherwise
-            self.say(f"could not requeue the job: {exc}")
+        self.requeue_until_done("the old step would not end" if at_once else "not requeued by the controller")
         while True:                  # until the requeue kills the batch step (or the job's time limit)
             time.sleep(3600)
+
+    def requeue_until_done(self, why: str) -> None:
+        """`scontrol requeue` as the job's owner until slurmctld takes it: a user's RPCs wait on their rate
+        limiter's bucket, which the user's own loops may keep empty (CI 2026-12-02: one try timed out after
+        30 s and the job sat idle with no step). A requeue that already happened ends this process."""
+        for attempt in itertools.count(1):
+            try:
+                self.client.requeue(self.job_id)
+            except Exception as exc:   # noqa: BLE001 - any failure: try again; the job's time limit bounds it
+                wait = min(REQUEUE_RETRY_MAX_S, REQUEUE_RETRY_S * 2 ** (attempt - 1))
+                self.say(f"could not requeue the job (try {attempt}): {exc}; again in {wait:g} s")
+                time.sleep(wait)
+                continue
+            self.log("requeue", reason=why, tries=attempt)
+            return
 
 
 def _outlive(runs: Sequence[Tuple["subprocess.Popen[bytes]", Optional[str]]], within_s: float

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
+from slurm_ft.errors import CommandTimeout
 from slurm_ft.job import groupplan as gp, groups as gs, hotplan as hp
 from slurm_ft.job import supervisor as sv
 
@@ -214,3 +215,25 @@ def test_the_jobs_end_stops_every_group_at_once_one_grace_and_one_wait_for_all(q
     assert slurm.termed_at_cancel == [[0, 1], [0, 1]]     # both sent SIGTERM, waited out together, then cancelled
     assert any("2 steps did not end" in m for m in said)
     assert all(p.poll() is not None for p in slurm.sruns.values())
+
+
+def test_a_requeue_the_users_own_rpc_limit_refuses_is_tried_again_until_it_is_taken(monkeypatch):
+    # the user's bucket kept empty by their own loops: `scontrol requeue` times out twice, then goes through
+    class Limited(FakeSlurm):
+        refusals = 2
+
+        def requeue(self, job_id, hold=False):
+            if self.refusals:
+                self.refusals -= 1
+                raise CommandTimeout(["scontrol", "requeue", str(job_id)], 30)
+            super().requeue(job_id, hold)
+
+    slurm, said, waits = Limited(train=("n1", "n2", "n3"), spares=()), [], []
+    monkeypatch.setattr(sv.time, "sleep", waits.append)
+    jid = slurm.add_job(3)
+    sup = sv.Supervisor(slurm, jid, 2, "", ["train"], env={}, say=said.append)
+    sup.requeue_until_done("the old step would not end")
+    assert [c for c in slurm.calls if c[0] == "requeue"] == [("requeue", jid, False)]
+    assert waits == [sv.REQUEUE_RETRY_S, 2 * sv.REQUEUE_RETRY_S]
+    assert sum("could not requeue the job" in s for s in said) == 2
+    assert slurm.job(jid).restart_count == 1
