@@ -116,8 +116,8 @@ class FaultResult:
 
 def _drained_no_later_than_its_reactions(res: FaultResult, name: str) -> None:
     """The drain's time is when this scenario's poll of Slurm saw it; the supervisor hears of it by a notice and
-    may be seen first (CI 2026-12-02: "drained -> supervisor sees it" came out at -0.024 s). The node was
-    drained no later than the first thing that reacted to it."""
+    may react before that poll (a negative "drained -> supervisor sees it"). The node was drained no later
+    than the first thing that reacted to it, and not before the fault."""
     drain = next((p for p in res.phases if p.name == name), None)
     reactions = [p.t for p in res.phases if p.name not in ("fault", name)]
     if drain is not None and reactions:

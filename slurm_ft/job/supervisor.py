@@ -510,8 +510,8 @@ class Supervisor:
 
     def requeue_until_done(self, why: str) -> None:
         """`scontrol requeue` as the job's owner until slurmctld takes it: a user's RPCs wait on their rate
-        limiter's bucket, which the user's own loops may keep empty (CI 2026-12-02: one try timed out after
-        30 s and the job sat idle with no step). A requeue that already happened ends this process."""
+        limiter's bucket, which the user's own loops may keep empty, and a job whose requeue failed once
+        would sit with no step until its time limit. A requeue that went through ends this process."""
         for attempt in itertools.count(1):
             try:
                 self.client.requeue(self.job_id)
