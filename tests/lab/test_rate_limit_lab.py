@@ -67,7 +67,9 @@ def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
     for i in range(len(USERS) * JOBS_PER_USER):
         user = USERS[i % len(USERS)]
         ck = lab.give(homes[user] / f"ck{i}", user)
-        p = slurm_ft(lab, None, "sbatch", "--ckpt-dir", str(ck), "--hot-spares", "1", "-N", "2",
+        # whole nodes, as GPU jobs run: with shared nodes one job's victim is another's batch host or second
+        # node, which sends that job down the requeue path (CI 2026-12-02, twice: jobs all packed on gpu001-003)
+        p = slurm_ft(lab, None, "sbatch", "--ckpt-dir", str(ck), "--hot-spares", "1", "-N", "2", "--exclusive",
                      "--ntasks-per-node=1", "-o", str(lab.give(homes[user] / f"out{i}", user) / "job.out"),
                      PY, "-m", "slurm_ft_lab.trainer", "--ckpt-dir", str(ck), "--resume", "{ckpt}",
                      "--step-time", "0.5", "--ckpt-every", "5", "--gpu-check", "off", user=user)
@@ -82,8 +84,8 @@ def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
                               cwd=str(lab.cluster.user_home(u))) for u in USERS]
     try:
         time.sleep(20)                                    # the buckets (30 tokens, 2 a second) are empty now
-        # the victims from each job's allocation now: a job requeued before the fault (once in CI, 24.11 at
-        # load; what slurmctld said of it is printed) runs again, on other nodes, as a higher restart's launch 0
+        # the victims from each job's allocation now: a job Slurm requeued since it started (what slurmctld said
+        # of it is printed) runs again, on other nodes, as a higher restart's launch 0
         for j in jobs:
             j["job"] = c.job(j["id"])
             if j["job"].restart_count:
