@@ -72,8 +72,7 @@ def planned_unquarantined(reason: str) -> bool:
 def planned_reason(code: str, gpu: Optional[int], figure: str) -> str:
     """`slurm-ft: PLANNED ECC_SBE_RATE gpu3 corrected ECC +1240 in 10 min`: one line, at most REASON_MAX."""
     where = f" gpu{gpu}" if gpu is not None else ""
-    text = " ".join(f"{OWNER} {PLANNED} {code}{where} {figure}".encode("ascii", "replace").decode().split())
-    return fit(text.replace("|", "/").replace("=", ":"))
+    return fit(f"{OWNER} {PLANNED} {code}{where} {_clean(figure)}")
 
 
 def admins(reason: str, slurm_reasons: Iterable[str] = SLURM_FAULT_REASONS) -> bool:

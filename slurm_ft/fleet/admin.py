@@ -28,12 +28,13 @@ def apply(config: Config, client: SlurmApi, store: Store, node: Node, event: Eve
         if current is State.VALIDATING and rec and rec.validation_job:
             raise TransitionError(f"{exc} (`scancel {rec.validation_job}`)") from None
         raise
+    sweeper = Sweeper(config, client, store, actor=actor)
     if event is Event.QUARANTINE:
         if not node.drained:
             client.drain([node.name], admin_quarantine_reason(actor.split(":", 1)[-1], cause))
-        Sweeper(config, client, store, actor=actor).take_out(node.name)
+        sweeper.take_out(node.name)
     entry = store.apply(node.name, event, time.time(), default=default, cause=cause, actor=actor,
                         lemon_k=lc.lemon_incidents, lemon_window_s=lc.lemon_window_days * 86400.0)
     if event is Event.QUARANTINE and node.drained:   # keep the fault, stop a healthy check from resuming it
-        Sweeper(config, client, store, actor=actor).mark_quarantined(node.name, entry.to_state)
+        sweeper.mark_quarantined(node.name, entry.to_state)
     return entry
