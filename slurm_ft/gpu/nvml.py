@@ -249,7 +249,7 @@ def read_node(node_name: str = "", *, include: Iterable[str] = ALL) -> NodeSampl
     N = _import_pynvml()
     if N is None:
         missing = "pynvml is not installed (pip install nvidia-ml-py)"
-        return NodeSample(node=node_name, nvml_error=missing, extra={"install_error": missing})
+        return NodeSample(node=node_name, nvml_error=missing, install_error=missing)
     try:
         N.nvmlInit()
     except N.NVMLError as exc:

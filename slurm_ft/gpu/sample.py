@@ -1,9 +1,9 @@
-"""One read of a node's GPUs (NVML) and kernel log (Xid events), handed to the pure probes. None in a
-field means "not supported" or "not read"."""
+"""One read of a node: its GPUs (NVML), kernel log (Xid events) and host (the readers its checks name),
+handed to the pure probes. None in a field means "not supported" or "not read"."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Mapping, Optional, Tuple, Type, TypeVar
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,20 @@ class XidEvent:
     trusted: bool = True
 
 
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class HostReadings:
+    """What the host readers a run's checks name returned (node/host.py READERS), by reader name. Each
+    reading is a typed value its reader defines; a probe asks for the type it expects."""
+    by_reader: Mapping[str, object] = field(default_factory=dict)
+
+    def of(self, reader: str, kind: Type[R]) -> Optional[R]:
+        got = self.by_reader.get(reader)
+        return got if isinstance(got, kind) else None
+
+
 @dataclass(frozen=True)
 class NodeSample:
     """Everything one health-check run read from the node, handed to pure probes."""
@@ -93,6 +107,8 @@ class NodeSample:
     gpus: Tuple[GpuSample, ...] = ()
     driver_version: str = ""
     nvml_error: str = ""            # library missing / driver not loaded: one clear message
+    install_error: str = ""         # slurm-ft's own install is broken (a package missing): never a drain
     xids: Tuple[XidEvent, ...] = ()
-    extra: Dict[str, Any] = field(default_factory=dict)  # host readings keyed by probe name
-
+    host: HostReadings = field(default_factory=HostReadings)
+    # check -> why a source it needs could not be read: an `error` finding for that check, never a drain
+    unread: Mapping[str, str] = field(default_factory=dict)

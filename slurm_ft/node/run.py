@@ -78,7 +78,7 @@ def node_type_for(node: str, hc: HealthConfig) -> "tuple[str, NodeType]":
 
 def judge(sample: NodeSample, checks: Sequence[str], ctx: ProbeContext) -> List[Finding]:
     """Run each check's probe on the sample; a crash is an error finding; silence is an ok line."""
-    errors = sample.extra.get("errors", {}) or {}
+    errors = sample.unread
     out: List[Finding] = []
     # checks that judge NVML readings (the kernel-log Xids stay meaningful without NVML)
     gpu_checks = {c for c, parts in levels.NVML_PARTS.items() if parts - {"identity"}}

@@ -20,6 +20,7 @@ from slurm_ft.config import Config, HealthConfig, LifecycleConfig, NodeType
 from slurm_ft.node import run
 from slurm_ft.finding import Severity
 from slurm_ft.gpu.sample import NodeSample
+from slurm_ft.node.host import DiskSpace, Disks
 from slurm_ft.slurm.types import Node
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 
@@ -229,12 +230,12 @@ def test_nvml_hung_drain_is_refused_by_a_full_breaker_and_off_at_zero(tmp_path, 
 
 
 def test_a_disk_a_job_filled_is_reported_never_drained(tmp_path, monkeypatch):
-    full = {"disk": [{"path": "/tmp", "total_bytes": 100, "free_bytes": 1}]}    # 1 % free
+    full = Disks((DiskSpace("/tmp", 100, 1),))    # 1 % free
     cfg, slurm = hang_config(tmp_path), fleet()
     reader = lambda node, parts: NodeSample(node=node)   # noqa: E731
     hc = replace(cfg.health, levels={"epilog": ("disk",)})
     cfg = replace(cfg, health=hc)
-    monkeypatch.setattr("slurm_ft.node.host.disk", lambda paths: full["disk"])
+    monkeypatch.setattr("slurm_ft.node.host.disk", lambda paths: full)
     r = run.check_node("epilog", "gpu001", cfg, drain=True, client=slurm, reader=reader)
     assert r.healthy and [(f.code, f.severity) for f in r.findings] == [("DISK_FULL", Severity.WARN)]
     assert slurm.calls == []

@@ -13,7 +13,7 @@ from slurm_ft.config import Config, HealthConfig, LifecycleConfig, NodeType
 from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.node import drain as dr
 from slurm_ft import vocab
-from slurm_ft.node import levels, run, state as st
+from slurm_ft.node import host, levels, run, state as st
 from slurm_ft.node.probes import ProbeContext
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.sample import EccCounts, GpuSample, NodeSample, Pcie, RowRemap, XidEvent
@@ -586,6 +586,20 @@ def test_infiniband_read_from_a_sysfs_tree_under_the_configured_root(tmp_path):
         cfg.health.thresholds, clock_event_samples=1))), reader=reader_for(gpus()))
     [ib] = [f for f in rep.findings if f.check == "infiniband"]
     assert ib.severity is Severity.FAIL and "1 of 2 IB ports up" in ib.reason and "mlx5_1:1 DOWN/Disabled" in ib.reason
+
+
+def test_a_host_reader_that_breaks_is_an_error_of_its_checks_alone_never_a_drain(tmp_path, monkeypatch):
+    """A reader that raises (a bug, a hung mount the reader did not expect) leaves the checks that name
+    it an error finding; the run goes on, the other checks judge, nothing is drained."""
+    def boom(ctx):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setitem(host.READERS, "disk", boom)
+    cfg = config(tmp_path)
+    c = one_node(Node("gpu001", "IDLE"))
+    rep = run.check_node("prolog", "gpu001", cfg, drain=True, client=c, reader=reader_for(gpus()))
+    [disk] = [f for f in rep.findings if f.check == "disk"]
+    assert (disk.severity, disk.code) == (Severity.ERROR, "CHECK_ERROR") and "Input/output error" in disk.reason
+    assert rep.healthy and c.calls == [] and {f.check for f in rep.findings} >= {"ecc", "nvlink", "temperature"}
 
 
 def test_a_new_xid_right_after_a_resume_drains_at_once(tmp_path):

@@ -8,7 +8,8 @@ import pytest
 from slurm_ft.config import NodeType, Thresholds
 from slurm_ft.node.probes import ProbeContext, get
 from slurm_ft.finding import Action, Severity
-from slurm_ft.gpu.sample import EccCounts, GpuSample, NodeSample, NvLink, Pcie, RetiredPages, RowRemap
+from slurm_ft.gpu.sample import EccCounts, GpuSample, HostReadings, NodeSample, NvLink, Pcie, RetiredPages, RowRemap
+from slurm_ft.node.host import ClockSeries
 
 
 def healthy_gpu(i: int) -> GpuSample:
@@ -132,10 +133,10 @@ def test_nvlink_error_counters_warn():
 def test_single_clock_event_warns_persistent_fails():
     f = get("clocks")(with_gpu(2, clock_event_reasons=0x8), CTX)
     assert [(x.code, x.severity) for x in f] == [("HW_SLOWDOWN", Severity.WARN)]
-    s = replace(with_gpu(2, clock_event_reasons=0x8), extra={"clocks": {2: [0x8, 0x8, 0x8]}})
+    s = replace(with_gpu(2, clock_event_reasons=0x8), host=HostReadings({"clocks": ClockSeries({2: (0x8, 0x8, 0x8)})}))
     f = get("clocks")(s, CTX)
     assert [(x.code, x.gpu, x.severity) for x in f] == [("HW_SLOWDOWN", 2, Severity.FAIL)]
-    s = replace(with_gpu(2, clock_event_reasons=0x8), extra={"clocks": {2: [0x8, 0x0, 0x8]}})
+    s = replace(with_gpu(2, clock_event_reasons=0x8), host=HostReadings({"clocks": ClockSeries({2: (0x8, 0x0, 0x8)})}))
     assert only(get("clocks")(s, CTX), Severity.FAIL) == []
 
 

@@ -18,7 +18,8 @@ from hypothesis import given, strategies as st
 
 from slurm_ft.errors import UsageError
 from slurm_ft.finding import Severity
-from slurm_ft.gpu.sample import NodeSample
+from slurm_ft.gpu.sample import HostReadings, NodeSample
+from slurm_ft.node.host import GpuProcesses
 from slurm_ft.node import run
 from slurm_ft.slurm.client import check_reason
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
@@ -287,9 +288,10 @@ def test_a_bare_name_from_an_old_config_matches_only_a_system_program():
         16: (Process("?", None, "", False), True),                                    # gone, or unreadable
     }
     for pid, (proc, counted) in cases.items():
-        s = NodeSample("n", gpus=gpus({0: {"processes": (pid,)}}), extra={"processes": {pid: proc}})
+        s = NodeSample("n", gpus=gpus({0: {"processes": (pid,)}}),
+                       host=HostReadings({"processes": GpuProcesses({0: (pid,)}, {pid: proc})}))
         assert bool(probe(s, ctx)) is counted, (pid, proc)
-    assert probe(replace(s, extra={}), ctx), "a process with no facts read counts (the safe side)"
+    assert probe(replace(s, host=HostReadings()), ctx), "a process with no facts read counts (the safe side)"
 
 
 @pytest.mark.parametrize("entry", ["bin/nvidia-smi", "", "/usr/bin/", "nvidia\x01smi"])

@@ -1,8 +1,9 @@
 """Probes: pure functions `probe(sample, ctx) -> list[Finding]`, one module per signal.
 
 Reading and judging are separate (NHC's "gather, then check"): `slurm_ft.node.gather` fills a
-NodeSample once, and every probe here only looks at it. No NVML, no subprocess, no clock reads: the
-time a probe needs comes in `ctx.now`. A probe is tested by handing it a hand-built sample.
+NodeSample once (the NVML groups and host readers each check names below), and every probe here only
+looks at it. No NVML, no subprocess, no clock reads: the time a probe needs comes in `ctx.now`. A
+probe is tested by handing it a hand-built sample.
 
 A probe returns only what is worth saying (warn/fail, or an informational ok such as a user-caused
 Xid); run.py adds one "ok" line for a check that found nothing.
@@ -27,20 +28,22 @@ LEVEL_ORDER = LEVELS            # each level runs the checks of those before it
 
 @dataclass(frozen=True)
 class Check:
-    """One check: everything slurm-ft knows of it. Levels, the NVML reads a level needs, which drain
-    reasons a check may resume and which NVML errors it reports are all derived from CHECKS."""
+    """One check: everything slurm-ft knows of it. Levels, the NVML and host reads a level needs, which
+    drain reasons a check may resume and which NVML errors it reports are all derived from CHECKS."""
     name: str
     level: str                                   # the first level that runs it (LEVEL_ORDER)
     codes: str                                   # regex (matched at the start) of the fault codes it reports
     nvml: FrozenSet[str] = frozenset()           # NVML groups to read for it (gpu/nvml.py GROUPS)
     queries: Tuple[str, ...] = ()                # NVML query names whose errors are this check's to report
+    host: Tuple[str, ...] = ()                   # host readers it judges (node/host.py READERS)
 
     @property
     def module(self) -> str:
         return f"{__name__}.{self.name}"         # the probe: probes/<name>.py, imported when a level runs it
 
 
-# Adding a check: its probe module probes/<name>.py and one line here (order = report order).
+# Adding a check: its probe module probes/<name>.py and one line here (order = report order); a new
+# kind of reading, an NVML group (gpu/nvml.py) or a host reader (node/host.py), first.
 CHECKS: Tuple[Check, ...] = (
     Check("inventory", "quick", r"(GPU_COUNT|GPU_LOST|NVML_INIT|NVML_HUNG)", frozenset({"identity"}),
           ("handle", "name", "uuid", "pci_info")),
@@ -52,11 +55,12 @@ CHECKS: Tuple[Check, ...] = (
     Check("recovery_action", "quick", r"GPU_RECOVERY_", frozenset({"recovery"}), ("recovery_action",)),
     Check("nvlink", "prolog", r"NVLINK_", frozenset({"nvlink"}), ("nvlink",)),
     Check("temperature", "prolog", r"TEMP_", frozenset({"thermal"}), ("temperature",)),
-    Check("clocks", "prolog", r"(HW_SLOWDOWN|HW_THERMAL|POWER_BRAKE)$", frozenset({"clocks"}), ("clock_event",)),
-    Check("disk", "prolog", r"DISK_"),
-    Check("processes", "epilog", r"GPU_PROC_LEFT$", frozenset({"processes"}), ("processes",)),
-    Check("infiniband", "full", r"IB_"),
-    Check("burnin", "burnin", r"BURNIN_", frozenset({"identity", "clocks"})),
+    Check("clocks", "prolog", r"(HW_SLOWDOWN|HW_THERMAL|POWER_BRAKE)$", frozenset({"clocks"}), ("clock_event",),
+          ("clocks",)),
+    Check("disk", "prolog", r"DISK_", host=("disk",)),
+    Check("processes", "epilog", r"GPU_PROC_LEFT$", frozenset({"processes"}), ("processes",), ("processes",)),
+    Check("infiniband", "full", r"IB_", host=("infiniband",)),
+    Check("burnin", "burnin", r"BURNIN_", frozenset({"identity", "clocks"}), host=("burnin",)),
 )
 BY_NAME: Dict[str, Check] = {c.name: c for c in CHECKS}
 

@@ -1,7 +1,7 @@
 """Burn-in verdict: per-GPU matmul TFLOPS against the node type's expectation and the node's best GPU.
 
 The measuring happens in `slurm_ft.node.burnin` (a gatherer); this probe only judges its result,
-`extra["burnin"]` = {backend, label, skipped, gpus: {index: tflops}, errors: {index: text}}.
+`host.BurninResult` (reader "burnin": backend, label, skipped, gpus: {index: tflops}, errors: {index: text}).
 A run with no backend is a visible skip (a warn), never a pass.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, List
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
+from slurm_ft.node.host import BurninResult
 
 if TYPE_CHECKING:
     from slurm_ft.node.probes import ProbeContext
@@ -19,22 +20,22 @@ CHECK = "burnin"
 
 
 def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
-    res = sample.extra.get("burnin")
-    if not res:
+    res = sample.host.of("burnin", BurninResult)
+    if res is None:
         return [Finding(CHECK, Severity.WARN, "burn-in skipped: nothing measured", "BURNIN_SKIPPED")]
-    if res.get("skipped"):
-        return [Finding(CHECK, Severity.WARN, f"burn-in skipped: {res['skipped']}", "BURNIN_SKIPPED")]
+    if res.skipped:
+        return [Finding(CHECK, Severity.WARN, f"burn-in skipped: {res.skipped}", "BURNIN_SKIPPED")]
     out: List[Finding] = []
-    label = res.get("label") or res.get("backend", "")
-    for idx, err in sorted((res.get("errors") or {}).items()):
+    label = res.label or res.backend
+    for idx, err in sorted(res.errors.items()):
         out.append(Finding(CHECK, Severity.FAIL, f"burn-in failed ({label}): {err}", "BURNIN_ERROR",
-                           int(idx), Action.DRAIN))
-    tflops = {int(k): float(v) for k, v in (res.get("gpus") or {}).items()}
+                           idx, Action.DRAIN))
+    tflops = dict(res.gpus)
     if not tflops:
         return out
     best = max(tflops.values())
     t = ctx.thresholds
-    expected = ctx.node_type.tflops_bf16 if res.get("absolute", True) else 0.0
+    expected = ctx.node_type.tflops_bf16 if res.absolute else 0.0
     for idx, v in sorted(tflops.items()):
         why = []
         if best > 0 and v < t.burnin_relative_min * best:

@@ -3,17 +3,18 @@
 Decision (documented in etc/slurm-ft.yaml): one reading is a warn at every level, because these
 events are often short and environmental (a hot aisle, a PSU limit) and a single sample cannot tell a
 blip from a fault. At the `full` level the gatherer samples the reasons several times over a window
-(`thresholds.clock_event_samples` over `clock_event_window_s`, kept in `extra["clocks"]`); an event
+(`thresholds.clock_event_samples` over `clock_event_window_s`: `host.ClockSeries`); an event
 present in every sample is a persistent slowdown and fails the GPU: it would make it the straggler that
 every synchronous step waits for (GPUD: unhealthy when HW slowdown fills most of a window).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, List
 
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
+from slurm_ft.node.host import ClockSeries
 
 if TYPE_CHECKING:
     from slurm_ft.node.probes import ProbeContext
@@ -31,7 +32,8 @@ EVENTS = ((HW_SLOWDOWN, "HW_SLOWDOWN", "HW slowdown"),
 
 def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     out: List[Finding] = []
-    series: Dict[int, List[int]] = sample.extra.get("clocks", {}) or {}
+    read = sample.host.of("clocks", ClockSeries)
+    series = read.by_gpu if read else {}
     for g in sample.gpus:
         if g.lost:
             continue

@@ -3,7 +3,7 @@
 A full /tmp or checkpoint disk kills the next job at its first save, but jobs fill it, not the
 hardware: it is reported (`warn`, the next job's owner sees it) and never drains the node, or one job
 could take its nodes out of service. A path that cannot be read (a hung or missing mount) is the
-node's fault and fails. Readings: `extra["disk"]` = [{path, total_bytes, free_bytes} | {path, error}].
+node's fault and fails. Reading: `host.Disks` (reader "disk").
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, List
 from slurm_ft.finding import Action, Finding, Severity
 
 from slurm_ft.gpu.sample import NodeSample
+from slurm_ft.node.host import Disks
 
 if TYPE_CHECKING:
     from slurm_ft.node.probes import ProbeContext
@@ -22,15 +23,15 @@ CHECK = "disk"
 def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     out: List[Finding] = []
     t = ctx.thresholds
-    for d in sample.extra.get("disk", ()) or ():
-        path = d.get("path", "?")
-        if d.get("error"):
-            out.append(Finding(CHECK, Severity.FAIL, f"{path}: {d['error']}", "DISK_UNREADABLE", None, Action.DRAIN))
+    disks = sample.host.of("disk", Disks) or Disks()
+    for d in disks.paths:
+        path = d.path
+        if d.error:
+            out.append(Finding(CHECK, Severity.FAIL, f"{path}: {d.error}", "DISK_UNREADABLE", None, Action.DRAIN))
             continue
-        total, free = d.get("total_bytes") or 0, d.get("free_bytes") or 0
-        if total <= 0:
+        if d.total_bytes <= 0:
             continue
-        pct = 100.0 * free / total
+        pct = 100.0 * d.free_bytes / d.total_bytes
         if t.disk_free_fail_pct and pct < t.disk_free_fail_pct:
             out.append(Finding(CHECK, Severity.WARN, f"{path} {pct:.1f}% free < {t.disk_free_fail_pct:g}% "
                                f"(filled by jobs: reported, not drained)", "DISK_FULL"))

@@ -19,9 +19,9 @@ CHECK = "inventory"
 
 def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
     expected = ctx.node_type.gpus
-    if sample.extra.get("install_error"):
+    if sample.install_error:
         # our package is missing, not the node's driver: an install error (exit 2), never a drain
-        return [Finding(CHECK, Severity.ERROR, f"install error: {sample.extra['install_error']}", "INSTALL_ERROR")]
+        return [Finding(CHECK, Severity.ERROR, f"install error: {sample.install_error}", "INSTALL_ERROR")]
     if sample.nvml_error:
         if expected == 0:
             return []

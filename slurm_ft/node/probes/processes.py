@@ -6,17 +6,17 @@ of its GPUs, owned by its user. A neighbour's live rank on a shared node is not 
 Programs listed in `health.ignore_processes` (persistence daemon, DCGM host engine) may hold a GPU: an
 entry is an executable's full path, matched against /proc/PID/exe, and only a file root owns and alone
 may write counts (a name in `comm` is whatever its owner picks). A bare name, as older configs have
-it, matches such a file of that name in a system directory. The facts come from the gatherer
-(`extra["processes"]`: pid -> host.Process).
+it, matches such a file of that name in a system directory. Reading: `host.GpuProcesses` (reader
+"processes": the pids on each GPU once the job's have had their grace, and what /proc says of them).
 """
 from __future__ import annotations
 
 import posixpath
-from typing import TYPE_CHECKING, Dict, List, Sequence
+from typing import TYPE_CHECKING, List, Sequence
 
 from slurm_ft.finding import Action, Finding, Severity
 from slurm_ft.gpu.sample import NodeSample
-from slurm_ft.node.host import Process
+from slurm_ft.node.host import GpuProcesses, Process
 
 if TYPE_CHECKING:
     from slurm_ft.node.probes import ProbeContext
@@ -39,14 +39,15 @@ def ignored(proc: Process, allowed: Sequence[str]) -> bool:
 
 
 def probe(sample: NodeSample, ctx: ProbeContext) -> List[Finding]:
-    facts: Dict[int, Process] = sample.extra.get("processes", {}) or {}
+    read = sample.host.of("processes", GpuProcesses)
+    facts = read.facts if read else {}
     job = ctx.job.on({g.index: g.uuid for g in sample.gpus})
     out: List[Finding] = []
     for g in sample.gpus:
         if g.lost:
             continue
         left = []
-        for pid in g.processes:
+        for pid in (read.held.get(g.index, ()) if read else g.processes):
             proc = facts.get(pid)
             if not job.owns(g.index, proc.uid if proc else None):
                 continue                          # another job's, or another user's
