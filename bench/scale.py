@@ -40,9 +40,10 @@ from slurm_ft.config import load_config                            # noqa: E402
 from slurm_ft.errors import CommandError                           # noqa: E402
 from slurm_ft.breaker import guard                               # noqa: E402
 from slurm_ft_lab.cluster import Lab, LabSpec, ephemeral_port_range  # noqa: E402
-from slurm_ft.fleet import journal as jn                        # noqa: E402
-from slurm_ft.fleet.controller import Controller                # noqa: E402
-from slurm_ft.fleet.plan import plan                            # noqa: E402
+from slurm_ft.fleet import db                                        # noqa: E402
+from slurm_ft.fleet.recovery import journal as jn                    # noqa: E402
+from slurm_ft.fleet.recovery.controller import Controller            # noqa: E402
+from slurm_ft.fleet.recovery.plan import plan                        # noqa: E402
 from slurm_ft.job.tag import FtSpec, encode                   # noqa: E402
 from slurm_ft.runner import run                                    # noqa: E402
 from slurm_ft.slurm.client import SlurmClient                      # noqa: E402
@@ -197,7 +198,7 @@ def main() -> None:
 
         config = load_config(str(lab.config_path))
         config = dataclasses.replace(config, state_dir=str(work / "state"))
-        ctl = Controller(client, jn.connect(jn.path_in(config.state_dir)), config)
+        ctl = Controller(client, jn.connect(db.path_in(config.state_dir)), config)
         out["slurm_reads"] = {
             "nodes": measure(client.nodes, a.repeat, ctld),
             "jobs": measure(client.jobs, a.repeat, ctld),

@@ -172,7 +172,7 @@ REMEDIATION_ACTIONS = ("reset_gpu", "reboot", "retest", "rma", "manual")
 
 @dataclass(frozen=True)
 class RemediationConfig:
-    """What the sweep does to a quarantined node by itself (fleet/remediation.py, docs/remediation.md)."""
+    """What the sweep does to a quarantined node by itself (fleet/lifecycle/remedy_plan.py, docs/remediation.md)."""
     mode: str = "off"                   # off | dry_run (say what it would do) | on
     actions: Dict[str, str] = field(default_factory=dict)   # code -> reset_gpu|reboot|retest|rma|manual;
                                         # an Xid's default is the catalog's action column, other codes: manual

@@ -43,7 +43,7 @@ SLURM_FAULT_REASONS = HOOK_FAULT_REASONS + ("Kill task failed",)
 SLURM_DOWN_REASONS = ("Not responding", "Node unexpectedly rebooted")
 
 # A job in one of these states will not run again unless someone requeues it. NODE_FAIL is not among
-# them for the controller (a fault it may recover: fleet/plan.py), but ends a validation job.
+# them for the controller (a fault it may recover: fleet/recovery/plan.py), but ends a validation job.
 ENDED_JOB_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE",
                               "BOOT_FAIL", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
 

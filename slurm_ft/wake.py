@@ -9,7 +9,7 @@ datagrams are dropped; a wake that is lost costs only the controller's next poll
 
 One fact rides along, because Slurm forgets it: a failed prolog's wake names its job (`wake NODE prolog
 JOB`). Slurm requeues that job held with no nodes, so by the controller's read the run the prolog ended
-may be gone; the wake tells which node that run had (fleet/plan.py `prolog_runs`).
+may be gone; the wake tells which node that run had (fleet/recovery/plan.py `prolog_runs`).
 """
 from __future__ import annotations
 

@@ -34,9 +34,10 @@ import yaml
 
 from slurm_ft.config import load_config
 from slurm_ft.errors import EnvironmentProblem
-from slurm_ft.fleet import daemon
-from slurm_ft.fleet import journal as jn
-from slurm_ft.fleet.controller import Controller, controller_lock
+from slurm_ft.fleet.recovery import daemon
+from slurm_ft.fleet.recovery import journal as jn
+from slurm_ft.fleet import db
+from slurm_ft.fleet.recovery.controller import Controller, controller_lock
 from slurm_ft.job.startprep import STARTS_LOG
 from slurm_ft.runner import run
 from slurm_ft.slurm.backend import client_from_config
@@ -214,7 +215,7 @@ class Scenario:
                     self.on_phase(Phase(name, t, detail), self._fault_t)
 
         def loop():
-            ctl = Controller(client_from_config(config), jn.connect(jn.path_in(config.state_dir)), config,
+            ctl = Controller(client_from_config(config), jn.connect(db.path_in(config.state_dir)), config,
                              on_step=on_step)
             # the daemon's own cadence: an idle read every controller.interval_s, at once on a node's wake
             daemon.serve(ctl, config.controller.interval_s, daemon.listen(ctl, config), self._stop.is_set,

@@ -139,7 +139,7 @@ def hook_decision(config: Config, node: str, now: Optional[float] = None,
     """May the prolog/epilog fail this node (Slurm then drains it)? Asked only when the hook is about to
     fail it (rare: a healthy node's hooks never call Slurm), from a fresh read of the fleet; an unknown
     count says no. Hooks on many nodes failing at once may each see room for one more: the controller
-    settles such a burst afterwards (fleet/controller.py, `settle_hook_drains`)."""
+    settles such a burst afterwards (fleet/recovery/controller.py, `settle_hook_drains`)."""
     if not enabled(config):
         return brk.Decision(True, "breaker disabled", 0, 1 << 30)
     return may_take_out(config, [node], client=client or hook_client(config), actor="hook", now=now)

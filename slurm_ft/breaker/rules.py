@@ -139,7 +139,7 @@ def keeps(fleet: FleetView, node: str, now: float, *, max_share: float, max_node
 def past_limit(fleet: FleetView, now: float, *, cap: int, window_s: float) -> FrozenSet[str]:
     """The nodes out within the window that went out beyond `cap`: `cap` or more others went out at the
     same second or earlier (`keeps`' rule, ties against). Empty while the count is within `cap`. A fault
-    drained within the budget is recovered by the controller; one of these waits (fleet/outage.py)."""
+    drained within the budget is recovered by the controller; one of these waits (fleet/recovery/outage.py)."""
     recent = {n: t for n, t in fleet.out if now - t <= window_s}
     if len(recent) <= cap:
         return frozenset()

@@ -9,25 +9,26 @@ from typing import TYPE_CHECKING, Callable, Optional, Tuple
 import click
 
 from slurm_ft.config import load_config
-from slurm_ft.fleet import daemon
+from slurm_ft.fleet.recovery import daemon
 
 if TYPE_CHECKING:
     from types import FrameType
 
     from slurm_ft.config import Config
-    from slurm_ft.fleet.controller import Controller
+    from slurm_ft.fleet.recovery.controller import Controller
     from slurm_ft.filelock import FileLock
 
 log = logging.getLogger("slurm_ft.controller")
 
 
 def _setup(ctx: click.Context) -> Tuple[Config, FileLock, Callable[[], Controller]]:
-    from slurm_ft.fleet import journal as jn  # lazy: the sqlite3 journal stack; not for --help
-    from slurm_ft.fleet.controller import Controller, controller_lock  # lazy: heavy (~30 ms); not for --help
+    from slurm_ft.fleet.recovery import journal as jn  # lazy: the sqlite3 journal stack; not for --help
+    from slurm_ft.fleet import db  # lazy: as the journal
+    from slurm_ft.fleet.recovery.controller import Controller, controller_lock  # lazy: heavy (~30 ms); not for --help
     from slurm_ft.slurm.backend import client_from_config  # lazy: the Slurm backend; not for --help
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     lock = controller_lock(config.state_dir)
-    return config, lock, lambda: Controller(client_from_config(config), jn.connect(jn.path_in(config.state_dir)), config)
+    return config, lock, lambda: Controller(client_from_config(config), jn.connect(db.path_in(config.state_dir)), config)
 
 
 @click.group("controller")

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 import click
 
 from slurm_ft.config import load_config
-from slurm_ft.fleet.records import Incident
-from slurm_ft.fleet import journal as jn
-from slurm_ft.fleet.store import repair_history
+from slurm_ft.fleet.recovery.records import Incident
+from slurm_ft.fleet.recovery import journal as jn
+from slurm_ft.fleet import db
+from slurm_ft.fleet.lifecycle.node_history import repair_history
 from slurm_ft.job.paths import is_planned
 
 if TYPE_CHECKING:
-    from slurm_ft.fleet.states import HistoryEntry
+    from slurm_ft.fleet.lifecycle.transitions import HistoryEntry
 
 
 def incident_dict(inc: Incident, aftermath: Sequence[HistoryEntry] = ()) -> Dict[str, Any]:
@@ -76,7 +77,7 @@ def render(inc: Incident, aftermath: Sequence[HistoryEntry] = ()) -> str:
 def incidents(ctx: click.Context, as_json: bool, open_only: bool, job_id: Optional[int], limit: Optional[int]) -> None:
     """List the controller's incidents: job, failed node(s), fault, spare used, each step's time, total."""
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
-    path = jn.path_in(config.state_dir)
+    path = db.path_in(config.state_dir)
     found, after = [], {}
     if path.exists():
         conn = jn.connect(path)

@@ -11,8 +11,8 @@ import click
 
 from slurm_ft.config import load_config
 from slurm_ft.errors import UsageError
-from slurm_ft.fleet.states import Event, State
-from slurm_ft.fleet.store import Store
+from slurm_ft.fleet.lifecycle.transitions import Event, State
+from slurm_ft.fleet.lifecycle.node_history import Store
 from slurm_ft.slurm.backend import client_from_config
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def node() -> None:
 @click.pass_context
 def list_(ctx: click.Context, state: Optional[str], show_all: bool, as_json: bool) -> None:
     """Nodes with their lifecycle state (by default those not simply in service)."""
-    from slurm_ft.fleet.collect import view  # lazy: fleet.collect is heavy (~35 ms), only `node list`
+    from slurm_ft.fleet.report.fleet_view import view  # lazy: the fleet view is heavy (~35 ms), only `node list`
     config, client = setup(ctx)
     with Store(config.state_dir) as store:
         rows = view(config, client, store, with_target=False).rows()
@@ -104,7 +104,7 @@ def history(ctx: click.Context, name: str, as_json: bool) -> None:
 
 
 def _event(ctx: click.Context, name: str, event: Event, cause: str) -> None:
-    from slurm_ft.fleet import admin as fleet_admin  # lazy: fleet.sweep is heavy, only the commands that change a node
+    from slurm_ft.fleet.lifecycle import admin as fleet_admin  # lazy: the sweep is heavy, only the commands that change a node
     config, client = setup(ctx)
     n = _known(client, name)
     lc = config.lifecycle

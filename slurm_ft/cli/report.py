@@ -1,8 +1,8 @@
 """`slurm-ft report [--json]`: how slurm-ft's drains turned out, per check, per Xid and per soft signal.
 
 Drains, confirmed faults, probable false positives (the node passed validation after no repair or only
-a GPU reset), node-hours out of service and node-hours of spares consumed (fleet/drain_stats.py); then
-the remediation budget as the last sweep spent it (fleet/remediation.py). Exit 0; 2 when there is no
+a GPU reset), node-hours out of service and node-hours of spares consumed (fleet/report/drain_stats.py); then
+the remediation budget as the last sweep spent it (fleet/lifecycle/remedy_plan.py). Exit 0; 2 when there is no
 journal yet."""
 from __future__ import annotations
 
@@ -27,14 +27,14 @@ def _row(name: str, r: Dict[str, Any]) -> str:
 def report(ctx: click.Context, as_json: bool) -> None:
     """Per check and per Xid: drains, confirmed, probable false positives, hours out, spare-hours; per soft
     signal: planned swaps, confirmed by validation, false alarms, precision."""
-    from slurm_ft.fleet.collect import drain_report  # lazy: fleet.collect is heavy (~35 ms); not for --help
-    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, loaded with fleet.collect anyway
-    from slurm_ft.fleet import remediation, remediator  # lazy: loaded with fleet.collect's neighbours anyway
+    from slurm_ft.fleet.report.fleet_view import drain_report  # lazy: the fleet view is heavy (~35 ms); not for --help
+    from slurm_ft.fleet.lifecycle.node_history import Store  # lazy: the sqlite3 store, loaded with the fleet view anyway
+    from slurm_ft.fleet.lifecycle import remedy_plan, remedy_act  # lazy: loaded with the fleet view's neighbours anyway
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     now = time.time()
     with Store(config.state_dir, create=False) as store:
         eps, summary = drain_report(store, now)
-        budget = store.kv_get_json(remediator.BUDGET_KEY)
+        budget = store.kv_get_json(remedy_act.BUDGET_KEY)
     if as_json:
         click.echo(json.dumps({"time": now, **summary, "episodes": [e.to_dict(now) for e in eps],
                                "remediation_budget": budget}, indent=2))
@@ -66,6 +66,6 @@ def report(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"\nremediation budget: no sweep has planned a remediation yet "
                    f"(lifecycle.remediation.mode {config.lifecycle.remediation.mode})")
         return
-    click.echo(f"\nremediation budget (the sweep at {remediation.stamp(budget.get('time'))}):")
-    for line in remediation.budget_lines(budget):
+    click.echo(f"\nremediation budget (the sweep at {remedy_plan.stamp(budget.get('time'))}):")
+    for line in remedy_plan.budget_lines(budget):
         click.echo(f"  {line}")

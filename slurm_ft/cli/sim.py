@@ -407,9 +407,9 @@ def _lever_settings(figs: fg.Figures, steps: Sequence[sim_report.WaterfallStep])
 
 
 def _write_journal(s: sim_report.SimSetup, seed: int, state_dir: str) -> Dict[str, object]:
-    """Run `seed` again with its faults recorded and write them as a cluster journal (fleet/synthetic.py)."""
-    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, only --write-journal
-    from slurm_ft.fleet.synthetic import write_sim_journal  # lazy: only --write-journal
+    """Run `seed` again with its faults recorded and write them as a cluster journal (fleet/lifecycle/synthetic.py)."""
+    from slurm_ft.fleet.lifecycle.node_history import Store  # lazy: the sqlite3 store, only --write-journal
+    from slurm_ft.fleet.lifecycle.synthetic import write_sim_journal  # lazy: only --write-journal
     p = s.params
     faults: List[simlib.SimFault] = []
     simlib.simulate(s.profile, s.policy, p, seed, faults=faults)

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from typing import TypedDict, Unpack
 
     from slurm_ft.config import Config
-    from slurm_ft.fleet.drain_stats import Episode
-    from slurm_ft.fleet.records import Incident
+    from slurm_ft.fleet.report.drain_stats import Episode
+    from slurm_ft.fleet.recovery.records import Incident
     from slurm_ft.plan.domains import DomainPlan
     from slurm_ft.plan.history import Observed
     from slurm_ft.plan.profiles import Profile
@@ -129,10 +129,10 @@ def observed_from_journal(ctx: click.Context, fleet_nodes: Optional[int], confid
 def read_journal(ctx: click.Context, fleet_nodes: Optional[int]
                  ) -> Tuple[Config, List[Episode], List[Incident], int, float, float]:
     """(config, drain episodes, incidents, fleet nodes, since, now) from the journal in state_dir."""
-    from slurm_ft.fleet.collect import drain_report  # lazy: fleet.collect is heavy (~35 ms), only --from-journal
-    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, only --from-journal
-    from slurm_ft.fleet.synthetic import OBSERVED_SINCE  # lazy: only --from-journal (the sqlite3 store)
-    from slurm_ft.fleet import journal  # lazy: the sqlite3 journal, only --from-journal
+    from slurm_ft.fleet.report.fleet_view import drain_report  # lazy: the fleet view is heavy (~35 ms), only --from-journal
+    from slurm_ft.fleet.lifecycle.node_history import Store  # lazy: the sqlite3 store, only --from-journal
+    from slurm_ft.fleet.lifecycle.synthetic import OBSERVED_SINCE  # lazy: only --from-journal (the sqlite3 store)
+    from slurm_ft.fleet.recovery import journal  # lazy: the sqlite3 journal, only --from-journal
     config = _load_planning(ctx)
     if fleet_nodes is None:
         from slurm_ft.slurm.backend import client_from_config  # lazy: the Slurm backend, only without --fleet-nodes
@@ -226,7 +226,7 @@ def _h(v: Optional[float]) -> str:
 def status_cmd(ctx: click.Context, partition: Optional[str], check: bool, as_json: bool,
                gpus_per_node: Optional[int], **kw: Unpack[RateOptions]) -> None:
     """The live spare pool (healthy vs not) against the plan for this cluster's own size."""
-    from slurm_ft.fleet.pool_status import pool_status  # lazy: with slurm.types ~7 ms; only `spares status`
+    from slurm_ft.fleet.report.pool_status import pool_status  # lazy: with slurm.types ~7 ms; only `spares status`
     from slurm_ft.slurm.backend import client_from_config  # lazy: the Slurm backend (~10 ms); not for --help
 
     cfg = _load_planning(ctx)

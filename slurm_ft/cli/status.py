@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metrics: bool) -> None:
     """The fleet at a glance (the same figures as the metrics file), or one job's goodput (--job)."""
     from slurm_ft.cli.node import setup, stamp  # lazy: config (yaml) and the Slurm backend; not for --help
-    from slurm_ft.fleet.collect import view  # lazy: fleet.collect is heavy (~35 ms); not for --help
-    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, loaded with fleet.collect anyway
+    from slurm_ft.fleet.report.fleet_view import view  # lazy: the fleet view is heavy (~35 ms); not for --help
+    from slurm_ft.fleet.lifecycle.node_history import Store  # lazy: the sqlite3 store, loaded with the fleet view anyway
     config, client = setup(ctx)
     if job_id is not None:
         if write_metrics:
@@ -43,10 +43,10 @@ def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metri
         with Store(config.state_dir) as store:
             v = view(config, client, store)
             if write_metrics and config.lifecycle.metrics_path:
-                from slurm_ft.fleet import collect, metrics  # lazy: fleet.collect is heavy; only --write-metrics
+                from slurm_ft.fleet.report import fleet_view, metrics  # lazy: the fleet view is heavy; only --write-metrics
                 try:
                     metrics.write(config.lifecycle.metrics_path,
-                                  collect.snapshot(v, collect.goodput_rows(config, client, store)))
+                                  fleet_view.snapshot(v, fleet_view.goodput_rows(config, client, store)))
                 except OSError as exc:
                     raise EnvironmentProblem(f"cannot write {config.lifecycle.metrics_path}: {exc.strerror} "
                                              f"(lifecycle.metrics_path)") from None
@@ -80,25 +80,25 @@ def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metri
 
 
 def _job_goodput(config: Config, client: SlurmApi, job_id: int, as_json: bool) -> None:
-    """`status --job J`: the job's goodput (fleet/goodput.py), from Slurm, the journal and its checkpoint dir."""
-    from slurm_ft.fleet import goodput, jobprogress  # lazy: job progress stack (~10 ms), only --job
-    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, only when the command runs
-    jobs = jobprogress.ft_jobs(config, client, [job_id])
+    """`status --job J`: the job's goodput (fleet/report/goodput.py), from Slurm, the journal and its checkpoint dir."""
+    from slurm_ft.fleet.report import goodput, job_progress  # lazy: job progress stack (~10 ms), only --job
+    from slurm_ft.fleet.lifecycle.node_history import Store  # lazy: the sqlite3 store, only when the command runs
+    jobs = job_progress.ft_jobs(config, client, [job_id])
     if not jobs:
         client.job(job_id)              # unknown: JobNotFound says so
         raise UsageError(f"job {job_id} is not a fault-tolerant job with a checkpoint dir (no slurm-ft tag)")
     job, spec = jobs[0]
     with Store(config.state_dir) as store:
         try:
-            g = jobprogress.goodput_of(store.db, client, job, spec, time.time())
-        except jobprogress.Unreadable as exc:
+            g = job_progress.goodput_of(store.db, client, job, spec, time.time())
+        except job_progress.Unreadable as exc:
             click.echo(f"slurm-ft: job {job_id}: goodput not known: {exc}", err=True)
             raise SystemExit(EXIT_NEGATIVE) from None
     groups: List[Dict[str, Any]] = []
     if spec.replica_groups:
         try:
-            groups = jobprogress.groups_of(jobprogress.read_dir(spec.ckpt_dir).starts_text, str(job_id))
-        except jobprogress.Unreadable as exc:
+            groups = job_progress.groups_of(job_progress.read_dir(spec.ckpt_dir).starts_text, str(job_id))
+        except job_progress.Unreadable as exc:
             click.echo(f"slurm-ft: job {job_id}: replica groups not known: {exc}", err=True)
     if as_json:
         click.echo(json.dumps({**g.to_dict(), **({"replica_groups": groups} if spec.replica_groups else {})}, indent=2))

@@ -11,7 +11,7 @@ from slurm_ft.errors import EXIT_COMMAND, UsageError
 from slurm_ft.filelock import FileLock
 
 if TYPE_CHECKING:
-    from slurm_ft.fleet.sweepreport import SweepReport
+    from slurm_ft.fleet.lifecycle.sweep_report import SweepReport
 
 
 @click.command("sweep")
@@ -26,7 +26,7 @@ def sweep(ctx: click.Context, wait_s: Optional[float], as_json: bool) -> None:
     Exit 0 done (alerts included), 3 a Slurm command failed for some node, 5 another sweep is running.
     """
     from slurm_ft.cli.node import setup  # lazy: config (yaml) and the Slurm backend; not for --help
-    from slurm_ft.fleet.sweep import sweep_locked  # lazy: fleet.sweep is heavy (~50 ms); not for --help
+    from slurm_ft.fleet.lifecycle.sweep import sweep_locked  # lazy: the sweep is heavy (~50 ms); not for --help
     config, client = setup(ctx)
     report = sweep_locked(config, client, wait_s=wait_s)
     _echo_report(ctx, report, report.to_dict() if as_json else None)
@@ -45,22 +45,22 @@ def remediate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     Exit 0 done, 2 remediation is off (without --dry-run), 3 a Slurm command failed, 5 a sweep is running.
     """
     from slurm_ft.cli.node import setup  # lazy: config (yaml) and the Slurm backend; not for --help
-    from slurm_ft.fleet import remediation, remediator  # lazy: only remediate; loaded with fleet.sweep anyway
-    from slurm_ft.fleet.store import Store  # lazy: the sqlite3 store, loaded with fleet.sweep anyway
-    from slurm_ft.fleet.sweep import Sweeper  # lazy: fleet.sweep is heavy (~50 ms); not for --help
-    from slurm_ft.fleet.sweepreport import SweepReport  # lazy: as Sweeper
+    from slurm_ft.fleet.lifecycle import remedy_plan, remedy_act  # lazy: only remediate; loaded with the sweep anyway
+    from slurm_ft.fleet.lifecycle.node_history import Store  # lazy: the sqlite3 store, loaded with the sweep anyway
+    from slurm_ft.fleet.lifecycle.sweep import Sweeper  # lazy: the sweep is heavy (~50 ms); not for --help
+    from slurm_ft.fleet.lifecycle.sweep_report import SweepReport  # lazy: as Sweeper
     config, client = setup(ctx)
     if dry_run:
         with Store(config.state_dir) as store:
-            steps, budget = remediator.snapshot_plan(Sweeper(config, client, store, actor="remediate"))
+            steps, budget = remedy_act.snapshot_plan(Sweeper(config, client, store, actor="remediate"))
         if as_json:
             click.echo(json.dumps({"steps": [s.to_dict() for s in steps], "budget": budget.to_dict()}, indent=2))
         else:
             for s in steps:
-                click.echo(f"would {remediation.describe(s)}")
+                click.echo(f"would {remedy_plan.describe(s)}")
             if not steps:
                 click.echo("nothing to remediate (no quarantined or remediating node)")
-            for line in remediation.budget_lines(budget.to_dict()):
+            for line in remedy_plan.budget_lines(budget.to_dict()):
                 click.echo(f"budget: {line}")
         return
     if config.lifecycle.remediation.mode != "on":
@@ -70,7 +70,7 @@ def remediate(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
         with Store(config.state_dir) as store:
             sweeper = Sweeper(config, client, store, actor="remediate")
             report = SweepReport(started=sweeper.clock())
-            remediator.run(sweeper, report)
+            remedy_act.run(sweeper, report)
     _echo_report(ctx, report, {"changes": report.changes, "alerts": report.alerts, "errors": report.errors}
                  if as_json else None)
 

@@ -1,5 +1,5 @@
 """Which path a fault of a fault-tolerant job takes: the one rule that the job's own supervisors follow
-and the controller's policies (fleet/policies/) read, so the two never disagree. Pure.
+and the controller's policies (fleet/recovery/policies/) read, so the two never disagree. Pure.
 
   in_allocation  a hot-spare job (`--hot-spares K -N N`): its supervisor relaunches the whole step on N
                  healthy nodes of its allocation while the batch host is healthy and N healthy nodes remain
@@ -9,7 +9,7 @@ and the controller's policies (fleet/policies/) read, so the two never disagree.
                  groups can still run
   requeue        anything else: the controller requeues the whole job onto a spare from the pool
 
-A planned swap (a node out for a soft signal, no fault: fleet/policies/planned.py) takes one of three:
+A planned swap (a node out for a soft signal, no fault: fleet/recovery/policies/planned.py) takes one of three:
   planned           a hot-spare job's supervisor moves off the node at its next checkpoint
   planned_restart   the job is pending again: a spare takes the node's place before it starts
   planned_deferred  running with no hot spare: the node goes with the job's next restart

@@ -1,6 +1,6 @@
 """Planning per failure domain (a rack, an NVL72 segment, a PDU): nodes that share one can fail together.
 
-From the journal's drain episodes (fleet/drain_stats.py) and the domains of the config
+From the journal's drain episodes (fleet/report/drain_stats.py) and the domains of the config
 (`planning.domains`: name -> hostlist), pure:
 - a **domain outage** is two or more nodes of one domain faulting within `window_s` of the first of
   them: one event, however many nodes it took. Its rate per day has an exact (Garwood) interval.
@@ -22,7 +22,7 @@ from slurm_ft.plan.history import garwood
 from slurm_ft.plan.spares import poisson_tail, smallest_spares
 
 if TYPE_CHECKING:       # drain episodes come from the fleet's journal; plan/ imports no room at run time
-    from slurm_ft.fleet.drain_stats import Episode
+    from slurm_ft.fleet.report.drain_stats import Episode
 
 DEFAULT_WINDOW_S = 600.0
 Fault = Tuple[float, str]       # (time, node)

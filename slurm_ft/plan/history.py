@@ -1,6 +1,6 @@
 """Planning from the cluster's own history: the failure rate per node-day with an exact (Garwood)
 confidence interval, the repair-time distribution and the recovery time per path, from the journal's
-drain episodes (fleet/drain_stats.py) and the controller's incidents. Pure: callers pass them in.
+drain episodes (fleet/report/drain_stats.py) and the controller's incidents. Pure: callers pass them in.
 
 Garwood's interval for a Poisson count k over an exposure E (node-days): the rates L/E, U/E with
 P(X >= k | L) = alpha/2 and P(X <= k | U) = alpha/2 (L = 0 when k = 0). Exact: it covers the true rate
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 from slurm_ft.errors import UsageError
 
 if TYPE_CHECKING:       # plan/ reads what the fleet journaled; it imports no room at run time
-    from slurm_ft.fleet.drain_stats import Episode
-    from slurm_ft.fleet.records import Incident
+    from slurm_ft.fleet.report.drain_stats import Episode
+    from slurm_ft.fleet.recovery.records import Incident
 
 
 def _poisson_cdf(k: int, lam: float) -> float:

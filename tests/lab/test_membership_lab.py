@@ -14,11 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from slurm_ft.config import Config, ControllerConfig, SlurmConfig
-from slurm_ft.fleet.store import Store
-from slurm_ft.fleet.sweep import Sweeper
-from slurm_ft.fleet.records import Step
-from slurm_ft.fleet import journal as jn
-from slurm_ft.fleet.controller import Controller
+from slurm_ft.fleet.lifecycle.node_history import Store
+from slurm_ft.fleet.lifecycle.sweep import Sweeper
+from slurm_ft.fleet.recovery.records import Step
+from slurm_ft.fleet.recovery import journal as jn
+from slurm_ft.fleet import db
+from slurm_ft.fleet.recovery.controller import Controller
 
 pytestmark = pytest.mark.lab
 
@@ -31,7 +32,7 @@ def test_swap_and_return_to_pool_race_loses_no_node(lab, tmp_path):
                  controller=ControllerConfig(job_partitions=("train",), read_progress=False))
     train = lab.train_nodes[:4]
     spare, other, returning = lab.spare_nodes[:3]
-    ctl = Controller(lab.client, jn.connect(jn.path_in(cfg.state_dir)), cfg)
+    ctl = Controller(lab.client, jn.connect(db.path_in(cfg.state_dir)), cfg)
     outcomes = []
     try:
         with Store(cfg.state_dir) as store:

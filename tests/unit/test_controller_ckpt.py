@@ -10,8 +10,9 @@ from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
 from slurm_ft.job import ckpt, ckptscan
-from slurm_ft.fleet import journal as jn
-from slurm_ft.fleet.controller import Controller
+from slurm_ft.fleet.recovery import journal as jn
+from slurm_ft.fleet import db
+from slurm_ft.fleet.recovery.controller import Controller
 from slurm_ft.job.tag import FtSpec
 
 
@@ -28,7 +29,7 @@ def controller(tmp_path, slurm, scan_s=5.0, sleep=lambda s: None):
     cfg = Config(state_dir=str(tmp_path / "state"),
                  controller=ControllerConfig(poll_s=0.0, cycle_budget_s=5.0, ckpt_scan_s=scan_s),
                  lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0))
-    return Controller(slurm, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=sleep)
+    return Controller(slurm, jn.connect(db.path_in(cfg.state_dir)), cfg, sleep=sleep)
 
 
 def test_unfinished_checkpoints_hold_the_job_with_the_reason_and_take_no_spare(tmp_path):

@@ -12,8 +12,9 @@ import pytest
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
 from slurm_ft.slurm.types import Job, Node
-from slurm_ft.fleet import journal as jn
-from slurm_ft.fleet.controller import Controller
+from slurm_ft.fleet.recovery import journal as jn
+from slurm_ft.fleet import db
+from slurm_ft.fleet.recovery.controller import Controller
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 from slurm_ft.job.tag import FtSpec, encode
 
@@ -43,7 +44,7 @@ def make(tmp_path, slurm, crash=None, lifecycle=None):
     def boom(kind, when):
         if (kind, when) == crash:
             raise Crash(f"{kind}:{when}")
-    return Controller(slurm, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=lambda s: None, on_journal=boom)
+    return Controller(slurm, jn.connect(db.path_in(cfg.state_dir)), cfg, sleep=lambda s: None, on_journal=boom)
 
 
 def end_state(slurm, conn):
@@ -197,7 +198,7 @@ def test_an_admins_reason_set_after_the_incident_opened_is_left_alone(tmp_path):
     s = model_slurm()
     s.n["gpu003"] = replace(s.n["gpu003"], state="DOWN", reason="Not responding")
     c = make(tmp_path, s)
-    from slurm_ft.fleet.plan import plan
+    from slurm_ft.fleet.recovery.plan import plan
     snap = c.observe()
     [opening] = plan(snap, [], c.policy, snap.taken_at)
     c.act(opening)
@@ -216,7 +217,7 @@ def test_an_admins_reason_set_after_the_incident_opened_is_left_alone(tmp_path):
     c2.act(opening)
     [inc] = jn.incidents(c2.conn)
     s2.n["gpu003"] = replace(s2.n["gpu003"], reason="admin: PSU swap")
-    from slurm_ft.fleet.records import Step
+    from slurm_ft.fleet.recovery.records import Step
     assert c2.act(Step("quarantine", 100, incident_id=inc.id, nodes=inc.nodes, partition="train")) == "skipped"
     assert "left to its admin" in jn.incidents(c2.conn)[0].step("quarantine").detail
     assert s2.n["gpu003"].reason == "admin: PSU swap" and "gpu003" in s2.parts["train"]
@@ -333,9 +334,9 @@ def test_a_job_that_vanishes_mid_recovery_is_abandoned_not_a_crash(tmp_path):
 def test_waiting_on_a_job_rereads_only_the_queue_until_it_changes(tmp_path):
     """While Slurm runs the epilogs (seconds), the controller polls one squeue, not the full snapshot:
     the restart's hooks and ranks share the CPUs with it. A change of the job ends the wait at once."""
-    from slurm_ft.fleet.records import Step
-    from slurm_ft.fleet import controller as ctl_mod
-    from slurm_ft.fleet.snapshot import Snapshot
+    from slurm_ft.fleet.recovery.records import Step
+    from slurm_ft.fleet.recovery import controller as ctl_mod
+    from slurm_ft.fleet.recovery.snapshot import Snapshot
 
     class Queue:
         def __init__(self, job, change_after):
@@ -356,7 +357,7 @@ def test_waiting_on_a_job_rereads_only_the_queue_until_it_changes(tmp_path):
     cfg = Config(state_dir=str(tmp_path / "state"), controller=ControllerConfig(poll_s=0.1))
     slept = []
     q = Queue(job, change_after=3)
-    c = Controller(q, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=slept.append)
+    c = Controller(q, jn.connect(db.path_in(cfg.state_dir)), cfg, sleep=slept.append)
     c._await_job_change(snap, waits)
     assert q.reads == 3 and slept == [0.1] * 3                   # back to a full read at the change
     q = Queue(job, change_after=10 ** 6)

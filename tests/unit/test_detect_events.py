@@ -15,8 +15,9 @@ from hypothesis import given, strategies as st_
 
 from slurm_ft import wake
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
-from slurm_ft.fleet import journal as jn
-from slurm_ft.fleet.controller import Controller
+from slurm_ft.fleet.recovery import journal as jn
+from slurm_ft.fleet import db
+from slurm_ft.fleet.recovery.controller import Controller
 from slurm_ft.job.tag import FtSpec
 from slurm_ft.node import state as st, tell
 from slurm_ft.vocab import parse_event
@@ -100,7 +101,7 @@ def make(tmp_path, slurm, **lc):
     cfg = Config(state_dir=str(tmp_path / "state"),
                  controller=ControllerConfig(poll_s=0.0, read_progress=False, cycle_budget_s=5.0),
                  lifecycle=LifecycleConfig(**{"breaker_max_share": 0.0, "breaker_max_nodes": 0, **lc}))
-    return Controller(slurm, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=lambda s: None)
+    return Controller(slurm, jn.connect(db.path_in(cfg.state_dir)), cfg, sleep=lambda s: None)
 
 
 def test_the_controller_tells_a_hot_spare_job_of_its_fault_and_the_quarantine(tmp_path):

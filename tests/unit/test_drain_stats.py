@@ -1,10 +1,10 @@
 """Drain episodes and their accounting from lifecycle histories (pure), and their Prometheus lines."""
 from __future__ import annotations
 
-from slurm_ft.fleet import metrics
-from slurm_ft.fleet.drain_stats import episodes, metric_rows, summarize
-from slurm_ft.fleet.states import Event, HistoryEntry, State
-from slurm_ft.fleet.records import Incident
+from slurm_ft.fleet.report import metrics
+from slurm_ft.fleet.report.drain_stats import episodes, metric_rows, summarize
+from slurm_ft.fleet.lifecycle.transitions import Event, HistoryEntry, State
+from slurm_ft.fleet.recovery.records import Incident
 
 H = 3600.0
 T0 = 1_800_000_000.0

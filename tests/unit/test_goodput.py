@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_ft.fleet import goodput, jobprogress, metrics
-from slurm_ft.fleet.goodput import Point, Start
+from slurm_ft.fleet.report import goodput, job_progress, metrics
+from slurm_ft.fleet.report.goodput import Point, Start
 from slurm_ft.job import startprep
 
 
@@ -91,14 +91,14 @@ def test_the_job_files_are_read_bounded_and_only_for_this_job(tmp_path, monkeypa
              {"event": "jobstart", "t": 40.0, "job": "9", "restart": 1, "ckpt": "/c/step_10", "step": 10,
               "before": {"step": 11, "t": 35.0, "job": "9", "restart": 0, "launch": 0}}]
     (tmp_path / "slurm-ft-starts.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n{torn")
-    files = jobprogress.read_job_files(str(tmp_path), 9)
+    files = job_progress.read_job_files(str(tmp_path), 9)
     assert files.progress == [Point(1, 0, 12, 50.0), Point(1, 0, 13, 51.0)]   # the current run's earliest, latest
     assert files.starts == [Start(10.0, 0, 0, None), Start(11.0, 0, 1, 4),     # a hot-spare relaunch
                             Start(40.0, 1, 0, 10, Point(0, 0, 11, 35.0))]
     fifo = tmp_path / "fifo"
     fifo.mkdir()
     os.mkfifo(fifo / "slurm-ft-starts.jsonl")
-    assert jobprogress.read_job_files(str(fifo), 9).starts == []      # not a regular file: never opened
+    assert job_progress.read_job_files(str(fifo), 9).starts == []      # not a regular file: never opened
 
 
 def test_a_recovery_ends_at_the_runs_first_step_however_late_the_files_are_read(tmp_path):
@@ -110,7 +110,7 @@ def test_a_recovery_ends_at_the_runs_first_step_however_late_the_files_are_read(
     lines = [{"event": "jobstart", "t": 10.0, "job": "9", "restart": 0, "ckpt": "", "step": None},
              {"event": "jobstart", "t": 40.0, "job": "9", "restart": 1, "ckpt": "/c/step_10", "step": 10}]
     (tmp_path / "slurm-ft-starts.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    files = jobprogress.read_job_files(str(tmp_path), 9)
+    files = job_progress.read_job_files(str(tmp_path), 9)
     assert files.progress == [Point(1, 0, 11, 50.0), Point(1, 0, 30, 80.0)]
     earlier = [Point(0, 0, 1, 11.0), Point(0, 0, 15, 18.0), Point(0, 0, 16, 18.5)]     # run 0: 0.5 s a step
     g = goodput.compute(9, gpus=8, now=81.0, starts=files.starts, points=earlier + files.progress, faults=[(1, 36.0)])
@@ -125,22 +125,22 @@ def test_a_recovery_ends_at_the_runs_first_step_however_late_the_files_are_read(
 def test_a_slow_directory_is_unreadable_not_a_hang(tmp_path, monkeypatch):
     import threading
     gate = threading.Event()
-    monkeypatch.setattr(jobprogress, "_read_dir", lambda d: gate.wait(5))
-    with pytest.raises(jobprogress.Unreadable, match="not read within 0.2 s"):
-        jobprogress.read_job_files(str(tmp_path), 9, deadline_s=0.2)
+    monkeypatch.setattr(job_progress, "_read_dir", lambda d: gate.wait(5))
+    with pytest.raises(job_progress.Unreadable, match="not read within 0.2 s"):
+        job_progress.read_job_files(str(tmp_path), 9, deadline_s=0.2)
     gate.set()
 
 
 def test_the_journal_keeps_first_and_last_seen_of_each_run():
     conn = sqlite3.connect(":memory:")
-    jobprogress.remember(conn, 9, [Point(0, 0, 20, 200.0)])
-    jobprogress.remember(conn, 9, [Point(0, 0, 10, 100.0), Point(1, 0, 5, 400.0)])
-    jobprogress.remember(conn, 9, [Point(0, 0, 30, 300.0)])
-    jobprogress.remember(conn, 8, [Point(0, 0, 1, 1.0)])
-    assert sorted(jobprogress.remembered(conn, 9)) == sorted([Point(0, 0, 10, 100.0), Point(0, 0, 30, 300.0),
+    job_progress.remember(conn, 9, [Point(0, 0, 20, 200.0)])
+    job_progress.remember(conn, 9, [Point(0, 0, 10, 100.0), Point(1, 0, 5, 400.0)])
+    job_progress.remember(conn, 9, [Point(0, 0, 30, 300.0)])
+    job_progress.remember(conn, 8, [Point(0, 0, 1, 1.0)])
+    assert sorted(job_progress.remembered(conn, 9)) == sorted([Point(0, 0, 10, 100.0), Point(0, 0, 30, 300.0),
                                                               Point(1, 0, 5, 400.0), Point(1, 0, 5, 400.0)])
-    jobprogress.forget_before(conn, 150.0)
-    assert jobprogress.remembered(conn, 8) == []
+    job_progress.forget_before(conn, 150.0)
+    assert job_progress.remembered(conn, 8) == []
 
 
 def test_jobstart_logs_the_last_progress_of_the_run_before(tmp_path):
@@ -154,7 +154,7 @@ def test_jobstart_logs_the_last_progress_of_the_run_before(tmp_path):
                                             ("", ["gpu:8(S:0-1)", "gpu:8"], 16), ("", [], 0)])
 def test_job_gpus_from_tres_or_the_nodes(tres, gres, gpus):
     job = SimpleNamespace(tres_per_node=tres, num_nodes=4, nodes=("a", "b", "c", "d"))
-    assert jobprogress.job_gpus(job, gres) == gpus
+    assert job_progress.job_gpus(job, gres) == gpus
 
 
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
@@ -165,9 +165,9 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | s
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(_json.map(json.dumps), st.text(max_size=40)), max_size=6), _json)
 def test_foreign_starts_and_reports_never_raise(lines, rec):
-    for s in jobprogress.parse_starts("\n".join(lines), "9"):
+    for s in job_progress.parse_starts("\n".join(lines), "9"):
         assert isinstance(s.t, float) and s.restart >= 0
-    p = jobprogress.parse_point(rec, "9")
+    p = job_progress.parse_point(rec, "9")
     assert p is None or (p.step >= 0 and isinstance(p.t, float))
 
 
@@ -182,7 +182,7 @@ def _tagged(s, jid, ckpt, state="RUNNING", restart=0, held=False):
 
 def _rows_env(tmp_path):
     from slurm_ft.config import Config
-    from slurm_ft.fleet.store import Store
+    from slurm_ft.fleet.lifecycle.node_history import Store
     from fakeslurm import FakeSlurm
     return Config(state_dir=str(tmp_path / "state")), FakeSlurm(), Store(str(tmp_path / "state"))
 
@@ -193,7 +193,7 @@ def test_a_hundred_jobs_on_slow_directories_cost_one_total_deadline_not_a_hundre
     of them within the write's total (here 0.6 s): the rest are left out, logged, never guessed."""
     import threading
     import time as _time
-    from slurm_ft.fleet import collect
+    from slurm_ft.fleet.report import fleet_view
     gate = threading.Event()
     reads = []
 
@@ -201,13 +201,13 @@ def test_a_hundred_jobs_on_slow_directories_cost_one_total_deadline_not_a_hundre
         reads.append(d)
         gate.wait(5)                                      # a dead NFS server
 
-    monkeypatch.setattr(jobprogress, "_read_dir", slow)
+    monkeypatch.setattr(job_progress, "_read_dir", slow)
     cfg, s, store = _rows_env(tmp_path)
     for i in range(100):
         _tagged(s, 1000 + i, f"/ckpt/slow{i % 5}/")      # 5 directories, 20 jobs each (a trailing / too)
     t0 = _time.monotonic()
     with store:
-        rows = collect.goodput_rows(cfg, s, store, total_s=0.6)
+        rows = fleet_view.goodput_rows(cfg, s, store, total_s=0.6)
     took = _time.monotonic() - t0
     gate.set()
     assert rows == [] and reads == ["/ckpt/slow0"]        # the first directory spent the whole budget
@@ -215,10 +215,10 @@ def test_a_hundred_jobs_on_slow_directories_cost_one_total_deadline_not_a_hundre
 
 
 def test_goodput_reads_each_directory_once_and_only_jobs_that_ran(tmp_path, monkeypatch):
-    from slurm_ft.fleet import collect
+    from slurm_ft.fleet.report import fleet_view
     reads = []
-    real = jobprogress._read_dir
-    monkeypatch.setattr(jobprogress, "_read_dir", lambda d: reads.append(d) or real(d))
+    real = job_progress._read_dir
+    monkeypatch.setattr(job_progress, "_read_dir", lambda d: reads.append(d) or real(d))
     cfg, s, store = _rows_env(tmp_path)
     shared, own = tmp_path / "shared", tmp_path / "own"
     for d in (shared, own):
@@ -230,7 +230,7 @@ def test_goodput_reads_each_directory_once_and_only_jobs_that_ran(tmp_path, monk
     _tagged(s, 6, str(tmp_path / "never"), state="PENDING", held=True)
     _tagged(s, 7, str(tmp_path / "done"), state="COMPLETED")
     with store:
-        rows = collect.goodput_rows(cfg, s, store)
+        rows = fleet_view.goodput_rows(cfg, s, store)
     assert sorted(j for j, _ in rows) == [1, 2, 3, 4]
     assert sorted(reads) == [str(own), str(shared)]
 
@@ -239,4 +239,4 @@ def test_goodput_reads_each_directory_once_and_only_jobs_that_ran(tmp_path, monk
                                                 ("PENDING", 0, False), ("PENDING", 1, True),
                                                 ("COMPLETED", 0, False), ("CANCELLED", 3, False)])
 def test_which_jobs_the_metrics_follow(state, restart, want):
-    assert jobprogress.followed(SimpleNamespace(state=state, restart_count=restart)) is want
+    assert job_progress.followed(SimpleNamespace(state=state, restart_count=restart)) is want

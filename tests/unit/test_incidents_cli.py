@@ -6,7 +6,8 @@ import json
 from click.testing import CliRunner
 
 from slurm_ft.cli.group import cli
-from slurm_ft.fleet import journal as jn
+from slurm_ft.fleet.recovery import journal as jn
+from slurm_ft.fleet import db
 
 
 def _config(tmp_path):
@@ -17,7 +18,7 @@ def _config(tmp_path):
 
 def test_lists_job_node_fault_spare_steps_and_total(tmp_path):
     cfg = _config(tmp_path)
-    conn = jn.connect(jn.path_in(tmp_path / "state"))
+    conn = jn.connect(db.path_in(tmp_path / "state"))
     iid = jn.open_incident(conn, job_id=42, nodes=["gpu017"], faults=["gpu017: slurm-ft: XID79 gpu3 fell off the bus"],
                            partition="train", restart_count=0, job_nodes=64, ckpt_step=30, fault_at=999.0, now=1000.0)
     for name, t in (("requeue", 1000.1), ("quarantine", 1000.2), ("swap", 1000.3)):

@@ -7,7 +7,9 @@ import stat
 import pytest
 
 from slurm_ft.errors import ConfigError
-from slurm_ft.fleet import journal as jn
+from slurm_ft.fleet import db
+from slurm_ft.fleet.lifecycle.node_history import Store
+from slurm_ft.fleet.recovery import journal as jn
 
 
 def _open(conn, job_id=7, now=100.0):
@@ -22,7 +24,7 @@ def test_creates_root_only_dir_and_file_in_wal_mode(tmp_path):
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert jn.schema_version(conn) == len(jn.MIGRATIONS)
+    assert db.schema_version(conn, jn.COMPONENT) == len(jn.MIGRATIONS)
 
 
 def test_refuses_world_writable_state_dir(tmp_path):
@@ -75,9 +77,27 @@ def test_survives_a_reopen_and_other_components_add_tables(tmp_path):
     conn.close()
     conn = jn.connect(path)
     assert len(jn.incidents(conn)) == 1
-    v = jn.ensure_schema(conn, "lifecycle", ["CREATE TABLE node_history (node TEXT, state TEXT, at REAL)"])
-    assert v == 1 and jn.schema_version(conn, "lifecycle") == 1
-    assert jn.ensure_schema(conn, "lifecycle", ["CREATE TABLE node_history (node TEXT, state TEXT, at REAL)"]) == 1
+    v = db.ensure_schema(conn, "lifecycle", ["CREATE TABLE node_history (node TEXT, state TEXT, at REAL)"])
+    assert v == 1 and db.schema_version(conn, "lifecycle") == 1
+    assert db.ensure_schema(conn, "lifecycle", ["CREATE TABLE node_history (node TEXT, state TEXT, at REAL)"]) == 1
+
+
+def _tables(conn):
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def test_each_subsystem_makes_its_own_tables_and_opening_the_file_makes_none(tmp_path):
+    path = tmp_path / "state" / db.FILE_NAME
+    assert _tables(db.connect(path)) == set()
+    with Store(str(path.parent)) as store:          # the lifecycle alone: no recovery table
+        assert "node_state" in _tables(store.db) and "incidents" not in _tables(store.db)
+        assert db.schema_version(store.db, jn.COMPONENT) == 0
+        jn.ensure(store.db)                         # a reader of incidents asks for them
+        assert {"incidents", "steps", "placements"} <= _tables(store.db)
+        assert jn.incidents(store.db) == []
+    conn = jn.connect(path)                         # the controller's own open: nothing applied twice
+    assert db.schema_version(conn, jn.COMPONENT) == len(jn.MIGRATIONS)
+    assert db.schema_version(conn, "lifecycle") == 1
 
 
 def test_a_newer_schema_is_refused(tmp_path):
@@ -132,14 +152,14 @@ def test_a_journal_from_before_the_path_column_keeps_each_incident_on_its_path(t
     path = tmp_path / "state" / "journal.db"
     path.parent.mkdir(mode=0o700)
     old = sqlite3.connect(str(path))
-    jn.ensure_schema(old, jn.COMPONENT, jn.MIGRATIONS[:2])
+    db.ensure_schema(old, jn.COMPONENT, jn.MIGRATIONS[:2])
     for job, note in ((7, "hot-spare: 1 hot spare(s), 3 training nodes"), (8, "checkpoint hold: unreadable")):
         old.execute("INSERT INTO incidents(job_id, status, nodes, opened_at, note) VALUES (?, 'open', '[\"n1\"]', 1.0, ?)",
                     (job, note))
     old.commit()
     old.close()
     conn = jn.connect(path)
-    assert jn.schema_version(conn) == len(jn.MIGRATIONS) == 3
+    assert db.schema_version(conn, jn.COMPONENT) == len(jn.MIGRATIONS) == 3
     assert {i.job_id: i.path for i in jn.incidents(conn)} == {7: "in_allocation", 8: "requeue"}
     new = jn.open_incident(conn, job_id=9, nodes=["n2"], faults=[], partition="train", restart_count=0, job_nodes=4,
                            ckpt_step=None, fault_at=None, now=2.0, path="replica_group", note="replica groups: 2 of 2")

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from slurm_ft.errors import ConfigError, UsageError
-from slurm_ft.fleet.reconcile import classify, count_states, reason_age, state_of
-from slurm_ft.fleet.states import Event, HistoryEntry, State, TransitionError, incidents, next_state
-from slurm_ft.fleet.store import Store
+from slurm_ft.fleet.lifecycle.reconcile import classify, count_states, reason_age, state_of
+from slurm_ft.fleet.lifecycle.transitions import Event, HistoryEntry, State, TransitionError, incidents, next_state
+from slurm_ft.fleet.lifecycle.node_history import Store
 from slurm_ft.slurm.types import Node
 
 DAY = 86400.0

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from slurm_ft.cli import main
-from slurm_ft.fleet.states import Event, State
-from slurm_ft.fleet.store import Store
+from slurm_ft.fleet.lifecycle.transitions import Event, State
+from slurm_ft.fleet.lifecycle.node_history import Store
 
 from test_lifecycle_sweep import ModelSlurm   # same directory: pytest puts it on sys.path
 

@@ -16,9 +16,9 @@ import pytest
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
 from slurm_ft.errors import Busy
 from slurm_ft.filelock import FileLock
-from slurm_ft.fleet.states import Event, State
-from slurm_ft.fleet.store import Store
-from slurm_ft.fleet.sweep import Sweeper, read_verdict, sweep_locked, validation_script
+from slurm_ft.fleet.lifecycle.transitions import Event, State
+from slurm_ft.fleet.lifecycle.node_history import Store
+from slurm_ft.fleet.lifecycle.sweep import Sweeper, read_verdict, sweep_locked, validation_script
 from slurm_ft.slurm.types import Job, Node
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
 
@@ -224,7 +224,7 @@ def test_a_long_validation_is_picked_up_by_the_next_sweep(tmp_path, forget):
 
 def test_pool_target_follows_spares_plan_and_the_planning_section(tmp_path):
     from slurm_ft.config import PlanningConfig
-    from slurm_ft.fleet.pool import pool_target
+    from slurm_ft.fleet.lifecycle.pool import pool_target
     from slurm_ft.plan.spares import plan_spares
     nodes = [Node(f"gpu{i:03d}", "IDLE", partitions=("train",)) for i in range(1, 65)]
     cfg = Config(lifecycle=LifecycleConfig(pool_target=0))
@@ -284,7 +284,7 @@ def test_remediation_spends_its_budget_over_sweeps_and_says_who_waits(tmp_path, 
     waits, and the report shows the budget as the last sweep spent it."""
     from slurm_ft.cli import main
     from slurm_ft.config import RemediationConfig
-    from slurm_ft.fleet.remediator import BUDGET_KEY
+    from slurm_ft.fleet.lifecycle.remedy_act import BUDGET_KEY
     train = tuple(f"gpu{i:03d}" for i in range(1, 9))
     s = ModelSlurm(train=train, spares=("gpu009", "gpu010"))
     cfg = config(tmp_path, breaker_max_nodes=0, remediation=RemediationConfig(mode="on", max_concurrent=2))

@@ -15,13 +15,14 @@ import pytest
 from slurm_ft.config import Config, ControllerConfig
 from slurm_ft.errors import Busy
 from slurm_ft.slurm.membership import Delta, Membership, apply_deltas, lock_path
-from slurm_ft.fleet.states import State
-from slurm_ft.fleet.store import Store
-from slurm_ft.fleet.sweep import Sweeper
-from slurm_ft.fleet.records import Step
+from slurm_ft.fleet.lifecycle.transitions import State
+from slurm_ft.fleet.lifecycle.node_history import Store
+from slurm_ft.fleet.lifecycle.sweep import Sweeper
+from slurm_ft.fleet.recovery.records import Step
 from slurm_ft.slurm.types import Node
-from slurm_ft.fleet import journal as jn
-from slurm_ft.fleet.controller import Controller
+from slurm_ft.fleet.recovery import journal as jn
+from slurm_ft.fleet import db
+from slurm_ft.fleet.recovery.controller import Controller
 
 from test_lifecycle_sweep import ModelSlurm   # same directory: pytest puts it on sys.path
 
@@ -62,7 +63,7 @@ def config(tmp_path, **kw):
 
 
 def controller_and_incident(tmp_path, slurm, cfg, spare="gpu005"):
-    ctl = Controller(slurm, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=lambda s: None)
+    ctl = Controller(slurm, jn.connect(db.path_in(cfg.state_dir)), cfg, sleep=lambda s: None)
     iid = jn.open_incident(ctl.conn, job_id=100, nodes=["gpu002"], faults=["gpu002: XID79"], partition="train",
                            restart_count=0, job_nodes=4, ckpt_step=None, fault_at=None, now=time.time())
     jn.update_incident(ctl.conn, iid, spares=[spare])
@@ -139,14 +140,14 @@ def test_recheck_skips_a_spare_the_controller_took_meanwhile(tmp_path):
 
 
 def sw_report():
-    from slurm_ft.fleet.sweep import SweepReport
+    from slurm_ft.fleet.lifecycle.sweep import SweepReport
     return SweepReport(started=time.time())
 
 
 def test_the_lock_is_one_file_for_every_writer(tmp_path):
     cfg = config(tmp_path)
     slurm = ModelSlurm()
-    ctl = Controller(slurm, jn.connect(jn.path_in(cfg.state_dir)), cfg)
+    ctl = Controller(slurm, jn.connect(db.path_in(cfg.state_dir)), cfg)
     with Store(cfg.state_dir) as store:
         sw = Sweeper(cfg, slurm, store)
         assert ctl.membership._lock.path == sw.membership._lock.path == tmp_path / "state" / "fleet.lock"

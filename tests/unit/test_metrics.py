@@ -5,7 +5,7 @@ import os
 import re
 
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
-from slurm_ft.fleet import metrics
+from slurm_ft.fleet.report import metrics
 
 LINE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+$')
 
@@ -82,15 +82,16 @@ def test_no_sweep_yet_leaves_the_timestamp_out():
 def test_recovery_phases_come_from_the_controllers_journal(tmp_path):
     """Seconds from the fault to the end of each step, as the controller journaled them."""
     from slurm_ft.config import Config
-    from slurm_ft.fleet.collect import snapshot, view
-    from slurm_ft.fleet.store import Store
+    from slurm_ft.fleet.report.fleet_view import snapshot, view
+    from slurm_ft.fleet.lifecycle.node_history import Store
     from slurm_ft.slurm.types import Node
-    from slurm_ft.fleet import journal as jn
+    from slurm_ft.fleet.recovery import journal as jn
 
     slurm = FakeSlurm(train=("gpu001",), spares=("gpu002",))
     slurm.n["gpu001"] = Node("gpu001", "ALLOCATED")
     cfg = Config(state_dir=str(tmp_path))
     with Store(cfg.state_dir) as store:
+        jn.ensure(store.db)             # the controller's tables, as its journal writes them
         inc = jn.open_incident(store.db, job_id=7, nodes=["gpu003"], faults=["slurm-ft: XID79"], partition="train",
                                restart_count=0, job_nodes=2, ckpt_step=None, fault_at=100.0, now=100.5)
         for name, done in (("requeue", 101.0), ("swap", 101.5), ("start", 103.0)):

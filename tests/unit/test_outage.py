@@ -2,16 +2,16 @@
 budget, and the revalidation of nodes quarantined for not answering (pure: outage.py and the plan)."""
 from __future__ import annotations
 
-from slurm_ft.fleet.records import Incident, StepRecord
+from slurm_ft.fleet.recovery.records import Incident, StepRecord
 
 from slurm_ft.slurm.types import Job, Node, Partition
-from slurm_ft.fleet import outage as out
-from slurm_ft.fleet.plan import Policy, plan
-from slurm_ft.fleet.snapshot import Snapshot
+from slurm_ft.fleet.recovery import outage as out
+from slurm_ft.fleet.recovery.plan import ControllerSettings, plan
+from slurm_ft.fleet.recovery.snapshot import Snapshot
 from slurm_ft.job.tag import FtSpec
 
 NOW = 1_000_000.0
-P = Policy(unresponsive_grace_s=60, wave_nodes=8, wave_window_s=120, wave_settle_s=60, restore_after_s=30)
+P = ControllerSettings(unresponsive_grace_s=60, wave_nodes=8, wave_window_s=120, wave_settle_s=60, restore_after_s=30)
 N = 64
 TRAIN = [f"gpu{i:03d}" for i in range(1, N + 1)]
 SPARES = [f"gpu{i:03d}" for i in range(N + 1, N + 5)]

@@ -5,14 +5,15 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ft.fleet.records import Incident, Placement, StepRecord
+from slurm_ft.fleet.recovery.records import Incident, Placement, StepRecord
 
 from slurm_ft.slurm.types import Job, Node, Partition
-from slurm_ft.fleet.plan import Policy, failed_in_run, failure, plan, prolog_runs, restarts_without_progress
-from slurm_ft.fleet.snapshot import Snapshot
+from slurm_ft.fleet.recovery.plan import (ControllerSettings, failed_in_run, failure, plan, prolog_runs,
+                                         restarts_without_progress)
+from slurm_ft.fleet.recovery.snapshot import Snapshot
 from slurm_ft.job.tag import FtSpec
 
-P = Policy()
+P = ControllerSettings()
 NOW = 1_000_000.0
 TRAIN = [f"gpu{i:03d}" for i in range(1, 5)]
 SPARES = ["gpu005", "gpu006"]
@@ -503,7 +504,7 @@ def test_a_node_failed_earlier_in_the_run_counts_after_its_drain_was_resumed():
 
 
 def test_hot_spare_batch_host_failure_is_requeued():
-    from slurm_ft.fleet.policies import claim
+    from slurm_ft.fleet.recovery.policies import claim
     j = hot_job(batch_host="gpu002")
     assert claim(j, HOT[7], ["gpu002"]).path == "requeue"
     assert claim(j, HOT[7], ["gpu003"]).path == "in_allocation"
@@ -522,7 +523,7 @@ def test_requeued_hot_spare_job_asks_for_n_plus_k_again():
 
 
 def test_hot_spare_incident_closes_when_slurm_refuses_to_take_the_node_back():
-    from slurm_ft.fleet.plan import HOT_RELEASE_WAIT_S
+    from slurm_ft.fleet.recovery.plan import HOT_RELEASE_WAIT_S
     quarantined = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[hot_job()], specs=HOT,
                           spare_nodes=[])
     inc = hot_incident([("quarantine", "ok")], opened_at=NOW - HOT_RELEASE_WAIT_S)
@@ -546,7 +547,7 @@ def test_a_job_that_ended_for_good_is_left_alone_after_slurm_requeued_it(exit_st
 
 def moved_cluster(restart=1, seen_now_at=None, gpu003=None):
     """Run 0 was seen on gpu001-004; gpu003 went DOWN and Slurm started run `restart` on other nodes."""
-    from slurm_ft.fleet.records import Placement
+    from slurm_ft.fleet.recovery.records import Placement
     train = [node("gpu001"), node("gpu002"), gpu003 or node("gpu003", "DOWN", {"NOT_RESPONDING"}, "Not responding"),
              node("gpu004"), node("gpu007"), node("gpu008", "IDLE")]
     runs = {0: Placement(7, 0, tuple(TRAIN), NOW - 60)}
@@ -586,7 +587,7 @@ def test_an_old_restart_or_no_recorded_run_opens_nothing_for_a_node_the_job_left
 
 def test_pending_job_slurm_requeued_off_a_failed_node_opens_an_incident_whatever_its_reason():
     """An expedited requeue leaves the job PENDING on Resources/Priority (not BeginTime) when no nodes are free."""
-    from slurm_ft.fleet.records import Placement
+    from slurm_ft.fleet.recovery.records import Placement
     train = [node("gpu001", "IDLE"), node("gpu002", "IDLE"), node("gpu003", "DOWN", (), "Not responding"),
              node("gpu004", "IDLE")]
     for reason in ("Resources", "Priority", "None"):

@@ -5,9 +5,11 @@ Slurm."""
 from __future__ import annotations
 
 from slurm_ft.config import Config, ControllerConfig, LifecycleConfig
-from slurm_ft.fleet import drain_stats, journal as jn
-from slurm_ft.fleet.controller import Controller
-from slurm_ft.fleet.states import Event, HistoryEntry, State
+from slurm_ft.fleet.report import drain_stats
+from slurm_ft.fleet.recovery import journal as jn
+from slurm_ft.fleet import db
+from slurm_ft.fleet.recovery.controller import Controller
+from slurm_ft.fleet.lifecycle.transitions import Event, HistoryEntry, State
 from slurm_ft.job.tag import FtSpec
 from slurm_ft.vocab import parse_event
 
@@ -21,7 +23,7 @@ def ctl(tmp_path, s):
     cfg = Config(state_dir=str(tmp_path / "state"),
                  controller=ControllerConfig(poll_s=0.0, read_progress=False, cycle_budget_s=2.0, wake_port=0),
                  lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0, planned_wait_s=60.0))
-    return Controller(s, jn.connect(jn.path_in(cfg.state_dir)), cfg, sleep=lambda x: None)
+    return Controller(s, jn.connect(db.path_in(cfg.state_dir)), cfg, sleep=lambda x: None)
 
 
 def hot():
@@ -152,7 +154,7 @@ def test_the_degraded_node_itself_failing_before_the_swap_takes_the_fault_path(t
 
 def test_the_sweep_validates_a_planned_swaps_node_as_it_is_even_with_remediation_off(tmp_path):
     from test_lifecycle_sweep import ModelSlurm, config, sweep
-    from slurm_ft.fleet.store import Store
+    from slurm_ft.fleet.lifecycle.node_history import Store
     cfg, s = config(tmp_path), ModelSlurm()
     assert cfg.lifecycle.remediation.mode == "off"
     sweep(cfg, s)
@@ -171,14 +173,14 @@ def test_the_sweep_validates_a_planned_swaps_node_as_it_is_even_with_remediation
 
 def test_a_planned_node_still_running_its_job_waits_for_its_validation(tmp_path):
     from slurm_ft.config import RemediationConfig
-    from slurm_ft.fleet import remediation
+    from slurm_ft.fleet.lifecycle import remedy_plan
     from slurm_ft.slurm.types import Node
     node = Node("gpu002", "ALLOCATED", frozenset({"DRAIN"}), reason="slurm-ft: QUARANTINED PLANNED ECC_SBE_RATE gpu3 x")
     hist = [HistoryEntry("gpu002", 1.0, Event.FAULT, State.IN_SERVICE, State.FAILED, DEG)]
-    [step] = remediation.plan({"gpu002": State.QUARANTINED}, {"gpu002": 1.0}, {"gpu002": hist}, [node], None, 10.0,
+    [step] = remedy_plan.plan({"gpu002": State.QUARANTINED}, {"gpu002": 1.0}, {"gpu002": hist}, [node], None, 10.0,
                               RemediationConfig())
     assert step.act == "wait" and "its job still runs there" in step.why
-    [step] = remediation.plan({"gpu002": State.QUARANTINED}, {"gpu002": 1.0}, {"gpu002": hist},
+    [step] = remedy_plan.plan({"gpu002": State.QUARANTINED}, {"gpu002": 1.0}, {"gpu002": hist},
                               [Node("gpu002", "IDLE", frozenset({"DRAIN"}), reason=node.reason)], None, 10.0,
                               RemediationConfig())
     assert step.act == "retest"
@@ -194,7 +196,7 @@ def test_a_planned_incident_holds_its_job_no_longer_than_a_hot_fault_does(tmp_pa
 
     def sleep(x):
         now[0] += x
-    c = Controller(s, jn.connect(jn.path_in(cfg.state_dir)), cfg, clock=lambda: now[0], sleep=sleep)
+    c = Controller(s, jn.connect(db.path_in(cfg.state_dir)), cfg, clock=lambda: now[0], sleep=sleep)
     c.cycle(budget_s=0.5)
     assert jn.incidents(c.conn)[0].status == "open"
     now[0] += 30                          # the supervisor has not given n3 back (or Slurm refused the shrink)

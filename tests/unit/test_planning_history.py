@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from slurm_ft.errors import UsageError
-from slurm_ft.fleet.collect import drain_report
-from slurm_ft.fleet.store import Store
+from slurm_ft.fleet.report.fleet_view import drain_report
+from slurm_ft.fleet.lifecycle.node_history import Store
 from slurm_ft.plan.history import garwood, observe
 from slurm_ft.plan.profiles import builtin_policy, profile_from_dict
 from slurm_ft.plan.sim import SimParams, simulate
-from slurm_ft.fleet.synthetic import write_sim_journal
+from slurm_ft.fleet.lifecycle.synthetic import write_sim_journal
 
 DAY = 86400.0
 
@@ -128,7 +128,7 @@ def test_the_simulated_journal_holds_every_fault_of_the_run_and_refuses_a_used_s
         history = store.history()
         assert sum(1 for e in history if e.event.value == "fault") == len(swaps)
         assert {e.node for e in history} <= {f"sim{i:05d}" for i in range(5)}
-        from slurm_ft.fleet import journal
+        from slurm_ft.fleet.recovery import journal
         incs = journal.incidents(store.db)
         assert len(incs) == len(faults)
         assert [i.fault_at for i in incs] == [1e9 + f.at for f in faults]

@@ -5,7 +5,7 @@ import pytest
 
 from slurm_ft.errors import UsageError
 from slurm_ft.slurm.types import Node, Partition
-from slurm_ft.fleet.pool_status import gpus_in_gres, pool_status
+from slurm_ft.fleet.report.pool_status import gpus_in_gres, pool_status
 
 
 @pytest.mark.parametrize("gres,gpus", [

@@ -14,10 +14,11 @@ from slurm_ft.config import RemediationConfig, load_config
 from slurm_ft.errors import CommandTimeout, ConfigError
 from slurm_ft.node.gpu_reset import reset_gpu
 from slurm_ft.breaker import rules as brk
-from slurm_ft.fleet.remediation import (action_for, attempts, budget_lines, describe, finding_in, in_remediation, plan,
-                                        plan_and_budget, pool_limit, pool_of)
-from slurm_ft.fleet.states import Event, HistoryEntry, State, next_state
-from slurm_ft.fleet.sweep import validation_script
+from slurm_ft.fleet.lifecycle.remedy_plan import (
+    action_for, attempts, budget_lines, describe, finding_in, in_remediation, plan, plan_and_budget, pool_limit,
+    pool_of)
+from slurm_ft.fleet.lifecycle.transitions import Event, HistoryEntry, State, next_state
+from slurm_ft.fleet.lifecycle.sweep import validation_script
 from slurm_ft.slurm.types import Node
 from slurm_ft.runner import Result
 

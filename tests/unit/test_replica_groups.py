@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from slurm_ft.errors import UsageError
-from slurm_ft.fleet.plan import plan
-from slurm_ft.fleet.policies import claim
+from slurm_ft.fleet.recovery.plan import plan
+from slurm_ft.fleet.recovery.policies import claim
 from slurm_ft.job import groupplan as gp
 from slurm_ft.job import submit
 from slurm_ft.job.paths import supervisor_path
@@ -188,7 +188,7 @@ def test_sbatch_replica_groups_asks_for_n_plus_k_and_starts_the_group_supervisor
 
 def test_status_reads_the_groups_of_the_latest_start_and_no_group_rejoin_counts_as_a_restart():
     import json as _json
-    from slurm_ft.fleet.jobprogress import groups_of, parse_starts
+    from slurm_ft.fleet.report.job_progress import groups_of, parse_starts
     lines = [
         {"event": "lighthouse", "job": "7", "restart": 0, "t": 1.0},
         {"event": "launch", "job": "7", "restart": 0, "launch": 0, "group": 0, "nodes": "gpu[001-002]", "t": 2.0,
@@ -213,6 +213,6 @@ def test_status_reads_the_groups_of_the_latest_start_and_no_group_rejoin_counts_
 
 @given(st.text(max_size=400))
 def test_the_groups_reader_takes_any_text(text):
-    from slurm_ft.fleet.jobprogress import groups_of
+    from slurm_ft.fleet.report.job_progress import groups_of
     for g in groups_of(text, "7"):
         assert g["state"] in ("running", "parked")

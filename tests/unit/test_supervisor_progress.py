@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from fakeslurm import FakeSlurm   # same directory: pytest puts it on sys.path
-from slurm_ft.fleet.goodput import Start, compute
-from slurm_ft.fleet.jobprogress import parse_point
+from slurm_ft.fleet.report.goodput import Start, compute
+from slurm_ft.fleet.report.job_progress import parse_point
 from slurm_ft.heartbeat import DIR_NAME
 from slurm_ft.job import supervisor as sv
 

@@ -15,7 +15,7 @@ from slurm_ft.cli.group import cli
 from slurm_ft.config import load_config
 from slurm_ft.errors import ConfigError, UsageError
 from slurm_ft.fsutil import refuse_unsafe
-from slurm_ft.fleet.sweep import validation_script
+from slurm_ft.fleet.lifecycle.sweep import validation_script
 from slurm_ft.job.submit import script_directives, starter_script
 
 

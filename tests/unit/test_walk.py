@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 WALK = ["slurm_ft/gpu/kmsg.py", "slurm_ft/node/watch.py", "slurm_ft/node/run.py", "slurm_ft/node/drain.py",
-        "slurm_ft/fleet/controller.py", "slurm_ft/job/jobstart.py"]
+        "slurm_ft/fleet/recovery/controller.py", "slurm_ft/job/jobstart.py"]
 SEAM = "slurm_ft/slurm/"
 
 
@@ -56,7 +56,7 @@ def test_the_fault_passes_through_six_files_and_nothing_consulted_calls_back(tmp
     what = [(h["what"], h["stack"][-1]) for p in w["parts"].values() for h in p["handoffs"]]
     assert what[0][0] == "XidEvent" and what[0][1].startswith("slurm_ft/gpu/kmsg.py:")
     assert ("slurm drain", "slurm_ft/node/drain.py:apply") in what
-    assert ("slurm requeue", "slurm_ft/fleet/controller.py:_requeue") in what
+    assert ("slurm requeue", "slurm_ft/fleet/recovery/controller.py:_requeue") in what
     assert ("slurm set_partition_nodes", "slurm_ft/slurm/membership.py:change") in what      # quarantine, swap
     assert what[-1] == ("exec", "slurm_ft/job/jobstart.py:main")
     callers = {b: sorted({a for p in w["parts"].values() for a, b2, _ in p["calls"] if b2 == b}) for b in WALK}
@@ -64,6 +64,6 @@ def test_the_fault_passes_through_six_files_and_nothing_consulted_calls_back(tmp
                        "slurm_ft/node/watch.py": ["slurm_ft/gpu/kmsg.py"],     # the reader's callbacks
                        "slurm_ft/node/run.py": ["slurm_ft/node/watch.py"],
                        "slurm_ft/node/drain.py": ["slurm_ft/node/run.py"],
-                       "slurm_ft/fleet/controller.py": [], "slurm_ft/job/jobstart.py": []}
+                       "slurm_ft/fleet/recovery/controller.py": [], "slurm_ft/job/jobstart.py": []}
     consulted = {f for p in w["parts"].values() for f in p["ran"]} - set(WALK)
     print(f"walk: {len(WALK)} files; consulted on the way: {len(consulted)}: {' '.join(sorted(consulted))}")

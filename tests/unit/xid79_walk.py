@@ -97,12 +97,13 @@ def node(work: Path, slurm: FakeSlurm, trace: Trace) -> None:
 
 def fleet(work: Path, slurm: FakeSlurm, trace: Trace) -> None:
     from slurm_ft.config import Config, ControllerConfig
-    from slurm_ft.fleet import journal
-    from slurm_ft.fleet.controller import Controller
+    from slurm_ft.fleet.recovery import journal
+    from slurm_ft.fleet import db
+    from slurm_ft.fleet.recovery.controller import Controller
 
     config = Config(state_dir=str(work / "controller"),
                     controller=ControllerConfig(poll_s=0.0, read_progress=False, cycle_budget_s=5.0))
-    controller = Controller(slurm, journal.connect(journal.path_in(config.state_dir)), config, sleep=lambda s: None)
+    controller = Controller(slurm, journal.connect(db.path_in(config.state_dir)), config, sleep=lambda s: None)
     trace.on()
     controller.cycle()
     trace.off()

@@ -64,7 +64,7 @@ def demo(directory, nodes, spares, gpus_per_node, port_base, step_time, ckpt_eve
         raise UsageError(f"--gpu must be 0..{gpus_per_node - 1}")
     say = (lambda *a, **k: None) if as_json else click.echo
     # the timeline says what the controller does; its own warnings would only repeat it in between
-    logging.getLogger("slurm_ft.fleet.controller").setLevel(logging.ERROR)
+    logging.getLogger("slurm_ft.fleet.recovery.controller").setLevel(logging.ERROR)
     lab = Lab(directory)                 # a running lab keeps the spec it was brought up with
     already = lab.running()
     plugin = via == "plugin"

@@ -10,8 +10,9 @@ import signal
 import sys
 
 from slurm_ft.config import load_config
-from slurm_ft.fleet import journal as jn
-from slurm_ft.fleet.controller import Controller, controller_lock
+from slurm_ft.fleet.recovery import journal as jn
+from slurm_ft.fleet import db
+from slurm_ft.fleet.recovery.controller import Controller, controller_lock
 from slurm_ft.slurm.backend import client_from_config
 
 
@@ -24,7 +25,7 @@ def main(point: str, budget: str = "120") -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     with controller_lock(config.state_dir):
-        ctl = Controller(client_from_config(config), jn.connect(jn.path_in(config.state_dir)), config,
+        ctl = Controller(client_from_config(config), jn.connect(db.path_in(config.state_dir)), config,
                          on_journal=crash)
         ctl.cycle(float(budget))
 
