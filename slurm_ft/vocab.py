@@ -105,9 +105,9 @@ def slurm_time(text: Optional[str]) -> Optional[float]:
 # each as `slurmstepd-<host>: error: <line>`; the hot-spare supervisor reads them there. Anyone who can
 # write to that output (the job's own ranks) can forge one, so a notice only ever steers that job itself.
 EVENT_MARK = "slurm-ft-event v1"
-EVENT_KINDS = ("failed", "quarantined", "degraded")
+EVENT_KINDS = ("failed", "quarantined", "degraded", "ended")   # ended: the controller cancelled the job's steps there
 EVENT_MAX = 300
-_EVENT_RE = re.compile(re.escape(EVENT_MARK) + r" (failed|quarantined|degraded) ([A-Za-z0-9_.\-]{1,64})(?: (.*))?$")
+_EVENT_RE = re.compile(re.escape(EVENT_MARK) + r" (failed|quarantined|degraded|ended) ([A-Za-z0-9_.\-]{1,64})(?: (.*))?$")
 
 
 def event_line(kind: str, node: str, why: str = "") -> str:

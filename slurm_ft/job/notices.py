@@ -1,7 +1,7 @@
 """The notices a running job gets, as its supervisor reads them: no Slurm call.
 
-The node's side (node/tell.py) and the controller tell a job of a failed or quarantined node with
-`scontrol notify`; the batch step prints each notice on its stderr, i.e. the job's output file
+The node's side (node/tell.py) and the controller tell a job of a failed or quarantined node, or of the
+steps the controller cancelled on one (`ended`), with `scontrol notify`; the batch step prints each notice on its stderr, i.e. the job's output file
 (`slurmstepd-<host>: error: slurm-ft-event v1 failed gpu017 slurm-ft: XID79 gpu3 ...`). The supervisor is
 that batch step: it follows the file it writes its own stderr to, from where it was when it started. Each
 poll is a size check; new bytes are scanned for the mark. The same file gets srun's own notice of a node

@@ -64,8 +64,9 @@ BACKSTOP_S = 300.0           # a read of the job's nodes from Slurm, for a fault
 BLIND_BACKSTOP_S = 10.0      # ... when the output is no file (no notices can be read)
 QUARANTINE_WAIT_S = 1.0      # after a fault, how long the relaunch waits for the controller's quarantine
                              # notice before it reads the partitions itself (a quarantined node may leave)
-STOP_GRACE_S = 10.0          # SIGTERM to srun (it forwards it to the ranks), then the step is cancelled
-STEP_END_S = 120.0           # ... through slurmctld, and srun waited for again; then SIGKILL (not ended)
+STOP_GRACE_S = 10.0          # SIGTERM to srun (it kills the step through slurmctld), then the step is cancelled
+STEP_END_S = 120.0           # ... through slurmctld, and srun waited for again (or the controller's `ended`
+                             # notice); then SIGKILL (not ended)
 FALLBACK_REQUEUE_S = 120.0   # a job handed to the requeue path that nothing requeued: the supervisor does
 REQUEUE_RETRY_S = 5.0        # ... and tries again after a refused or timed-out requeue, doubling the wait
 REQUEUE_RETRY_MAX_S = 60.0   # ... up to this
@@ -152,6 +153,7 @@ class Supervisor:
         self.next_read = 0.0               # monotonic time of the next backstop read
         self.reads_due: List[float] = []   # reads before the job ends on a failed step (hotplan.EXIT_GRACE_S)
         self.quarantine_notices: Set[str] = set()   # nodes the controller says it quarantined
+        self.ended_notices: Set[str] = set()        # nodes whose steps the controller says it cancelled
         self.hang_restarts = 0             # restarts in place after a hang, in this run of the job
         self.partitions = ""               # the job's partitions (read at run())
         self.planned = PlannedSwaps(self, planned_wait_s, straggler)   # degraded nodes, the checkpoint asked for
@@ -181,6 +183,9 @@ class Supervisor:
         for kind, node, why in self.notices.events():
             if kind == "quarantined":
                 self.quarantine_notices.add(node)
+            elif kind == "ended":
+                self.ended_notices.add(node)
+                self.log("notice", node=node, reason=why[:300])
             elif kind == "degraded":
                 self.planned.notice(node, why)
             elif node not in self.failed:
@@ -227,6 +232,7 @@ class Supervisor:
         argv = srun_argv(nodes, self.tasks_per_node, program)
         self.proc = subprocess.Popen(argv, env=env)
         self.step_nodes, self.exited_at, self.exit_checked = tuple(nodes), None, False
+        self.ended_notices.clear()         # of an earlier step
         self.launch_t, self.told_stragglers = time.time(), set()
         self.log("launch", launch=self.launches, nodes=compress(nodes), ckpt=env["SLURM_FT_CKPT"],
                  step=found.step if found and found.path else None, reason=reason, rank0=rank0,
@@ -247,11 +253,13 @@ class Supervisor:
     def end_steps(self, runs: Sequence[Tuple[Optional["subprocess.Popen[bytes]"], Optional[str]]],
                   grace_s: float) -> bool:
         """End the steps these sruns run, each named when several run, all at once (one grace, one wait
-        for the cancels, however many); whether every one ended. srun forwards SIGTERM to the ranks and
-        exits once they are gone. A killed srun would not end them: its ranks run on, writing the
-        checkpoint directory beside the next launch's (deleting the checkpoint it resumes from, in a
-        loaded lab). So a step that outlives the grace is cancelled through slurmctld, and srun waited
-        for again; one that still runs is never launched beside (the caller's requeue path)."""
+        for the cancels, however many); whether every one ended. srun answers SIGTERM by killing the step
+        through slurmctld (an RPC of the job's user: their rate limiter may hold it) and exits once the
+        ranks are gone. A killed srun would not end them: its ranks run on, writing the checkpoint
+        directory beside the next launch's (deleting the checkpoint it resumes from, in a loaded lab). So
+        a step that outlives the grace is cancelled through slurmctld, and srun waited for again (or the
+        controller's word that it cancelled the step, await_end); one that still runs is never launched
+        beside (the caller's requeue path)."""
         live = [(p, n) for p, n in runs if p is not None and p.poll() is None]
         for p, _ in live:
             p.send_signal(signal.SIGTERM)
@@ -269,7 +277,7 @@ class Supervisor:
                 self.log("cancel_step", steps=steps, **({"name": name} if name else {}))
             except Exception as exc:   # noqa: BLE001 - srun may still end it; if not, the requeue path will
                 self.say(f"could not cancel the step{f' {name}' if name else ''}: {exc}")
-        stuck = _outlive(late, STEP_END_S)
+        stuck = self.await_end(late, STEP_END_S)
         for p, _ in stuck:
             p.kill()
             p.wait()
@@ -278,6 +286,30 @@ class Supervisor:
             self.say(f"{_steps(stuck)} did not end {STEP_END_S:g} s after "
                      f"{'its cancel: no launch beside it' if one else 'their cancels: no launch beside them'}")
         return not stuck
+
+    def await_end(self, runs: Sequence[Tuple["subprocess.Popen[bytes]", Optional[str]]], within_s: float
+                  ) -> List[Tuple["subprocess.Popen[bytes]", Optional[str]]]:
+        """Those of `runs` still running `within_s` from now. srun ends a step through slurmctld as the
+        job's user, whose RPCs may wait minutes on an empty rate-limiter bucket; the controller (root, not
+        limited) cancels a step left on a failed node and says so (an `ended` notice): its ranks are gone
+        then, and srun, still waiting on its RPC, is killed (a killed srun leaves no rank behind now)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            live = [(p, n) for p, n in runs if p.poll() is None]
+            if not live:
+                return []
+            self.take_notices()
+            ended = self.ended_notices & set(self.step_nodes)
+            if ended and len(runs) == 1:
+                self.say(f"the controller ended the step on {compress(sorted(ended))}: srun stopped")
+                self.log("ended", nodes=compress(sorted(ended)))
+                for p, _ in live:
+                    p.kill()
+                    p.wait()
+                return []
+            if time.monotonic() >= deadline:
+                return live
+            time.sleep(min(POLL_S * 4, max(0.0, deadline - time.monotonic())))
 
     def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> Tuple[str, ...]:
         """The allocation without `release`, given back to Slurm; unchanged when the shrink fails."""

@@ -355,13 +355,13 @@ class SlurmClient:
             argv.append(f"--signal={signal}")
         self._run([*argv, str(_job_id(job_id))])
 
-    def steps(self, job_id: int, name: Optional[str] = None) -> List[int]:
+    def steps(self, job_id: int, name: Optional[str] = None, on: Sequence[str] = ()) -> List[int]:
         """The job's numbered steps now running (srun's; not batch, not extern), those named `name` alone
-        when given (srun --job-name; squeue's --name does not select steps): one REQUEST_JOB_STEP_INFO for
-        this job alone."""
+        when given (srun --job-name; squeue's --name does not select steps), those running on one of the
+        nodes `on` alone when given: one REQUEST_JOB_STEP_INFO for this job alone."""
         jid = _job_id(job_id)
-        res = self._run(["squeue", "--steps", f"--jobs={jid}", "--noheader", "--format=%i %j"])
-        return parse.parse_step_ids(res.stdout, jid, name)
+        res = self._run(["squeue", "--steps", f"--jobs={jid}", "--noheader", "--format=%i %N %j"])
+        return parse.parse_step_ids(res.stdout, jid, name, on)
 
     def cancel_step(self, job_id: int, step: int) -> None:
         """`scancel JOB.STEP`: the step's tasks are killed, the job runs on."""

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Collection, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from slurm_ft.errors import UsageError
 from slurm_ft.slurm.types import Job, Node, Partition, Reservation
 from slurm_ft.slurm.hostlist import expand
 
@@ -586,18 +587,30 @@ def parse_sbatch_parsable(text: str) -> int:
     return int(first)
 
 
-def parse_step_ids(text: str, job_id: int, name: Optional[str] = None) -> List[int]:
-    """`squeue --steps --jobs=JID --noheader --format=%i %j` prints `JID.STEP NAME` a line: the numbered
-    steps (srun's), sorted, those named `name` alone when given; `JID.batch`, `JID.extern` and anything
-    else are not those. A step's name is its user's (srun --job-name): compared whole, never parsed."""
+def parse_step_ids(text: str, job_id: int, name: Optional[str] = None, on: Collection[str] = ()) -> List[int]:
+    """`squeue --steps --jobs=JID --noheader --format=%i %N %j` prints `JID.STEP NODELIST NAME` a line:
+    the numbered steps (srun's), sorted, those named `name` alone when given, those running on one of
+    the nodes `on` alone when given; `JID.batch`, `JID.extern` and anything else are not those. A step's
+    name is its user's (srun --job-name): the rest of the line, compared whole, never parsed."""
     steps = set()
     for line in text.splitlines()[:10_000]:
-        sid, _, step_name = line.strip().partition(" ")
+        sid, _, rest = line.strip().partition(" ")
+        nodelist, _, step_name = rest.partition(" ")
         job, sep, step = sid.partition(".")
-        if (sep and job == str(job_id) and step.isascii() and step.isdigit() and len(step) <= 10
+        if not (sep and job == str(job_id) and step.isascii() and step.isdigit() and len(step) <= 10
                 and (name is None or step_name.strip() == name)):
-            steps.add(int(step))
+            continue
+        if on and not _runs_on(nodelist, on):
+            continue
+        steps.add(int(step))
     return sorted(steps)
+
+
+def _runs_on(nodelist: str, nodes: Collection[str]) -> bool:
+    try:
+        return not set(nodes).isdisjoint(expand(nodelist))
+    except (UsageError, ValueError):     # not a hostlist: not a step we can place
+        return False
 
 
 def parse_version(text: str) -> Tuple[int, int, int]:

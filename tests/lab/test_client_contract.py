@@ -154,7 +154,8 @@ def test_a_users_job_as_roots_client_reads_it(lab, work):
 def test_a_users_step_is_listed_then_cancelled_and_the_job_runs_on(lab, work):
     """What the hot-spare supervisor (the job's user) does to a training step that srun could not end: its
     numbered steps (not batch, not extern), then `scancel JOB.STEP`; the job itself runs on. A replica
-    group's step is found by its name (srun --job-name names the step, not the job); the other runs on."""
+    group's step is found by its name (srun --job-name names the step, not the job); the other runs on.
+    The steps on a node are found by their node lists (what the controller cancels on a failed node)."""
     mine = lab.as_user()
     jid = mine.submit(["-N2", "-J", "users-job", "-o", "out.txt", "--wrap",
                        "srun -N1 --job-name=slurm-ft-group1 sleep 600 & srun -N1 sleep 600; sleep 600"], cwd=str(work))
@@ -163,6 +164,10 @@ def test_a_users_step_is_listed_then_cancelled_and_the_job_runs_on(lab, work):
         named = mine.steps(jid, "slurm-ft-group1")
         other = [s for s in mine.steps(jid) if s not in named]
         assert len(named) == 1 and len(other) == 1 and mine.steps(jid, "slurm-ft-group0") == []
+        # by node (the controller's read of the steps on a failed node): each step runs on one of the job's
+        nodes = mine.job(jid).nodes
+        assert sorted(s for n in nodes for s in mine.steps(jid, on=[n])) == sorted(named + other)
+        assert mine.steps(jid, on=["no-such-node"]) == []
         mine.cancel_step(jid, named[0])
         wait_for(lambda: mine.steps(jid) == other, 60, "the named step gone, the other running")
         job = mine.job(jid)

@@ -33,8 +33,10 @@ def first_step_of_launch(ck, launch: int, restart: int = 0):
 
 
 def timeline(ck, t0: float) -> list:
-    """The supervisor's events and the trainer's starts after t0, in time order, each at its offset."""
-    events = startlog.read(str(ck / "slurm-ft-starts.jsonl")) + [e for e in read_log(str(ck)) if e["event"] != "step"]
+    """The supervisor's events and the trainer's starts after t0, in time order, each at its offset (not
+    its checkpoints: a job that trained on for minutes would show nothing else)."""
+    events = startlog.read(str(ck / "slurm-ft-starts.jsonl")) + [e for e in read_log(str(ck))
+                                                                  if e["event"] not in ("step", "ckpt")]
     return [f"{e.get('t', 0) - t0:7.1f} s {e}" for e in sorted(events, key=lambda e: e.get("t", 0))
             if e.get("t", 0) >= t0 - 1]
 
@@ -53,8 +55,10 @@ def show(client, jobs, t_fault: float) -> None:
     for j in jobs:
         out = j["ck"].parent / f"out{j['i']}" / "job.out"
         print(f"== job {j['id']} ({j['user']}, victim {j.get('victim')}): {client.job(j['id'])}")
-        print(*(out.read_text(errors="replace").splitlines()[-40:] if out.exists() else ["(no job.out)"]), sep="\n")
-        print(*timeline(j["ck"], t_fault)[-12:], sep="\n")
+        said = [ln for ln in out.read_text(errors="replace").splitlines() if not ln.startswith("step=")] \
+            if out.exists() else ["(no job.out)"]
+        print(*said[-40:], sep="\n")                    # the supervisor's lines, not the trainer's steps
+        print(*timeline(j["ck"], t_fault)[-24:], sep="\n")
 
 
 def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):

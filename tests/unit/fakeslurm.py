@@ -50,6 +50,7 @@ class FakeSlurm:
                                                  # ("partition", name), ("steps", id)
         self.running_steps: Dict[int, List[int]] = {}   # job -> its numbered steps now running (a test sets it)
         self.step_names: Dict[Tuple[int, int], str] = {}  # (job, step) -> its name (srun --job-name)
+        self.step_nodes: Dict[Tuple[int, int], Tuple[str, ...]] = {}  # (job, step) -> the nodes it runs on
 
     # --- reads ------------------------------------------------------------------------------------
     def version(self) -> Tuple[int, int, int]:
@@ -185,9 +186,10 @@ class FakeSlurm:
         self._free(j.nodes)
         self.j[job_id] = replace(j, state="CANCELLED", nodes=())
 
-    def steps(self, job_id: int, name: Optional[str] = None) -> List[int]:
+    def steps(self, job_id: int, name: Optional[str] = None, on: Sequence[str] = ()) -> List[int]:
         self.reads.append(("steps", job_id))
-        return [s for s in self.running_steps.get(job_id, []) if name is None or self.step_names.get((job_id, s)) == name]
+        return [s for s in self.running_steps.get(job_id, []) if name is None or self.step_names.get((job_id, s)) == name
+                if not on or set(on) & set(self.step_nodes.get((job_id, s), ()))]
 
     def cancel_step(self, job_id: int, step: int) -> None:
         self.calls.append(("cancel_step", job_id, step))

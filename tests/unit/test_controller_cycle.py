@@ -426,6 +426,29 @@ def test_a_passing_job_state_does_not_requeue_a_job_running_on_its_hot_spare(tmp
     assert s.j[100].state == "RUNNING" and s.j[100].restart_count == 0
 
 
+def test_a_step_the_supervisor_could_not_end_on_the_failed_node_is_cancelled_by_the_controller(tmp_path):
+    """The user's RPCs wait on their rate limiter (srun ends a step through slurmctld): past the supervisor's
+    grace the controller, not rate limited, cancels the job's steps on the failed node, those alone, once."""
+    from slurm_ft.fleet.recovery.policies.in_allocation import OLD_STEP_GRACE_S
+    s, c, now = _hot_spare_fault(tmp_path)
+    s.running_steps[100] = [0, 1]
+    s.step_nodes.update({(100, 0): ("gpu001", "gpu002", "gpu003"), (100, 1): ("gpu001",)})   # training, a check
+    for _ in range(4):
+        c.cycle(budget_s=0.0)
+    assert not [x for x in s.calls if x[0] == "cancel_step"]            # the supervisor's own stop first
+    now[0] += OLD_STEP_GRACE_S
+    for _ in range(3):
+        c.cycle(budget_s=0.0)
+    assert [x for x in s.calls if x[0] == "cancel_step"] == [("cancel_step", 100, 0)]
+    assert s.running_steps[100] == [1] and s.j[100].state == "RUNNING" and s.j[100].restart_count == 0
+    [inc] = jn.incidents(c.conn)
+    assert inc.step("end_steps").outcome == "ok" and "step(s) 0 on gpu002" in inc.step("end_steps").detail
+    s.shrink(100, ("gpu001", "gpu003", "gpu004"))                     # relaunched on the hot spare, shrunk
+    c.cycle(budget_s=0.0)
+    [inc] = jn.incidents(c.conn)
+    assert inc.status == "recovered" and not inc.step("requeue")
+
+
 def test_a_wave_of_unresponsive_nodes_alerts_and_takes_nothing_out(tmp_path, caplog):
     s = model_slurm(n_train=12, n_spares=2)
     for x in s.parts["train"][:9]:

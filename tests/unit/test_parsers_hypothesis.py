@@ -182,9 +182,10 @@ def test_any_config_text_loads_or_is_a_config_error(text):
        st.lists(st.text(max_size=40), max_size=8), st.randoms())
 def test_squeue_steps_give_the_jobs_numbered_steps_and_nothing_else(job, steps, noise, names, rnd):
     named = {s: (names[i] if i < len(names) else "python") for i, s in enumerate(steps)}
-    lines = [f"{job}.{s} {named[s]}" for s in steps] + [f"{job}.batch batch", f"{job}.extern extern",
-                                                         f"{job + 1}.7 slurm-ft-group1", f"{job}.\u00b2 x"] \
-        + [f"{job}.{x}" for x in noise]
+    where = {s: f"gpu[{s % 7:03d}-{s % 7 + 1:03d}]" for s in steps}      # each step on two nodes
+    lines = [f"{job}.{s} {where[s]} {named[s]}" for s in steps] + [
+        f"{job}.batch gpu000 batch", f"{job}.extern gpu[000-009] extern", f"{job + 1}.7 gpu003 slurm-ft-group1",
+        f"{job}.\u00b2 gpu003 x"] + [f"{job}.{x}" for x in noise]
     rnd.shuffle(lines)
     text = "\n".join(lines)
     got = parse.parse_step_ids(text, job)
@@ -193,3 +194,6 @@ def test_squeue_steps_give_the_jobs_numbered_steps_and_nothing_else(job, steps, 
     # by name: a user's step names are compared whole; another job's step of that name is not this job's
     one = parse.parse_step_ids(text, job, "slurm-ft-group1")
     assert {s for s in steps if named[s].strip() == "slurm-ft-group1"} <= set(one) <= set(got)
+    # by node: the steps on gpu003 (a nodelist Slurm compressed), never the batch or extern step there
+    on = parse.parse_step_ids(text, job, on=["gpu003"])
+    assert {s for s in steps if s % 7 in (2, 3)} <= set(on) <= set(got)

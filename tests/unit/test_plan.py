@@ -526,10 +526,40 @@ def test_hot_spare_incident_closes_when_slurm_refuses_to_take_the_node_back():
     from slurm_ft.fleet.recovery.plan import HOT_RELEASE_WAIT_S
     quarantined = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[hot_job()], specs=HOT,
                           spare_nodes=[])
-    inc = hot_incident([("quarantine", "ok")], opened_at=NOW - HOT_RELEASE_WAIT_S)
+    inc = hot_incident([("quarantine", "ok"), ("end_steps", "skipped")], opened_at=NOW - HOT_RELEASE_WAIT_S)
     steps = plan(quarantined, [inc], P, NOW)
     assert kinds(steps) == ["released"] and "refused the shrink" in steps[0].reason
     assert kinds(plan(quarantined, [hot_incident([("quarantine", "ok")])], P, NOW)) == ["poll"]
+
+
+def test_a_step_still_on_the_failed_node_past_the_supervisors_stop_is_ended_by_the_controller_once():
+    """The job's user may be out of RPC tokens (their own squeue loop), and srun ends a step through
+    slurmctld: past the supervisor's grace, the controller (root, not rate limited) ends it, once."""
+    from slurm_ft.fleet.recovery.policies.in_allocation import OLD_STEP_GRACE_S
+    quarantined = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[hot_job()], specs=HOT,
+                          spare_nodes=[])
+    early = hot_incident([("quarantine", "ok")], opened_at=NOW - OLD_STEP_GRACE_S + 1)
+    assert kinds(plan(quarantined, [early], P, NOW)) == ["poll"]          # the supervisor's own stop first
+    late = hot_incident([("quarantine", "ok")], opened_at=NOW - OLD_STEP_GRACE_S)
+    [end] = plan(quarantined, [late], P, NOW)
+    assert end.kind == "end_steps" and end.job_id == 7
+    for outcome in ("ok", "skipped", "failed"):                            # tried once, whatever came of it
+        done = hot_incident([("quarantine", "ok"), ("end_steps", outcome)], opened_at=NOW - OLD_STEP_GRACE_S)
+        assert kinds(plan(quarantined, [done], P, NOW)) == ["poll"]
+    # the supervisor relaunched and gave the node back: nothing to end
+    gone = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[hot_job(nodes=("gpu001", "gpu003",
+                   "gpu004"))], specs=HOT, spare_nodes=[])
+    assert kinds(plan(gone, [late], P, NOW)) == ["released"]
+
+
+def test_a_planned_swaps_step_is_never_ended_by_the_controller():
+    """A planned swap leaves the node at the job's next checkpoint, however long that takes."""
+    from slurm_ft.fleet.recovery.policies.in_allocation import OLD_STEP_GRACE_S
+    quarantined = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[hot_job()], specs=HOT,
+                          spare_nodes=[])
+    inc = incident([("quarantine", "ok")], opened_at=NOW - OLD_STEP_GRACE_S, path="planned",
+                   note="planned, hot spare")
+    assert kinds(plan(quarantined, [inc], P, NOW)) == ["poll"]
 
 
 @pytest.mark.parametrize("exit_status", [78, 75])      # "do not restart me"; hung with the restart limit used up

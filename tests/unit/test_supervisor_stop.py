@@ -85,6 +85,39 @@ def test_a_step_that_will_not_end_is_never_launched_beside_the_job_takes_the_req
     assert proc.poll() is not None                    # srun itself is not left behind
 
 
+class Told:
+    """The job's output as the supervisor follows it: the controller's notice arrives at the third poll."""
+    def __init__(self, node):
+        self.node, self.polls = node, 0
+
+    def events(self):
+        self.polls += 1
+        return [("ended", self.node, "step(s) 0 cancelled by the slurm-ft controller")] if self.polls == 3 else []
+
+
+def test_a_step_the_controller_ended_lets_the_relaunch_go_on_though_srun_still_waits(quick, monkeypatch):
+    """srun, waiting on its user's empty RPC bucket, outlives the step the controller (root) cancelled: the
+    `ended` notice for a node of the step is enough, srun is killed (no rank is left) and the job relaunches
+    on its hot spare, long before the supervisor would give up on the step."""
+    monkeypatch.setattr(sv, "STEP_END_S", 600.0)
+    slurm, said = Slurm(ends=False), []
+    jid, sup, proc = supervised(slurm, said)
+    sup.notices = Told("n2")
+    act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
+    rc, _ = sup.relaunch(act, ("n1", "n2", "n3"), "train")
+    assert rc is None and sup.launched == [("n1", "n3")] and not sup.handed
+    assert proc.poll() is not None and any("the controller ended the step on n2" in m for m in said)
+
+
+def test_an_ended_notice_for_a_node_outside_the_step_changes_nothing(quick):
+    slurm, said = Slurm(ends=False), []
+    jid, sup, proc = supervised(slurm, said)
+    sup.notices = Told("n3")                          # not a node of the running step
+    act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
+    rc, _ = sup.relaunch(act, ("n1", "n2", "n3"), "train")
+    assert rc == 99 and sup.launched == [] and "the old step would not end" in sup.handed[0][0].reason
+
+
 def test_a_step_that_ends_on_sigterm_costs_no_slurm_call(quick):
     slurm, said = Slurm(ends=True), []
     jid = slurm.add_job(3)

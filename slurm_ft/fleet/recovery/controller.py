@@ -346,7 +346,7 @@ class Controller:
         return {"quarantine": self._quarantine, "swap": self._swap, "requeue": self._requeue,
                 "exclude": self._exclude, "start": self._start, "confirm": self._confirm, "hold": self._hold,
                 "wait": self._wait, "give_up": self._give_up, "abandon": self._abandon, "note": self._note,
-                "handover": self._handover,
+                "handover": self._handover, "end_steps": self._end_steps,
                 "released": self._released, "planned": self._planned, "superseded": self._superseded}
 
     def _open(self, step: Step, now: float) -> None:
@@ -560,6 +560,20 @@ class Controller:
         jn.close_incident(self.conn, inc.id, closes_as, now,
                           inc.note if inc.note.startswith("shrunk") or closes_as != "recovered" else "")
         return "ok", f"running on {compress(job.nodes)}"
+
+    def _end_steps(self, step: Step, inc: Incident) -> Tuple[str, str]:
+        """Cancel the job's steps on the failed nodes (never its batch step): one step read of this job.
+        A step the supervisor already relaunched runs on the hot spare, not there: it is not touched."""
+        steps = self.client.steps(inc.job_id, on=inc.nodes)
+        for s in steps:
+            self.client.cancel_step(inc.job_id, s)
+        if not steps:
+            return "skipped", f"no step of the job on {compress(inc.nodes)}"
+        ids = ",".join(map(str, steps))
+        log.warning("incident %s job %s: step(s) %s still on %s past the supervisor's stop: cancelled",
+                    inc.id, inc.job_id, ids, compress(inc.nodes))
+        self._tell(inc.job_id, "ended", inc.nodes, f"step(s) {ids} cancelled by the slurm-ft controller")
+        return "ok", f"cancelled step(s) {ids} on {compress(inc.nodes)}"
 
     def _released(self, step: Step, inc: Incident) -> Tuple[str, str]:
         """Close a hot-spare incident: the job runs on and no longer holds the failed nodes."""

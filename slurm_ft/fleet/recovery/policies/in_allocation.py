@@ -5,6 +5,10 @@ once the node has left the job.
 
   quarantine  the failed node leaves the job partitions (the job runs on); the supervisor is told
   swap        refill the job's partition from the pool (the job itself keeps running)
+  end_steps   the job's steps still running on the failed node past the supervisor's own stop are
+              cancelled, as root: ending a step takes an RPC of the job's user (srun turns its SIGTERM
+              into a step kill through slurmctld), which their rate limiter's empty bucket can hold for
+              minutes; root's are not limited. The supervisor then relaunches on its hot spare
   released    the node left the job (or Slurm refused the shrink: it stays in the job, unused)
 
 The requeue path takes over only on what the supervisor cannot handle (job/paths.py, the rule the
@@ -26,7 +30,10 @@ from slurm_ft.slurm.types import Job
 
 # The supervisor gives a quarantined node back as it relaunches the step (hotplan); past this, Slurm
 # refused the shrink and the node stays in the job, unused, until the job ends or is requeued.
-HOT_RELEASE_WAIT_S = 30.0
+HOT_RELEASE_WAIT_S = 60.0
+# The supervisor's own stop of the old step: SIGTERM to srun, 10 s (job/supervisor.py STOP_GRACE_S), then
+# its cancel; a step still on the failed node past this is ended by the controller (end_steps).
+OLD_STEP_GRACE_S = 20.0
 
 
 class InAllocation:
@@ -34,12 +41,13 @@ class InAllocation:
     supervisor relaunches, when it can, and how the timeline names it)."""
     path = IN_ALLOCATION
     phases: Mapping[str, str] = {"open": "incident", "quarantine": "quarantine", "swap": "pool refill",
-                                 "released": "incident closed"}
+                                 "end_steps": "old step ended", "released": "incident closed"}
     released_as = "relaunched on a hot spare of the allocation"
     supervised, closes_as = True, "recovered"
     quarantine_says = "out of the job partitions, drained with its reason (the job runs on)"
     waiting_says = "waiting for the job's supervisor to give the failed node back"
     close_kind = "released"
+    ends_old_steps = True         # end_steps: a fault's old step is over; a planned swap's is not
     kept_says = "the failed node stays in the job unused (Slurm refused the shrink)"
     left_says = "the failed node left the job"
 
@@ -74,8 +82,13 @@ class InAllocation:
         return self.release(v)
 
     def release(self, v: IncidentView) -> List[Step]:
-        """Close once the supervisor gave the failed node back (shrank the job), or Slurm refused to."""
+        """Close once the supervisor gave the failed node back (shrank the job), or Slurm refused to; a
+        step the supervisor could not end on the failed node is ended first (once)."""
         if any(n in v.job.nodes for n in v.inc.nodes):
+            if (self.ends_old_steps and v.now - v.inc.opened_at >= OLD_STEP_GRACE_S
+                    and v.inc.step("end_steps") is None):
+                return [Step("end_steps", **v.base, reason="the failed node is still in the job past the "
+                             "supervisor's stop: its steps there are ended as root")]
             if v.now - v.inc.opened_at < HOT_RELEASE_WAIT_S:
                 return [Step("poll", **v.base, reason=self.waiting_says)]
             return [Step(self.close_kind, **v.base, reason=f"{self.released_as}; {self.kept_says}")]

@@ -34,6 +34,7 @@ class PlannedInJob(InAllocation):
     quarantine_says = "out of the job partitions, drained for its planned swap (the job runs on)"
     waiting_says = "waiting for the job's supervisor to move off the node at its next checkpoint"
     close_kind = "planned"
+    ends_old_steps = False        # the step trains on until its next checkpoint, however long that is
     kept_says = ("quarantined and replaced in the partition; the job's supervisor moves off the node at its "
                  "checkpoint (it stays in the job, unused, where Slurm refuses the shrink)")
     left_says = "the job's supervisor moved off the node at a checkpoint and gave it back"
