@@ -1,7 +1,8 @@
 """Many users' hot-spare jobs under Slurm's RPC rate limiter (issue 21): each user's token bucket kept
 empty by a `squeue` loop of their own, a fault in every job at once, every job recovered on the hot-spare
 path. The supervisors hear of the faults by notice (no RPC); what they must ask of Slurm to relaunch (the
-new step, the shrink) waits on the bucket like any RPC of that user.
+new step, the shrink) waits on the bucket like any RPC of that user, and so does srun's end of the old
+step: the controller, running as deployed (root, not limited), ends a step left on a failed node.
 
 Slurm has the limiter from 23.02 (`SlurmctldParameters=rl_enable`: the 24.11 and 26.05 labs run with it);
 on 22.05 the same jobs, loops and faults run without it."""
@@ -19,7 +20,7 @@ from slurm_ft.job import startlog
 from slurm_ft_lab import users
 from slurm_ft_lab.trainer import read_log
 from slurm_ft_lab.waits import wait_for
-from tests.lab.ctl_helpers import PY, fail_node, slurm_ft, wait_job
+from tests.lab.ctl_helpers import PY, controller_config, controller_running, fail_node, slurm_ft, wait_job
 
 pytestmark = pytest.mark.lab
 
@@ -61,7 +62,16 @@ def show(client, jobs, t_fault: float) -> None:
         print(*timeline(j["ck"], t_fault)[-24:], sep="\n")
 
 
-def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work):
+@pytest.fixture
+def controller(lab, tmp_path):
+    """`slurm-ft controller run` for the whole test, as deployed; its log shown by pytest on a failure."""
+    log = tmp_path / "controller.log"
+    with controller_running(lab, controller_config(lab, tmp_path), log):
+        yield
+    print("== controller.log", *log.read_text(errors="replace").splitlines()[-80:], sep="\n")
+
+
+def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work, controller):
     c = lab.client
     if c.version() >= (23, 2):
         assert "rl_enable" in c.running_config().get("SlurmctldParameters", ""), "the lab runs the rate limiter"

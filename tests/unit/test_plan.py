@@ -546,6 +546,11 @@ def test_a_step_still_on_the_failed_node_past_the_supervisors_stop_is_ended_by_t
     for outcome in ("ok", "skipped", "failed"):                            # tried once, whatever came of it
         done = hot_incident([("quarantine", "ok"), ("end_steps", outcome)], opened_at=NOW - OLD_STEP_GRACE_S)
         assert kinds(plan(quarantined, [done], P, NOW)) == ["poll"]
+    # whatever the quarantine waits on (the breaker), the job's old step is ended first
+    unquarantined = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")], jobs=[hot_job()],
+                            specs=HOT, spare_nodes=[])
+    stuck = hot_incident([("quarantine", "failed")], opened_at=NOW - OLD_STEP_GRACE_S)
+    assert kinds(plan(unquarantined, [stuck], P, NOW)) == ["end_steps"]
     # the supervisor relaunched and gave the node back: nothing to end
     gone = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[hot_job(nodes=("gpu001", "gpu003",
                    "gpu004"))], specs=HOT, spare_nodes=[])

@@ -68,8 +68,13 @@ class InAllocation:
 
     def in_job(self, v: IncidentView) -> List[Step]:
         """The node out of the running job: quarantine it, refill its partition from the pool once while a
-        spare is free, then close (release)."""
+        spare is free, then close (release). A step the supervisor could not end on the failed node is
+        ended first, whatever the quarantine waits on (the breaker): it is the job's recovery."""
         inc, base = v.inc, v.base
+        if (self.ends_old_steps and any(n in v.job.nodes for n in inc.nodes)
+                and v.now - inc.opened_at >= OLD_STEP_GRACE_S and inc.step("end_steps") is None):
+            return [Step("end_steps", **base, reason="the failed node is still in the job past the supervisor's "
+                         "stop: its steps there are ended as root")]
         if not quarantined(inc, v.snap, v.policy):
             return [Step("quarantine", **base, reason=self.quarantine_says)]
         if not inc.done("swap") and not swapped(inc, v.snap, v.policy):
@@ -82,13 +87,8 @@ class InAllocation:
         return self.release(v)
 
     def release(self, v: IncidentView) -> List[Step]:
-        """Close once the supervisor gave the failed node back (shrank the job), or Slurm refused to; a
-        step the supervisor could not end on the failed node is ended first (once)."""
+        """Close once the supervisor gave the failed node back (shrank the job), or Slurm refused to."""
         if any(n in v.job.nodes for n in v.inc.nodes):
-            if (self.ends_old_steps and v.now - v.inc.opened_at >= OLD_STEP_GRACE_S
-                    and v.inc.step("end_steps") is None):
-                return [Step("end_steps", **v.base, reason="the failed node is still in the job past the "
-                             "supervisor's stop: its steps there are ended as root")]
             if v.now - v.inc.opened_at < HOT_RELEASE_WAIT_S:
                 return [Step("poll", **v.base, reason=self.waiting_says)]
             return [Step(self.close_kind, **v.base, reason=f"{self.released_as}; {self.kept_says}")]
