@@ -30,7 +30,7 @@ from slurm_ft.slurm.types import Job
 
 # The supervisor gives a quarantined node back as it relaunches the step (hotplan); past this, Slurm
 # refused the shrink and the node stays in the job, unused, until the job ends or is requeued.
-HOT_RELEASE_WAIT_S = 60.0
+HOT_RELEASE_WAIT_S = 30.0
 # The supervisor's own stop of the old step: SIGTERM to srun, 10 s (job/supervisor.py STOP_GRACE_S), then
 # its cancel; a step still on the failed node past this is ended by the controller (end_steps).
 OLD_STEP_GRACE_S = 20.0
