@@ -67,6 +67,8 @@ QUARANTINE_WAIT_S = 1.0      # after a fault, how long the relaunch waits for th
 STOP_GRACE_S = 10.0          # SIGTERM to srun (it kills the step through slurmctld), then the step is cancelled
 STEP_END_S = 120.0           # ... through slurmctld, and srun waited for again (or the controller's `ended`
                              # notice); then SIGKILL (not ended)
+CANCELLED_END_S = 15.0       # ... but once slurmctld took every cancel, srun (stuck on an RPC of its own) is
+                             # killed after this: the ranks are Slurm's to kill
 FALLBACK_REQUEUE_S = 120.0   # a job handed to the requeue path that nothing requeued: the supervisor does
 REQUEUE_RETRY_S = 5.0        # ... and tries again after a refused or timed-out requeue, doubling the wait
 REQUEUE_RETRY_MAX_S = 60.0   # ... up to this
@@ -258,8 +260,11 @@ class Supervisor:
         ranks are gone. A killed srun would not end them: its ranks run on, writing the checkpoint
         directory beside the next launch's (deleting the checkpoint it resumes from, in a loaded lab). So
         a step that outlives the grace is cancelled through slurmctld, and srun waited for again (or the
-        controller's word that it cancelled the step, await_end); one that still runs is never launched
-        beside (the caller's requeue path)."""
+        controller's word that it cancelled the step, await_end). Once slurmctld took the cancel of every
+        such step (or lists none: gone), its ranks are Slurm's to kill, and an srun still blocked on its
+        own RPC is killed after CANCELLED_END_S (a loaded 24.11 room: the cancel went through in 5 s, srun
+        sat 120 s more). A step whose cancel could not be sent is never launched beside (the caller's
+        requeue path)."""
         live = [(p, n) for p, n in runs if p is not None and p.poll() is None]
         for p, _ in live:
             p.send_signal(signal.SIGTERM)
@@ -269,18 +274,26 @@ class Supervisor:
         one = len(late) == 1
         self.say(f"{_steps(late)} did not end {grace_s:g} s after SIGTERM: cancelling {'it' if one else 'them'} "
                  f"through Slurm")
+        taken = 0                  # steps slurmctld took the cancel of (or listed none of: gone)
         for _, name in late:
             try:
                 steps = self.client.steps(self.job_id, name)   # the training steps alone (checks are waited for)
                 for step in steps:
                     self.client.cancel_step(self.job_id, step)
                 self.log("cancel_step", steps=steps, **({"name": name} if name else {}))
+                taken += 1
             except Exception as exc:   # noqa: BLE001 - srun may still end it; if not, the requeue path will
                 self.say(f"could not cancel the step{f' {name}' if name else ''}: {exc}")
+        if taken == len(late):
+            left = self.await_end(late, CANCELLED_END_S)
+            if left:
+                self.say(f"srun did not exit {CANCELLED_END_S:g} s after slurmctld took the cancel of its step "
+                         f"(it waits on an RPC of its own): killed; the ranks are Slurm's to kill")
+                self.log("srun_killed", after_cancel_s=CANCELLED_END_S)
+                _kill(left)
+            return True
         stuck = self.await_end(late, STEP_END_S)
-        for p, _ in stuck:
-            p.kill()
-            p.wait()
+        _kill(stuck)
         if stuck:
             one = len(stuck) == 1
             self.say(f"{_steps(stuck)} did not end {STEP_END_S:g} s after "
@@ -303,9 +316,7 @@ class Supervisor:
             if ended and len(runs) == 1:
                 self.say(f"the controller ended the step on {compress(sorted(ended))}: srun stopped")
                 self.log("ended", nodes=compress(sorted(ended)))
-                for p, _ in live:
-                    p.kill()
-                    p.wait()
+                _kill(live)
                 return []
             if time.monotonic() >= deadline:
                 return live
@@ -554,6 +565,12 @@ class Supervisor:
                 continue
             self.log("requeue", reason=why, tries=attempt)
             return
+
+
+def _kill(runs: Sequence[Tuple["subprocess.Popen[bytes]", Optional[str]]]) -> None:
+    for p, _ in runs:
+        p.kill()
+        p.wait()
 
 
 def _outlive(runs: Sequence[Tuple["subprocess.Popen[bytes]", Optional[str]]], within_s: float

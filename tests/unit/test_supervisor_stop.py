@@ -1,7 +1,8 @@
 """Stopping the training step before a relaunch: the next launch never runs beside the old one.
 
 srun stands in as a real process that ignores SIGTERM (as a loaded srun that cannot forward it in
-time); the fake Slurm's `cancel_step` ends it, as slurmctld ending the step makes srun exit.
+time); the fake Slurm's `cancel_step` ends it, as slurmctld ending the step makes srun exit, or leaves it
+running (an srun blocked on an RPC of its own), or is refused (the user's RPCs time out).
 """
 from __future__ import annotations
 
@@ -20,13 +21,16 @@ DEAF_SRUN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SI
 
 
 class Slurm(FakeSlurm):
-    """Cancelling a step ends the process standing in for its srun, when `ends` says so."""
-    def __init__(self, ends: bool):
+    """Cancelling a step ends the process standing in for its srun, when `ends` says so; `refuses`: the
+    cancel never reaches slurmctld."""
+    def __init__(self, ends: bool, refuses: bool = False):
         super().__init__(train=("n1", "n2", "n3"), spares=())
-        self.ends = ends
+        self.ends, self.refuses = ends, refuses
         self.srun = None
 
     def cancel_step(self, job_id, step):
+        if self.refuses:
+            raise CommandTimeout("scancel: timed out after 30 s")
         super().cancel_step(job_id, step)
         if self.ends:
             self.srun.kill()
@@ -50,6 +54,7 @@ class Recorded(sv.Supervisor):
 def quick(monkeypatch):
     monkeypatch.setattr(sv, "STOP_GRACE_S", 0.3)
     monkeypatch.setattr(sv, "STEP_END_S", 3.0)
+    monkeypatch.setattr(sv, "CANCELLED_END_S", 0.5)
 
 
 def supervised(slurm, said):
@@ -74,8 +79,22 @@ def test_a_step_that_outlives_sigterm_is_cancelled_through_slurm_before_the_rela
     assert any("cancelling it through Slurm" in m for m in said)
 
 
-def test_a_step_that_will_not_end_is_never_launched_beside_the_job_takes_the_requeue_path(quick):
+def test_an_srun_that_outlives_its_steps_cancel_is_killed_and_the_relaunch_goes_on(quick, monkeypatch):
+    """srun answers SIGTERM with a step kill through slurmctld as the user; with their bucket empty it
+    blocks there, while the supervisor's own cancel went through: the ranks are Slurm's to kill, srun is
+    killed, and the job relaunches on its hot spare long before STEP_END_S."""
+    monkeypatch.setattr(sv, "STEP_END_S", 600.0)
     slurm, said = Slurm(ends=False), []
+    jid, sup, proc = supervised(slurm, said)
+    act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
+    rc, _ = sup.relaunch(act, ("n1", "n2", "n3"), "train")
+    assert rc is None and sup.launched == [("n1", "n3")] and not sup.handed
+    assert ("cancel_step", jid, 0) in slurm.calls and proc.poll() is not None
+    assert any("srun did not exit" in m for m in said)
+
+
+def test_a_step_that_will_not_end_is_never_launched_beside_the_job_takes_the_requeue_path(quick):
+    slurm, said = Slurm(ends=False, refuses=True), []
     jid, sup, proc = supervised(slurm, said)
     act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
     rc, _ = sup.relaunch(act, ("n1", "n2", "n3"), "train")
@@ -100,7 +119,7 @@ def test_a_step_the_controller_ended_lets_the_relaunch_go_on_though_srun_still_w
     `ended` notice for a node of the step is enough, srun is killed (no rank is left) and the job relaunches
     on its hot spare, long before the supervisor would give up on the step."""
     monkeypatch.setattr(sv, "STEP_END_S", 600.0)
-    slurm, said = Slurm(ends=False), []
+    slurm, said = Slurm(ends=False, refuses=True), []
     jid, sup, proc = supervised(slurm, said)
     sup.notices = Told("n2")
     act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
@@ -110,7 +129,7 @@ def test_a_step_the_controller_ended_lets_the_relaunch_go_on_though_srun_still_w
 
 
 def test_an_ended_notice_for_a_node_outside_the_step_changes_nothing(quick):
-    slurm, said = Slurm(ends=False), []
+    slurm, said = Slurm(ends=False, refuses=True), []
     jid, sup, proc = supervised(slurm, said)
     sup.notices = Told("n3")                          # not a node of the running step
     act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
@@ -128,7 +147,7 @@ def test_a_step_that_ends_on_sigterm_costs_no_slurm_call(quick):
 
 
 def test_a_planned_swap_whose_step_will_not_end_takes_the_requeue_path_too(quick):
-    slurm, said = Slurm(ends=False), []
+    slurm, said = Slurm(ends=False, refuses=True), []
     jid, sup, proc = supervised(slurm, said)
     act = hp.Action("swap", nodes=("n1", "n3"), failed=("n2",), release=("n2",), reason="n2 degraded")
     rc, _ = sup.planned.swap(act, ("n1", "n2", "n3"), "train")
@@ -182,7 +201,7 @@ def test_a_groups_step_that_outlives_sigterm_is_cancelled_by_its_name_and_the_ot
 
 
 def test_a_groups_step_that_will_not_end_is_never_launched_beside_the_job_takes_the_requeue_path(quick):
-    slurm, said = Slurm(ends=False), []
+    slurm, said = Slurm(ends=False, refuses=True), []
     jid, sup, proc = grouped(slurm, said)
     try:
         assert sup.carry_out(gp.Action("relaunch", group=1, nodes=("n3",), failed=("n2",), reason="n2 failed")) == 99
@@ -197,7 +216,7 @@ def test_a_step_that_will_not_end_requeues_the_job_at_once_not_after_the_control
     old step would not end, so it requeues its own job now; the controller then takes the requeue path."""
     import threading
     monkeypatch.setattr(sv, "FALLBACK_REQUEUE_S", 600.0)
-    slurm, said = Slurm(ends=False), []
+    slurm, said = Slurm(ends=False, refuses=True), []
     jid, sup, proc = supervised(slurm, said)
     sup._fallback = lambda act, at_once=False: sv.Supervisor._fallback(sup, act, at_once)   # the real one
     act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
