@@ -262,9 +262,8 @@ class Supervisor:
         a step that outlives the grace is cancelled through slurmctld, and srun waited for again (or the
         controller's word that it cancelled the step, await_end). Once slurmctld took the cancel of every
         such step (or lists none: gone), its ranks are Slurm's to kill, and an srun still blocked on its
-        own RPC is killed after CANCELLED_END_S (a loaded 24.11 room: the cancel went through in 5 s, srun
-        sat 120 s more). A step whose cancel could not be sent is never launched beside (the caller's
-        requeue path)."""
+        own RPC is killed after CANCELLED_END_S. A step whose cancel could not be sent is never launched
+        beside (the caller's requeue path)."""
         live = [(p, n) for p, n in runs if p is not None and p.poll() is None]
         for p, _ in live:
             p.send_signal(signal.SIGTERM)
