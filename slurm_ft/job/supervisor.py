@@ -69,6 +69,7 @@ STEP_END_S = 120.0           # ... through slurmctld, and srun waited for again 
                              # notice); then SIGKILL (not ended)
 CANCELLED_END_S = 15.0       # ... but once slurmctld took every cancel, srun (stuck on an RPC of its own) is
                              # killed after this: the ranks are Slurm's to kill
+CANCEL_RETRY_S = 5.0         # a cancel that did not reach slurmctld is sent again after this
 FALLBACK_REQUEUE_S = 120.0   # a job handed to the requeue path that nothing requeued: the supervisor does
 REQUEUE_RETRY_S = 5.0        # ... and tries again after a refused or timed-out requeue, doubling the wait
 REQUEUE_RETRY_MAX_S = 60.0   # ... up to this
@@ -262,8 +263,9 @@ class Supervisor:
         a step that outlives the grace is cancelled through slurmctld, and srun waited for again (or the
         controller's word that it cancelled the step, await_end). Once slurmctld took the cancel of every
         such step (or lists none: gone), its ranks are Slurm's to kill, and an srun still blocked on its
-        own RPC is killed after CANCELLED_END_S. A step whose cancel could not be sent is never launched
-        beside (the caller's requeue path)."""
+        own RPC is killed after CANCELLED_END_S. A cancel that did not reach slurmctld is sent again every
+        CANCEL_RETRY_S; a step none of whose cancels got through within STEP_END_S is never launched beside
+        (the caller's requeue path)."""
         live = [(p, n) for p, n in runs if p is not None and p.poll() is None]
         for p, _ in live:
             p.send_signal(signal.SIGTERM)
@@ -273,31 +275,46 @@ class Supervisor:
         one = len(late) == 1
         self.say(f"{_steps(late)} did not end {grace_s:g} s after SIGTERM: cancelling {'it' if one else 'them'} "
                  f"through Slurm")
-        taken = 0                  # steps slurmctld took the cancel of (or listed none of: gone)
-        for _, name in late:
+        pending, deadline = list(late), time.monotonic() + STEP_END_S
+        while pending:                       # a cancel that did not go through is sent again
+            pending = self._cancel(pending)
+            if not pending:
+                break
+            live = self.await_end(late, min(CANCEL_RETRY_S, max(0.0, deadline - time.monotonic())))
+            if not live:
+                return True                  # srun ended after all, or the controller ended the step
+            if time.monotonic() >= deadline:
+                _kill(live)
+                one = len(live) == 1
+                self.say(f"{_steps(live)} did not end {STEP_END_S:g} s after SIGTERM and "
+                         f"{'its cancel' if one else 'their cancels'} did not reach Slurm: no launch beside "
+                         f"{'it' if one else 'them'}")
+                return False
+            pending = [r for r in pending if r in live]
+        left = self.await_end(late, CANCELLED_END_S)
+        if left:
+            self.say(f"srun did not exit {CANCELLED_END_S:g} s after slurmctld took the cancel of its step "
+                     f"(it waits on an RPC of its own): killed; the ranks are Slurm's to kill")
+            self.log("srun_killed", after_cancel_s=CANCELLED_END_S)
+            _kill(left)
+        return True
+
+    def _cancel(self, runs: Sequence[Tuple["subprocess.Popen[bytes]", Optional[str]]]
+                ) -> List[Tuple["subprocess.Popen[bytes]", Optional[str]]]:
+        """Cancel each run's step through slurmctld (a step it lists no more is gone); those whose cancel
+        did not go through (the user's RPCs time out on an empty bucket)."""
+        failed = []
+        for run in runs:
+            name = run[1]
             try:
                 steps = self.client.steps(self.job_id, name)   # the training steps alone (checks are waited for)
                 for step in steps:
                     self.client.cancel_step(self.job_id, step)
                 self.log("cancel_step", steps=steps, **({"name": name} if name else {}))
-                taken += 1
-            except Exception as exc:   # noqa: BLE001 - srun may still end it; if not, the requeue path will
+            except Exception as exc:   # noqa: BLE001 - sent again until STEP_END_S; then the requeue path
                 self.say(f"could not cancel the step{f' {name}' if name else ''}: {exc}")
-        if taken == len(late):
-            left = self.await_end(late, CANCELLED_END_S)
-            if left:
-                self.say(f"srun did not exit {CANCELLED_END_S:g} s after slurmctld took the cancel of its step "
-                         f"(it waits on an RPC of its own): killed; the ranks are Slurm's to kill")
-                self.log("srun_killed", after_cancel_s=CANCELLED_END_S)
-                _kill(left)
-            return True
-        stuck = self.await_end(late, STEP_END_S)
-        _kill(stuck)
-        if stuck:
-            one = len(stuck) == 1
-            self.say(f"{_steps(stuck)} did not end {STEP_END_S:g} s after "
-                     f"{'its cancel: no launch beside it' if one else 'their cancels: no launch beside them'}")
-        return not stuck
+                failed.append(run)
+        return failed
 
     def await_end(self, runs: Sequence[Tuple["subprocess.Popen[bytes]", Optional[str]]], within_s: float
                   ) -> List[Tuple["subprocess.Popen[bytes]", Optional[str]]]:

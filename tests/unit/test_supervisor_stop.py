@@ -23,13 +23,14 @@ DEAF_SRUN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SI
 class Slurm(FakeSlurm):
     """Cancelling a step ends the process standing in for its srun, when `ends` says so; `refuses`: the
     cancel never reaches slurmctld."""
-    def __init__(self, ends: bool, refuses: bool = False):
+    def __init__(self, ends: bool, refuses: int = 0):
         super().__init__(train=("n1", "n2", "n3"), spares=())
-        self.ends, self.refuses = ends, refuses
+        self.ends, self.refuses = ends, refuses        # refuses: this many cancels time out (True: all)
         self.srun = None
 
     def cancel_step(self, job_id, step):
-        if self.refuses:
+        if self.refuses is True or self.refuses > 0:
+            self.refuses = self.refuses if self.refuses is True else self.refuses - 1
             raise CommandTimeout("scancel: timed out after 30 s")
         super().cancel_step(job_id, step)
         if self.ends:
@@ -91,6 +92,19 @@ def test_an_srun_that_outlives_its_steps_cancel_is_killed_and_the_relaunch_goes_
     assert rc is None and sup.launched == [("n1", "n3")] and not sup.handed
     assert ("cancel_step", jid, 0) in slurm.calls and proc.poll() is not None
     assert any("srun did not exit" in m for m in said)
+
+
+def test_a_cancel_that_timed_out_is_sent_again_and_the_relaunch_goes_on(quick, monkeypatch):
+    """The user's RPCs time out on their empty bucket: the supervisor sends the cancel again (every
+    CANCEL_RETRY_S) until slurmctld takes it, rather than waiting out STEP_END_S for the requeue path."""
+    monkeypatch.setattr(sv, "STEP_END_S", 600.0)
+    monkeypatch.setattr(sv, "CANCEL_RETRY_S", 0.2)
+    slurm, said = Slurm(ends=True, refuses=2), []
+    jid, sup, proc = supervised(slurm, said)
+    act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
+    rc, _ = sup.relaunch(act, ("n1", "n2", "n3"), "train")
+    assert rc is None and sup.launched == [("n1", "n3")] and not sup.handed
+    assert sum("could not cancel the step" in m for m in said) == 2 and proc.poll() is not None
 
 
 def test_a_step_that_will_not_end_is_never_launched_beside_the_job_takes_the_requeue_path(quick):
