@@ -126,14 +126,18 @@ def view(config: Config, client: SlurmApi, store: Store, *, now: Optional[float]
 def drain_report(store: Store, now: float) -> Tuple[List[Episode], Dict[str, Any]]:
     """(episodes, summary) of every slurm-ft drain in the journal (fleet/report/drain_stats.py)."""
     journal.ensure(store.db)
-    every = journal.incidents(store.db)
+    return _drain_report(store, journal.incidents(store.db), now)
+
+
+def _drain_report(store: Store, every: List[Incident], now: float) -> Tuple[List[Episode], Dict[str, Any]]:
     eps = drain_stats.episodes(store.history(), every)
     return eps, drain_stats.summarize(eps, now)
 
 
 def _incidents(v: FleetView, store: Store) -> None:
-    v.drain_summary = drain_report(store, v.now)[1]
-    every = journal.incidents(store.db)
+    journal.ensure(store.db)
+    every = journal.incidents(store.db)           # one read for the drain summary and the incidents
+    v.drain_summary = _drain_report(store, every, v.now)[1]
     v.incidents_total = len(every)
     v.incidents_open = [i for i in every if i.open]
     for inc in every:
