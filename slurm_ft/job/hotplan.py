@@ -44,6 +44,10 @@ EXIT_RESTART_LIMIT = 75
 # Ends no one may restart: the controller leaves a job with one of these as its last exit status alone,
 # also when Slurm requeued it itself (>= 25.11, expedite: any non-zero exit is requeued held).
 FINAL_EXITS = frozenset({EXIT_DO_NOT_RESTART, EXIT_RESTART_LIMIT})
+# A relaunch gives the failed nodes back (a read of the partitions where no quarantine notice came, the
+# shrink) within this: both are RPCs of the job's user, which a loop of theirs that keeps their bucket
+# empty can hold for minutes; past it the nodes stay in the job, unused, until a later relaunch.
+GIVE_BACK_S = 10.0
 
 
 @dataclass(frozen=True)

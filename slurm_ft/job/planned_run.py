@@ -53,9 +53,11 @@ class Supervised(Protocol):
 
     def stop(self) -> bool: ...
 
-    def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> Tuple[str, ...]: ...
+    def shrink(self, allocation: Sequence[str], release: Sequence[str], timeout: float = hp.GIVE_BACK_S
+               ) -> Tuple[str, ...]: ...
 
-    def quarantined(self, partitions: str, nodes: Sequence[str], until: float) -> Tuple[str, ...]: ...
+    def quarantined(self, partitions: str, nodes: Sequence[str], until: float, read_by: Optional[float] = None
+                    ) -> Tuple[str, ...]: ...
 
     def _fallback(self, act: hp.Action, at_once: bool = False) -> int: ...
 
@@ -201,10 +203,12 @@ class PlannedSwaps:
             ckptrequest.clear(sup.ckpt_dir)
         # stragglers were judged by this job alone: nobody quarantines them, and nothing keeps them here
         drained = [x for x in act.release if x not in self.straggling]
-        out = sup.quarantined(partitions, drained, time.monotonic() + RELEASE_WAIT_S)
+        now = time.monotonic()
+        by = now + RELEASE_WAIT_S + hp.GIVE_BACK_S
+        out = sup.quarantined(partitions, drained, now + RELEASE_WAIT_S, by)
         if sup.may_shrink:
             out = (*out, *(x for x in act.release if x in self.straggling))
-        allocation = sup.shrink(allocation, out)
+        allocation = sup.shrink(allocation, out, by - time.monotonic())
         return sup.launch(act.nodes, f"planned swap without {compress(act.failed)}"), allocation
 
 

@@ -64,6 +64,7 @@ BACKSTOP_S = 300.0           # a read of the job's nodes from Slurm, for a fault
 BLIND_BACKSTOP_S = 10.0      # ... when the output is no file (no notices can be read)
 QUARANTINE_WAIT_S = 1.0      # after a fault, how long the relaunch waits for the controller's quarantine
                              # notice before it reads the partitions itself (a quarantined node may leave)
+REFILL_PHASE_S = 0.1         # an srun starts within this after a whole second of the clock (refill_wait)
 STOP_GRACE_S = 10.0          # SIGTERM to srun (it kills the step through slurmctld), then the step is cancelled
 STEP_END_S = 120.0           # ... through slurmctld, and srun waited for again (or the controller's `ended`
                              # notice); then SIGKILL (not ended)
@@ -86,6 +87,17 @@ def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str],
     return ["srun", f"--nodes={n}", f"--ntasks={n * tasks_per_node}", f"--ntasks-per-node={tasks_per_node}",
             f"--nodelist={compress(nodes)}", "--kill-on-bad-exit=1", *([f"--job-name={name}"] if name else []),
             *program]
+
+
+def refill_wait(now: float) -> float:
+    """How long to wait before an srun so that it starts just after a whole second of the clock `now`.
+
+    slurmctld refills a user's token bucket on its whole seconds (rl_refill_period), and Slurm's client
+    retries a refused RPC after 1 s, 2 s, 3 s ...: an srun started just after a refill asks just after
+    every later one too, before the user's other clients (a loop of their own that keeps the bucket empty)
+    have taken the tokens; started at any other moment, each retry is a draw against those clients."""
+    frac = now % 1.0
+    return 0.0 if frac <= REFILL_PHASE_S else 1.0 - frac
 
 
 def check_argv(nodes: Sequence[str], python: str = sys.executable, drain: bool = False) -> List[str]:
@@ -233,6 +245,8 @@ class Supervisor:
             self.say(f"cannot run {resolved[0]}: {exc}")
             return 127
         argv = srun_argv(nodes, self.tasks_per_node, program)
+        waited = refill_wait(time.time())
+        time.sleep(waited)
         self.proc = subprocess.Popen(argv, env=env)
         self.step_nodes, self.exited_at, self.exit_checked = tuple(nodes), None, False
         self.ended_notices.clear()         # of an earlier step
@@ -240,7 +254,7 @@ class Supervisor:
         self.log("launch", launch=self.launches, nodes=compress(nodes), ckpt=env["SLURM_FT_CKPT"],
                  step=found.step if found and found.path else None, reason=reason, rank0=rank0,
                  master=f"{rdv['MASTER_ADDR']}:{rdv['MASTER_PORT']}", prepare_s=round(time.time() - t0, 3),
-                 before=before, **fields)
+                 refill_wait_s=round(waited, 3), before=before, **fields)
         self.say(f"launch {self.launches} on {compress(nodes)}: {reason}")
         self.launches += 1
         return None
@@ -338,13 +352,17 @@ class Supervisor:
                 return live
             time.sleep(min(POLL_S * 4, max(0.0, deadline - time.monotonic())))
 
-    def shrink(self, allocation: Sequence[str], release: Sequence[str]) -> Tuple[str, ...]:
-        """The allocation without `release`, given back to Slurm; unchanged when the shrink fails."""
+    def shrink(self, allocation: Sequence[str], release: Sequence[str], timeout: float = hp.GIVE_BACK_S
+               ) -> Tuple[str, ...]:
+        """The allocation without `release`, given back to Slurm; unchanged when the shrink fails or is
+        not done within `timeout` (a shrink still waiting on the user's bucket then: the nodes stay, unused)."""
         keep = tuple(x for x in allocation if x not in release)
         if not release:
             return tuple(allocation)
         try:
-            self.client.shrink(self.job_id, keep)
+            if timeout <= 0:
+                raise TimeoutError(f"no time left of the {hp.GIVE_BACK_S:g} s for giving nodes back")
+            self.client.shrink(self.job_id, keep, timeout=timeout)
         except Exception as exc:   # noqa: BLE001 - the controller quarantines the node anyway
             self.say(f"could not give {compress(release)} back to Slurm: {exc}")
             self.log("release", nodes=compress(release), ok=False, error=str(exc)[:300])
@@ -443,9 +461,10 @@ class Supervisor:
                                                       reason=f"{act.reason}; the old step would not end"),
                                   at_once=True), allocation
         self.log("stopped", nodes=compress(self.step_nodes), stop_s=round(time.time() - t_fault, 3))
-        allocation = self.shrink(allocation, self.quarantined(partitions, act.release,
-                                                              time.monotonic() + QUARANTINE_WAIT_S
-                                                              - (time.time() - t_fault)))
+        notice_by = time.monotonic() + QUARANTINE_WAIT_S - (time.time() - t_fault)
+        give_back_by = max(notice_by, time.monotonic()) + hp.GIVE_BACK_S
+        out = self.quarantined(partitions, act.release, notice_by, give_back_by)
+        allocation = self.shrink(allocation, out, give_back_by - time.monotonic())
         return self.launch(act.nodes, f"relaunch without {compress(act.failed)}"), allocation
 
     # --- hangs ------------------------------------------------------------------------------------
@@ -527,11 +546,13 @@ class Supervisor:
             self.say(f"the hang checks took over {CHECK_TIMEOUT_S:g} s: killed")
         return hang.culprits(out or "")
 
-    def quarantined(self, partitions: str, nodes: Sequence[str], until: float) -> Tuple[str, ...]:
+    def quarantined(self, partitions: str, nodes: Sequence[str], until: float, read_by: Optional[float] = None
+                    ) -> Tuple[str, ...]:
         """Those of `nodes` the controller has taken out of the job's partitions: it saw them failed in
         the job and journaled the incident, so they may leave the job. Its notice says so; without one by
-        `until` (monotonic), one read of the partitions does. The others stay in the job, unused, until
-        the next relaunch (no longer wait for the controller on the way back to training)."""
+        `until` (monotonic), one read of the partitions does (if done by `read_by`). The others stay in
+        the job, unused, until the next relaunch (no longer wait for the controller on the way back to
+        training)."""
         if not nodes or not self.may_shrink:
             return ()
         while not set(nodes) <= self.quarantine_notices and self.notices is not None and time.monotonic() < until:
@@ -540,7 +561,8 @@ class Supervisor:
         if set(nodes) <= self.quarantine_notices:
             return tuple(nodes)
         try:
-            members = {x for p in partitions.split(",") if p for x in self.client.partition(p).nodes}
+            timeout = None if read_by is None else max(0.1, read_by - time.monotonic())
+            members = {x for p in partitions.split(",") if p for x in self.client.partition(p, timeout).nodes}
         except Exception as exc:   # noqa: BLE001 - cannot tell: keep them for now
             self.say(f"cannot read partition {partitions}: {exc}")
             return tuple(x for x in nodes if x in self.quarantine_notices)

@@ -215,11 +215,12 @@ class SlurmClient:
             raise UsageError(f"notify: a message of 1-1000 printable characters, got {message[:40]!r}")
         self._run(["scontrol", "notify", str(jid), message])
 
-    def partitions(self) -> List[Partition]:
-        return self._parse(self._run(["scontrol", "show", "partition", "-o"]), parse.parse_partitions_kv)
+    def partitions(self, timeout: Optional[float] = None) -> List[Partition]:
+        return self._parse(self._run(["scontrol", "show", "partition", "-o"], timeout=timeout),
+                           parse.parse_partitions_kv)
 
-    def partition(self, name: str) -> Partition:
-        parts = self.partitions()
+    def partition(self, name: str, timeout: Optional[float] = None) -> Partition:
+        parts = self.partitions(timeout)
         for p in parts:
             if p.name == name:
                 return p
@@ -325,14 +326,15 @@ class SlurmClient:
         """`scontrol update JobId=N Key=Value...`: StartTime="now", ExcNodeList=[...], Comment="..."."""
         self._run(["scontrol", "update", f"JobId={_job_id(job_id)}", *_fields(fields)])
 
-    def shrink(self, job_id: int, keep: NodeSpec) -> None:
+    def shrink(self, job_id: int, keep: NodeSpec, timeout: Optional[float] = None) -> None:
         """Give a running job's other nodes back to Slurm: `scontrol update JobId=N NodeList=keep`.
 
         The owner may do it (no root). scontrol writes slurm_job_N_resize.{sh,csh} (the new SLURM_*
         values) into its working directory: run it in a directory of its own, not the job's."""
         names = _node_list(keep)
         with tempfile.TemporaryDirectory(prefix="slurm-ft-shrink-") as tmp:
-            self._run(["scontrol", "update", f"JobId={_job_id(job_id)}", f"NodeList={compress(names)}"], cwd=tmp)
+            self._run(["scontrol", "update", f"JobId={_job_id(job_id)}", f"NodeList={compress(names)}"], cwd=tmp,
+                      timeout=timeout)
 
     def submit(self, argv_or_script: Union[Sequence[str], str], *, env: Optional[Mapping[str, str]] = None,
                cwd: Optional[str] = None, timeout: Optional[float] = None) -> int:

@@ -52,7 +52,8 @@ def requeued_before_the_fault(lab, j) -> None:
 
 
 def show(client, jobs, t_fault: float) -> None:
-    """Printed by pytest only when the test failed: where each job not yet relaunched stands."""
+    """Where each of `jobs` stands: its Slurm record, its output's lines (srun's and the supervisor's), its events
+    (printed by pytest when the test failed)."""
     for j in jobs:
         out = j["ck"].parent / f"out{j['i']}" / "job.out"
         print(f"== job {j['id']} ({j['user']}, victim {j.get('victim')}): {client.job(j['id'])}")
@@ -130,8 +131,9 @@ def test_ten_users_hot_spare_jobs_recover_with_their_buckets_empty(lab, work, co
             assert start["resumed_from"]
         print(f"fault -> first step on the hot spare, {len(jobs)} jobs of {len(USERS)} users with empty buckets: "
               f"p50 {statistics.median(took):.1f} s, max {max(took):.1f} s")
-        slowest = jobs[took.index(max(took))]
-        print(f"the slowest, job {slowest['id']}:", *timeline(slowest["ck"], t_fault), sep="\n  ")
+        print("each:", *(f"{x:.1f}" for x in sorted(took)))
+        print("the slowest, with srun's and the supervisor's lines:")
+        show(c, [jobs[took.index(max(took))]], t_fault)
         assert statistics.median(took) < 60 and max(took) < 180
     finally:
         for p in loops:

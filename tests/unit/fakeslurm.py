@@ -87,11 +87,11 @@ class FakeSlurm:
             raise JobNotFound(f"job {job_id} not found")
         return self.j[job_id]
 
-    def partitions(self) -> List[Partition]:
+    def partitions(self, timeout: Optional[float] = None) -> List[Partition]:
         self.reads.append(("partitions",))
         return [Partition(p, tuple(ns)) for p, ns in self.parts.items()]
 
-    def partition(self, name: str) -> Partition:
+    def partition(self, name: str, timeout: Optional[float] = None) -> Partition:
         self.reads.append(("partition", name))
         return Partition(name, tuple(self.parts[name]))
 
@@ -166,7 +166,7 @@ class FakeSlurm:
             j = replace(j, reason="None")
         self.j[job_id] = j
 
-    def shrink(self, job_id: int, keep: NodeSpec) -> None:
+    def shrink(self, job_id: int, keep: NodeSpec, timeout: Optional[float] = None) -> None:
         kept = tuple(node_names(keep))
         self.calls.append(("shrink", job_id, kept))
         j = self.j[job_id]
