@@ -64,7 +64,7 @@ BACKSTOP_S = 300.0           # a read of the job's nodes from Slurm, for a fault
 BLIND_BACKSTOP_S = 10.0      # ... when the output is no file (no notices can be read)
 QUARANTINE_WAIT_S = 1.0      # after a fault, how long the relaunch waits for the controller's quarantine
                              # notice before it reads the partitions itself (a quarantined node may leave)
-REFILL_PHASE_S = 0.1         # an srun starts within this after a whole second of the clock (refill_wait)
+REFILL_PHASE_S = 0.1         # an srun or a cancel starts within this after a whole second (refill_wait)
 STOP_GRACE_S = 10.0          # SIGTERM to srun (it kills the step through slurmctld), then the step is cancelled
 STEP_END_S = 120.0           # ... through slurmctld, and srun waited for again (or the controller's `ended`
                              # notice); then SIGKILL (not ended)
@@ -90,7 +90,7 @@ def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str],
 
 
 def refill_wait(now: float) -> float:
-    """How long to wait before an srun so that it starts just after a whole second of the clock `now`.
+    """How long to wait before an srun (or a cancel) so that it starts just after a whole second of the clock `now`.
 
     slurmctld refills a user's token bucket on its whole seconds (rl_refill_period), and Slurm's client
     retries a refused RPC after 1 s, 2 s, 3 s ...: an srun started just after a refill asks just after
@@ -316,7 +316,8 @@ class Supervisor:
     def _cancel(self, runs: Sequence[Tuple["subprocess.Popen[bytes]", Optional[str]]]
                 ) -> List[Tuple["subprocess.Popen[bytes]", Optional[str]]]:
         """Cancel each run's step through slurmctld (a step it lists no more is gone); those whose cancel
-        did not go through (the user's RPCs time out on an empty bucket)."""
+        did not go through (the user's RPCs time out on an empty bucket). Sent just after a refill of it."""
+        time.sleep(refill_wait(time.time()))
         failed = []
         for run in runs:
             name = run[1]
