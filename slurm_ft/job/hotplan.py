@@ -47,7 +47,7 @@ FINAL_EXITS = frozenset({EXIT_DO_NOT_RESTART, EXIT_RESTART_LIMIT})
 # A relaunch gives the failed nodes back (a read of the partitions where no quarantine notice came, the
 # shrink) within this: both are RPCs of the job's user, which a loop of theirs that keeps their bucket
 # empty can hold for minutes; past it the nodes stay in the job, unused, until a later relaunch.
-GIVE_BACK_S = 10.0
+GIVE_BACK_S = 15.0
 
 
 @dataclass(frozen=True)
