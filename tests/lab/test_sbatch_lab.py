@@ -31,14 +31,23 @@ def slurm_ft(lab, *args, cwd=None, check=True):
     return p
 
 
-def wait_file(path: Path, timeout: float = 180.0) -> dict:  # job starts are slow on a shared lab
+def wait_file(path: Path, timeout: float = 180.0, where=lambda: "") -> dict:  # job starts are slow on a shared lab
+    """The JSON `path` holds once it appears; `where()` says where the job stood when it did not."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             return json.loads(path.read_text())
         except (FileNotFoundError, ValueError):
             time.sleep(0.1)
-    raise AssertionError(f"{path} did not appear within {timeout} s")
+    raise AssertionError(f"{path} did not appear within {timeout} s; {where()}")
+
+
+def job_said(lab, job_id: int, out: Path):
+    """Where a job stands (Slurm's record, its output's last lines): a wait's explanation."""
+    def where() -> str:
+        said = out.read_text(errors="replace").splitlines()[-20:] if out.exists() else ["(no output)"]
+        return f"{lab.client.job(job_id)}\n" + "\n".join(said)
+    return where
 
 
 def test_strings_reach_the_job_unchanged_and_are_never_evaluated(lab, work):
@@ -84,7 +93,7 @@ sleep 300
                    env={"DUMP": DUMP}, cwd=work, timeout=60)
     assert p.returncode == 0, p.stderr
     job_id = int(p.stdout)
-    first = wait_file(out)
+    first = wait_file(out, where=job_said(lab, job_id, work / "job.out"))
     assert first["argv"] == ["--resume", "", "--x=/rank0"] and first["restart"] in (None, "0")  # unset before a requeue
     assert len(lab.client.job(job_id).nodes) == 2      # the script's #SBATCH --nodes=2 was honoured
     done = ckpt.write_checkpoint(str(ck), 40, {"w": b"weights"})
@@ -92,7 +101,7 @@ sleep 300
     out.unlink()
     lab.client.requeue(job_id)
     start_now(lab.client, job_id)
-    second = wait_file(out)
+    second = wait_file(out, where=job_said(lab, job_id, work / "job.out"))
     assert second["restart"] == "1"
     assert second["argv"] == ["--resume", done, f"--x={done}/rank0"]
     assert second["ckpt"] == done
