@@ -15,7 +15,13 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 missing=()
-command -v slurmctld >/dev/null || missing+=(slurm-wlm)
+# A Slurm already here is used as it is, Debian's or a site's own build (never Debian's package over it).
+if command -v slurmctld >/dev/null; then
+  dpkg -S "$(command -v slurmctld)" >/dev/null 2>&1 ||
+    echo "setup.sh: using the Slurm installed here, not from a Debian package: $(slurmctld -V) ($(command -v slurmctld))"
+else
+  missing+=(slurm-wlm)
+fi
 command -v munged >/dev/null || missing+=(munge)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v make >/dev/null || missing+=(make)
@@ -73,6 +79,28 @@ if .venv/bin/python -c 'import torch' 2>/dev/null &&
    ! .venv/bin/python -c 'import nvidia_resiliency_ext' 2>/dev/null &&
    ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[peers]' >.venv/peers-install.log 2>&1; then
   echo "setup.sh: no nvidia-resiliency-ext for $(.venv/bin/python -V) (.venv/peers-install.log): the peers' test will be skipped" >&2
+fi
+# pyslurm (the pyslurm backend): a release speaks to one Slurm major.minor only, and PyPI has 25.11's
+# alone; it builds (Cython) against the installed Slurm's headers and libslurm, and needs Python's headers.
+mm=$(slurmctld -V | awk '{ split($2, v, "."); print v[1] "." v[2] }')
+if ! .venv/bin/python -c 'import pyslurm' 2>/dev/null; then
+  versions=$(.venv/bin/python -m pip index versions --disable-pip-version-check pyslurm 2>/dev/null |
+             sed -n 's/^Available versions://p' | tr -d ',' || true)
+  if [[ " $versions " == *" $mm."* ]]; then
+    py_h=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h
+    if [ ! -e "$py_h" ]; then
+      echo "setup.sh: apt-get install python3-dev (pyslurm builds against Python's headers)"
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-dev >/dev/null
+    fi
+    lib=$(ldconfig -p | awk '$1 == "libslurm.so" { print $NF; exit }')
+    SLURM_INCLUDE_DIR=/usr/include SLURM_LIB_DIR=$(dirname "${lib:-/usr/lib/libslurm.so}") \
+      .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[pyslurm]" "pyslurm==$mm.*" \
+      >.venv/pyslurm-install.log 2>&1 ||
+      echo "setup.sh: pyslurm for Slurm $mm did not build (.venv/pyslurm-install.log): its backend's tests will be skipped" >&2
+  else
+    echo "setup.sh: no pyslurm release for Slurm $mm: the pyslurm backend's tests will be skipped"
+  fi
 fi
 # the SPANK plugin (sbatch --ft-*): spank/slurm_ft.so, for plugstack.conf (README: "The Slurm plugins")
 make -s -C spank

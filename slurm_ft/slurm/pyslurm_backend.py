@@ -1,15 +1,17 @@
 """Backend 2: pyslurm, for sites whose pyslurm release matches their Slurm.
 
-pyslurm's major.minor must equal Slurm's (pyslurm 25.11.x speaks to Slurm 25.11 only). On this
-project's lab (Debian 12, Slurm 22.05) no pyslurm release matches, so this backend is not used
-and its contract tests are skipped with that reason; it was written against pyslurm 25.11's API
-(`pyslurm.Nodes.load()`, `Node.modify(Node(state=..., reason=...))`) and has not run here.
+pyslurm's major.minor must equal Slurm's (pyslurm 25.11.x speaks to Slurm 25.11 only). Debian ships
+no Slurm 25.11, so in CI's rooms this backend is not used and its contract tests are skipped with that
+reason; it runs in `ci/cleanroom bookworm-25.11` (Slurm built from source, pyslurm 25.11.2 against it),
+where the first of its contract tests pass and the rest do not yet (issue 27).
 
 Reads of nodes and node drains/resumes go through the library (one RPC, no process start); every
 other call is inherited from the commands backend, so the behaviour users see stays the same.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import TYPE_CHECKING, Any, Iterable, List, Optional
 
 from slurm_ft.errors import CommandError, UsageError
@@ -19,16 +21,42 @@ from slurm_ft.slurm.api import NodeSpec, SlurmApi
 from slurm_ft.slurm.client import SlurmClient, SlurmError, _node_list, check_reason
 
 
-def _import() -> Any:
+DEFAULT_CONF = "/etc/slurm/slurm.conf"   # libslurm's own default (a build's sysconfdir; Debian's and ours)
+_imported_with: Optional[str] = None      # the config pyslurm read at its import (it reads one, once)
+
+
+class Unreadable(ImportError):
+    """pyslurm is installed, but cannot read the config asked for in this process."""
+
+
+def _import(conf: Optional[str]) -> Any:
+    """pyslurm, imported to read `conf` (else $SLURM_CONF, else the default path). Importing it reads the
+    Slurm config in libslurm, which ends the whole process (exit 1) where it finds none: so a config that
+    is not a file here is refused first (Unreadable), and so is a second config once pyslurm read another."""
+    global _imported_with
+    path = conf or os.environ.get("SLURM_CONF") or DEFAULT_CONF
+    if _imported_with is not None:
+        if path != _imported_with:
+            raise Unreadable(f"pyslurm already read {_imported_with}, not {path}")
+    elif importlib.util.find_spec("pyslurm") is None:
+        raise ImportError("no module named pyslurm")
+    elif not os.path.isfile(path):
+        raise Unreadable(f"no Slurm config at {path} for pyslurm to read (importing it would end this process)")
+    elif conf:
+        os.environ["SLURM_CONF"] = conf    # read by libslurm at pyslurm's import
     # lazy: an optional dependency (the pyslurm extra); without it the commands backend serves
     import pyslurm  # noqa: F401  (optional dependency)
+    _imported_with = path
     return pyslurm
 
 
 def unusable_reason(commands: SlurmClient) -> Optional[str]:
-    """None when pyslurm imports and matches the Slurm that `commands` talks to; else why not."""
+    """None when pyslurm imports (reading the config `commands` uses) and matches the Slurm that
+    `commands` talks to; else why not."""
     try:
-        pyslurm = _import()
+        pyslurm = _import(commands.env.get("SLURM_CONF"))
+    except Unreadable as exc:
+        return f"pyslurm not usable: {exc}"
     except ImportError:
         try:
             major, minor, _ = commands.version()
@@ -54,17 +82,18 @@ class PySlurmClient(SlurmClient):
         return [n for n in self._all_nodes() if wanted is None or n.name in wanted]
 
     def _all_nodes(self) -> List[Node]:
-        pyslurm = _import()
+        pyslurm = _import(self.env.get("SLURM_CONF"))
         try:
             loaded = pyslurm.Nodes.load()
         except Exception as exc:                # pyslurm.RPCError and friends
             raise SlurmError(["pyslurm.Nodes.load"], None, str(exc)) from None
         out = []
-        for n in loaded:
+        for n in loaded.values():            # a map of name -> Node (pyslurm 25.11)
             state, flags = parse.parse_node_state(str(n.state or "UNKNOWN"))
             out.append(Node(
                 name=n.name, state=state, flags=flags, reason=n.reason or "",
-                reason_user=n.reason_user or "", partitions=tuple(n.partitions or ()),
+                reason_user=(n.reason_user or "") if n.reason else "",   # pyslurm names one with no reason
+                partitions=tuple(n.partitions or ()),
                 gres=",".join(f"{k}:{v}" for k, v in (n.configured_gres or {}).items()),
                 cpus=int(n.total_cpus or 0), real_memory_mb=int(n.real_memory or 0),
                 comment=n.comment or "", addr=n.address or "",
@@ -72,7 +101,7 @@ class PySlurmClient(SlurmClient):
         return out
 
     def _modify(self, names: List[str], **changes: Any) -> None:
-        pyslurm = _import()
+        pyslurm = _import(self.env.get("SLURM_CONF"))
         for name in names:                   # one RPC per node: Nodes("a,b") splits a hostlist's commas
             try:
                 pyslurm.Node(name).modify(pyslurm.Node(**changes))
