@@ -90,7 +90,8 @@ def srun_argv(nodes: Sequence[str], tasks_per_node: int, program: Sequence[str],
 
 
 def refill_wait(now: float) -> float:
-    """How long to wait before an srun (or a cancel) so that it starts just after a whole second of the clock `now`.
+    """How long to wait before an srun (or a cancel) so that it starts just after a whole second of the
+    clock `now`.
 
     slurmctld refills a user's token bucket on its whole seconds (rl_refill_period), and Slurm's client
     retries a refused RPC after 1 s, 2 s, 3 s ...: an srun started just after a refill asks just after
