@@ -3,7 +3,7 @@
 pyslurm's major.minor must equal Slurm's (pyslurm 25.11.x speaks to Slurm 25.11 only). Debian ships
 no Slurm 25.11, so in CI's rooms this backend is not used and its contract tests are skipped with that
 reason; it runs in `ci/cleanroom bookworm-25.11` (Slurm built from source, pyslurm 25.11.2 against it),
-where the first of its contract tests pass and the rest do not yet (issue 27).
+where its 18 contract tests pass (not yet in CI: issue 27).
 
 Reads of nodes and node drains/resumes go through the library (one RPC, no process start); every
 other call is inherited from the commands backend, so the behaviour users see stays the same.
