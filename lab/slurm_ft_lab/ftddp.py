@@ -11,9 +11,12 @@ parallelism: a Manager per group (replica id g{REPLICA_GROUP_ID}, the Lighthouse
 its ProcessGroupGloo, DistributedDataParallel and Optimizer wrappers: each step the groups in the quorum
 average their gradients; a group that joins late heals live from a peer (torchft's recovery).
 
-Checkpoints (DCP, the fallback for a whole-job restart): every K committed steps the group with replica
-rank 0 in the quorum saves model, optimizer and the Manager's step into DIR/step_N. A group started
-while the others train on (SLURM_FT_GROUP_REJOIN=1) does not load one: it heals from a peer.
+Checkpoints (DCP): every K committed steps the group with replica rank 0 in the quorum saves model,
+optimizer and the Manager's step into DIR/step_N. Every start loads {ckpt}, a group started while the
+others train on (SLURM_FT_GROUP_REJOIN=1) too: torchft then heals it from a peer ahead of it, and where
+its first quorum has no peer (the others stopped or stuck in a collective past the Lighthouse's join
+timeout) it trains on from the checkpoint; without one it would start from step 0 and the others would
+heal from it when they come back, losing the run.
 
 Without a Lighthouse (no TORCHFT_LIGHTHOUSE: the same job as one gang, e.g. under `--hot-spares K` alone)
 it is plain DDP over every rank of the step, saving DCP checkpoints from every rank and resuming from
@@ -75,7 +78,7 @@ def main(argv=()) -> int:
     import torch  # lazy: torch and torchft are test extras; the lab imports this module without them
     import torch.distributed as dist  # lazy: as above
     import torch.distributed.checkpoint as dcp  # lazy: as above
-    from torchft import DistributedDataParallel, Manager, Optimizer, ProcessGroupGloo  # lazy: as above
+    from torchft import Manager, Optimizer, ProcessGroupGloo  # lazy: as above
 
     addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
     if not env.get("TORCHFT_LIGHTHOUSE"):
@@ -101,17 +104,17 @@ def main(argv=()) -> int:
                       connect_timeout=datetime.timedelta(seconds=a.quorum_timeout), rank=rank, world_size=world,
                       store_addr=addr, store_port=port, lighthouse_addr=env.get("TORCHFT_LIGHTHOUSE"),
                       hostname=addr)
-    ddp = DistributedDataParallel(manager, model)
+    ddp = ddp_class()(manager, model)
     opt = Optimizer(manager, opt_inner)
     start = 0
-    if a.resume and not rejoin:
+    if a.resume:
         sd = {"model": model.state_dict(), "optim": opt_inner.state_dict(), "torchft": manager.state_dict()}
         dcp.load(sd, checkpoint_id=a.resume)
         load_state_dict(sd)
         manager.load_state_dict(sd["torchft"])
         start = manager.current_step()
     if rank == 0:
-        log.write("start", step=start, resumed_from=a.resume if a.resume and not rejoin else None, rejoin=rejoin,
+        log.write("start", step=start, resumed_from=a.resume or None, rejoin=rejoin,
                   world=world, groups=groups, nodes=env.get("SLURM_JOB_NODELIST", node),
                   startup_s=round(time.time() - t0, 3))
     gen = torch.Generator().manual_seed(1000 + 100 * group + rank)
@@ -142,7 +145,8 @@ def main(argv=()) -> int:
         slurm_ft.progress(step)
         if rank == 0:
             log.write("step", step=step, committed=bool(committed), participants=manager.num_participants(),
-                      quorum=getattr(manager, "_quorum_id", None), loss=round(float(shard) / world, 6))
+                      quorum=getattr(manager, "_quorum_id", None), healed=bool(getattr(manager, "_healing", False)),
+                      loss=round(float(shard) / world, 6))
         if (committed and a.save_every and step % a.save_every == 0 and step > last_saved
                 and manager.participating_rank() == 0):
             path = os.path.join(a.ckpt_dir, f"step_{step}")
@@ -156,6 +160,30 @@ def main(argv=()) -> int:
     manager.shutdown(wait=False)
     dist.destroy_process_group()
     return 0
+
+
+def ddp_class():
+    """torchft's DistributedDataParallel, its gradient hook made to survive a peer lost mid-all-reduce.
+
+    torchft 0.2.0's hook asserts on the work's future, which a failed wait leaves unset: a group whose
+    peer dies during the all-reduce (a fault's group stopped at that moment) raises AssertionError and
+    exits, and a healthy group restarts. Here the failed wait (the Manager has the error, so
+    should_commit says False and the step is retried with the next quorum) returns the local gradients.
+    """
+    import torch  # lazy: as in main
+    from torchft import DistributedDataParallel  # lazy: as in main
+
+    class FaultTolerantDDP(DistributedDataParallel):
+        @staticmethod
+        def _comm_hook(state, bucket):
+            work = state.allreduce(bucket.buffer())
+            if work.wait():
+                return work.get_future()._fut
+            done = torch.futures.Future()
+            done.set_result(bucket.buffer())
+            return done
+
+    return FaultTolerantDDP
 
 
 def gang(a, rank: int, world: int, addr: str, port: int, log, watch, node: str, t0: float) -> int:

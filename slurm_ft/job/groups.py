@@ -9,8 +9,9 @@ and one `srun` step per replica group of M = N / R nodes, each with
 
     TORCHFT_LIGHTHOUSE=http://<batch host>:<port>  REPLICA_GROUP_ID=g  NUM_REPLICA_GROUPS=R
     MASTER_ADDR/MASTER_PORT   the group's own store (rendezvous.py, a fresh port per launch)
-    SLURM_FT_GROUP_REJOIN=1   when the other groups train on: the group heals from a peer (torchft's live
-                              recovery) rather than from the checkpoint in {ckpt}
+    SLURM_FT_GROUP_REJOIN=1   when the other groups train on; {ckpt} is the newest complete checkpoint
+                              either way: the group loads it, then heals from a peer ahead of it (torchft's
+                              live recovery), or trains on from it when its first quorum holds no peer
     SLURM_FT_RANK_OFFSET      where the group's ranks start in the job (progress reports, heartbeat.py)
 
 A fault on a node of group g (the node's notice, or the backstop read) stops g alone and relaunches it

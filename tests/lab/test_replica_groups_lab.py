@@ -103,8 +103,9 @@ def test_a_fault_in_group_1_restarts_group_1_alone_on_the_hot_spare(lab, work, c
     assert relaunch["rejoin"] is True
     back = wait_for(lambda: in_quorum(ck, 1, relaunch["launch"]), START_S, "group 1 back in the quorum")
     start = next(e for e in read_log(str(ck)) if e["event"] == "start" and e["launch"] == relaunch["launch"])
-    assert start["rejoin"] and start["resumed_from"] is None     # no checkpoint read: it healed from group 0
-    assert back[0]["step"] > at_fault                            # at group 0's step, not from scratch
+    assert start["rejoin"] and start["resumed_from"] == (relaunch["ckpt"] or None)   # loaded, in case it is alone
+    first = committed(ck, 1, relaunch["launch"])[0]
+    assert first["healed"] and first["step"] > at_fault          # then healed from group 0, at its step
     time.sleep(5)
     assert_never_stopped(ck, 0, t_fault, back[0]["t"] + 5)
     assert len(launches(ck, 0)) == 1 and not events(ck, "fallback")
