@@ -51,6 +51,7 @@ def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metri
                     raise EnvironmentProblem(f"cannot write {config.lifecycle.metrics_path}: {exc.strerror} "
                                              f"(lifecycle.metrics_path)") from None
     d = v.to_dict()
+    d["slurm_backend"] = {"name": client.backend, "reason": client.backend_reason}
     if as_json:
         click.echo(json.dumps(d, indent=2))
         return
@@ -58,6 +59,7 @@ def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metri
     p = d["pool"]
     short = f"  SHORT by {p['short']}" if p["short"] else ""
     click.echo(f"nodes: {counts}")
+    click.echo(f"slurm backend: {client.backend} ({client.backend_reason})")
     click.echo(f"spare pool ({p['partition']}): {p['healthy']} healthy of target {p['target']}{short}"
                f"  [{', '.join(p['nodes']) or 'empty'}]")
     click.echo(f"  target from {p['target_source']}")

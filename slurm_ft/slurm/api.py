@@ -14,6 +14,9 @@ NodeSpec = Union[str, Iterable[str]]     # "gpu[001-004]" or ["gpu001", "gpu002"
 
 
 class SlurmApi(Protocol):
+    backend: str              # "commands" or "pyslurm": who answers
+    backend_reason: str       # why that one (`slurm-ft status` says it)
+
     # --- reads ------------------------------------------------------------------------------------
     def version(self) -> Tuple[int, int, int]: ...
     def nodes(self, names: Optional[NodeSpec] = None) -> List[Node]: ...

@@ -28,13 +28,19 @@ def get_client(backend: str = "auto", env: Optional[Mapping[str, str]] = None,
         raise UsageError(f"unknown Slurm backend {backend!r} (choose from {', '.join(BACKENDS)})")
     commands = SlurmClient(env=env, timeout=timeout, conf=conf)
     if backend == "commands":
+        commands.backend_reason = "slurm.backend: commands in the config"
         return commands
     problem = pyslurm_backend.unusable_reason(commands)
     if problem is None:
-        return pyslurm_backend.PySlurmClient(env=env, timeout=timeout, conf=conf)
+        chosen = pyslurm_backend.PySlurmClient(env=env, timeout=timeout, conf=conf)
+        major, minor, _ = commands.version()
+        chosen.backend_reason = (f"pyslurm matches Slurm {major}.{minor:02d}"
+                                 f"{'' if backend == 'pyslurm' else ' (slurm.backend: auto)'}")
+        return chosen
     if backend == "pyslurm":
         raise EnvironmentProblem(f"the pyslurm backend cannot be used: {problem}")
     log.debug("Slurm backend: commands (%s)", problem)
+    commands.backend_reason = problem
     return commands
 
 

@@ -63,6 +63,7 @@ class SlurmClient:
     """
 
     backend = "commands"
+    backend_reason = "the Slurm commands"
 
     def __init__(self, env: Optional[Mapping[str, str]] = None, timeout: float = DEFAULT_TIMEOUT_S,
                  conf: Optional[str] = None):

@@ -266,3 +266,18 @@ def test_timeout_is_enforced(lab, tmp_path):
         c.partitions()
     assert time.monotonic() - t0 < 15
     silent.close()
+
+
+def test_status_names_the_backend_auto_picked(lab):
+    """`slurm.backend: auto` (the lab's config, as shipped): pyslurm where a release matching this Slurm
+    imports, the commands otherwise; `slurm-ft status` says which, and why."""
+    from slurm_ft.slurm import pyslurm_backend
+    from tests.lab.ctl_helpers import slurm_ft
+    problem = pyslurm_backend.unusable_reason(lab.client)
+    p = slurm_ft(lab, lab.config_path, "status")
+    major, minor, _ = lab.client.version()
+    line = next(x for x in p.stdout.splitlines() if x.startswith("slurm backend: "))
+    if problem is None:
+        assert line == f"slurm backend: pyslurm (pyslurm matches Slurm {major}.{minor:02d} (slurm.backend: auto))", line
+    else:
+        assert line == f"slurm backend: commands ({problem})", line

@@ -34,6 +34,9 @@ def node_names(spec: Optional[NodeSpec]) -> List[str]:
 
 
 class FakeSlurm:
+    backend = "fake"
+    backend_reason = "the unit tests' stand-in"
+
     def __init__(self, train: Sequence[str] = ("gpu001", "gpu002", "gpu003", "gpu004"),
                  spares: Sequence[str] = ("gpu005", "gpu006"), others: Sequence[str] = ()):
         self.n: Dict[str, Node] = {x: Node(x, "IDLE") for x in (*train, *spares, *others)}

@@ -74,10 +74,12 @@ def test_update_job_fields_are_argv_elements():
 def test_backend_choice(monkeypatch):
     with pytest.raises(UsageError, match="unknown Slurm backend"):
         get_client("slurmrestd")
-    assert get_client("commands").backend == "commands"
+    c = get_client("commands")
+    assert (c.backend, c.backend_reason) == ("commands", "slurm.backend: commands in the config")
     from slurm_ft.slurm import pyslurm_backend
     monkeypatch.setattr(pyslurm_backend, "unusable_reason", lambda c: "pyslurm not importable")
-    assert get_client("auto").backend == "commands"
+    c = get_client("auto")
+    assert (c.backend, c.backend_reason) == ("commands", "pyslurm not importable")   # what `slurm-ft status` says
     with pytest.raises(EnvironmentProblem, match="pyslurm not importable"):
         get_client("pyslurm")
 
