@@ -2,7 +2,7 @@
 """Fleet scale: the lab at 2,048 + 64 nodes, and what one controller cycle costs there.
 
     python bench/scale.py [--nodes 2048] [--spares 64] [--jobs 200] [--repeat 5] [--dir D] [--port-base P]
-                          [--keep] [--json]
+                          [--reads-only] [--keep] [--json]
 
 Prints, each a median of --repeat runs where it repeats:
   lab up        wall time of `lab up` (fresh, --fast-hooks), the CPU it took (this process, the slurmd
@@ -14,11 +14,16 @@ Prints, each a median of --repeat runs where it repeats:
                 and nothing to recover: wall, the controller's own CPU (this process) and the Slurm
                 commands' CPU, side by side
   fleet view    what a node's health check reads for the breaker (`guard.fleet_view`: every node)
+  backends      each read the product makes (every node, a job's 8 nodes, one node, one job, the
+                partitions) over each Slurm backend that runs here, side by side: the commands, and
+                pyslurm where a release matching this Slurm imports (Slurm 25.11: `ci/cleanroom
+                bookworm-25.11`); a read the pyslurm backend leaves to the commands says so
   plan          `plan()` alone on that cycle's snapshot (CPU time): the pure part
   fault         one node of job 1 drained as `watch` drains an XID 79; then single passes of the cycle until
                 the incident is recovered: each pass with what it did (open, quarantine, swap, requeue,
                 start, ...), the medians of passes that act and of those that only wait, what the
                 incident said it waited for, and the time to recovered
+--reads-only: the lab, the jobs and the reads (both backends) alone, no controller.
 The lab is taken down at the end unless --keep. Run it alone: it needs ~2 GB and the machine's cores.
 """
 from __future__ import annotations
@@ -46,6 +51,8 @@ from slurm_ft.fleet.recovery.controller import Controller            # noqa: E40
 from slurm_ft.fleet.recovery.plan import plan                        # noqa: E402
 from slurm_ft.job.tag import FtSpec, encode                   # noqa: E402
 from slurm_ft.runner import run                                    # noqa: E402
+from slurm_ft.slurm import pyslurm_backend                         # noqa: E402
+from slurm_ft.slurm.backend import get_client                      # noqa: E402
 from slurm_ft.slurm.client import SlurmClient                      # noqa: E402
 
 
@@ -160,6 +167,64 @@ def wait_running(client: SlurmClient, ids: list, timeout: float) -> int:
         time.sleep(2)
 
 
+# Each read the product makes, and who makes it (the fleet-cost issue's hot callers first).
+READS = (
+    ("every node", "controller cycle, health check's fleet view", lambda c, names, job: c.fleet_nodes()),
+    ("a job's 8 nodes", "supervisor backstop, prolog", lambda c, names, job: c.nodes(names)),
+    ("one node", "node check, drain", lambda c, names, job: c.node(names[0])),
+    ("one job", "supervisor, controller act", lambda c, names, job: c.job(job)),
+    ("partitions", "controller cycle, give-back", lambda c, names, job: c.partitions()),
+)
+# What PySlurmClient answers itself; every other read is the commands backend's, inherited.
+PYSLURM_READS = {"every node", "a job's 8 nodes"}
+
+
+def backend_reads(lab: Lab, job_id: int, repeat: int, ctld_pid=None) -> dict:
+    """Each of READS over each backend that runs here, medians of `repeat`."""
+    env = {"SLURM_CONF": str(lab.conf)}
+    clients = {"commands": get_client("commands", env=env)}
+    problem = pyslurm_backend.unusable_reason(clients["commands"])
+    if problem is None:
+        clients["pyslurm"] = get_client("pyslurm", env=env)
+    names = clients["commands"].job(job_id).nodes[:8]
+    out: dict = {"pyslurm_unusable": problem, "reads": {}}
+    for read, _, fn in READS:
+        out["reads"][read] = {name: measure(lambda c=c, fn=fn: fn(c, names, job_id), repeat, ctld_pid)
+                              for name, c in clients.items()}
+    if "pyslurm" in clients:
+        # the library's own call for the reads the backend leaves to the commands: what moving them would save
+        import pyslurm  # lazy: imported (reading the lab's config) by the pyslurm backend above
+        out["library"] = {
+            "one node": measure(lambda: pyslurm.Node.load(names[0]), repeat, ctld_pid),
+            "one job": measure(lambda: pyslurm.Job.load(job_id), repeat, ctld_pid),
+            "partitions": measure(lambda: pyslurm.Partitions.load(), repeat, ctld_pid),
+        }
+    return out
+
+
+def print_backends(b: dict) -> None:
+    if b["pyslurm_unusable"]:
+        print(f"backends: the commands alone ({b['pyslurm_unusable']})")
+    cols = ("wall_s", "own_cpu_s", "slurm_cpu_s", "slurmctld_cpu_s")
+    print(f"{'read (medians)':<18}{'backend':<10}{'wall s':>8}{'own CPU s':>11}{'Slurm CPU s':>13}"
+          f"{'slurmctld CPU s':>17}  callers")
+    for read, callers, _ in READS:
+        for name, r in b["reads"][read].items():
+            via = "" if name == "commands" or read in PYSLURM_READS else " (its commands)"
+            print(f"{read:<18}{name:<10}" + "".join(f"{r[k]:>{w}.4f}" for k, w in zip(cols, (8, 11, 13, 17)))
+                  + f"  {callers}{via}")
+        if len(b["reads"][read]) == 2 and read in PYSLURM_READS:
+            cmd, py = b["reads"][read]["commands"], b["reads"][read]["pyslurm"]
+            cpu = lambda r: r["own_cpu_s"] + r["slurm_cpu_s"]     # noqa: E731 - the caller's host, both ways
+            print(f"{'':<18}{'ratio':<10}{cmd['wall_s'] / max(py['wall_s'], 1e-9):>7.1f}x"
+                  f"{'  host CPU ':>11}{cpu(cmd) / max(cpu(py), 1e-9):.1f}x  (commands / pyslurm)")
+    calls = {"one node": "Node.load (node + partitions RPCs)", "one job": "Job.load (one job's RPC)",
+             "partitions": "Partitions.load (partitions + config RPCs)"}
+    for read, r in b.get("library", {}).items():
+        print(f"{read:<18}{'library':<10}" + "".join(f"{r[k]:>{w}.4f}" for k, w in zip(cols, (8, 11, 13, 17)))
+              + f"  pyslurm.{calls[read]} alone, unmapped")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=2048)
@@ -170,6 +235,7 @@ def main() -> None:
     ap.add_argument("--port-base", type=int, default=None,
                     help="default: just below the kernel's ephemeral port range (lab up refuses ports in it)")
     ap.add_argument("--fault-timeout", type=float, default=600, help="seconds to wait for the recovery")
+    ap.add_argument("--reads-only", action="store_true", help="the reads over each backend alone, no controller")
     ap.add_argument("--keep", action="store_true", help="leave the lab up")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -196,6 +262,9 @@ def main() -> None:
         ids = submit_jobs(lab, a.jobs, max(1, a.nodes // a.jobs), work)
         out["jobs_running"] = wait_running(client, ids, timeout=600)
 
+        out["backends"] = backend_reads(lab, ids[0], a.repeat, ctld)
+        if a.reads_only:
+            return report(a, out)
         config = load_config(str(lab.config_path))
         config = dataclasses.replace(config, state_dir=str(work / "state"))
         ctl = Controller(client, jn.connect(db.path_in(config.state_dir)), config)
@@ -221,6 +290,10 @@ def main() -> None:
     finally:
         if not a.keep:
             lab.down()
+    report(a, out)
+
+
+def report(a, out: dict) -> None:
     if a.json:
         print(json.dumps(out, indent=2))
         return
@@ -229,7 +302,11 @@ def main() -> None:
           f"{up['daemons']} daemons, {up['pss_mb']:.0f} MB (PSS); CPU: {up['own_cpu_s']:.1f} s here, "
           f"{up['starts_cpu_s']:.1f} s slurmd start-ups, {up['slurmctld_cpu_s']:.1f} s slurmctld; "
           f"load average {up['load_at_start']:.1f} on {up['cpus']} CPUs at start")
-    print(f"jobs    {out['jobs_running']}/{a.jobs} fault-tolerant jobs running; snapshot {out['snapshot']}")
+    print(f"jobs    {out['jobs_running']}/{a.jobs} fault-tolerant jobs running"
+          + (f"; snapshot {out['snapshot']}" if "snapshot" in out else ""))
+    print_backends(out["backends"])
+    if "cycle" not in out:
+        return
     print(f"{'medians of ' + str(a.repeat):<22}{'wall s':>8}{'own CPU s':>11}{'Slurm CPU s':>13}{'slurmctld CPU s':>17}")
     f = out["fault"]
     # slurmctld's CPU in a fault pass includes the requeue's kill and epilogs going on meanwhile
