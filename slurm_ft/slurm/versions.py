@@ -1,6 +1,7 @@
 """What each Slurm version offers slurm-ft: the one place that knows version numbers.
 
-Tested (a lab run of the whole suite): 22.05 (Debian 12), 24.11 (Debian 13), 26.05 (Debian sid).
+Tested (a lab run of the whole suite): 22.05 (Debian 12), 24.11 (Debian 13), 25.11 (built from its
+source in a Debian 12 root), 26.05 (Debian sid).
 Any other version works with the features its number implies here, after one warning.
 Sources: /work/shared/research/slurm-versions.md (SchedMD release notes) and the captures in
 tests/data/slurm/<version>/.
@@ -16,7 +17,7 @@ log = logging.getLogger(__name__)
 
 Version = Tuple[int, int, int]
 
-TESTED = ((22, 5), (24, 11), (26, 5))
+TESTED = ((22, 5), (24, 11), (25, 11), (26, 5))
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def untested_warning(version: Version) -> Optional[str]:
     if tuple(version[:2]) in TESTED:
         return None
     tested = ", ".join(f"{a}.{b:02d}" for a, b in TESTED)
-    return (f"Slurm {'.'.join(str(x) for x in version)} was never tested with slurm-ft (tested: {tested}); "
+    return (f"Slurm {text(version)} was never tested with slurm-ft (tested: {tested}); "
             f"using the features its version number implies")
 
 

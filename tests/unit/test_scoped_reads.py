@@ -1,5 +1,5 @@
 """Reads scoped to the question (issue 21): one node from `sinfo -n`, a few nodes out of the light fleet
-read, the notices a job's output shows; over outputs captured from real 22.05, 24.11 and 26.05 labs
+read, the notices a job's output shows; over outputs captured from real 22.05, 24.11, 25.11 and 26.05 labs
 (tests/data/slurm/<version>/, tests/data/slurm/capture.py)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from slurm_ft.slurm import parse
 from slurm_ft.vocab import parse_event
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
-VERSIONS = ["22.05", "24.11", "26.05"]
+VERSIONS = ["22.05", "24.11", "25.11", "26.05"]
 REASON = 'slurm-ft: XID79 gpu3 "fell off the bus" a=b; c=\'d\''
 
 

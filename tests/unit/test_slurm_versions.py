@@ -1,4 +1,4 @@
-"""The client's parsers over outputs captured from real 22.05, 24.11 and 26.05 labs
+"""The client's parsers over outputs captured from real 22.05, 24.11, 25.11 and 26.05 labs
 (tests/data/slurm/<version>/, written by tests/data/slurm/capture.py), and what versions.py decides."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from slurm_ft_lab import versionconf
 from slurm_ft.runner import Result
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
-VERSIONS = ["22.05", "24.11", "26.05"]
+VERSIONS = ["22.05", "24.11", "25.11", "26.05"]
 REASON = 'slurm-ft: XID79 gpu3 "fell off the bus" a=b; c=\'d\''
 COMMENT = 'slurm-ft:ft=1 note="a b" x=y;z'
 
@@ -53,47 +53,50 @@ def kv_jobs(version: str):
 # --- versions.py -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("version, expected", [
-    ("22.05", (22, 5, 8)), ("24.11", (24, 11, 5)), ("26.05", (26, 5, 5))])
+    ("22.05", (22, 5, 8)), ("24.11", (24, 11, 5)), ("25.11", (25, 11, 7)), ("26.05", (26, 5, 5))])
 def test_captured_versions(version, expected):
     assert parse.parse_version(read(version, "scontrol_version.txt")) == expected
     assert versions.untested_warning(expected) is None
 
 
 def test_features_by_version():
-    old, mid, new = (feats(v) for v in VERSIONS)
-    assert not old.scontrol_json and mid.scontrol_json and new.scontrol_json
-    assert not old.expedite and not mid.expedite and new.expedite
-    assert not mid.health_start_only and new.health_start_only and new.health_check_timeout
+    old, mid, v2511, new = (feats(v) for v in VERSIONS)
+    assert not old.scontrol_json and mid.scontrol_json and v2511.scontrol_json and new.scontrol_json
+    assert not old.expedite and not mid.expedite and v2511.expedite and new.expedite
+    assert not mid.health_start_only and v2511.health_start_only and new.health_start_only
+    assert not v2511.health_check_timeout and new.health_check_timeout
     assert not old.cgroup_plugin_disabled and mid.cgroup_plugin_disabled
+    assert not old.rate_limiter and mid.rate_limiter and v2511.rate_limiter
 
 
 def test_untested_version_gets_one_warning_and_its_features(caplog):
     """An unknown version works with what its number implies, after one warning (not per client)."""
     class Client(SlurmClient):
         def _run(self, argv, **kw):
-            return Result(tuple(argv), 0, "slurm 25.11.2\n", "", 0.0)
+            return Result(tuple(argv), 0, "slurm 27.05.1\n", "", 0.0)
 
     with caplog.at_level(logging.WARNING):
         a, b = Client(), Client()
         assert a.features().expedite and b.features().scontrol_json
         a.version(), b.version()
     warned = [r.getMessage() for r in caplog.records if "never tested" in r.getMessage()]
-    assert len(warned) == 1 and "25.11.2" in warned[0] and "22.05" in warned[0]
+    assert len(warned) == 1 and "27.05.1" in warned[0] and "22.05, 24.11, 25.11, 26.05" in warned[0]
 
 
 @pytest.mark.parametrize("version, option", [("22.05", "--requeue"), ("24.11", "--requeue"),
-                                             ("26.05", "--requeue=expedite")])
+                                             ("25.11", "--requeue=expedite"), ("26.05", "--requeue=expedite")])
 def test_requeue_option_from_the_running_config(version, option):
-    """The 26.05 lab runs with SlurmctldParameters=enable_expedited_requeue; older Slurm has no such mode."""
+    """The 25.11 and 26.05 labs run with SlurmctldParameters=enable_expedited_requeue; older Slurm has no
+    such mode."""
     config = parse.parse_config(read(version, "scontrol_show_config.txt"))
     v = parse.parse_version(read(version, "scontrol_version.txt"))
     assert versions.requeue_option(v, config["SlurmctldParameters"]) == option
-    if version == "26.05":      # the same Slurm without the parameter: expedite would be refused
+    if option.endswith("expedite"):      # the same Slurm without the parameter: expedite would be refused
         assert versions.requeue_option(v, "(null)") == "--requeue"
 
 
 def test_lab_configuration_by_version():
-    old, mid, new = (feats(v) for v in VERSIONS)
+    old, mid, v2511, new = (feats(v) for v in VERSIONS)
     assert versionconf.cgroup_conf(old) is None
     assert "CgroupPlugin=disabled" in versionconf.cgroup_conf(mid)
     assert versionconf.conf_lines(old) == ""                  # 22.05: no rate limiter, no expedite
@@ -103,6 +106,9 @@ def test_lab_configuration_by_version():
     # both in one SlurmctldParameters line
     assert "\nSlurmctldParameters=enable_expedited_requeue,rl_enable\n" in lines and "HealthCheckTimeout=" in lines
     assert lines.count("SlurmctldParameters=") == 1
+    # 25.11: expedite and the rate limiter, and no HealthCheckTimeout (60 s, fixed, before 26.05)
+    assert [ln for ln in versionconf.conf_lines(v2511).splitlines() if not ln.startswith("#")] == [
+        "SlurmctldParameters=enable_expedited_requeue,rl_enable"]
     # and the running 26.05 lab did take them
     config = parse.parse_config(read("26.05", "scontrol_show_config.txt"))
     assert config["HealthCheckTimeout"].split()[0] == "30"
@@ -130,7 +136,7 @@ def test_nodes_on_every_version(version):
     assert [n.drained for n in nodes.values()] == [False, True, True, False, False]
 
 
-@pytest.mark.parametrize("version", ["24.11", "26.05"])
+@pytest.mark.parametrize("version", ["24.11", "25.11", "26.05"])
 def test_down_node_json(version):
     [n] = parse.parse_nodes_json(read(version, "scontrol_show_node_down.json"))
     assert (n.name, n.state, n.reason) == ("gpu004", "DOWN", "Not responding")
@@ -144,7 +150,7 @@ def test_jobs_on_every_version(version):
     assert (j.name, j.state, j.reason, j.user, j.partition) == ("train run", "RUNNING", "", "root", "train")
     assert j.comment == COMMENT and j.nodes == ("gpu001",) and j.num_nodes == 1 and j.batch_host == "gpu001"
     assert j.requeue and not j.held and j.restart_count == 0 and j.exit_code == "0:0"
-    # 22.05 gives the script with its arguments; 24.11 and 26.05 the script alone (scontrol -o too)
+    # 22.05 gives the script with its arguments; later versions the script alone (scontrol -o too)
     assert j.command.endswith("/train.sh --steps 10 two words" if version == "22.05" else "/train.sh")
     assert j.submit_time and j.start_time and j.eligible_time
     assert (jobs[2].state, jobs[2].reason, jobs[2].held) == ("PENDING", "BeginTime", False)
@@ -155,27 +161,28 @@ def test_jobs_on_every_version(version):
     assert (jobs[6].state, jobs[6].reason, jobs[6].exit_code) == ("FAILED", "NonZeroExitCode", "3:0")
 
 
-def test_expedited_requeue_held_after_a_non_zero_exit():
-    """26.05: a --requeue=expedite job that exits 3 with clean epilogs is requeued HELD and stays
+@pytest.mark.parametrize("version", ["25.11", "26.05"])
+def test_expedited_requeue_held_after_a_non_zero_exit(version):
+    """25.11 and 26.05: a --requeue=expedite job that exits 3 with clean epilogs is requeued HELD and stays
     REQUEUE_HOLD (as scontrol prints it) until released: the controller treats it as pending and held."""
-    j = json_jobs("26.05")[7]
+    j = json_jobs(version)[7]
     assert (j.state, j.held, j.restart_count, j.exit_code, j.priority) == ("REQUEUE_HOLD", True, 1, "3:0", 0)
     assert j.nodes == ()
-    kv = kv_jobs("26.05")
+    kv = kv_jobs(version)
     assert kv[7].state == j.state
 
 
 @pytest.mark.parametrize("version, tail", [("22.05", "/train-%j.out"), ("24.11", "/train-1.out"),
-                                           ("26.05", "/train-%j.out")])
+                                           ("25.11", "/train-%j.out"), ("26.05", "/train-%j.out")])
 def test_json_stdout_by_version(version, tail):
-    """22.05 and 26.05 give the --output pattern unexpanded in JSON (24.11 expands it): for those
+    """22.05, 25.11 and 26.05 give the --output pattern unexpanded in JSON (24.11 expands it): for those
     SlurmClient.job() reads the expanded path from `scontrol show job -o`."""
     first = json_jobs(version)[1]
     assert first.std_out.endswith(tail.replace("1", str(first.job_id)))
     assert kv_jobs(version)[1].std_out.endswith(f"/train-{first.job_id}.out")
 
 
-@pytest.mark.parametrize("version", ["24.11", "26.05"])
+@pytest.mark.parametrize("version", ["24.11", "25.11", "26.05"])
 def test_newer_sinfo_json_is_refused_not_misread(version):
     """>= 23.02's sinfo --json has no `nodes` list: the client reads scontrol --json there instead."""
     with pytest.raises(ValueError, match="'nodes'"):
