@@ -1,12 +1,13 @@
 """Backend 2: pyslurm, for sites whose pyslurm release matches their Slurm.
 
 pyslurm's major.minor must equal Slurm's (pyslurm 25.11.x speaks to Slurm 25.11 only). Debian ships
-no Slurm 25.11, so in CI's rooms this backend is not used and its contract tests are skipped with that
-reason; it runs in `ci/cleanroom bookworm-25.11` (Slurm built from source, pyslurm 25.11.2 against it),
-where its 18 contract tests pass (not yet in CI: issue 27).
+no Slurm 25.11: CI runs this backend in its bookworm-25.11 room (Slurm built from source, pyslurm
+25.11.2 against it), where its 18 contract tests pass; the Debian rooms skip them with that reason.
 
-Reads of nodes and node drains/resumes go through the library (one RPC, no process start); every
-other call is inherited from the commands backend, so the behaviour users see stays the same.
+Reads of every node (and of a job's nodes, filtered from them) and node drains/resumes go through the
+library: one RPC, no process start, no text to parse, 4x faster than `scontrol show node -o` at 2,048
+nodes (bench/scale.py). One node, one job and the partitions stay with the commands backend, whose
+calls this class inherits: the library saves 2-4 ms there. The behaviour users see stays the same.
 """
 from __future__ import annotations
 
