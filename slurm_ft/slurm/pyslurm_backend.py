@@ -5,9 +5,9 @@ no Slurm 25.11: CI runs this backend in its bookworm-25.11 room (Slurm built fro
 25.11.2 against it), where its 18 contract tests pass; the Debian rooms skip them with that reason.
 
 Reads of every node (and of a job's nodes, filtered from them) and node drains/resumes go through the
-library: one RPC, no process start, no text to parse, 4x faster than `scontrol show node -o` at 2,048
-nodes (bench/scale.py). One node, one job and the partitions stay with the commands backend, whose
-calls this class inherits: the library saves 2-4 ms there. The behaviour users see stays the same.
+library: one RPC, no process start, no text to parse (the cost of each read both ways at fleet size:
+bench/scale.py, README). One node, one job and the partitions stay with the commands backend, whose
+calls this class inherits: the library saves little there. The behaviour users see stays the same.
 """
 from __future__ import annotations
 
