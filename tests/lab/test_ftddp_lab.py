@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ft.job import ckpt as ckpts
 from slurm_ft.job.groups import find_lighthouse, lighthouse_argv
 from slurm_ft_lab.trainer import read_log
 from slurm_ft_lab.waits import wait_for
@@ -78,8 +79,8 @@ class Job:
         return all(len([e for e in self.steps(g) if e["participants"] == 2]) >= n for g in (0, 1))
 
     def newest_ckpt(self) -> str:
-        steps = [int(p.name.split("_")[1]) for p in self.ck.glob("step_*") if (p / ".metadata").exists()]
-        return str(self.ck / f"step_{max(steps)}") if steps else ""
+        """What the supervisor passes as {ckpt}: the newest complete checkpoint, '' before the first."""
+        return ckpts.latest(str(self.ck)).path or ""
 
     def close(self) -> None:
         for p in self.procs:
@@ -143,8 +144,8 @@ def test_a_group_relaunched_alone_trains_on_from_its_checkpoint_and_the_other_he
     os.killpg(g1.pid, signal.SIGKILL)
     g1.wait()
     os.killpg(g0.pid, signal.SIGSTOP)                # group 0 stuck: no quorum request, no heartbeat
-    ckpt = job.newest_ckpt()
-    at_ckpt = int(ckpt.rsplit("_", 1)[1])
+    newest = ckpts.latest(str(job.ck))
+    ckpt, at_ckpt = newest.path, newest.step
     job.group(1, 2, True, ckpt, step_time=0.05)
     # past any step group 0 reached (a checkpoint every 10): group 0 is the one behind when it comes back
     wait_for(lambda: job.steps(1, 2)[15:], START_S, "group 1 stepping alone")
