@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ctl_helpers import periodic_check_skips
 from slurm_ft_lab import inject as inj
 
 pytestmark = pytest.mark.lab
@@ -277,15 +278,19 @@ def test_overlapping_checks_leave_a_node_with_xid79_drained_and_unhealthy(lab, h
                                  "quick", "--json", "--drain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=hl.env(node))
 
-    older = check(3.0, 0.0)
-    deadline = time.monotonic() + 60
-    while not state.exists():                    # the older run has sampled the node (and noted it)
-        assert time.monotonic() < deadline and older.poll() is None, older.communicate()
-        time.sleep(0.05)
-    inj.inject(lab.dir, node, "xid", gpu=2, value=79)
-    newer = check(0.0, 3.0)
-    out_new, err_new = newer.communicate(timeout=120)
-    out_old, err_old = older.communicate(timeout=120)
+    # slurmd's own periodic check would write the state file at any moment (CI saw it: the wait below
+    # ended at once, the Xid came before the older run sampled) and would drain the node itself
+    with periodic_check_skips(lab, node):
+        state.unlink(missing_ok=True)
+        older = check(3.0, 0.0)
+        deadline = time.monotonic() + 60
+        while not state.exists():                # the older run has sampled the node (and noted it)
+            assert time.monotonic() < deadline and older.poll() is None, older.communicate()
+            time.sleep(0.05)
+        inj.inject(lab.dir, node, "xid", gpu=2, value=79)
+        newer = check(0.0, 3.0)
+        out_new, err_new = newer.communicate(timeout=120)
+        out_old, err_old = older.communicate(timeout=120)
     assert json.loads(out_old)["healthy"] and not json.loads(out_new)["healthy"], (out_old, out_new)
     assert json.loads(out_old)["drain"]["action"] != "resumed", out_old
     assert slurm_ft_drained(lab).get(node, "").startswith("slurm-ft: XID79 gpu2"), (out_old, err_old, out_new)
