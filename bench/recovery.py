@@ -5,6 +5,8 @@
                              [--port-base 18000] [--json]
     python bench/recovery.py --compare BEFORE.json AFTER.json     # two --save outputs, medians side by side
     python bench/recovery.py --no-job-hooks --save X.json         # diagnostic: what the prolog/epilog cost
+    python bench/recovery.py --path hot-spare --nodes 8 --faults 20 --hogs 4 --breaker-share 0.9
+                                                                  # the stress run: every fault on a loaded host
 
 Where the time goes at 64 nodes on the lab's two shared cores (2026-11-29, p50 of 5 faults each): the 64
 epilog and 64 prolog checks (`slurm-ft check`, about 0.1 CPU-s each) are 8.6 s of a 14.5 s restart;
@@ -44,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -175,6 +178,9 @@ def main(argv=None) -> int:
     ap.add_argument("--breaker-share", type=float, metavar="F",
                     help="diagnostic: lifecycle.breaker_max_share for this run (a lab of a few nodes opens the "
                          "drain-rate breaker at its first drain: 10%% of 13 nodes is 1)")
+    ap.add_argument("--hogs", type=int, default=0, metavar="N",
+                    help="N processes spinning on the CPU from the job's submission to the end: the stress run "
+                         "(every fault must still be recovered with the lab's cores taken)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="FILE", help="also write the JSON to FILE (for the planning sim)")
     args = ap.parse_args(argv)
@@ -204,6 +210,7 @@ def main(argv=None) -> int:
                   collective_timeout=args.collective_timeout, hot_spares=hot, planned=planned)
     results = []
     first_launch_s = None
+    hogs = []
     try:
         if args.breaker_share is not None:       # the nodes' config (the watchers'); the controller's copies it
             cfg = yaml.safe_load(Path(lab.config_path).read_text()) or {}
@@ -217,6 +224,9 @@ def main(argv=None) -> int:
         say(f"Slurm's requeue delay ({requeue}), measured: {requeue_delay:.0f} s")
         if args.path != "slurm":
             sc.start_controller()
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
+        if hogs:
+            say(f"{len(hogs)} CPU hog(s) spinning until the run ends")
         t_submit = time.time()
         job = sc.submit(lab.spec.nodes)
         train = lab.spec.nodes - hot
@@ -238,6 +248,9 @@ def main(argv=None) -> int:
             if not hot:
                 repair(sc, r.failed_node)
     finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
         sc.stop()
         if started and not args.keep_lab:
             lab.down(quiet=True)
@@ -252,7 +265,7 @@ def main(argv=None) -> int:
         "path": args.path,
         "slurm": {"version": version, "requeue_option": requeue},
         "lab": {"nodes": lab.spec.nodes, "hot_spares": hot, "gpus_per_node": lab.spec.gpus_per_node,
-                "spares": lab.spec.spares,
+                "spares": lab.spec.spares, "cpu_hogs": args.hogs,
                 "job_hooks": lab.spec.job_hooks,
                 "step_time_s": args.step_time, "ckpt_every": args.ckpt_every,
                 "load_average_start": round(load_start, 1), "load_average_1m": round(os.getloadavg()[0], 1)},
