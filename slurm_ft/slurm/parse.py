@@ -8,11 +8,12 @@ Every parser raises ValueError on input it cannot read; the client turns that in
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 from dataclasses import replace
-from typing import Any, Callable, Collection, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, FrozenSet, Iterable, List, Mapping, Optional, Pattern, Sequence, Tuple
 
 from slurm_ft.errors import UsageError
 from slurm_ft.slurm.types import Job, Node, Partition, Reservation
@@ -97,28 +98,37 @@ _NULLS = {"(null)", "N/A", "None", "Unknown", "n/a"}
 
 # --- key=value one-liners --------------------------------------------------------------------------
 
+_FIRST_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_:/]*=")
+
+
+@functools.lru_cache(maxsize=8)
+def _key_splitter(keys: FrozenSet[str]) -> Pattern[str]:
+    """` Key=` for these keys: one regex split per line instead of a Python step per field (a controller
+    reads every node's line each cycle)."""
+    return re.compile(r"(\s)(" + "|".join(map(re.escape, sorted(keys))) + r")=")
+
+
 def parse_kv_line(line: str, keys: Iterable[str]) -> Dict[str, str]:
     """Split a `scontrol show X -o` line at ` Key=` for the keys Slurm prints; values keep spaces.
 
     A field a newer Slurm adds (a key not in `keys`) stays inside the previous value: harmless for
-    the fields slurm-ft reads, and the price of never splitting `Comment=a=b c=d` in two.
+    the fields slurm-ft reads, and the price of never splitting `Comment=a=b c=d` in two. The line's
+    first word is a key whatever its name.
     """
-    keyset = set(keys)
     line = line.rstrip("\n")
-    starts: List[Tuple[int, int, str]] = []   # (key start, value start, key)
-    for m in re.finditer(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=", line):
-        key = m.group(1)
-        if key in keyset or (not starts and m.start() == 0):
-            starts.append((m.start(), m.end(), key))
-    if not starts or starts[0][0] != 0:
+    first = _FIRST_KEY.match(line)
+    if first is None:
         raise ValueError(f"not a key=value line: {line[:80]!r}")
-    out: Dict[str, str] = {}
-    for i, (_, vstart, key) in enumerate(starts):
-        vend = starts[i + 1][0] if i + 1 < len(starts) else len(line)
-        # fields are separated by one space, sometimes two (after CoresPerSocket=, Comment=)
-        # (job lines end in a space too; only a node's trailing Reason is kept verbatim)
-        value = line[vstart:vend]
-        out[key] = value if (vend == len(line) and key == "Reason") else value.rstrip(" ")
+    # [value, gap, key, value, gap, key, value...]: a key's value runs to the next key, gap included
+    parts = _key_splitter(keys if isinstance(keys, frozenset) else frozenset(keys)).split(line[first.end():])
+    names = [first.group()[:-1], *parts[2::3]]
+    values = parts[0::3]
+    gaps = [*parts[1::3], ""]
+    # fields are separated by one space, sometimes two (after CoresPerSocket=, Comment=); job lines end
+    # in a space too; only a node's trailing Reason is kept verbatim
+    out = {key: (value + gap).rstrip(" ") for key, value, gap in zip(names, values, gaps)}
+    if names[-1] == "Reason":
+        out["Reason"] = values[-1]
     return out
 
 
