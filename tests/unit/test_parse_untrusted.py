@@ -2,10 +2,11 @@
 in them may change another field or make a second record (issue 10, item 7)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from slurm_ft.slurm import parse
@@ -89,3 +90,31 @@ def test_any_text_is_jobs_or_a_value_error(text):
     except ValueError:
         return
     assert all(isinstance(j.job_id, int) for j in jobs)
+
+
+# --- node records: every controller cycle splits thousands of these (parse_kv_line) ---------------
+
+_NODE_KEYS = sorted(parse.NODE_KEYS - {"NodeName", "Reason"})
+_WORD = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), max_size=12)
+_REASON = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_NODE_KEYS), _WORD), max_size=10, unique_by=lambda kv: kv[0]), _REASON)
+def test_a_node_line_reads_back_field_by_field(fields, reason):
+    """Values without whitespace come back as printed, `=` and key names inside them included; a trailing
+    Reason (spaces, `=` and words included) comes back verbatim. (Whitespace then a key Slurm prints splits
+    any value, as parse_kv_line says.)"""
+    line = "NodeName=gpu001" + "".join(f" {k}={v}" for k, v in fields) + f" Reason={reason}"
+    assume(not any(re.search(rf"\s{k}=", reason) for k in parse.NODE_KEYS))
+    assert parse.parse_kv_line(line, parse.NODE_KEYS) == {"NodeName": "gpu001", **dict(fields), "Reason": reason}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_is_nodes_or_a_value_error(text):
+    try:
+        nodes = parse.parse_nodes_kv(text)
+    except ValueError:
+        return
+    assert all(n.name for n in nodes)
