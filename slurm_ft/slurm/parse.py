@@ -13,7 +13,8 @@ import json
 import re
 import time
 from dataclasses import replace
-from typing import Any, Callable, Collection, Dict, FrozenSet, Iterable, List, Mapping, Optional, Pattern, Sequence, Tuple
+from typing import (Any, Callable, Collection, Dict, FrozenSet, Iterable, List, Mapping, Optional, Pattern, Sequence,
+                    Tuple)
 
 from slurm_ft.errors import UsageError
 from slurm_ft.slurm.types import Job, Node, Partition, Reservation
