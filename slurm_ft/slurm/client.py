@@ -305,9 +305,20 @@ class SlurmClient:
         return self._expedite
 
     def running_config(self) -> Dict[str, str]:
-        """slurmctld's running configuration (`scontrol show config`), read once per client."""
+        """slurmctld's running configuration (`scontrol show config`), read once per client.
+
+        scontrol pings slurmctld after printing the configuration and exits 1 when that ping goes
+        unanswered, which a loaded slurmctld does: a configuration it printed whole is still the one it
+        answered with, so it is taken (with a warning)."""
         if self._running_config is None:
-            self._running_config = self._parse(self._run(["scontrol", "show", "config"]), parse.parse_config)
+            res = self._run(["scontrol", "show", "config"], check=False)
+            if res.returncode != 0 and not parse.config_before_failed_ping(res.stdout):
+                raise SlurmError(res.argv, res.returncode, res.stderr or res.stdout)
+            config = self._parse(res, parse.parse_config)
+            if res.returncode != 0:
+                log.warning("slurmctld sent its configuration but missed scontrol's closing ping (loaded?): "
+                            "configuration taken")
+            self._running_config = config
         return self._running_config
 
     def job_submit_plugins(self) -> List[str]:

@@ -645,6 +645,19 @@ def parse_config(text: str) -> Dict[str, str]:
     return out
 
 
+_PING_RE = re.compile(r"Slurmctld\((primary|backup\d*)\) at \S+ is (UP|DOWN)\Z")
+
+
+def config_before_failed_ping(text: str) -> bool:
+    """`scontrol show config` printed the whole configuration, then only its controllers' ping results,
+    every one DOWN (its exit status 1): the configuration itself arrived."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    if not lines or not lines[0].startswith("Configuration data as of "):
+        return False
+    pings = [m for m in map(_PING_RE.match, lines) if m]
+    return bool(pings) and all(m.group(2) == "DOWN" for m in pings)
+
+
 def munge_socket(config: Mapping[str, str]) -> Optional[str]:
     """The munge socket slurmctld authenticates with (`AuthInfo = socket=PATH,...`), or None: munge's default."""
     for part in config.get("AuthInfo", "").split(","):

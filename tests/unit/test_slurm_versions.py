@@ -119,6 +119,40 @@ def test_config_parse_refuses_other_text():
         parse.parse_config("scontrol: error: Unable to contact slurm controller\n")
 
 
+def _config_client(rc: int, stdout: str, stderr: str = ""):
+    class Captured(SlurmClient):
+        def _run(self, argv, **kw):
+            assert list(argv) == ["scontrol", "show", "config"] and kw.get("check") is False
+            return Result(tuple(argv), rc, stdout, stderr, 0.0)
+    return Captured()
+
+
+def test_a_configuration_whose_closing_ping_failed_is_taken(caplog):
+    """A loaded slurmctld answered the configuration read, then not scontrol's ping (exit 1, `is DOWN`
+    and root's RESTORE banner): the printed configuration is slurmctld's (22.05, captured with slurmctld
+    stopped between the two RPCs, tests/data/slurm/capture.py). `slurm-ft sbatch` failed on it in a
+    100-job lab."""
+    text = read("22.05", "scontrol_show_config_ping_down.txt")
+    assert "is DOWN" in text and "RESTORE SLURMCTLD DAEMON" in text
+    with caplog.at_level(logging.WARNING):
+        config = _config_client(1, text).running_config()
+    assert config["SlurmctldHost[0]"] == "vm(127.0.0.1)" and config["MessageTimeout"] == "10 sec"
+    assert set(config) == set(parse.parse_config(read("22.05", "scontrol_show_config.txt")))   # all of it
+    assert any("missed scontrol's closing ping" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("rc, stdout, stderr", [
+    (1, "", "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)\n"),
+    (1, "Slurmctld(primary) at vm is DOWN\n", ""),                              # no configuration before it
+    (1, "Configuration data as of 2026-12-05T11:05:43\nA = b\n", "error"),       # no ping line: cut short
+    (1, "Configuration data as of 2026-12-05T11:05:43\nA = b\n\nSlurmctld(primary) at vm is UP\n", "x"),
+])
+def test_a_failed_configuration_read_is_an_error(rc, stdout, stderr):
+    from slurm_ft.slurm.client import SlurmError
+    with pytest.raises(SlurmError):
+        _config_client(rc, stdout, stderr).running_config()
+
+
 # --- nodes and jobs, the same facts on every version ---------------------------------------------
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -72,6 +72,7 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
     save("scontrol_show_node_idle.txt", ["scontrol", "show", "node", "-o"])
     capture_hang_check(lab, c, work, out_dir)
     save("scontrol_show_config.txt", ["scontrol", "show", "config"])
+    capture_config_ping_down(lab, c, out_dir)
     save("scontrol_show_job_unknown.txt", ["scontrol", "show", "job", "-o", "999999"])
     save("scontrol_show_reservation_none.txt", ["scontrol", "show", "reservation", "-o"])
 
@@ -130,6 +131,28 @@ def capture(lab: Lab, work: Path, out_dir: Path = HERE) -> None:
     save("sinfo_node_down.txt", [*one, "gpu004"])
     save("scontrol_show_node_down.json", ["scontrol", "show", "node", "gpu004", "--json"])
     time.sleep(0.1)
+
+
+def capture_config_ping_down(lab: Lab, c: SlurmClient, out_dir: Path) -> None:
+    """`scontrol show config` when slurmctld answers the configuration read but not the ping after it (a
+    loaded slurmctld): gdb stops scontrol at its ping and slurmctld is SIGSTOPped until the ping has timed
+    out (MessageTimeout). Needs gdb (apt-get install gdb): skipped, and said so, without it."""
+    import subprocess
+    gdb = shutil.which("gdb")
+    scontrol = shutil.which("scontrol")
+    if not gdb or not scontrol:
+        print("scontrol_show_config_ping_down.txt: not captured (no gdb)")
+        return
+    ctld = int((lab.dir / "run" / "slurmctld.pid").read_text().split()[0])
+    ping = "ping_all_controllers" if c.version() >= (23, 2) else "slurm_ping"
+    out = out_dir / "scontrol_show_config_ping_down.txt"
+    try:
+        p = subprocess.run([gdb, "-q", "-batch", "-ex", "set breakpoint pending on", "-ex", f"break {ping}",
+                            "-ex", f"run show config > {out}", "-ex", f"shell kill -STOP {ctld}", "-ex", "continue",
+                            "--args", scontrol], env=lab.env(), capture_output=True, text=True, timeout=300)
+    finally:
+        os.kill(ctld, signal.SIGCONT)
+    print(f"{out.name}: {len(out.read_text().splitlines())} lines ({p.stdout.strip().splitlines()[-1:]})")
 
 
 def capture_hang_check(lab: Lab, c: SlurmClient, work: Path, out_dir: Path) -> None:
