@@ -496,3 +496,56 @@ def test_a_hot_spare_incident_whose_job_was_requeued_is_handed_to_the_requeue_pa
     assert [x.name for x in inc.steps][:4] == ["open", "quarantine", "swap", "handover"]
     job = s.j[100]
     assert job.state == "RUNNING" and "gpu002" not in job.nodes and job.restart_count == 1
+
+
+def test_a_nodes_wake_opens_its_jobs_incident_before_any_read_of_every_node(tmp_path):
+    """At 4,096 nodes a read of every node is most of a woken cycle's time: the woken node is read alone
+    over the last full read, the incident opens (and the supervisor is told), then the cycle reads
+    everything and the recovery goes on as without a wake."""
+    from slurm_ft import wake
+    s = model_slurm()
+    opened_after = []
+    c = make(tmp_path, s)
+    c.on_journal = lambda kind, when: opened_after.append(list(s.reads)) if (kind, when) == ("open", "intent") else None
+    c.cycle()                                   # the idle cycle: one full read, nothing to do
+    assert not jn.incidents(c.conn)
+    s.reads.clear()
+    s.fail("gpu002")
+    c.heard(wake.payload("gpu002"))
+    c.cycle()
+    assert opened_after and ("fleet",) not in opened_after[0]
+    assert opened_after[0][:2] == [("node", "gpu002"), ("jobs",)]
+    assert ("fleet",) in s.reads                 # then everything, for the rest of the recovery
+    st = end_state(s, c.conn)
+    assert st["incidents"] == [("recovered", ("gpu002",), ("gpu005",))]
+    assert st["job"] == ("RUNNING", 1, ("gpu001", "gpu003", "gpu004", "gpu005"))
+
+
+def test_a_wake_with_no_recent_full_read_or_from_a_healthy_node_reads_everything(tmp_path):
+    from slurm_ft import wake
+    s = model_slurm()
+    c = make(tmp_path, s)
+    s.fail("gpu002")
+    c.heard(wake.payload("gpu002"))             # no full read yet: nothing to lay the node over
+    c.cycle()
+    assert s.reads[0] == ("fleet",)
+    assert end_state(s, c.conn)["incidents"] == [("recovered", ("gpu002",), ("gpu005",))]
+    s.reads.clear()
+    c.heard(wake.payload("gpu003"))             # a wake whose node has no fault: read alone, nothing opens
+    c.cycle()
+    assert s.reads[:2] == [("node", "gpu003"), ("jobs",)] and ("fleet",) in s.reads
+    assert len(jn.incidents(c.conn)) == 1
+
+
+def test_a_wave_of_wakes_reads_every_node_once(tmp_path):
+    from slurm_ft import wake
+    from slurm_ft.fleet.recovery.controller import WOKEN_MAX
+    names = [f"gpu{i:03d}" for i in range(1, WOKEN_MAX + 4)]
+    s = FakeSlurm(train=names[:-2], spares=names[-2:])
+    c = make(tmp_path, s)
+    c.cycle()
+    s.reads.clear()
+    for n in names[:WOKEN_MAX + 1]:
+        c.heard(wake.payload(n))
+    c.cycle()
+    assert s.reads[0] == ("fleet",) and not [r for r in s.reads if r[0] == "node"]

@@ -12,16 +12,16 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import (TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple,
-                    TypeVar)
+from typing import (TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set,
+                    Tuple, TypeVar)
 
 from slurm_ft.config import Config
 from slurm_ft.errors import CommandError, SlurmFTError
 from slurm_ft.filelock import FileLock
 from slurm_ft.slurm.membership import Delta, Membership
-from slurm_ft.fleet.recovery.records import Incident, Step
+from slurm_ft.fleet.recovery.records import Incident, Placement, Step
 from slurm_ft.fleet.recovery import journal as jn
 from slurm_ft.fleet.recovery import outage as out
 from slurm_ft.job.ckptscan import Scanner, hold_reason
@@ -56,6 +56,7 @@ class CycleResult:
 
 FAILED_PROLOG_KEEP_S = 600.0   # a failed prolog's wake, until its job is read requeued
 FULL_READ_S = 1.0      # while only waiting on jobs: a full observe at least this often
+WOKEN_MAX = 8          # more woken nodes than this at once (a wave): one read of every node instead
 
 
 def _job_fingerprint(job: Optional[Job]) -> Tuple[object, ...]:
@@ -91,11 +92,14 @@ class Controller:
         self._alerted: Dict[str, str] = {}       # alert key -> last text logged (loud once per change)
         self._trust: Optional[str] = None        # the job field holding FT tags (trust.resolve), read once
         self._failed_prologs: Dict[int, Tuple[FrozenSet[str], float]] = {}   # job -> nodes, when (wakes)
+        self._woken: Set[str] = set()            # nodes whose wake came since the last cycle began
+        self._full: Optional[Snapshot] = None    # the last read of every node
 
     def heard(self, payload: str) -> None:
-        """A node's verified wake (slurm_ft/wake.py): a failed prolog's names its job, kept for the plan a
-        while (prolog_runs); the cycle that follows reads Slurm anyway."""
+        """A node's verified wake (slurm_ft/wake.py): the cycle that follows reads that node first
+        (observe_woken); a failed prolog's names its job, kept for the plan a while (prolog_runs)."""
         node, job = wake.parse(payload)
+        self._woken.add(node)
         if job is not None:
             nodes, _ = self._failed_prologs.get(job, (frozenset(), 0.0))
             self._failed_prologs[job] = (nodes | {node}, self.clock())
@@ -106,8 +110,39 @@ class Controller:
         nodes = self.client.nodes()
         if self._settle_hook_drains(nodes):
             nodes = self.client.nodes()
-        jobs = self.client.jobs()
+        jobs, specs, placements, now = self._observe_jobs()
         parts = self.client.partitions()
+        p = self.policy
+        self._seen = out.track(self._seen, nodes, now, horizon_s=p.wave_window_s + p.wave_settle_s + 3600)
+        counted, limit, past = self._out_of_service(nodes, now)
+        self._full = Snapshot.of(nodes, jobs, parts, specs=specs, taken_at=now, seen=dict(self._seen),
+                                 watching_since=self._watching_since, out_counted=counted, out_limit=limit,
+                                 out_past_limit=past, placements=placements)
+        return self._full
+
+    def observe_woken(self, names: Set[str]) -> Optional[Snapshot]:
+        """The nodes that woke the controller read alone (`sinfo -n`: one node each, not the fleet), laid over
+        the last read of every node, with the jobs read afresh: what the plan needs to open the incidents of
+        the jobs on them, a full read sooner. None (read everything) without a recent full read, or for a
+        wave of wakes."""
+        last = self._full
+        names = {n for n in names if last is not None and n in last.nodes}
+        if last is None or not names or len(names) > WOKEN_MAX \
+                or self.clock() - last.taken_at > 2 * self.cc.interval_s + FULL_READ_S:
+            return None
+        try:
+            fresh = {n: self.client.node(n) for n in sorted(names)}
+        except SlurmFTError as exc:
+            log.warning("woken by %s, but not read alone (%s): reading every node", compress(sorted(names)), exc)
+            return None
+        jobs, specs, placements, now = self._observe_jobs()
+        return replace(last, nodes={**last.nodes, **fresh}, jobs={j.job_id: j for j in jobs}, specs=specs,
+                       taken_at=now, placements=placements)
+
+    def _observe_jobs(self) -> Tuple[List[Job], Dict[int, FtSpec], Dict[int, Dict[int, Placement]], float]:
+        """Every job, the fault-tolerant ones' specs, where each FT job's runs ran (the journal, this read's
+        added), and when the jobs were read."""
+        jobs = self.client.jobs()
         specs = {}
         field = self.trusted_field()
         for j in jobs:
@@ -126,12 +161,7 @@ class Controller:
             log.info("job %s: run %d had %s (a failed prolog's wake; Slurm requeued it with none)", run.job_id,
                      run.restart_count, compress(list(run.nodes)))
             placements.setdefault(run.job_id, {})[run.restart_count] = run
-        p = self.policy
-        self._seen = out.track(self._seen, nodes, now, horizon_s=p.wave_window_s + p.wave_settle_s + 3600)
-        counted, limit, past = self._out_of_service(nodes, now)
-        return Snapshot.of(nodes, jobs, parts, specs=specs, taken_at=now, seen=dict(self._seen),
-                           watching_since=self._watching_since, out_counted=counted, out_limit=limit,
-                           out_past_limit=past, placements=placements)
+        return jobs, specs, placements, now
 
     def trusted_field(self) -> str:
         """admin_comment or comment (config controller.trust; auto asks slurmctld once). When slurmctld's
@@ -224,7 +254,19 @@ class Controller:
         budget = self.cc.cycle_budget_s if budget_s is None else budget_s
         start = self.clock()
         result = CycleResult()
+        woken, self._woken = self._woken, set()
         while True:
+            snap = self.observe_woken(woken) if woken else None
+            if snap is not None:      # a node's wake: its job's incident opened on that read, the rest on a full one
+                self._seen_at = snap.taken_at
+                opens = [s for s in plan(snap, jn.state(self.conn, snap.taken_at), self.policy, snap.taken_at)
+                         if s.kind == "open" and woken & set(s.nodes)]
+                for step in self._scans_first(opens, snap):
+                    self.act(step)
+                    result.steps.append(step)
+                woken = set()
+                continue
+            woken = set()
             snap = self.observe()
             self._seen_at = snap.taken_at     # read after the jobs: what it shows happened before
             incidents = jn.state(self.conn, snap.taken_at)
@@ -354,7 +396,7 @@ class Controller:
         spec = trust.spec_of(job, self.trusted_field())
         found = self._scans.verdict(spec.ckpt_dir) if spec and spec.ckpt_dir and self.cc.read_progress else None
         ckpt_step = found.step if found is not None else None
-        snap_nodes = {n.name: n for n in self.client.nodes(sorted({*step.nodes, *job.nodes}))}
+        snap_nodes = {n.name: n for n in self.client.nodes(sorted(step.nodes))}   # one: no read of every node
         fault_at = fault_time(Snapshot(nodes=snap_nodes, jobs={}, partitions={}), step.nodes)
         path = step.path or REQUEUE
         supervised = policies.of_path(path).supervised and spec is not None
