@@ -20,10 +20,12 @@ two phases of --minutes each, on the same job shapes:
 The jobs belong to the lab's users (slurmft-u0..), --users of them, round robin: where Slurm's rate limiter
 is on (rl_enable, the 24.11 and 26.05 labs) each user has one token bucket for all their jobs.
 
-Printed per size: slurmctld CPU (% of one core) with and without, and slurm-ft's share (the difference);
-RPCs per second by type and by user (sdiag, reset at each phase's start); per component: the controller's
-Slurm commands per second (from its debug log), the supervisors' RPCs per second (their users', sdiag),
-the node side's per fault; each supervisor's CPU on its batch host (% of one core, mean and max); detection
+Printed per size: slurmctld CPU (% of one core) with and without, and slurm-ft's share (the difference,
+which a busy lab's own noise can hide); slurm-ft's RPC time in slurmctld (its supervisors' users' sdiag
+time, the controller's commands at their RPC types' average time, one node update a fault), the figure
+that noise does not hide; RPCs per second by type and by user (sdiag, reset at each phase's start); per
+component: the controller's Slurm commands and RPCs per second (from its debug log), the supervisors' RPCs
+per second (their users', sdiag), the node side's per fault; each supervisor's CPU on its batch host (% of one core, mean and max); detection
 latency p50/p95: drain -> supervisor acting (its `notice` event) and drain -> controller acting (the
 incident opened), the drain time being when the watcher's `scontrol update` returned. Then how each
 figure grows from the smallest size to the largest.
@@ -63,11 +65,19 @@ from slurm_ft.slurm.hostlist import expand                         # noqa: E402
 PY = sys.executable
 TICK = os.sysconf("SC_CLK_TCK")
 # Slurm commands the controller runs, and the RPCs each sends (docs: ../shared/research/slurm-events-and-costs.md)
-RPCS_OF = [(re.compile(r"'sinfo', '-N'.*'-n'"), 2), (re.compile(r"'scontrol', 'show', 'node'"), 2),
-           (re.compile(r"'scontrol', 'show', 'job', '-o', '\d+'"), 1), (re.compile(r"'(squeue|scontrol)'.*'--json'"), 1),
-           (re.compile(r"'scontrol', 'show', 'job'"), 1), (re.compile(r"'scontrol', 'show', 'partition'"), 1),
-           (re.compile(r"'scontrol', 'show', 'config'"), 1), (re.compile(r"'scontrol', '(update|requeue|requeuehold|"
-                                                                         r"release|notify)'"), 1)]
+RPCS_OF = [(re.compile(r"'sinfo', '-N'.*'-n'"), ["REQUEST_NODE_INFO_SINGLE", "REQUEST_PARTITION_INFO"]),
+           (re.compile(r"'scontrol', 'show', 'node'"), ["REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO"]),
+           (re.compile(r"'scontrol', 'show', 'job', '-o', '\d+'"), ["REQUEST_JOB_INFO_SINGLE"]),
+           (re.compile(r"'(squeue|scontrol)'.*'--json'"), ["REQUEST_JOB_INFO"]),
+           (re.compile(r"'scontrol', 'show', 'job'"), ["REQUEST_JOB_INFO"]),
+           (re.compile(r"'scontrol', 'show', 'partition'"), ["REQUEST_PARTITION_INFO"]),
+           (re.compile(r"'scontrol', 'show', 'config'"), ["REQUEST_BUILD_INFO"]),
+           (re.compile(r"'scontrol', 'update', 'NodeName"), ["REQUEST_UPDATE_NODE"]),
+           (re.compile(r"'scontrol', 'update', 'PartitionName"), ["REQUEST_UPDATE_PARTITION"]),
+           (re.compile(r"'scontrol', 'update', 'JobId"), ["REQUEST_UPDATE_JOB"]),
+           (re.compile(r"'scontrol', 'requeue(hold)?'"), ["REQUEST_JOB_REQUEUE"]),
+           (re.compile(r"'scontrol', 'release'"), ["REQUEST_UPDATE_JOB"]),
+           (re.compile(r"'scontrol', 'notify'"), ["REQUEST_JOB_NOTIFY"])]
 
 
 def proc_cpu_s(pid: Optional[int]) -> float:
@@ -308,9 +318,11 @@ class Faults:
         heal(self.lab.dir, rec["node"])
 
 
-def controller_rpcs(log: Path, t0: float, t1: float) -> Dict[str, float]:
-    """The controller's Slurm commands in [t0, t1] from its debug log, and the RPCs they sent."""
-    cmds, rpcs = 0, 0
+def controller_rpcs(log: Path, t0: float, t1: float, by_type: Dict[str, Dict[str, int]]) -> Dict[str, float]:
+    """The controller's Slurm commands in [t0, t1] from its debug log, the RPCs they sent, and the
+    slurmctld time they took: each RPC at its type's average in this phase's `sdiag` (the controller runs
+    as root, whose line in sdiag's by-user table also holds every slurmd's messages)."""
+    cmds, rpcs, us = 0, 0, 0.0
     for line in log.read_text(errors="replace").splitlines():
         m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*ran \[(.*?)\] rc=", line)
         if not m:
@@ -319,8 +331,12 @@ def controller_rpcs(log: Path, t0: float, t1: float) -> Dict[str, float]:
         if not t0 <= t <= t1:
             continue
         cmds += 1
-        rpcs += next((n for rx, n in RPCS_OF if rx.search(m.group(3))), 1)
-    return {"commands_per_s": cmds / (t1 - t0), "rpcs_per_s": rpcs / (t1 - t0)}
+        types = next((ts for rx, ts in RPCS_OF if rx.search(m.group(3))), [None])
+        rpcs += len(types)
+        for ty in types:
+            got = by_type.get(ty or "")
+            us += got["total_us"] / got["count"] if got and got["count"] else 0.0
+    return {"commands_per_s": cmds / (t1 - t0), "rpcs_per_s": rpcs / (t1 - t0), "rpc_ms_per_s": us / 1000 / (t1 - t0)}
 
 
 def one_size(nodes: int, args) -> dict:
@@ -341,6 +357,7 @@ def one_size(nodes: int, args) -> dict:
     result: dict = {"nodes": nodes, "jobs": args.jobs, "nodes_per_job": per_job, "users": len(users)}
     try:
         # --- without slurm-ft ------------------------------------------------------------------------
+        print(f"{nodes} nodes: settled in {settle(lab):.0f} s", flush=True)   # as before the phase with it
         ids = submit_plain(lab, work, args.jobs, per_job, users)
         wait_running(lab, ids, 1800)
         result["without"] = Phase(lab, args.minutes).measure()
@@ -374,7 +391,7 @@ def one_size(nodes: int, args) -> dict:
             with_["supervisor_cpu_pct"] = [100 * (proc_cpu_s(p) - cpu0[j]) / secs for j, p in sups.items()
                                            if proc_cpu_s(p) > 0]
             with_["controller_cpu_pct"] = 100 * (proc_cpu_s(ctl.pid) - ctl_cpu0) / secs
-            with_["controller"] = controller_rpcs(ctl_log, w0, w1)
+            with_["controller"] = controller_rpcs(ctl_log, w0, w1, with_["sdiag"]["type"])
             with_["faults"] = faults.done
             result["with"] = with_
         finally:
@@ -398,16 +415,23 @@ def summary(r: dict) -> dict:
     sup_lat = [f["sup"] - f["drained"] for f in faults if f.get("sup") and f.get("drained")]
     ctl_lat = [f["ctl"] - f["drained"] for f in faults if f.get("ctl") and f.get("drained")]
     hot_jobs = r["jobs"] // 2
+    upd = w["sdiag"]["type"].get("REQUEST_UPDATE_NODE") or {}
+    node_us = len(faults) * (upd["total_us"] / upd["count"] if upd.get("count") else 0.0)    # one drain a fault
+    # the users' RPCs, all of them: their jobs sleep, so what they ask is their supervisors' (and relaunches')
+    ft_ms = user_us / 1000 + w["controller"]["rpc_ms_per_s"] * secs + node_us / 1000
     return {
         "nodes": r["nodes"],
         "slurmctld_cpu_pct_without": round(wo["slurmctld_cpu_pct"], 2),
         "slurmctld_cpu_pct_with": round(w["slurmctld_cpu_pct"], 2),
         "slurm_ft_share_cpu_pct": round(w["slurmctld_cpu_pct"] - wo["slurmctld_cpu_pct"], 2),
         "rpc_time_ms_per_s": round(all_us / 1000 / secs, 2),
+        "slurm_ft_rpc_time_ms_per_s": round(ft_ms / secs, 3),
+        "slurm_ft_rpc_time_pct_of_core": round(ft_ms / secs / 10, 3),
         "supervisors_rpc_per_s": round(user_rpcs / secs, 4),
         "supervisors_rpc_ms_per_s": round(user_us / 1000 / secs, 3),
         "supervisor_rpc_per_s_each": round(user_rpcs / secs / max(hot_jobs, 1), 5),
         "controller_rpc_per_s": round(w["controller"]["rpcs_per_s"], 3),
+        "controller_rpc_ms_per_s": round(w["controller"]["rpc_ms_per_s"], 3),
         "controller_cpu_pct": round(w["controller_cpu_pct"], 2),
         "supervisor_cpu_pct_mean": round(statistics.mean(sup), 3) if sup else None,
         "supervisor_cpu_pct_max": round(max(sup), 3) if sup else None,
