@@ -215,6 +215,8 @@ class LifecycleConfig:
                                         # Slurm's reasons, as the breaker counts); 0 = soft signals are only reported
     planned_wait_s: float = 1800.0      # a hot-spare job's supervisor waits this long for the checkpoint it asked
                                         # for, then swaps from its latest one
+    job_backstop_s: float = 300.0       # a hot-spare job's supervisor reads its nodes from Slurm this often, for a
+                                        # fault no notice told it of; slurmctld serves it as a read of every node
 
 
 @dataclass(frozen=True)
@@ -312,7 +314,13 @@ def _parse(p: Path) -> Config:
     _check_ignore_processes(cfg.health, str(p))
     _check_domains(cfg.planning, str(p))
     _check_soft(cfg.health, str(p))
+    if cfg.lifecycle.job_backstop_s < MIN_JOB_BACKSTOP_S:
+        raise ConfigError(f"{p}: lifecycle.job_backstop_s must be at least {MIN_JOB_BACKSTOP_S:g} seconds "
+                          f"(each read is one of every node), not {cfg.lifecycle.job_backstop_s:g}")
     return cfg
+
+
+MIN_JOB_BACKSTOP_S = 10.0
 
 
 _CODE_RE = re.compile(r"[A-Z][A-Z0-9_]{0,63}\Z")

@@ -42,8 +42,9 @@ from slurm_ft import heartbeat
 from slurm_ft.job import ckptfallback, groupplan as gp, hang, hotplan as hp, rendezvous, startprep
 from slurm_ft.job.notices import Follower
 from slurm_ft.job.paths import MIN_GROUPS
-from slurm_ft.job.supervisor import (EXIT_CHECK_AFTER_S, HANG_POLL_S, LAUNCH_ENV, STOP_GRACE_S, Supervisor,
-                                     port_free_here, srun_argv)
+from slurm_ft.job.planned_run import settings
+from slurm_ft.job.supervisor import (BACKSTOP_S, EXIT_CHECK_AFTER_S, HANG_POLL_S, LAUNCH_ENV, STOP_GRACE_S,
+                                     Supervisor, port_free_here, srun_argv)
 from slurm_ft.slurm.client import SlurmClient
 from slurm_ft.slurm.hostlist import compress
 
@@ -95,9 +96,9 @@ class GroupSupervisor(Supervisor):
     def __init__(self, client: SlurmApi, job_id: int, train_nodes: int, groups: int, ckpt_dir: str,
                  argv: Sequence[str], heartbeat_ms: int = HEARTBEAT_MS, hang_timeout: float = 0,
                  max_restarts: int = 0, ckpt_fails: int = ckptfallback.DEFAULT_M, notices: Optional[Follower] = None,
-                 env: Optional[Dict[str, str]] = None):
+                 env: Optional[Dict[str, str]] = None, backstop_s: float = BACKSTOP_S):
         super().__init__(client, job_id, train_nodes, ckpt_dir, argv, env=env, hang_timeout=hang_timeout,
-                         max_restarts=max_restarts, ckpt_fails=ckpt_fails, notices=notices)
+                         max_restarts=max_restarts, ckpt_fails=ckpt_fails, notices=notices, backstop_s=backstop_s)
         self.r = groups
         self.m = train_nodes // groups
         self.heartbeat_ms = heartbeat_ms
@@ -320,6 +321,8 @@ def main(ckpt_dir: str, train_nodes: int, groups: int, argv: Sequence[str], hang
         print("slurm-ft supervisor: not inside a Slurm job (no SLURM_JOB_ID)", file=sys.stderr)
         return 2
     hb = os.environ.get(HEARTBEAT_ENV, "")
+    backstop_s = settings(os.environ.get("SLURMD_NODENAME", ""))[2]
     return GroupSupervisor(SlurmClient(), int(job), train_nodes, groups, ckpt_dir, argv,
                            heartbeat_ms=int(hb) if hb.isdigit() and 100 <= int(hb) <= 600_000 else HEARTBEAT_MS,
-                           hang_timeout=hang_timeout, max_restarts=max_restarts, ckpt_fails=ckpt_fails).run()
+                           hang_timeout=hang_timeout, max_restarts=max_restarts, ckpt_fails=ckpt_fails,
+                           backstop_s=backstop_s).run()

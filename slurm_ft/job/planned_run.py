@@ -212,17 +212,19 @@ class PlannedSwaps:
         return sup.launch(act.nodes, f"planned swap without {compress(act.failed)}"), allocation
 
 
-def settings(node: str) -> Tuple[float, Tuple[float, float]]:
-    """(lifecycle.planned_wait_s, (straggler_ratio, straggler_window_s) of the node type of `node`) from
-    slurm-ft's config where this job can read it, else the defaults (a job runs on without it)."""
+def settings(node: str) -> Tuple[float, Tuple[float, float], float]:
+    """(lifecycle.planned_wait_s, (straggler_ratio, straggler_window_s) of the node type of `node`,
+    lifecycle.job_backstop_s) from slurm-ft's config where this job can read it, else the defaults (a job
+    runs on without it)."""
     from slurm_ft.config import Config, SoftSignals, load_config  # lazy: yaml; the starter's own steps need none
     try:
         config = load_config()
     except Exception as exc:  # noqa: BLE001 - no config to read: the defaults
-        print(f"slurm-ft supervisor: config not read ({exc}); planned-swap defaults", file=sys.stderr)
+        print(f"slurm-ft supervisor: config not read ({exc}); planned-swap and backstop defaults", file=sys.stderr)
         config = Config()
     try:
         soft = config.health.type_of(node)[1].soft
     except Exception:  # noqa: BLE001 - a bad node_type_of entry: the defaults
         soft = SoftSignals()
-    return config.lifecycle.planned_wait_s, (soft.straggler_ratio, soft.straggler_window_s)
+    return (config.lifecycle.planned_wait_s, (soft.straggler_ratio, soft.straggler_window_s),
+            config.lifecycle.job_backstop_s)

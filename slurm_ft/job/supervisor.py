@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
 POLL_S = 0.05                # local only: the step's status and the output file's size
 BACKSTOP_S = 300.0           # a read of the job's nodes from Slurm, for a fault no notice reported
+                             # (lifecycle.job_backstop_s)
 BLIND_BACKSTOP_S = 10.0      # ... when the output is no file (no notices can be read)
 QUARANTINE_WAIT_S = 1.0      # after a fault, how long the relaunch waits for the controller's quarantine
                              # notice before it reads the partitions itself (a quarantined node may leave)
@@ -643,7 +644,7 @@ def main(ckpt_dir: str, train_nodes: Optional[int], argv: Sequence[str], hang_ti
     if not job.isdigit():
         print("slurm-ft supervisor: not inside a Slurm job (no SLURM_JOB_ID)", file=sys.stderr)
         return 2
-    wait_s, straggler = settings(os.environ.get("SLURMD_NODENAME", ""))
+    wait_s, straggler, backstop_s = settings(os.environ.get("SLURMD_NODENAME", ""))
     return Supervisor(SlurmClient(), int(job), train_nodes, ckpt_dir, argv, hang_timeout=hang_timeout,
-                      max_restarts=max_restarts, ckpt_fails=ckpt_fails, planned_wait_s=wait_s,
+                      max_restarts=max_restarts, ckpt_fails=ckpt_fails, planned_wait_s=wait_s, backstop_s=backstop_s,
                       straggler=straggler if train_nodes else (0.0, 0.0)).run()

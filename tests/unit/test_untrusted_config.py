@@ -126,3 +126,13 @@ def test_the_watchers_config_cache_parses_again_only_on_a_change_and_checks_owne
     d.chmod(0o777)
     with pytest.raises(ConfigError, match="writable by others"):
         cache.load(str(f))
+
+
+def test_a_sites_job_backstop_reaches_the_supervisor_and_a_backstop_of_seconds_is_refused(tmp_path, monkeypatch):
+    from slurm_ft.job.planned_run import settings as job_settings
+    with pytest.raises(ConfigError, match="lifecycle.job_backstop_s must be at least 10 seconds"):
+        load_config(str(_cfg(tmp_path, "lifecycle:\n  job_backstop_s: 2\n")))
+    monkeypatch.setenv("SLURM_FT_CONFIG", str(_cfg(tmp_path, "lifecycle:\n  job_backstop_s: 900\n")))
+    assert job_settings("gpu001")[2] == 900.0
+    monkeypatch.setenv("SLURM_FT_CONFIG", str(tmp_path / "none.yaml"))     # unreadable: the default, 5 minutes
+    assert job_settings("gpu001")[2] == 300.0
