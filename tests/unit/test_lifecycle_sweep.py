@@ -188,6 +188,24 @@ def test_sweep_writes_metrics_and_holds_a_lock(tmp_path):
             sweep_locked(cfg, s, wait_s=1)
 
 
+def test_a_quiet_sweep_reads_every_node_once_and_a_sweep_that_acted_reads_them_again(tmp_path):
+    """Each read of every node is one of the whole fleet for slurmctld: a sweep with nothing to do (every
+    10 minutes, with its metrics) makes one; one that changed Slurm reads again to count the pool."""
+    cfg, s = config(tmp_path), ModelSlurm()
+    sweep_locked(cfg, s, wait_s=1)                      # records the spares
+    s.reads.clear()
+    report = sweep_locked(cfg, s, wait_s=1)
+    assert report.changes == [] and s.reads.count(("fleet",)) == 1
+    assert 'slurm_ft_nodes{state="spare"} 2' in Path(cfg.lifecycle.metrics_path).read_text()
+    s.recover("gpu002", "gpu005")
+    s.reads.clear()
+    report = sweep_locked(cfg, s, wait_s=1)
+    assert "gpu002: failed -> quarantined (drained and out of the partitions)" in report.changes
+    assert s.reads.count(("fleet",)) == 3               # the planned retests and the pool read after the quarantine
+    assert report.pool_size == 1
+    assert 'slurm_ft_nodes{state="quarantined"} 1' in Path(cfg.lifecycle.metrics_path).read_text()
+
+
 def test_validation_script_quotes_everything():
     text = validation_script("gpu001", ["full", "burnin"], ["/opt/my env/python", "-m", "slurm_ft", "check"],
                              ["--output=/x/gpu001.out"])

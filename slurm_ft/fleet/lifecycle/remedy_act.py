@@ -71,10 +71,12 @@ def snapshot_plan(sweeper: SweepApi, nodes: Optional[Sequence[Node]] = None
         recent=store.history_since(now - lc.remediation.budget_window_s))
 
 
-def run(sweeper: SweepApi, report: SweepReport, *, dry_run: bool = False, only_planned: bool = False) -> List[str]:
+def run(sweeper: SweepApi, report: SweepReport, *, dry_run: bool = False, only_planned: bool = False,
+        nodes: Optional[Sequence[Node]] = None) -> List[str]:
     """Plan and act (or only report with `dry_run`); returns the nodes to validate in this sweep.
-    `only_planned`: the retests of nodes out for a planned swap alone (the sweep runs them in every mode)."""
-    steps, budget = snapshot_plan(sweeper)
+    `only_planned`: the retests of nodes out for a planned swap alone (the sweep runs them in every mode).
+    `nodes`: the sweep's read of Slurm where it still holds (else one is made)."""
+    steps, budget = snapshot_plan(sweeper, nodes)
     if not only_planned:        # the budget is the repairs' (a retest spends none): the remediation pass's own
         sweeper.store.kv_set_json(BUDGET_KEY, budget.to_dict())
         _alert_budget(sweeper, report, budget)

@@ -70,6 +70,7 @@ class Sweeper:
         self.lemon = _Lemon(lemon_k=self.lc.lemon_incidents, lemon_window_s=self.lc.lemon_window_days * 86400.0)
         # every partition/reservation edit as a delta under the fleet lock the controller takes too
         self.membership = Membership.from_config(client, config, f"{actor}'s partition change")
+        self.last_nodes: Optional[Sequence[Node]] = None   # Slurm's nodes at the end of the last pass
 
     # --- the pass ---------------------------------------------------------------------------
 
@@ -91,10 +92,14 @@ class Sweeper:
         for name in work.revalidate:
             self._guarded(report, name, lambda: revalidate.update(self._revalidate(report, by_name[name])))
         remedied: List[str] = []
+        # the first read stands for the whole pass while the pass has changed nothing in Slurm: a quiet sweep
+        # reads every node once (each read is one of the whole fleet for slurmctld)
+        unchanged = nodes if not (work.changes or work.revalidate or report.changes or report.errors) else None
         if self.lc.remediation.mode != "off":   # reset, reboot or RMA what the policy can decide alone
-            remedied = remedy_act.run(self, report, dry_run=self.lc.remediation.mode == "dry_run")
+            remedied = remedy_act.run(self, report, dry_run=self.lc.remediation.mode == "dry_run", nodes=unchanged)
+            unchanged = unchanged if not (remedied or report.changes or report.errors) else None
         if self.lc.remediation.mode != "on":    # a planned swap's node is validated in every mode: nothing to repair
-            remedied += remedy_act.run(self, report, only_planned=True)
+            remedied += remedy_act.run(self, report, only_planned=True, nodes=unchanged)
         if remedied:
             by_name.update({n.name: n for n in self.client.nodes(remedied)})
         running: Dict[str, int] = {}
@@ -112,7 +117,7 @@ class Sweeper:
         for name in work.recheck:
             self._guarded(report, name, lambda: running.update(self._start(report, by_name[name], recheck=True)))
         self._wait(report, running, self.lc.validate_wait_s if wait_s is None else wait_s)
-        self._pool(report)
+        self._pool(report, unchanged if not (remedied or running or report.changes or report.errors) else None)
         report.finished = self.clock()
         self.store.kv_set_json("last_sweep", {"time": report.finished, "elapsed_s": report.finished - report.started,
                                               "changes": len(report.changes), "alerts": len(report.alerts)})
@@ -346,8 +351,9 @@ class Sweeper:
 
     # --- the pool against the plan ------------------------------------------------------------
 
-    def _pool(self, report: SweepReport) -> None:
-        nodes = self.client.nodes()
+    def _pool(self, report: SweepReport, nodes: Optional[Sequence[Node]] = None) -> None:
+        nodes = self.client.nodes() if nodes is None else nodes
+        self.last_nodes = nodes
         records = self.store.records()
         good = [n for n in nodes if self.spare in n.partitions and n.available
                 and (records[n.name].state if n.name in records else State.SPARE) is State.SPARE]
@@ -440,9 +446,10 @@ def sweep_locked(config: Config, client: SlurmApi, *, wait_s: Optional[float] = 
     """The whole sweep under the state directory's lock (Busy, exit 5, when another holds it)."""
     with FileLock(Path(config.state_dir) / "sweep.lock", "sweep"):
         with Store(config.state_dir) as store:
-            report = Sweeper(config, client, store, clock=clock).run(wait_s)
-            try:                                      # metrics after the pass, from the same store
-                fleet_view.write_metrics(config, client, store, report=report)
+            sweeper = Sweeper(config, client, store, clock=clock)
+            report = sweeper.run(wait_s)
+            try:                                      # metrics after the pass, from the same store and nodes
+                fleet_view.write_metrics(config, client, store, report=report, nodes=sweeper.last_nodes)
             except OSError as exc:
                 report.errors.append(f"metrics: cannot write {config.lifecycle.metrics_path}: {exc.strerror}")
     return report

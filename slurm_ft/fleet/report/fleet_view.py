@@ -94,10 +94,11 @@ class FleetView:
 
 
 def view(config: Config, client: SlurmApi, store: Store, *, now: Optional[float] = None,
-         with_target: bool = True) -> FleetView:
+         with_target: bool = True, nodes: Optional[Sequence[Node]] = None) -> FleetView:
+    """`nodes`: the caller's fresh read of every node (else one is made)."""
     now = time.time() if now is None else now
     spare = config.controller.spare_partition
-    nodes = client.nodes()
+    nodes = client.nodes() if nodes is None else list(nodes)
     records = store.records()
     recorded = {n: r.state for n, r in records.items()}
     states = {n.name: state_of(n, recorded, spare) for n in nodes}
@@ -162,13 +163,13 @@ def drain_rows(summary: Mapping[str, Any]) -> List[Tuple[str, str, Stats]]:
     return drain_stats.metric_rows(summary)
 
 
-def write_metrics(config: Config, client: SlurmApi, store: Store, *,
-                  report: Optional[SweepReport] = None) -> Optional[str]:
-    """Write the textfile if a path is configured; return the path written."""
+def write_metrics(config: Config, client: SlurmApi, store: Store, *, report: Optional[SweepReport] = None,
+                  nodes: Optional[Sequence[Node]] = None) -> Optional[str]:
+    """Write the textfile if a path is configured; return the path written. `nodes`: a fresh read, as `view`."""
     path = config.lifecycle.metrics_path
     if not path:
         return None
-    metrics.write(path, snapshot(view(config, client, store), goodput_rows(config, client, store)))
+    metrics.write(path, snapshot(view(config, client, store, nodes=nodes), goodput_rows(config, client, store)))
     return path
 
 
