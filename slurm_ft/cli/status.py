@@ -46,7 +46,7 @@ def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metri
                 from slurm_ft.fleet.report import fleet_view, metrics  # lazy: the fleet view is heavy; only --write-metrics
                 try:
                     metrics.write(config.lifecycle.metrics_path,
-                                  fleet_view.snapshot(v, fleet_view.goodput_rows(config, client, store)))
+                                  fleet_view.snapshot(v, fleet_view.goodput_rows(config, client, store, nodes=v.nodes)))
                 except OSError as exc:
                     raise EnvironmentProblem(f"cannot write {config.lifecycle.metrics_path}: {exc.strerror} "
                                              f"(lifecycle.metrics_path)") from None

@@ -240,3 +240,24 @@ def test_goodput_reads_each_directory_once_and_only_jobs_that_ran(tmp_path, monk
                                                 ("COMPLETED", 0, False), ("CANCELLED", 3, False)])
 def test_which_jobs_the_metrics_follow(state, restart, want):
     assert job_progress.followed(SimpleNamespace(state=state, restart_count=restart)) is want
+
+
+def test_the_jobs_gpus_come_from_one_read_of_every_node_for_all_the_jobs(tmp_path):
+    """A job's nodes, read by name, are a read of every node for slurmctld: 100 jobs would be 100 of them a
+    minute from the metrics cron. The metrics' own read serves every job; without one, one read serves all."""
+    from dataclasses import replace
+    from slurm_ft.fleet.report import fleet_view
+    cfg, s, store = _rows_env(tmp_path)
+    s.n = {x: replace(n, gres="gpu:4") for x, n in s.n.items()}
+    for jid, nodes in ((1, ("gpu001", "gpu002")), (2, ("gpu003", "gpu004")), (3, ("gpu005", "gpu006"))):
+        _tagged(s, jid, str(tmp_path / f"ck{jid}"))
+        s.j[jid] = replace(s.j[jid], nodes=nodes, tres_per_node="", num_nodes=2)
+        (tmp_path / f"ck{jid}").mkdir()
+    with store:
+        rows = fleet_view.goodput_rows(cfg, s, store)
+        assert s.reads.count(("fleet",)) == 1
+        assert sorted((j, r["gpus"]) for j, r in rows) == [(1, 8), (2, 8), (3, 8)]
+        s.reads.clear()
+        again = fleet_view.goodput_rows(cfg, s, store, nodes=s.nodes())
+        assert s.reads.count(("fleet",)) == 1             # the caller's read alone
+        assert sorted((j, r["gpus"]) for j, r in again) == [(1, 8), (2, 8), (3, 8)]

@@ -169,17 +169,21 @@ def write_metrics(config: Config, client: SlurmApi, store: Store, *, report: Opt
     path = config.lifecycle.metrics_path
     if not path:
         return None
-    metrics.write(path, snapshot(view(config, client, store, nodes=nodes), goodput_rows(config, client, store)))
+    v = view(config, client, store, nodes=nodes)
+    metrics.write(path, snapshot(v, goodput_rows(config, client, store, nodes=v.nodes)))
     return path
 
 
 def goodput_rows(config: Config, client: SlurmApi, store: Store, *, total_s: float = GOODPUT_TOTAL_S,
-                 clock: Callable[[], float] = time.monotonic) -> List[Tuple[int, Dict[str, Any]]]:
+                 clock: Callable[[], float] = time.monotonic, nodes: Optional[Sequence[Node]] = None
+                 ) -> List[Tuple[int, Dict[str, Any]]]:
     """(job id, its goodput dict) of each fault-tolerant job that runs or was requeued after running
     (job_progress.followed). Each checkpoint directory is read once, however many jobs name it, and all
     of them within `total_s`: a job whose directory cannot be read in time, or is not reached before
     that, is left out (and logged), never guessed; so is everything when Slurm cannot say which jobs
-    are fault-tolerant."""
+    are fault-tolerant. `nodes`: the caller's read of every node, for the jobs' GPUs (else one read for
+    all the jobs: a job's own nodes are, to slurmctld, a read of every node each)."""
+    by_name = {n.name: n for n in nodes} if nodes is not None else None
     try:
         jobs = job_progress.ft_jobs(config, client)
     except SlurmFTError as exc:
@@ -206,7 +210,10 @@ def goodput_rows(config: Config, client: SlurmApi, store: Store, *, total_s: flo
             log.error("goodput of job %s not known: %s", job.job_id, got)
             continue
         try:
-            rows.append((job.job_id, job_progress.goodput_of(store.db, client, job, spec, time.time(), got).to_dict()))
+            if by_name is None and job.nodes and not job.tres_per_node:
+                by_name = {n.name: n for n in client.nodes()}
+            rows.append((job.job_id, job_progress.goodput_of(store.db, client, job, spec, time.time(), got,
+                                                             nodes=by_name).to_dict()))
         except SlurmFTError as exc:
             log.error("goodput of job %s not known: %s", job.job_id, exc)
     if late:

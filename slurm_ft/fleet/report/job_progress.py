@@ -18,7 +18,7 @@ import re
 import sqlite3
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft import heartbeat
 from slurm_ft.fleet.recovery import journal
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from slurm_ft.config import Config
     from slurm_ft.job.tag import FtSpec
     from slurm_ft.slurm.api import SlurmApi
-    from slurm_ft.slurm.types import Job
+    from slurm_ft.slurm.types import Job, Node
 
 MAX_STARTS_BYTES = 1 << 20
 MAX_RANKS_READ = 4096
@@ -290,8 +290,14 @@ def ft_jobs(config: Config, client: SlurmApi, job_ids: Optional[Iterable[int]] =
 
 
 def goodput_of(conn: sqlite3.Connection, client: SlurmApi, job: Job, spec: FtSpec, now: float,
-               read: Optional[DirFiles] = None) -> Goodput:
+               read: Optional[DirFiles] = None, nodes: Optional[Mapping[str, Node]] = None) -> Goodput:
     """The job's goodput, its GPUs counted from Slurm's record (TresPerNode, else its nodes' Gres);
-    `read`: its checkpoint directory, already read (read_dir)."""
-    gres = [n.gres for n in client.nodes(list(job.nodes))] if job.nodes and not job.tres_per_node else []
+    `read`: its checkpoint directory, already read (read_dir); `nodes`: the caller's read of every node
+    (else the job's are read: for more than one node, a read of every node)."""
+    gres: List[str] = []
+    if job.nodes and not job.tres_per_node:
+        if nodes is not None and all(x in nodes for x in job.nodes):
+            gres = [nodes[x].gres for x in job.nodes]
+        else:
+            gres = [n.gres for n in client.nodes(list(job.nodes))]
     return observe(conn, job, spec.ckpt_dir, job_gpus(job, gres), now, read=read)
