@@ -14,7 +14,8 @@ two phases of --minutes each, on the same job shapes:
             component runs. What slurmctld spends for the jobs themselves (pings, steps, ...).
   with      the same shapes submitted with `slurm-ft sbatch` (half with --hot-spares 1: their batch step is
             the supervisor), `slurm-ft controller run` at its deployed cadence (controller.interval_s, woken
-            by the nodes), and a fault every --fault-every seconds: a fatal Xid on a node of one job (hot-spare
+            by the nodes), the controller host's crons (the metrics every minute, the sweep every 10), and
+            a fault every --fault-every seconds: a fatal Xid on a node of one job (hot-spare
             and requeue jobs in turn), drained by `slurm-ft watch` on that node.
 
 The jobs belong to the lab's users (slurmft-u0..), --users of them, round robin: where Slurm's rate limiter
@@ -22,7 +23,7 @@ is on (rl_enable, the 24.11 and 26.05 labs) each user has one token bucket for a
 
 Printed per size: slurmctld CPU (% of one core) with and without, and slurm-ft's share (the difference,
 which a busy lab's own noise can hide); slurm-ft's RPC time in slurmctld (its supervisors' users' sdiag
-time, the controller's commands at their RPC types' average time, one node update a fault), the figure
+time, the controller's and the crons' commands at their RPC types' average time, one node update a fault), the figure
 that noise does not hide; RPCs per second by type and by user (sdiag, reset at each phase's start); per
 component: the controller's Slurm commands and RPCs per second (from its debug log), the supervisors' RPCs
 per second (their users', sdiag), the node side's per fault; each supervisor's CPU on its batch host (% of one core, mean and max); detection
@@ -318,6 +319,28 @@ class Faults:
         heal(self.lab.dir, rec["node"])
 
 
+class Crons:
+    """The controller host's cron lines at their deployed cadence (etc/cron.d/slurm-ft): `status
+    --write-metrics` every minute, the sweep every 10 minutes, both from the phase's start; each run's
+    Slurm commands land in its log (-vv), counted as the controller's are."""
+
+    def __init__(self, env: Dict[str, str], logs: Path):
+        self.env, self.logs = env, logs
+        self.runs = {"metrics": 0, "sweep": 0}
+
+    def __call__(self, deadline: float) -> None:
+        def loop(name: str, argv: List[str], every: float) -> None:
+            with open(self.logs / f"{name}.log", "a") as out:
+                while time.monotonic() < deadline:
+                    t_next = time.monotonic() + every
+                    subprocess.run([PY, "-m", "slurm_ft", "-vv", *argv], stdout=out, stderr=subprocess.STDOUT,
+                                   env=self.env, timeout=600, check=False)
+                    self.runs[name] += 1
+                    time.sleep(max(0.0, min(t_next, deadline) - time.monotonic()))
+        for name, argv, every in (("metrics", ["status", "--write-metrics"], 60.0), ("sweep", ["sweep"], 600.0)):
+            threading.Thread(target=loop, args=(name, argv, every), daemon=True).start()
+
+
 def controller_rpcs(log: Path, t0: float, t1: float, by_type: Dict[str, Dict[str, int]]) -> Dict[str, float]:
     """The controller's Slurm commands in [t0, t1] from its debug log, the RPCs they sent, and the
     slurmctld time they took: each RPC at its type's average in this phase's `sdiag` (the controller runs
@@ -367,6 +390,9 @@ def one_size(nodes: int, args) -> dict:
         config = work / "slurm-ft.yaml"
         data = yaml.safe_load(Path(lab.config_path).read_text()) or {}
         data["state_dir"] = str(work / "state")
+        # the metrics textfile in the work directory; the daily re-check of idle spares off (its validation
+        # jobs, one per spare on the first sweep, are a day's work, not a cost per minute)
+        data.setdefault("lifecycle", {}).update(metrics_path=str(work / "slurm_ft.prom"), spare_recheck_s=0)
         config.write_text(yaml.safe_dump(data))
         os.chmod(config, 0o644)
         ctl_log = work / "controller.log"
@@ -383,8 +409,9 @@ def one_size(nodes: int, args) -> dict:
             cpu0 = {j: proc_cpu_s(p) for j, p in sups.items()}
             ctl_cpu0 = proc_cpu_s(ctl.pid)
             faults = Faults(lab, jobs, args.fault_every, config)
+            crons = Crons(dict(lab.env(), SLURM_FT_CONFIG=str(config)), work)
             w0 = time.time()
-            with_ = Phase(lab, args.minutes).measure(faults)
+            with_ = Phase(lab, args.minutes).measure(lambda deadline: (crons(deadline), faults(deadline)))
             w1 = time.time()
             time.sleep(5)                       # the last fault's latencies
             secs = with_["seconds"]
@@ -392,6 +419,8 @@ def one_size(nodes: int, args) -> dict:
                                            if proc_cpu_s(p) > 0]
             with_["controller_cpu_pct"] = 100 * (proc_cpu_s(ctl.pid) - ctl_cpu0) / secs
             with_["controller"] = controller_rpcs(ctl_log, w0, w1, with_["sdiag"]["type"])
+            with_["crons"] = {name: dict(controller_rpcs(work / f"{name}.log", w0, w1, with_["sdiag"]["type"]),
+                                         runs=crons.runs[name]) for name in crons.runs}
             with_["faults"] = faults.done
             result["with"] = with_
         finally:
@@ -418,7 +447,9 @@ def summary(r: dict) -> dict:
     upd = w["sdiag"]["type"].get("REQUEST_UPDATE_NODE") or {}
     node_us = len(faults) * (upd["total_us"] / upd["count"] if upd.get("count") else 0.0)    # one drain a fault
     # the users' RPCs, all of them: their jobs sleep, so what they ask is their supervisors' (and relaunches')
-    ft_ms = user_us / 1000 + w["controller"]["rpc_ms_per_s"] * secs + node_us / 1000
+    crons = w.get("crons", {})
+    cron_ms = sum(c["rpc_ms_per_s"] for c in crons.values())
+    ft_ms = user_us / 1000 + (w["controller"]["rpc_ms_per_s"] + cron_ms) * secs + node_us / 1000
     return {
         "nodes": r["nodes"],
         "slurmctld_cpu_pct_without": round(wo["slurmctld_cpu_pct"], 2),
@@ -433,6 +464,8 @@ def summary(r: dict) -> dict:
         "controller_rpc_per_s": round(w["controller"]["rpcs_per_s"], 3),
         "controller_rpc_ms_per_s": round(w["controller"]["rpc_ms_per_s"], 3),
         "controller_cpu_pct": round(w["controller_cpu_pct"], 2),
+        **{f"{name}_cron_rpc_per_s": round(c["rpcs_per_s"], 3) for name, c in crons.items()},
+        **{f"{name}_cron_rpc_ms_per_s": round(c["rpc_ms_per_s"], 3) for name, c in crons.items()},
         "supervisor_cpu_pct_mean": round(statistics.mean(sup), 3) if sup else None,
         "supervisor_cpu_pct_max": round(max(sup), 3) if sup else None,
         "faults": len(faults),
