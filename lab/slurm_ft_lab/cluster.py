@@ -888,17 +888,27 @@ def _is_our_process(pid: int, name: str, lab: Lab) -> bool:
     return any(a == str(lab.conf) or a.startswith(nodes_etc) for a in argv)
 
 
+def _mount_ns(pid: int) -> Optional[str]:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
 def _leftovers(directory: Path) -> List[int]:
     """What our slurmds left behind: slurmstepd processes, and hooks (a HealthCheckProgram that
-    slurmd started as it was stopped outlives it). Their children are found by _descendants."""
+    slurmd started as it was stopped outlives it). Their children are found by _descendants. Only
+    processes that see our files: a clean room's lab (ci/cleanroom) has the same path on its own /tmp,
+    and its steps are visible from the host (a host lab's `down` killed a CI room's job steps)."""
     hooks = f"{directory}/hooks/"
+    ours = _mount_ns(os.getpid())
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         argv = _proc_cmdline(pid)
-        if not argv or not _alive(pid):
+        if not argv or not _alive(pid) or _mount_ns(pid) != ours:
             continue
         step = argv[0].startswith("slurmstepd") and _proc_env(pid).get(MARKER_ENV) == str(directory)
         if step or any(a.startswith(hooks) for a in argv[:2]):
