@@ -908,10 +908,10 @@ def _leftovers(directory: Path) -> List[int]:
             continue
         pid = int(entry.name)
         argv = _proc_cmdline(pid)
-        if not argv or not _alive(pid) or _mount_ns(pid) != ours:
+        if not argv or not _alive(pid):
             continue
         step = argv[0].startswith("slurmstepd") and _proc_env(pid).get(MARKER_ENV) == str(directory)
-        if step or any(a.startswith(hooks) for a in argv[:2]):
+        if (step or any(a.startswith(hooks) for a in argv[:2])) and _mount_ns(pid) == ours:
             pids.append(pid)
     return pids
 

@@ -83,7 +83,7 @@ class Controller:
         self.sleep = sleep
         self.on_step = on_step          # called (step, outcome, detail, now) after each act: the demo's timeline
         self.on_journal = on_journal    # called (step kind, "intent" | "result") right after each journal write
-        self._seen_at: Optional[float] = None   # when the snapshot the current steps come from was read
+        self._snap: Optional[Snapshot] = None   # the snapshot the current steps come from
         self._breaker_said = False
         self.membership = Membership.from_config(client, config, "controller's partition change")
         self._scans = Scanner(self.cc.ckpt_scan_s)
@@ -258,7 +258,7 @@ class Controller:
         while True:
             snap = self.observe_woken(woken) if woken else None
             if snap is not None:      # a node's wake: its job's incident opened on that read, the rest on a full one
-                self._seen_at = snap.taken_at
+                self._snap = snap
                 opens = [s for s in plan(snap, jn.state(self.conn, snap.taken_at), self.policy, snap.taken_at)
                          if s.kind == "open" and woken & set(s.nodes)]
                 for step in self._scans_first(opens, snap):
@@ -268,7 +268,7 @@ class Controller:
                 continue
             woken = set()
             snap = self.observe()
-            self._seen_at = snap.taken_at     # read after the jobs: what it shows happened before
+            self._snap = snap                 # read after the jobs: what it shows happened before
             incidents = jn.state(self.conn, snap.taken_at)
             steps = plan(snap, incidents, self.policy, snap.taken_at)
             self._alert([s for s in steps if s.kind == "alert"])
@@ -396,8 +396,10 @@ class Controller:
         spec = trust.spec_of(job, self.trusted_field())
         found = self._scans.verdict(spec.ckpt_dir) if spec and spec.ckpt_dir and self.cc.read_progress else None
         ckpt_step = found.step if found is not None else None
-        snap_nodes = {n.name: n for n in self.client.nodes(sorted(step.nodes))}   # one: no read of every node
-        fault_at = fault_time(Snapshot(nodes=snap_nodes, jobs={}, partitions={}), step.nodes)
+        snap = self._snap     # the read the step was planned on holds its nodes: no second read of them
+        if snap is None or not set(step.nodes) <= set(snap.nodes):
+            snap = Snapshot(nodes={n.name: n for n in self.client.nodes(sorted(step.nodes))}, jobs={}, partitions={})
+        fault_at = fault_time(snap, step.nodes)
         path = step.path or REQUEUE
         supervised = policies.of_path(path).supervised and spec is not None
         # the job does not restart on a supervisor's path: no checkpoint hold (its supervisor relaunches in
@@ -588,7 +590,7 @@ class Controller:
         now = self.clock()
         if requeue is None or requeue.outcome != "ok" or now - (requeue.done_at or now) > 3.0:
             return
-        killed_by = self._seen_at or now      # the snapshot that showed the job PENDING: the kill came before
+        killed_by = self._snap.taken_at if self._snap else now   # the read that showed it PENDING: the kill came before
         wait = int(killed_by) + 1.02 - now
         if wait > 0:
             self.sleep(wait)
