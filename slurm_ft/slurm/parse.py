@@ -13,7 +13,7 @@ import json
 import re
 import time
 from dataclasses import replace
-from typing import (Any, Callable, Collection, Dict, FrozenSet, Iterable, List, Mapping, Optional, Pattern, Sequence,
+from typing import (Any, Callable, Collection, Dict, FrozenSet, Iterable, List, Mapping, Optional, Pattern, Sequence, Set,
                     Tuple)
 
 from slurm_ft.errors import UsageError
@@ -139,7 +139,8 @@ def parse_records(text: str, keys: Iterable[str],
 
     Records are split at newlines only (not at U+2028 and the other breaks str.splitlines knows, which
     free text may hold), and a line that does not start with the first record's first key continues
-    the record before it (a newline inside a comment).
+    the record before it (a newline inside a comment). A record name seen twice is refused (ValueError):
+    a newline in one record's free text followed by `JobId=<another job>` would read as that job's record.
     """
     parse_line = parse_line or (lambda line: parse_kv_line(line, keys))
     lines: List[str] = []
@@ -153,7 +154,16 @@ def parse_records(text: str, keys: Iterable[str],
             lines.append(line)
         else:
             lines[-1] += "\n" + line
-    return [parse_line(line) for line in lines if line.strip()]
+    records = [parse_line(line) for line in lines if line.strip()]
+    key = first[:-1]
+    seen: Set[str] = set()
+    for rec in records:
+        name = rec.get(key)
+        if name is not None:
+            if name in seen:
+                raise ValueError(f"{key}={name} twice in one read: a record forged in free text?")
+            seen.add(name)
+    return records
 
 
 def parse_job_line(line: str, order: Tuple[str, ...] = JOB_ORDER,

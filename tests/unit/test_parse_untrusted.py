@@ -45,6 +45,28 @@ def test_newline_in_a_comment_continues_the_record():
     assert job.job_id == 2 and job.comment == "line one\nline two" and job.std_out.endswith("slurm-2.out")
 
 
+def test_a_newline_and_another_jobs_id_in_a_comment_forge_no_record_of_that_job():
+    """Review 2026-12-07 #6: `x<newline>JobId=1 ... JobState=PENDING` in job 2's comment would be a second
+    record of job 1, which `jobs()` keeps over the real one. A record id seen twice is refused (the read
+    fails loudly) rather than guessed."""
+    real = next(r for r in RECORDS if r.startswith("JobId=1 "))
+    forged = _with(PENDING, comment="x\nJobId=1 JobName=forged JobState=PENDING NodeList=(null)")
+    with pytest.raises(ValueError, match="JobId=1 twice"):
+        parse.parse_jobs_kv(real + "\n" + forged + "\n")
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=120))
+def test_no_comment_makes_a_second_record_of_a_job_that_is_listed(comment):
+    """Whatever a comment holds (newlines, Slurm's keys), the jobs read are the listed ones, each once."""
+    real = next(r for r in RECORDS if r.startswith("JobId=1 "))
+    try:
+        jobs = parse.parse_jobs_kv(real + "\n" + _with(PENDING, comment=comment) + "\n")
+    except ValueError:
+        return
+    assert [j.job_id for j in jobs] == [1, 2]
+    assert jobs[0].state == parse.parse_jobs_kv(real)[0].state
+
+
 def test_comment_forging_a_later_field_does_not_steer_it():
     (job,) = parse.parse_jobs_kv(_with(PENDING, comment="a StdOut=/tmp/forged"))
     assert job.std_out.endswith("slurm-2.out") and job.comment == "a StdOut=/tmp/forged"

@@ -635,3 +635,24 @@ def test_pending_job_slurm_requeued_off_a_failed_node_opens_an_incident_whatever
         j = job("PENDING", nodes=(), restart=1, reason=reason, held=True)
         snap = cluster(train, jobs=[j], placements={7: {0: Placement(7, 0, tuple(TRAIN), NOW - 60)}})
         assert plan(snap, [], P, NOW) == [], reason
+
+
+PLANNED_REASON = "slurm-ft: PLANNED CLOCK_SLOW gpu0 SM clock at 50%"
+
+
+def test_a_users_requeue_claims_no_planned_node_its_job_never_ran_on():
+    """Review 2026-12-07 #2: bob's job ran on gpu001-002 and he requeues it himself, nothing failed; gpu004
+    idles in the partition drained PLANNED after another job's run there. No incident takes gpu004 (no
+    spare moves for it, no StartTime=now for bob): neither on its own nor "along" with a fault of his run.
+    A PLANNED node of his own last run is still swapped before he starts again."""
+    nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE"), node("gpu003", "IDLE"),
+             node("gpu004", "IDLE", {"DRAIN"}, PLANNED_REASON)]
+    j = job("PENDING", nodes=(), restart=1, reason="BeginTime")
+    assert plan(cluster(nodes, jobs=[j], placements=ran(("gpu001", "gpu002"))), [], P, NOW) == []
+    nodes[1] = node("gpu002", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu3 fell off the bus")
+    steps = plan(cluster(nodes, jobs=[j], placements=ran(("gpu001", "gpu002"))), [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
+    nodes[1] = node("gpu002", "IDLE", {"DRAIN"}, PLANNED_REASON)
+    steps = plan(cluster(nodes, jobs=[j], placements=ran(("gpu001", "gpu002"))), [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
+    assert plan(cluster(nodes, jobs=[j]), [], P, NOW) == []     # its last run unknown: nothing claimed

@@ -97,7 +97,7 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettin
             if job.job_id in busy or job.job_id not in snap.specs:
                 continue
             step = _detect(job, snap, incidents, policy, claimed | hold, now) or _detect_planned(
-                job, snap, incidents, policy, claimed)
+                job, snap, incidents, policy, claimed, now)
             if step is None:
                 continue
             if step.kind == "open":
@@ -173,7 +173,7 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Con
         # Requeued (launch failed, node failure, its owner's `scontrol requeue`): the failed nodes are those
         # of its last run, as Slurm still lists them or as the journal saw them run; never the other failed
         # nodes of the partition, which are no fault of this job's.
-        cands = job.nodes or (prev.nodes if prev is not None else ())
+        cands = _last_run_nodes(job, prev)
         failed = [n for n in cands if n not in job.excluded_nodes and failure(snap.nodes.get(n), policy)
                   and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
         if not cands:
@@ -200,7 +200,7 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Con
     path = policies.claim(job, spec, in_run).path if job.running and hit_run is None else REQUEUE
     # out for a planned swap: they leave with this restart too (no second restart for them later); on a
     # supervisor's path only while it still holds enough nodes without them (a degraded node beats a requeue)
-    along = [n for n in (job.nodes if job.running else (job.nodes or snap.partitions[part].nodes))
+    along = [n for n in (job.nodes if job.running else _last_run_nodes(job, prev))
              if degraded(snap.nodes.get(n)) and n not in claimed and n not in failed and n not in job.excluded_nodes
              and (job.running or snap.nodes[n].state not in ("ALLOCATED", "MIXED"))]
     if along and path != REQUEUE and policies.claim(job, spec, in_run + along).path != path:
@@ -212,7 +212,7 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Con
 
 
 def _detect_planned(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettings,
-                    claimed: Set[str]) -> Optional[Step]:
+                    claimed: Set[str], now: float) -> Optional[Step]:
     """An `open` step (planned) for an FT job with nodes out for a planned swap that no incident of this
     run named yet: while it runs (its supervisor moves at a checkpoint, or the swap waits for its next
     restart), or pending again after a restart (a spare takes their place before it starts)."""
@@ -223,7 +223,7 @@ def _detect_planned(job: Job, snap: Snapshot, incidents: Sequence[Incident], pol
     if job.running:
         cands: Sequence[str] = job.nodes
     elif job.state in PENDING_STATES and job.restart_count and not reason_in(job.reason, PEOPLE_HOLDS):
-        cands = [n for n in (job.nodes or snap.partitions[part].nodes)
+        cands = [n for n in _last_run_nodes(job, _previous_run(job, snap, policy, now))
                  if n not in job.excluded_nodes and snap.nodes.get(n) is not None
                  and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
     else:
@@ -235,6 +235,12 @@ def _detect_planned(job: Job, snap: Snapshot, incidents: Sequence[Incident], pol
     return Step("open", job.job_id, nodes=tuple(out), partition=part,
                 path=planned_path(snap.specs.get(job.job_id), job.nodes, job.batch_host, job.running, in_run),
                 reason="; ".join(f"{n}: {snap.nodes[n].reason}" for n in out))
+
+
+def _last_run_nodes(job: Job, prev: Optional[Placement]) -> Tuple[str, ...]:
+    """Where a requeued job ran last: as Slurm still lists it, or as the journal saw it run; never the
+    partition's other nodes, which are no doing of this job's (its owner can requeue it at will)."""
+    return job.nodes or (prev.nodes if prev is not None else ())
 
 
 def _previous_run(job: Job, snap: Snapshot, policy: ControllerSettings, now: float) -> Optional[Placement]:
