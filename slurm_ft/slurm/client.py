@@ -236,7 +236,7 @@ class SlurmClient:
         names = _node_list(nodes)
         check_reason(reason)
         self.nodes(names)                    # unknown names -> UsageError before anything changes
-        self._run(["scontrol", "update", f"NodeName={compress(names)}", "State=DRAIN", f"Reason={reason}"])
+        self._set_state(names, "DRAIN", reason)
         return names
 
     def resume(self, nodes: NodeSpec) -> List[str]:
@@ -249,12 +249,17 @@ class SlurmClient:
             if not todo:
                 return []
             try:
-                self._run(["scontrol", "update", f"NodeName={compress(todo)}", "State=RESUME"])
+                self._set_state(todo, "RESUME")
                 return todo
             except SlurmError as exc:        # a node changed state between our read and the update
                 if "Invalid node state" not in exc.stderr or attempt == 2:
                     raise
         return []
+
+    def _set_state(self, names: List[str], state: str, reason: Optional[str] = None) -> None:
+        """The one write of a node state (DRAIN with its reason, RESUME): what a backend changes."""
+        self._run(["scontrol", "update", f"NodeName={compress(names)}", f"State={state}",
+                   *([f"Reason={reason}"] if reason is not None else [])])
 
     def reboot(self, nodes: NodeSpec, reason: str) -> List[str]:
         """`scontrol reboot ASAP nextstate=DOWN reason=...`: drained now, rebooted once idle (Slurm runs

@@ -7,19 +7,26 @@ no Slurm 25.11: CI runs this backend in its bookworm-25.11 room (Slurm built fro
 Reads of every node (and of a job's nodes, filtered from them) and node drains/resumes go through the
 library: one RPC, no process start, no text to parse (the cost of each read both ways at fleet size:
 bench/scale.py, README). One node, one job and the partitions stay with the commands backend, whose
-calls this class inherits: the library saves little there. The behaviour users see stays the same.
+calls this class inherits: the library saves little there. The behaviour users see stays the same:
+the same fields of every node (tests/lab/test_client_contract.py compares both backends' reads field by
+field), the same nodes resumed, and each call bounded by the client's timeout (a libslurm call cannot be
+interrupted: it is left to finish in a daemon thread while the caller gets SlurmTimeout).
 """
 from __future__ import annotations
 
 import importlib.util
 import os
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, TypeVar
 
 from slurm_ft.errors import CommandError, UsageError
 from slurm_ft.slurm.types import Node
 from slurm_ft.slurm import parse
-from slurm_ft.slurm.api import NodeSpec, SlurmApi
-from slurm_ft.slurm.client import SlurmClient, SlurmError, _node_list, check_reason
+from slurm_ft.slurm.api import SlurmApi
+from slurm_ft.slurm.client import SlurmClient, SlurmError, SlurmTimeout
+from slurm_ft.vocab import slurm_time
+
+T = TypeVar("T")
 
 
 DEFAULT_CONF = "/etc/slurm/slurm.conf"   # libslurm's own default (a build's sysconfdir; Debian's and ours)
@@ -75,6 +82,20 @@ def unusable_reason(commands: SlurmClient) -> Optional[str]:
     return None
 
 
+def reason_time(node: Any) -> str:
+    """A pyslurm Node's ReasonTime as the commands print it (`2026-11-29T16:30:05`, local), "" for none.
+    pyslurm releases differ: `reason_time` is epoch seconds in some, formatted text beside
+    `reason_time_raw` in others. Without it the breaker would count every slurm-ft drain of any age as
+    taken out now (review 2026-12-07 #1)."""
+    raw = getattr(node, "reason_time_raw", None)
+    if raw is None:
+        raw = getattr(node, "reason_time", None)
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return parse.format_epoch(int(raw))
+    text = str(raw or "").replace(" ", "T", 1)
+    return text if slurm_time(text) is not None else ""
+
+
 class PySlurmClient(SlurmClient):
     backend = "pyslurm"
 
@@ -82,18 +103,36 @@ class PySlurmClient(SlurmClient):
         wanted = None if among is None else set(among)
         return [n for n in self._all_nodes() if wanted is None or n.name in wanted]
 
+    def _bounded(self, what: List[str], call: Callable[[], T]) -> T:
+        """`call()` within self.timeout; past it SlurmTimeout (the call goes on in its daemon thread)."""
+        value: List[T] = []
+        error: List[Exception] = []
+
+        def target() -> None:
+            try:
+                value.append(call())
+            except Exception as exc:            # pyslurm.RPCError and friends
+                error.append(exc)
+
+        worker = threading.Thread(target=target, name=f"slurm-ft {what[0]}", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if worker.is_alive():
+            raise SlurmTimeout(what, None, "", f"`{' '.join(what)}` timed out after {self.timeout:g} s")
+        if error:
+            raise SlurmError(what, None, str(error[0])) from None
+        return value[0]
+
     def _all_nodes(self) -> List[Node]:
         pyslurm = _import(self.env.get("SLURM_CONF"))
-        try:
-            loaded = pyslurm.Nodes.load()
-        except Exception as exc:                # pyslurm.RPCError and friends
-            raise SlurmError(["pyslurm.Nodes.load"], None, str(exc)) from None
+        loaded = self._bounded(["pyslurm.Nodes.load"], pyslurm.Nodes.load)
         out = []
         for n in loaded.values():            # a map of name -> Node (pyslurm 25.11)
             state, flags = parse.parse_node_state(str(n.state or "UNKNOWN"))
             out.append(Node(
                 name=n.name, state=state, flags=flags, reason=n.reason or "",
                 reason_user=(n.reason_user or "") if n.reason else "",   # pyslurm names one with no reason
+                reason_time=reason_time(n) if n.reason else "",
                 partitions=tuple(n.partitions or ()),
                 gres=",".join(f"{k}:{v}" for k, v in (n.configured_gres or {}).items()),
                 cpus=int(n.total_cpus or 0), real_memory_mb=int(n.real_memory or 0),
@@ -101,27 +140,13 @@ class PySlurmClient(SlurmClient):
             ))
         return out
 
-    def _modify(self, names: List[str], **changes: Any) -> None:
+    def _set_state(self, names: List[str], state: str, reason: Optional[str] = None) -> None:
         pyslurm = _import(self.env.get("SLURM_CONF"))
+        changes = {"state": state, **({"reason": reason} if reason is not None else {})}
         for name in names:                   # one RPC per node: Nodes("a,b") splits a hostlist's commas
-            try:
+            def modify(name: str = name) -> None:
                 pyslurm.Node(name).modify(pyslurm.Node(**changes))
-            except Exception as exc:
-                raise SlurmError(["pyslurm.Node.modify", name], None, str(exc)) from None
-
-    def drain(self, nodes: NodeSpec, reason: str) -> List[str]:
-        names = _node_list(nodes)
-        check_reason(reason)
-        self.nodes(names)
-        self._modify(names, state="DRAIN", reason=reason)
-        return names
-
-    def resume(self, nodes: NodeSpec) -> List[str]:
-        current = self.nodes(_node_list(nodes))
-        todo = [n.name for n in current if n.drained or n.down]
-        if todo:
-            self._modify(todo, state="RESUME")
-        return todo
+            self._bounded(["pyslurm.Node.modify", name], modify)
 
 
 __all__ = ["PySlurmClient", "unusable_reason", "UsageError"]

@@ -76,6 +76,54 @@ def test_unknown_names_are_clear_errors(client):
         client.requeue("12; rm")
 
 
+def _settled(read_commands, read_other, what, tries=5):
+    """(commands' read, the other backend's read) taken between two equal reads of the commands: what
+    Slurm shows did not change under the comparison."""
+    for _ in range(tries):
+        before, other, after = read_commands(), read_other(), read_commands()
+        if before == after:
+            return before, other
+        time.sleep(1)
+    pytest.fail(f"{what}: the cluster kept changing under {tries} comparisons")
+
+
+def test_both_backends_read_every_field_of_every_node_job_and_partition_alike(lab, tmp_path):
+    """Review 2026-12-07 #1: the pyslurm backend dropped each node's ReasonTime and no contract test saw
+    it. Both backends read the same live cluster (a drained node with its reason, user and time, a node
+    comment, a running job) and must give the same value in every field; each node field holds a value
+    somewhere in the read, so a field a backend drops (left at its default) fails here."""
+    from dataclasses import asdict, fields
+    from slurm_ft.slurm import pyslurm_backend
+    from slurm_ft.slurm.types import Node
+    problem = pyslurm_backend.unusable_reason(lab.client)
+    if problem:
+        pytest.skip(problem)
+    commands = get_client("commands", env={"SLURM_CONF": str(lab.conf)})
+    other = get_client("pyslurm", env={"SLURM_CONF": str(lab.conf)})
+    try:
+        commands.drain(["gpu002"], TRICKY_REASON)
+        commands.update_node("gpu003", Comment="slurm-ft:validated=2026-12-07")
+        jid = _sleep_job(commands, lab, tmp_path, 2)
+        wait_job_state(commands, jid, "RUNNING", 60)
+        for what, read in (("every node", lambda c: c.fleet_nodes()),
+                           ("named nodes", lambda c: c.nodes("gpu[001-003]")),
+                           ("one job's nodes", lambda c: c.fleet_nodes(c.job(jid).nodes))):
+            mine, theirs = _settled(lambda: [asdict(n) for n in read(commands)],
+                                    lambda: [asdict(n) for n in read(other)], what)
+            assert theirs == mine, f"{what}: " + "; ".join(
+                f"{a['name']}.{k}: commands {a[k]!r}, pyslurm {b.get(k)!r}"
+                for a, b in zip(mine, theirs) for k in a if a[k] != b.get(k))
+        empty = [f.name for f in fields(Node)
+                 if all(getattr(n, f.name) == f.default for n in commands.fleet_nodes())]
+        assert empty == [], f"no node holds a value in {empty}: a backend dropping them would pass"
+        mine_j, theirs_j = _settled(lambda: [asdict(j) for j in commands.jobs()],
+                                    lambda: [asdict(j) for j in other.jobs()], "jobs")
+        assert theirs_j == mine_j and jid in [j["job_id"] for j in mine_j]
+        assert [asdict(p) for p in other.partitions()] == [asdict(p) for p in commands.partitions()]
+    finally:
+        lab.reset()
+
+
 # --- node changes -------------------------------------------------------------------------------
 
 def test_drain_reason_comes_back_exactly(client, lab):
