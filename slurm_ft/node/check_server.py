@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple
 
 from slurm_ft.config import DEFAULT_PATH, ENV_VAR
 from slurm_ft.fsutil import refuse_unsafe
+from slurm_ft.node.check_lock import CheckLock
 from slurm_ft.node import check_socket as proto, jobscope
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class CheckServer:
     SOCKET_UMASK = 0o177     # srw-------: root's hooks only (and SO_PEERCRED checked again per connection)
     DIR_MODE = 0o700         # the socket's directory, when the server makes it
 
-    def __init__(self, node: str, handler: Handler, lock: threading.Lock,
+    def __init__(self, node: str, handler: Handler, lock: CheckLock,
                  env: Optional[Mapping[str, str]] = None) -> None:
         self.node = node
         self.handler = handler

@@ -13,8 +13,10 @@ in what it reads, what it writes and how often a user may ask:
   names processes; this is the second line of that guarantee), and none of the watcher's log lines.
 * rate: a token bucket per uid (BURST questions, then one every REFILL_S), at most PER_UID questions
   of one user in flight and MAX_IN_FLIGHT in all, one check at a time on the node (the watcher's lock,
-  shared with its own checks and the hooks'), and a look answered from a cache for CACHE_S: a user
-  cannot make the node check itself more than once per CACHE_S, nor hold the socket from others.
+  shared with its own checks and the hooks', the watcher's fault drain first in line), and a question
+  answered from a cache for CACHE_S (a drain too: a drain request runs the check a drain does, and the
+  watcher drains a fault it sees itself): users cannot make the node check itself more than once per
+  CACHE_S and question, nor hold the socket from others.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ BURST = 10               # questions a user may ask at once ...
 REFILL_S = 2.0           # ... then one every REFILL_S seconds
 PER_UID = 2              # one user's questions in flight (each may wait for the node's check lock)
 MAX_IN_FLIGHT = 8        # everyone's: each holds a thread of the watcher
-CACHE_S = 2.0            # a look at the same level is answered from the last check this long
+CACHE_S = 2.0            # the same question is answered from the last check this long
 MAX_UIDS = 4096          # users with a bucket; a full bucket is forgotten first
 
 _TOKEN = re.compile(r"\b(pid|name)=[^\s,;\"')]+")
@@ -102,17 +104,17 @@ class Limits:
 
 
 class Cache:
-    """The last answer to a look, per (level, json), for `ttl` seconds. Pure: the caller passes the time."""
+    """The last answer per question (level, json, drain), for `ttl` seconds. Pure: the caller passes the time."""
 
     def __init__(self, ttl: float = CACHE_S) -> None:
         self.ttl = ttl
-        self._answers: Dict[Tuple[str, bool], Tuple[float, Dict[str, object]]] = {}
+        self._answers: Dict[Tuple[str, bool, bool], Tuple[float, Dict[str, object]]] = {}
 
-    def get(self, key: Tuple[str, bool], now: float) -> Optional[Dict[str, object]]:
+    def get(self, key: Tuple[str, bool, bool], now: float) -> Optional[Dict[str, object]]:
         hit = self._answers.get(key)
         if hit is None or not 0 <= now - hit[0] < self.ttl:
             return None
         return hit[1]
 
-    def put(self, key: Tuple[str, bool], reply: Dict[str, object], now: float) -> None:
+    def put(self, key: Tuple[str, bool, bool], reply: Dict[str, object], now: float) -> None:
         self._answers[key] = (now, reply)

@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Tuple
 
 from slurm_ft.node import query as policy
+from slurm_ft.node.check_lock import CheckLock
 from slurm_ft.node import query_socket as proto
 from slurm_ft.node.check_server import BUSY_S, CheckServer
 from slurm_ft.node.check_socket import read_bounded
@@ -40,7 +41,7 @@ class QueryServer(CheckServer):
     SOCKET_UMASK = 0o111     # srw-rw-rw-: any local user may connect; policy.Limits decides who is answered
     DIR_MODE = 0o755         # others must be able to enter the directory to reach the socket
 
-    def __init__(self, node: str, handler: UserHandler, lock: threading.Lock,
+    def __init__(self, node: str, handler: UserHandler, lock: CheckLock,
                  env: Optional[Mapping[str, str]] = None, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(node, _no_hooks, lock, env)
         self.path = proto.socket_path(node, self.env)
@@ -117,12 +118,12 @@ class QueryServer(CheckServer):
         if q.node != self.node:
             return {"v": proto.VERSION, "refused": f"this watcher answers for {self.node}"}, False, "refusal"
         what = f"{q.level}{' --drain' if q.drain else ''}{' --json' if q.json else ''}"
-        key = (q.level, q.json)
-        if not q.drain:
-            with self._mutex:
-                hit = self.cache.get(key, self.clock())
-            if hit is not None:
-                return hit, False, f"{what} (cached)"
+        # drains too: users together run at most one check a level per CACHE_S, however many ask
+        key = (q.level, q.json, q.drain)
+        with self._mutex:
+            hit = self.cache.get(key, self.clock())
+        if hit is not None:
+            return hit, False, f"{what} (cached)"
         if not self.lock.acquire(timeout=BUSY_S):
             return {"v": proto.VERSION, "refused": "busy: the node's check lock stayed held"}, False, what
         try:
@@ -133,7 +134,7 @@ class QueryServer(CheckServer):
             self.lock.release()
         reply: Dict[str, object] = {"v": proto.VERSION, "code": code, "out": policy.scrub(out.getvalue()),
                                     "err": policy.scrub(err.getvalue())}
-        if not q.drain and not hung:
+        if not hung:
             with self._mutex:
                 self.cache.put(key, reply, at)
         return reply, hung, what

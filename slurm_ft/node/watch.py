@@ -27,6 +27,8 @@ from slurm_ft.gpu import journal, kmsg, xid as catalog
 from slurm_ft.gpu.nvml import NvmlEventError, XidEventWatcher
 from slurm_ft.gpu.sample import XidEvent
 from slurm_ft.node import host, state as st
+from slurm_ft.node.check_lock import CheckLock
+from slurm_ft.node.check_server import BUSY_S
 from slurm_ft.node.run import Report, check_node
 
 if TYPE_CHECKING:
@@ -83,7 +85,7 @@ class Watcher:
         self.sources: List[str] = []
         self._threads: List[threading.Thread] = []
         self._check = check
-        self.check_lock = threading.Lock()     # one check at a time: this loop's and the hooks' it serves
+        self.check_lock = CheckLock()          # one check at a time: this loop's and the hooks' it serves
         self.soft = soft
         self.on_soft = on_soft
         self.planned_drains = 0                # planned-swap drains the soft pass made (watch --once ends on one)
@@ -233,8 +235,16 @@ class Watcher:
                             "application error" if v.user_caused else v.severity)
             return Handled(batch, False, detected, time.time())
         check = self._check or _default_check
-        with self.check_lock:
+        # first in line for the lock; a check that outlasts BUSY_S (NVML stuck in a hook's check) does not
+        # hold the drain: it runs beside it, as a hook's does after the same wait
+        locked = self.check_lock.acquire(timeout=BUSY_S, urgent=True)
+        if not locked:
+            log.warning("the node's check lock stayed held %.0f s: checking for the Xid beside that check", BUSY_S)
+        try:
             report = check("quick", self.node, self.config, drain=True, client=self.client, extra_xids=fatal)
+        finally:
+            if locked:
+                self.check_lock.release()
         return Handled(batch, True, detected, time.time(), report)
 
     def run(self, *, once: bool = False, timeout: Optional[float] = None,

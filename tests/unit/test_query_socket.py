@@ -215,7 +215,8 @@ def test_a_look_is_answered_from_the_cache_and_scrubbed(server):
     assert len(server.calls) == 1                                # the second from the cache
     ask(["--level", "prolog", "--drain"], server.env_)
     ask(["--level", "prolog", "--drain"], server.env_)
-    assert len(server.calls) == 3                                # a drain request is never a cached answer
+    assert len(server.calls) == 2          # a drain request runs its own check, then shares the cache too
+    assert server.calls[-1].drain
 
 
 def test_a_user_asking_too_often_is_refused_with_the_reason(server):
@@ -225,7 +226,7 @@ def test_a_user_asking_too_often_is_refused_with_the_reason(server):
     assert all(a is not None for a, _ in answers[:query.BURST])
     a, why = answers[-1]
     assert a is None and "refused: uid 0 asked too often" in why, why
-    assert len(server.calls) == query.BURST
+    assert len(server.calls) == 1                                # the others from the cache
 
 
 def test_a_connection_that_sends_nothing_does_not_hold_up_another_user(server):
@@ -341,3 +342,50 @@ def test_the_check_writes_text_and_json_the_same_as_a_users_own_run(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     code, hung = answer_user(Query("n1", "quick", True, False), out, err, config)
     assert (code, hung) == (0, False) and json.loads(out.getvalue())["level"] == "quick" and err.getvalue() == ""
+
+
+def test_users_drain_questions_hold_off_the_watchers_xid_drain_one_check_at_most(tmp_path):
+    """Review 2026-12-07 #3: eight users' threads asking `--drain` as fast as they can (no rate limit: more
+    than the socket admits) while the watcher handles fatal Xids. Its drain waits for the check that is
+    running, never behind the queue (it waited 7 s with 4 users and 1 s checks)."""
+    from slurm_ft.gpu.sample import XidEvent
+    from slurm_ft.node.query_server import QueryServer
+    from slurm_ft.node.watch import Watcher
+    from tests.unit.test_health_run import config
+    check_s = 0.4
+
+    def handler(q, out, err):
+        time.sleep(check_s)
+        return 0, False
+
+    started = []
+
+    def fake_check(level, node, cfg, **kw):
+        started.append(time.monotonic())
+        return None
+
+    w = Watcher("n1", config(tmp_path), use_nvml=False, use_kmsg=False, check=fake_check)
+    server = QueryServer("n1", handler, w.check_lock)
+    server.cache.ttl = 0                    # every question a check of its own: the worst case
+    stop = threading.Event()
+
+    def ask():
+        while not stop.is_set():
+            server.reply({"v": 1, "node": "n1", "level": "quick", "json": False, "drain": True}, 1000)
+
+    users = [threading.Thread(target=ask) for _ in range(8)]
+    for t in users:
+        t.start()
+    waits = []
+    try:
+        for _ in range(4):
+            time.sleep(check_s * 1.5)
+            t0 = time.monotonic()
+            w.handle([XidEvent(79, gpu=2)])
+            waits.append(started[-1] - t0)
+    finally:
+        stop.set()
+        for t in users:
+            t.join(5)
+    assert not any(t.is_alive() for t in users)
+    assert max(waits) < check_s + 0.25, [round(x, 2) for x in waits]
