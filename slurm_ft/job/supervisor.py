@@ -72,6 +72,7 @@ STEP_END_S = 120.0           # ... through slurmctld, and srun waited for again 
 CANCELLED_END_S = 15.0       # ... but once slurmctld took every cancel, srun (stuck on an RPC of its own) is
                              # killed after this: the ranks are Slurm's to kill
 CANCEL_RETRY_S = 5.0         # a cancel that did not reach slurmctld is sent again after this
+ENDED_RECHECK_S = 2.0        # an `ended` notice is checked against Slurm's step list at most this often
 FALLBACK_REQUEUE_S = 120.0   # a job handed to the requeue path that nothing requeued: the supervisor does
 REQUEUE_RETRY_S = 5.0        # ... and tries again after a refused or timed-out requeue, doubling the wait
 REQUEUE_RETRY_MAX_S = 60.0   # ... up to this
@@ -171,6 +172,7 @@ class Supervisor:
         self.reads_due: List[float] = []   # reads before the job ends on a failed step (hotplan.EXIT_GRACE_S)
         self.quarantine_notices: Set[str] = set()   # nodes the controller says it quarantined
         self.ended_notices: Set[str] = set()        # nodes whose steps the controller says it cancelled
+        self.ended_checked_at = float("-inf")       # monotonic time of the last check of such a notice
         self.hang_restarts = 0             # restarts in place after a hang, in this run of the job
         self.partitions = ""               # the job's partitions (read at run())
         self.planned = PlannedSwaps(self, planned_wait_s, straggler)   # degraded nodes, the checkpoint asked for
@@ -346,7 +348,7 @@ class Supervisor:
                 return []
             self.take_notices()
             ended = self.ended_notices & set(self.step_nodes)
-            if ended and len(runs) == 1:
+            if ended and len(runs) == 1 and self._steps_gone(runs[0][1], ended):
                 self.say(f"the controller ended the step on {compress(sorted(ended))}: srun stopped")
                 self.log("ended", nodes=compress(sorted(ended)))
                 _kill(live)
@@ -354,6 +356,20 @@ class Supervisor:
             if time.monotonic() >= deadline:
                 return live
             time.sleep(min(POLL_S * 4, max(0.0, deadline - time.monotonic())))
+
+    def _steps_gone(self, name: Optional[str], nodes: Set[str]) -> bool:
+        """An `ended` notice, checked: Slurm lists no step of this run on those nodes any more. The notice
+        is a line of the job's output, which its own ranks can print; believed unchecked, a forged one
+        would kill srun with its ranks still running (one step read of this job, every ENDED_RECHECK_S)."""
+        now = time.monotonic()
+        if now - self.ended_checked_at < ENDED_RECHECK_S:
+            return False
+        self.ended_checked_at = now
+        try:
+            return not self.client.steps(self.job_id, name, on=sorted(nodes))
+        except Exception as exc:   # noqa: BLE001 - unread is not gone: the step is waited for as before
+            self.say(f"cannot read the job's steps ({exc}): the controller's notice waits")
+            return False
 
     def shrink(self, allocation: Sequence[str], release: Sequence[str], timeout: float = hp.GIVE_BACK_S
                ) -> Tuple[str, ...]:

@@ -119,13 +119,18 @@ def test_a_step_that_will_not_end_is_never_launched_beside_the_job_takes_the_req
 
 
 class Told:
-    """The job's output as the supervisor follows it: the controller's notice arrives at the third poll."""
-    def __init__(self, node):
-        self.node, self.polls = node, 0
+    """The job's output as the supervisor follows it: the controller's notice arrives at the third poll,
+    after the controller (root) cancelled step 0 in `slurm`; forged: a rank printed it, nothing cancelled."""
+    def __init__(self, node, slurm=None, job_id=None):
+        self.node, self.polls, self.slurm, self.job_id = node, 0, slurm, job_id
 
     def events(self):
         self.polls += 1
-        return [("ended", self.node, "step(s) 0 cancelled by the slurm-ft controller")] if self.polls == 3 else []
+        if self.polls != 3:
+            return []
+        if self.slurm is not None:
+            self.slurm.running_steps[self.job_id] = []
+        return [("ended", self.node, "step(s) 0 cancelled by the slurm-ft controller")]
 
 
 def test_a_step_the_controller_ended_lets_the_relaunch_go_on_though_srun_still_waits(quick, monkeypatch):
@@ -135,11 +140,26 @@ def test_a_step_the_controller_ended_lets_the_relaunch_go_on_though_srun_still_w
     monkeypatch.setattr(sv, "STEP_END_S", 600.0)
     slurm, said = Slurm(ends=False, refuses=True), []
     jid, sup, proc = supervised(slurm, said)
-    sup.notices = Told("n2")
+    sup.notices = Told("n2", slurm, jid)
     act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
     rc, _ = sup.relaunch(act, ("n1", "n2", "n3"), "train")
     assert rc is None and sup.launched == [("n1", "n3")] and not sup.handed
     assert proc.poll() is not None and any("the controller ended the step on n2" in m for m in said)
+
+
+def test_an_ended_notice_a_rank_printed_does_not_kill_srun_while_its_step_runs(quick):
+    """Review 2026-12-07 #4: the same notice, printed by the job itself while its step still runs on n2
+    (Slurm lists it there): srun is not killed on its word, so no rank is left running beside a
+    relaunch; the step is waited for as any step that will not end (here: the requeue path)."""
+    slurm, said = Slurm(ends=False, refuses=True), []
+    jid, sup, proc = supervised(slurm, said)
+    slurm.step_nodes[(jid, 0)] = ("n1", "n2")
+    sup.notices = Told("n2")
+    act = hp.Action("relaunch", nodes=("n1", "n3"), failed=("n2",), reason="n2 failed")
+    rc, _ = sup.relaunch(act, ("n1", "n2", "n3"), "train")
+    assert rc == 99 and sup.launched == [] and "the old step would not end" in sup.handed[0][0].reason
+    assert not any("the controller ended the step" in m for m in said)
+    assert ("steps", jid) in slurm.reads
 
 
 def test_an_ended_notice_for_a_node_outside_the_step_changes_nothing(quick):
