@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -243,6 +244,7 @@ def sim(ctx: click.Context, profile: Optional[str], profile_file: Optional[str],
     if G <= 0 or gpn <= 0 or G % gpn:
         sim_report.setup(prof, pr.SLURM, gpus=G, gpus_per_node=gpn, days=1, spares=0, repair_hours=1,
                          ckpt_interval_s=1, ckpt_cost_s=1, restart_s=1)      # the same one-line error as before
+    _bounded_work(prof, G, gpn, days, n_seeds, replica_groups)
     job, job_d = job_costs(figs, gpus=G, gpus_per_node=gpn, params=params, bytes_per_param=bytes_per_param,
                            d2h_gbps=d2h_gbps, node_storage_gbps=node_storage_gbps, storage_gbps=storage_gbps,
                            ckpt_cost_s=ckpt_cost_s if ckpt_cost_s is not None else cfg.checkpoint_cost_s,
@@ -448,6 +450,25 @@ def _override(p: pr.Policy, hang: Optional[float], node: Optional[float]) -> pr.
                    routes=routes(dict(p.routes) if p.routes is not None else None),
                    in_allocation=routes(dict(p.in_allocation) if p.in_allocation is not None else None),
                    source=f"{p.source}; overridden: {', '.join(said)}")
+
+
+MAX_SIMULATED = 2_000_000     # interruptions in one policy's run over all its seeds: ~2.5 s on one core
+
+
+def _bounded_work(prof: pr.Profile, gpus: int, gpus_per_node: int, days: Optional[float], n_seeds: int,
+                  replica_groups: Optional[int]) -> None:
+    """Refuse (exit 2) a run whose work has no bound a person would wait for: the simulator's time grows
+    with the interruptions it draws (the profile's rate at this size, over the days, for every seed)."""
+    span = days if days is not None else prof.days
+    if not (span > 0 and math.isfinite(span)):
+        raise UsageError(f"--days must be positive and finite, got {span}")
+    expected = prof.total * gpus / prof.gpus * span / prof.days * n_seeds
+    if expected > MAX_SIMULATED:
+        raise UsageError(f"{n_seeds:,} seeds of {span:g} days at {gpus:,} GPUs draw about {expected:,.0f} "
+                         f"interruptions, more than {MAX_SIMULATED:,} (a few seconds' work): fewer seeds or days")
+    if replica_groups is not None and replica_groups > gpus // gpus_per_node:
+        raise UsageError(f"--replica-groups {replica_groups:,}: more groups than the job's "
+                         f"{gpus // gpus_per_node:,} nodes")
 
 
 def _setup(cfg: PlanningConfig, prof: pr.Profile, pol: pr.Policy, gpus: int, gpus_per_node: int,

@@ -3,7 +3,8 @@
 A step is shown as `label: symbols = numbers = result unit`. The numbers in a step are the values of
 earlier steps *as displayed*, and its result is rounded the way it is displayed, so a person redoing any
 single line on a calculator gets the digits printed. Display rule (`rnd`/`num`): four significant digits
-below 1,000, whole numbers from 1,000 up, e-notation with four significant digits below 0.0001.
+below 1,000, whole numbers from 1,000 up, e-notation with four significant digits below 0.0001 and
+from 1e15 up.
 """
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ def rnd(x: _Num) -> _Num:
     """`x` rounded exactly as `num` prints it."""
     if isinstance(x, int) or x == 0 or not math.isfinite(x):
         return x
+    if abs(x) < 1e-4 or abs(x) >= 1e15:
+        return float(f"{x:.3e}")
     if abs(x) >= 1000:
         return float(round(x))
-    if abs(x) < 1e-4:
-        return float(f"{x:.3e}")
     digits = 3 - int(math.floor(math.log10(abs(x))))
     return round(x, digits)
 
@@ -36,6 +37,8 @@ def num(x: float) -> str:
         return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
     if x == 0:
         return "0"
+    if abs(x) >= 1e15:               # past a float's whole digits: 1e308 as 309 of them reads as nothing
+        return f"{x:.3e}"
     if abs(x) >= 1000:
         return f"{round(x):,}"
     if abs(x) < 1e-4:

@@ -154,9 +154,14 @@ def _positive(name: str, v: Optional[float], allow_zero: bool = False) -> None:
         raise UsageError(f"{name} must be {'zero or more' if allow_zero else 'positive'}, got {num(v)}")
 
 
+MAX_GPUS = 1_000_000      # five times the largest cluster of 2026: a larger count is a typo
+
+
 def nodes_of(gpus: int, gpus_per_node: int) -> int:
     if gpus <= 0:
         raise UsageError(f"--gpus must be positive, got {gpus}")
+    if gpus > MAX_GPUS:
+        raise UsageError(f"--gpus {num(gpus)} is more than {num(MAX_GPUS)}, beyond any cluster")
     if gpus_per_node <= 0:
         raise UsageError(f"--gpus-per-node must be positive, got {gpus_per_node}")
     if gpus % gpus_per_node:
@@ -252,6 +257,11 @@ def plan_spares(gpus: int, gpus_per_node: int = 8, *, profile: Optional[str] = N
     H = d.given("repair_hours", "time to return a node to service (H)", repair_hours, "h")
     L = d.step("expected_nodes_in_repair", "expected nodes in repair (L)", "a × H / 24",
                f"{gnum(into)} × {gnum(H)} / 24", into * H / 24)
+    if L > n:
+        # each node would be in repair longer than in service: no spare pool keeps such a job running
+        # (and the tail sums below grow as sqrt(L): minutes at the rates that get here)
+        raise UsageError(f"at {src} and {num(H)} h of repair, {num(L)} nodes would be in repair at once, "
+                         f"more than the job's {num(n)}: check the failure rate and --repair-hours")
     q = d.given("target", "target P(no shortage) (q)", target)
     risk = 1 - q
     d.text("nodes in repair ~ Poisson(L) (M/G/infinity: independent repairs, any repair-time distribution)")
@@ -295,8 +305,13 @@ def plan_spares(gpus: int, gpus_per_node: int = 8, *, profile: Optional[str] = N
     waste = d.step("waste", "expected waste (w)", "d / tau_D + (tau_D / 2 + R) / M",
                    f"{gnum(dc)} / {gnum(td)} + ({gnum(td)} / 2 + {gnum(R)}) / {gnum(M)}",
                    dc / td + (td / 2 + R) / M, note="first-order: checkpoints + half an interval redone + R")
-    ettr = d.step("ettr", "expected effective training time ratio (ETTR)", "1 - w", f"1 - {gnum(waste)}",
-                  1 - waste, note=f"{pct(1 - waste)}, assuming a spare is ready, which holds with P >= q")
+    if waste < 1:
+        ettr = d.step("ettr", "expected effective training time ratio (ETTR)", "1 - w", f"1 - {gnum(waste)}",
+                      1 - waste, note=f"{pct(1 - waste)}, assuming a spare is ready, which holds with P >= q")
+    else:
+        ettr = d.step("ettr", "expected effective training time ratio (ETTR)", "max(0, 1 - w)",
+                      f"max(0, 1 - {gnum(waste)})", 0.0,
+                      note="w >= 1: the job fails faster than it checkpoints and restarts, and makes no progress")
 
     return SparePlan(G, g, n, src, lam_node, lam_job, mtbi_h, replace_fraction, H, into, L, q, s,
                      tail_s, tail_b, dc, R, ty, td, ettr, rows, d)
