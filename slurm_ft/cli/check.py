@@ -110,7 +110,7 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
         from slurm_ft.node.jobscope import JobScope  # lazy: hook start-up: only the epilog judges a job's GPUs
         job = JobScope.from_env({**env, "SLURM_JOB_ID": job_id or ""})
     report = check_node(level, name, config, drain=drain, client=client, job_id=job_id,
-                        record=not args.no_state and os.geteuid() == 0, progress=progress, job=job)
+                        record=not args.no_state and os.geteuid() == 0, progress=progress, job=job, env=env)
     if as_json:
         print(json.dumps(report.to_dict(), indent=None), file=out)
     else:

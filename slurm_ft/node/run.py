@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -76,14 +77,18 @@ def node_type_for(node: str, hc: HealthConfig) -> "tuple[str, NodeType]":
     return hc.type_of(node)
 
 
+# checks that judge NVML readings (the kernel-log Xids stay meaningful without NVML)
+_NVML_JUDGED = frozenset(c for c, parts in levels.NVML_PARTS.items() if parts - {"identity"})
+# what a node with no GPUs skips: those and the GPU count
+GPU_CHECKS = _NVML_JUDGED | {"inventory"}
+
+
 def judge(sample: NodeSample, checks: Sequence[str], ctx: ProbeContext) -> List[Finding]:
     """Run each check's probe on the sample; a crash is an error finding; silence is an ok line."""
     errors = sample.unread
     out: List[Finding] = []
-    # checks that judge NVML readings (the kernel-log Xids stay meaningful without NVML)
-    gpu_checks = {c for c, parts in levels.NVML_PARTS.items() if parts - {"identity"}}
     for check in checks:
-        if sample.nvml_error and check in gpu_checks and check != "inventory":
+        if sample.nvml_error and check in _NVML_JUDGED and check != "inventory":
             out.append(Finding(check, Severity.ERROR, "not checked: NVML unusable (see inventory)", "NOT_CHECKED"))
             continue
         if check in errors:
@@ -97,6 +102,29 @@ def judge(sample: NodeSample, checks: Sequence[str], ctx: ProbeContext) -> List[
         found += _query_errors(sample, check)
         out.extend(found or [Finding(check, Severity.OK, "ok")])
     return out
+
+
+def _judge_gpus_expected(sample: NodeSample, checks: Sequence[str], ctx: ProbeContext, node: str, type_name: str,
+                         config: Config, env: Optional[Mapping[str, str]]) -> List[Finding]:
+    """judge(), and where NVML is unusable, whether that is a fault: not on a node with no GPUs (a CPU,
+    login or service node under the same HealthCheckProgram), which skips its GPU checks and says so in one
+    line; an error, never a drain, where nobody can tell (node/expect.py)."""
+    if not sample.nvml_error or sample.install_error or not GPU_CHECKS & set(checks):
+        return judge(sample, checks, ctx)           # a GPU node whose NVML answers reads nothing more
+    from slurm_ft.node import expect   # lazy: only a node without NVML asks
+    verdict = expect.from_type(type_name, ctx.node_type.gpus)
+    if verdict is None:
+        paths = expect.conf_paths(os.environ if env is None else env, config.slurm.conf)
+        verdict = expect.from_slurm(node, expect.read_slurm(node, paths))
+    if verdict.gpus is False:
+        skip = Finding("inventory", Severity.OK, verdict.skip_line(node), "NO_GPUS_EXPECTED")
+        return [skip, *judge(sample, [c for c in checks if c not in GPU_CHECKS], ctx)]
+    found = judge(sample, checks, ctx)
+    if verdict.gpus is None:
+        found = [Finding(f.check, Severity.ERROR, f"{f.reason}; {verdict.why}: not drained (name its node type "
+                                                  f"in health.node_type_of)", "GPUS_UNKNOWN")
+                 if f.code == "NVML_INIT" else f for f in found]
+    return found
 
 
 def _query_errors(sample: NodeSample, check: str) -> List[Finding]:
@@ -114,9 +142,11 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
               reader: Optional[Reader] = None, xid_since: Optional[float] = None,
               xid_history: Optional[Mapping[Tuple[int, int], int]] = None, xid_untimed: bool = True,
               extra_xids: Sequence[XidEvent] = (), deadline_s: Optional[float] = None,
-              progress: Optional[Callable[[int, int, str], None]] = None, job: Optional[JobScope] = None) -> Report:
+              progress: Optional[Callable[[int, int, str], None]] = None, job: Optional[JobScope] = None,
+              env: Optional[Mapping[str, str]] = None) -> Report:
     """One level on this node. `job`: the job an epilog runs for (its GPUs and user, from the hook's
-    environment); its leftover processes are the only ones the epilog judges. Other levels judge all."""
+    environment); its leftover processes are the only ones the epilog judges. Other levels judge all.
+    `env`: the hook's environment (default: this process's): where slurmd's slurm.conf is (SLURM_CONF)."""
     t0 = time.monotonic()
     now = time.time() if now is None else now
     hc = config.health
@@ -153,7 +183,7 @@ def run_level(level: str, node: str, config: Config, *, now: Optional[float] = N
                        xid_untimed=xid_untimed,
                        ignore_processes=tuple(hc.ignore_processes), xid_history=xid_history or {}, job=job)
     # the node type's planned codes warn instead of failing: a planned swap, never a fault drain
-    findings = soft.downgrade(judge(sample, checks, ctx), node_type.soft)
+    findings = soft.downgrade(_judge_gpus_expected(sample, checks, ctx, node, type_name, config, env), node_type.soft)
     return Report(node, level, findings, time.monotonic() - t0, checks, node_type=type_name, sample=sample)
 
 
@@ -161,14 +191,14 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
                job_id: Optional[str] = None, record: bool = True, reader: Optional[Reader] = None,
                extra_xids: Sequence[XidEvent] = (), progress: Optional[Callable[[int, int, str], None]] = None,
                now: Optional[float] = None, job: Optional[JobScope] = None,
-               read_state: Optional[bool] = None) -> Report:
+               read_state: Optional[bool] = None, env: Optional[Mapping[str, str]] = None) -> Report:
     """A whole node check as the entry points use it: state file in, run, state file out, drain/resume.
 
     The prolog notes the job's start (the epilog then judges only Xids logged during the job) and the
     epilog keeps the per-GPU history of application Xids. `client` is a SlurmClient (only with drain).
     `job`: the epilog's job (jobscope.JobScope.from_env of the hook's environment), see run_level.
     `read_state` (default: `record`): read the state file without writing it (a user's look through
-    the watcher: Xids acknowledged at a resume stay acknowledged).
+    the watcher: Xids acknowledged at a resume stay acknowledged). `env`: the hook's (see run_level).
     """
     now = time.time() if now is None else now
     path = st.path_for(config.health, node)
@@ -183,7 +213,8 @@ def check_node(level: str, node: str, config: Config, *, drain: bool = False, cl
     xid_since = max(xid_since, float(before.get("xid_ack") or 0.0))
     report = run_level(level, node, config, now=now, reader=reader, xid_since=xid_since,
                        xid_untimed=not before.get("xid_ack"),   # an untimed line is older than a resume
-                       xid_history=st.xid_history(before), extra_xids=extra_xids, progress=progress, job=job)
+                       xid_history=st.xid_history(before), extra_xids=extra_xids, progress=progress, job=job,
+                       env=env)
     active: List[Finding] = []
     if report.hung:
         _count_hang(report, config, path, node, record)

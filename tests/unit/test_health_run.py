@@ -470,7 +470,9 @@ def test_without_nvml_gpu_checks_say_not_checked_but_kernel_log_xids_still_count
     now = time.time()
     (tmp_path / "gpu001.kmsg").write_text(_kmsg_line(now - 5, 79))
     no_nvml = lambda node, parts: NodeSample(node=node, nvml_error="NVIDIA kernel driver not loaded")  # noqa: E731
-    rep = run.run_level("quick", "gpu001", config(tmp_path), reader=no_nvml, now=now)
+    (tmp_path / "slurm.conf").write_text("NodeName=gpu001 Gres=gpu:8\n")    # a GPU node: no NVML is a fault
+    rep = run.run_level("quick", "gpu001", config(tmp_path), reader=no_nvml, now=now,
+                        env={"SLURM_CONF": str(tmp_path / "slurm.conf")})
     by = {}
     for f in rep.findings:
         by.setdefault(f.check, []).append(f)
