@@ -190,6 +190,29 @@ def test_slurmctld_restarted_mid_recovery(lab, cfg, work):
     assert lab.client.node(bad).drained
 
 
+def test_a_slurmctld_restart_after_the_recovery_does_not_put_the_bad_node_back(lab, cfg, work):
+    """Issue 40: the incident is closed; slurmctld restarts without -R and rebuilds the partitions from
+    slurm.conf: the quarantined node is back in train (drained) and the spare the job runs on is back in
+    the pool alone. The controller's next cycle puts both back where the recovery left them."""
+    from slurm_ft_lab.cluster import Lab
+    jid = submit_ft(lab, work, 3)
+    job = wait_job(lab, jid)
+    bad = job.nodes[0]
+    fail_node(lab, bad)
+    once(lab, cfg)
+    job = wait_job(lab, jid, restart_count=1)
+    [inc] = incidents(lab, cfg)
+    assert inc["status"] == "recovered"
+    [spare] = inc["spares"]
+    _restart_slurmctld(Lab(lab.dir))
+    p = parts(lab)
+    assert bad in p["train"] and spare in p["spares"] and spare not in p["train"]    # what Slurm did
+    once(lab, cfg)
+    p = parts(lab)
+    assert bad not in p["train"] and spare in p["train"] and spare not in p["spares"]
+    assert lab.client.node(bad).drained and lab.client.job(jid).restart_count == 1   # no second requeue
+
+
 def _restart_slurmctld(lab) -> None:
     pidfile = Path(lab.dir) / "run" / "slurmctld.pid"
     pid = int(pidfile.read_text().split()[0])

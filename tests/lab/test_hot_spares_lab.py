@@ -123,6 +123,25 @@ def test_a_fault_on_the_batch_host_is_requeued(lab, work, controller):
     assert "requeue" in [s["name"] for s in inc["steps"]]
 
 
+def test_a_partitioned_batch_host_does_not_lose_the_run(lab, work, controller):
+    """Issue 40: the batch host of a hot-spare job stops answering for 45 s (slurmd stopped: a network
+    partition as slurmctld sees it; the lab's SlurmdTimeout is 10 s, and a ping waits MessageTimeout, 10 s,
+    so 25 s may pass unseen). Slurm marks it DOWN, kills the batch step (the supervisor) and ends the job
+    FAILED: `--no-kill` skips its own requeue on node failure. The controller requeues it; it runs again
+    from its newest checkpoint, and the node is out of the job's partition."""
+    job_id, ck = submit(lab, work, n=2, k=1)
+    job = wait_job(lab, job_id, "RUNNING", timeout=180)
+    wait_for(lambda: stepped_past(ck, 0, 0, 7), 120, "a checkpoint")
+    lab.cluster.stop_slurmd(job.batch_host, 45)
+    start = wait_for(lambda: start_of(ck, 1, 0), 240, "the job's start after the batch host's partition")
+    assert start["resumed_from"] and start["step"] >= 5                # its newest checkpoint, not scratch
+    back = wait_job(lab, job_id, "RUNNING", timeout=60)
+    assert back.restart_count == 1 and job.batch_host not in back.nodes
+    inc = wait_for(lambda: [i for i in incidents(lab, controller) if job.batch_host in i["nodes"]
+                 and i["status"] == "recovered"], 120, "incident recovered")[0]
+    assert "requeue" in [s["name"] for s in inc["steps"]]
+
+
 def _expand(expr: str) -> list:
     from slurm_ft.slurm.hostlist import expand
     return expand(expr)

@@ -549,3 +549,24 @@ def test_a_wave_of_wakes_reads_every_node_once(tmp_path):
         c.heard(wake.payload(n))
     c.cycle()
     assert s.reads[0] == ("fleet",) and not [r for r in s.reads if r[0] == "node"]
+
+
+def test_a_new_job_with_an_old_jobs_id_gets_an_incident_of_its_own(tmp_path):
+    """Issue 40: the journal outlives the job ids (a slurmctld state loss starts them again). Job 100's
+    fault is recovered; later another job 100 runs (SubmitTime later, restart 0) and its node fails:
+    a second incident opens (journaled with its SubmitTime), the node is quarantined and replaced."""
+    s = model_slurm()
+    s.j[100] = replace(s.j[100], submit_time="2026-12-07T09:00:00")
+    s.fail("gpu002")
+    c = make(tmp_path, s)
+    c.cycle()
+    first = jn.incidents(c.conn)
+    assert [(i.status, i.nodes, i.job_submit) for i in first] == [("recovered", ("gpu002",), "2026-12-07T09:00:00")]
+    # the old job ends and is forgotten; a new job takes id 100 on the same nodes, restart 0
+    nodes = s.j[100].nodes
+    s.j[100] = replace(s.j[100], restart_count=0, submit_time="2026-12-07T11:00:00", state="RUNNING")
+    s.fail(nodes[0])
+    c.cycle()
+    second = jn.incidents(c.conn)[1:]
+    assert [(i.nodes, i.job_submit) for i in second] == [((nodes[0],), "2026-12-07T11:00:00")]
+    assert nodes[0] not in s.parts["train"]

@@ -159,8 +159,17 @@ def test_a_journal_from_before_the_path_column_keeps_each_incident_on_its_path(t
     old.commit()
     old.close()
     conn = jn.connect(path)
-    assert db.schema_version(conn, jn.COMPONENT) == len(jn.MIGRATIONS) == 3
+    assert db.schema_version(conn, jn.COMPONENT) == len(jn.MIGRATIONS) == 4
     assert {i.job_id: i.path for i in jn.incidents(conn)} == {7: "in_allocation", 8: "requeue"}
+    assert {i.job_submit for i in jn.incidents(conn)} == {""}      # unknown: matched by id and restart count
     new = jn.open_incident(conn, job_id=9, nodes=["n2"], faults=[], partition="train", restart_count=0, job_nodes=4,
                            ckpt_step=None, fault_at=None, now=2.0, path="replica_group", note="replica groups: 2 of 2")
     assert [i.path for i in jn.incidents(conn) if i.id == new] == ["replica_group"]
+
+
+def test_an_incident_keeps_the_jobs_submit_time_as_slurm_printed_it(tmp_path):
+    """Schema 4: what tells this job's incidents from an older job's with the same id (policies/common.py)."""
+    conn = jn.connect(tmp_path / "state" / "journal.db")
+    iid = jn.open_incident(conn, job_id=7, nodes=["n1"], faults=[], partition="train", restart_count=0, job_nodes=4,
+                           ckpt_step=None, fault_at=None, now=1.0, job_submit="2026-12-07T11:00:00")
+    assert [i.job_submit for i in jn.incidents(conn) if i.id == iid] == ["2026-12-07T11:00:00"]

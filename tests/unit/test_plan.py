@@ -656,3 +656,80 @@ def test_a_users_requeue_claims_no_planned_node_its_job_never_ran_on():
     steps = plan(cluster(nodes, jobs=[j], placements=ran(("gpu001", "gpu002"))), [], P, NOW)
     assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
     assert plan(cluster(nodes, jobs=[j]), [], P, NOW) == []     # its last run unknown: nothing claimed
+
+
+def test_an_older_job_with_the_same_id_hides_no_fault_of_the_new_one():
+    """Issue 40: job ids start again (a slurmctld state loss, MaxJobId, the lab's reset) while the journal
+    keeps the older job's incidents. The older job 7's recovered incident at restart 0 (gpu002) does not
+    make the new job 7's fault on gpu002 look handled; the same job's own incident still does."""
+    old = incident([("requeue", "ok"), ("confirm", "ok")], status="recovered", closed_at=NOW - 3000,
+                   opened_at=NOW - 3600, job_submit="2026-12-07T09:00:00")
+    new = replace(job(nodes=tuple(TRAIN)), submit_time="2026-12-07T11:00:00")
+    nodes = [node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")]
+    steps = plan(cluster(nodes, jobs=[new]), [old], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu002",)
+    mine = replace(old, job_submit="2026-12-07T11:00:00", status="open", closed_at=None)
+    assert "open" not in kinds(plan(cluster(nodes, jobs=[new]), [mine], P, NOW))
+
+
+def test_an_open_incident_of_an_older_job_with_the_same_id_is_abandoned_not_carried_onto_the_new_one():
+    """The older job's incident was still open when its id came back: its steps (quarantine, swap,
+    requeue) are not done to the new job; it is abandoned and the new job's own faults open their own."""
+    old = incident([("quarantine", "ok")], job_submit="2026-12-07T09:00:00")
+    new = replace(job(nodes=tuple(TRAIN)), submit_time="2026-12-07T11:00:00")
+    steps = plan(cluster(jobs=[new]), [old], P, NOW)
+    assert kinds(steps) == ["abandon"] and "another job now" in steps[0].reason
+
+
+def _lost_batch_host(reason="JobLaunchFailure", state="FAILED"):
+    """Job 7 ran on gpu001-004 (the journal saw it) with gpu001 its batch host; Slurm lost gpu001, took it
+    out of the job and ended the job (a --no-kill job: no requeue of Slurm's own). gpu001 answers again."""
+    j = replace(job(state, nodes=("gpu002", "gpu003", "gpu004"), reason=reason), batch_host="gpu001",
+                exit_code="0:9")
+    nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE"), node("gpu003", "IDLE"), node("gpu004", "IDLE")]
+    return cluster(nodes, jobs=[j], placements=ran()), j
+
+
+def test_a_job_slurm_ended_for_a_lost_batch_host_is_brought_back_on_the_requeue_path():
+    """Issue 40: the run was lost (Slurm ends a --no-kill job FAILED, JobLaunchFailure, when its batch host
+    goes DOWN). The node Slurm removed from the run is the fault, though it answers again now."""
+    snap, _ = _lost_batch_host()
+    steps = plan(snap, [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu001",) and steps[0].path == "requeue"
+    assert "removed from the job by Slurm" in steps[0].reason and "JobLaunchFailure" in steps[0].reason
+    snap, _ = _lost_batch_host(reason="NonZeroExitCode")          # its own failure: not ours to restart
+    assert plan(snap, [], P, NOW) == []
+
+
+def test_the_revived_jobs_incident_quarantines_swaps_and_requeues_the_ended_job():
+    snap, _ = _lost_batch_host()
+    inc = incident(nodes=("gpu001",))
+    assert kinds(plan(snap, [inc], P, NOW)) == ["quarantine"]
+    out = replace(snap, partitions={**snap.partitions, "train": Partition("train", ("gpu002", "gpu003", "gpu004"))})
+    assert kinds(plan(out, [incident([("quarantine", "ok")], nodes=("gpu001",))], P, NOW)) == ["swap"]
+    done = incident([("quarantine", "ok"), ("swap", "ok"), ("requeue", "ok")], nodes=("gpu001",), spares=("gpu005",))
+    assert kinds(plan(out, [done], P, NOW)) == ["abandon"]      # requeued and still ended: gone for good
+
+
+def test_partition_changes_a_slurmctld_restart_undid_are_done_again_after_the_incident_closed():
+    """Issue 40: slurmctld restarted without -R rebuilds the partitions from slurm.conf: gpu002, quarantined
+    by a recovered incident and still drained for its fault, is back in train, and gpu005, the spare it
+    swapped in (the job runs on it), is back in the pool alone. Both are put back; a node since healed is
+    left where it is, and so is a spare that failed since."""
+    done = incident([("quarantine", "ok"), ("swap", "ok"), ("requeue", "ok"), ("confirm", "ok")],
+                    status="recovered", closed_at=NOW - 60, spares=("gpu005",))
+    j = job(nodes=("gpu001", "gpu003", "gpu004", "gpu005"), restart=1)
+    nodes = [node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")]
+    snap = cluster(nodes, [node("gpu005"), node("gpu006", "IDLE")], jobs=[j])   # slurm.conf's lists again
+    (step,) = plan(snap, [done], P, NOW)
+    assert (step.kind, step.nodes, step.spares, step.partition) == ("restore", ("gpu002",), ("gpu005",), "train")
+    healed = [node("gpu001"), node("gpu002", "IDLE"), node("gpu003"), node("gpu004")]
+    (step,) = plan(cluster(healed, [node("gpu005"), node("gpu006", "IDLE")], jobs=[j]), [done], P, NOW)
+    assert step.nodes == () and step.spares == ("gpu005",)
+    kept = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005")], [node("gpu006", "IDLE")],
+                   jobs=[j])
+    assert plan(replace(kept, nodes={**kept.nodes, "gpu002": failed("gpu002")}), [done], P, NOW) == []
+    lemon = cluster(nodes, [failed("gpu005"), node("gpu006", "IDLE")], jobs=[j])
+    later = incident(id=2, nodes=("gpu005",), status="recovered", closed_at=NOW, restart_count=1)
+    (step,) = plan(lemon, [done, later], P, NOW)
+    assert step.nodes == ("gpu002",) and step.spares == ()

@@ -27,7 +27,7 @@ from slurm_ft.fleet.recovery import outage as out
 from slurm_ft.job.ckptscan import Scanner, hold_reason
 from slurm_ft.fleet.recovery import policies
 from slurm_ft.fleet.recovery.plan import fault_time, plan, prolog_runs
-from slurm_ft.fleet.recovery.policies.common import PENDING_STATES, ControllerSettings
+from slurm_ft.fleet.recovery.policies.common import PENDING_STATES, ControllerSettings, ended_by_node_failure
 from slurm_ft.fleet.recovery.snapshot import Snapshot
 from slurm_ft.job import trust
 from slurm_ft.job.paths import PLANNED, PLANNED_DEFERRED, REQUEUE, is_planned
@@ -351,6 +351,8 @@ class Controller:
             return "ok"
         if step.kind == "revalidate":
             return self._revalidate_node(step, now)
+        if step.kind == "restore":
+            return self._restore(step)
         if step.kind == "release":
             return self._release_unclaimed(step)
         inc = _one(jn.incidents(self.conn, job_id=step.job_id, open_only=True))
@@ -413,7 +415,7 @@ class Controller:
                 restart_count=job.restart_count if step.restart_count is None else step.restart_count,
                 job_nodes=job.num_nodes or len(job.nodes), ckpt_step=ckpt_step, fault_at=fault_at, now=now,
                 detail=f"job {job.job_id} {job.state} on {len(job.nodes)} nodes; {step.reason}", path=path,
-                note=note)
+                note=note, job_submit=job.submit_time)
         except jn.AlreadyOpen:
             return
         if is_planned(path):
@@ -480,9 +482,34 @@ class Controller:
             self.on_step(step, "ok", step.reason, self.clock())
         return "ok"
 
+    def _restore(self, step: Step) -> str:
+        """Do a closed incident's partition changes again (plan._restorations), as deltas on a fresh read
+        under the fleet lock: a node the sweep or a person moved meanwhile is left where it is now."""
+        try:
+            with self.membership.locked():
+                parts = self.membership.partitions()
+                deltas = {p: Delta(remove=tuple(n for n in step.nodes if n in parts[p].nodes))
+                          for p in parts if self.policy.is_job_partition(p) and set(step.nodes) & set(parts[p].nodes)}
+                spares = tuple(x for x in step.spares if self.policy.spare_partition in parts
+                               and x in parts[self.policy.spare_partition].nodes)
+                if spares and step.partition in parts:
+                    deltas[self.policy.spare_partition] = Delta(remove=spares)
+                    add = deltas.get(step.partition, Delta())
+                    deltas[step.partition] = Delta(add=add.add + spares, remove=add.remove)
+                if not deltas:
+                    return "skipped"
+                self.membership.change(deltas, parts)
+        except SlurmFTError as exc:
+            log.warning("incident %s: partition changes not restored: %s", step.incident_id, exc)
+            return "failed"
+        log.warning("incident %s job %s: %s", step.incident_id, step.job_id, step.reason)
+        if self.on_step:
+            self.on_step(step, "ok", step.reason, self.clock())
+        return "ok"
+
     def _requeue(self, step: Step, inc: Incident) -> Tuple[str, str]:
         job = self.client.job(inc.job_id)
-        if not job.running or job.restart_count > inc.restart_count:
+        if job.restart_count > inc.restart_count or not (job.running or ended_by_node_failure(job)):
             return "skipped", f"already requeued ({job.state}, restart {job.restart_count})"
         self.client.requeue(inc.job_id, hold=step.hold)
         return "ok", ("held: " if step.hold else "") + step.reason

@@ -86,6 +86,11 @@ MIGRATIONS: List[str] = [
     -- column, read back from their note (LEGACY_NOTE_PATHS)
     ALTER TABLE incidents ADD COLUMN path TEXT NOT NULL DEFAULT '';
     """,
+    """
+    -- the job's SubmitTime as Slurm showed it at the open ('' in rows written before this column): tells
+    -- this job's incidents from those of an older job with the same id (policies/common.py, of_job)
+    ALTER TABLE incidents ADD COLUMN job_submit TEXT NOT NULL DEFAULT '';
+    """,
 ]
 # Before the path had its column, an incident's note started with its path's mark (journals written by
 # slurm-ft before schema 3): read so, they carry on where they stopped.
@@ -111,15 +116,17 @@ def ensure(conn: sqlite3.Connection) -> None:
 
 def open_incident(conn: sqlite3.Connection, *, job_id: int, nodes: Sequence[str], faults: Sequence[str],
                   partition: str, restart_count: int, job_nodes: int, ckpt_step: Optional[int],
-                  fault_at: Optional[float], now: float, detail: str = "", path: str = REQUEUE, note: str = "") -> int:
+                  fault_at: Optional[float], now: float, detail: str = "", path: str = REQUEUE, note: str = "",
+                  job_submit: str = "") -> int:
     """Insert the incident and its `open` step in one transaction; a second open one for the job is refused."""
     try:
         with db.transaction(conn):
             cur = conn.execute(
                 "INSERT INTO incidents(job_id, status, nodes, faults, partition, restart_count, job_nodes,"
-                " ckpt_step, opened_at, fault_at, path, note) VALUES (?, 'open', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " ckpt_step, opened_at, fault_at, path, note, job_submit)"
+                " VALUES (?, 'open', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job_id, json.dumps(list(nodes)), json.dumps(list(faults)), partition, restart_count,
-                 job_nodes, ckpt_step, now, fault_at, path, note))
+                 job_nodes, ckpt_step, now, fault_at, path, note, job_submit))
             incident_id = _rowid(cur)
             conn.execute("INSERT INTO steps(incident_id, name, intent_at, done_at, outcome, detail)"
                          " VALUES (?, 'open', ?, ?, 'ok', ?)", (incident_id, now, now, detail))
@@ -250,7 +257,7 @@ def _incident(r: sqlite3.Row, steps: List[StepRecord]) -> Incident:
         faults=tuple(json.loads(r["faults"])), partition=r["partition"], spares=tuple(json.loads(r["spares"])),
         restart_count=r["restart_count"], job_nodes=r["job_nodes"], shrink_to=r["shrink_to"],
         ckpt_step=r["ckpt_step"], opened_at=r["opened_at"], fault_at=r["fault_at"], closed_at=r["closed_at"],
-        note=r["note"], steps=tuple(steps), path=r["path"] or legacy_path(r["note"]))
+        note=r["note"], steps=tuple(steps), path=r["path"] or legacy_path(r["note"]), job_submit=r["job_submit"])
 
 
 def legacy_path(note: str) -> str:

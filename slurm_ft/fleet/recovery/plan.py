@@ -35,7 +35,7 @@ from slurm_ft.fleet.recovery.policies.base import IncidentView
 # the settings and the shared facts live with the policies; imported from here by the controller and tests
 from slurm_ft.fleet.recovery.policies.common import (  # noqa: F401
     HELD_REASONS, PENDING_STATES, PEOPLE_HOLDS, SLURM_REQUEUED_REASONS, ControllerSettings, IncidentFields,
-    failed_in_run, failure, of_job, quarantined, reason_in, refill_size)
+    admins, belongs, ended_by_node_failure, failed_in_run, failure, of_job, quarantined, reason_in, refill_size)
 from slurm_ft.fleet.recovery.policies.in_allocation import HOT_RELEASE_WAIT_S  # noqa: F401
 from slurm_ft.fleet.recovery.policies.requeue_swap import restarts_without_progress  # noqa: F401
 from slurm_ft.fleet.recovery.snapshot import Snapshot
@@ -113,7 +113,43 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettin
                     counted.update(step.nodes)
             steps.append(step)
     steps.extend(_revalidations(snap, incidents, policy, now))
+    steps.extend(_restorations(snap, incidents, policy))
     return steps
+
+
+def _restorations(snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettings) -> List[Step]:
+    """Partition changes of closed incidents that Slurm no longer shows: a slurmctld restarted without -R
+    rebuilds the partitions from slurm.conf (an open incident's own steps are done again by its policy).
+    A node the incident quarantined, still out for its fault (its latest incident, drained or down by
+    slurm-ft or Slurm), is back in a job partition: out again. A spare it swapped in (the last swap of that
+    node), healthy and named by no incident since, is back in the pool alone: into the job's partition
+    again. Nothing else is moved."""
+    latest = out.latest_incident_of(incidents)
+    swapped_by = {x: i.id for i in sorted(incidents, key=lambda i: i.id) if i.done("swap") for x in i.spares}
+    jobs_parts = [p for p in snap.partitions.values() if policy.is_job_partition(p.name)]
+    pool = snap.partitions.get(policy.spare_partition)
+    steps = []
+    for inc in sorted(incidents, key=lambda i: i.id):
+        if inc.open or not inc.done("quarantine"):
+            continue
+        back = tuple(n for n in inc.nodes if latest[n].id == inc.id and failure(snap.nodes.get(n), policy)
+                     and any(n in p.nodes for p in jobs_parts))
+        target = snap.partitions.get(inc.partition)
+        spares = tuple(x for x in inc.spares if swapped_by.get(x) == inc.id and x not in latest
+                       and _healthy(snap.nodes.get(x)) and target is not None and x not in target.nodes
+                       and pool is not None and x in pool.nodes)
+        if back or spares:
+            steps.append(Step("restore", inc.job_id, incident_id=inc.id, nodes=back, spares=spares,
+                              partition=inc.partition, reason=(
+                                  f"incident {inc.id}'s partition changes undone by Slurm (slurmctld restarted?): "
+                                  + "; ".join([f"{compress(list(back))} out of the job partitions again"] * bool(back)
+                                              + [f"{compress(list(spares))} from {policy.spare_partition} into "
+                                                 f"{inc.partition} again"] * bool(spares)))))
+    return steps
+
+
+def _healthy(node: Optional[Node]) -> bool:
+    return node is not None and node.available
 
 
 def _revalidations(snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettings, now: float) -> List[Step]:
@@ -162,6 +198,8 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Con
             # at once on idle nodes): the node it left is still a fault to quarantine and replace.
             failed = _left_behind(prev, job, snap, incidents, policy)
             hit_run = prev.restart_count if failed else None
+    elif ended_by_node_failure(job) and job.requeue:        # Slurm refuses to requeue a job with Requeue=0
+        return _revive(job, snap, incidents, policy, claimed, part)
     elif job.state in ("PENDING", "NODE_FAIL", "REQUEUED", "REQUEUE_HOLD") and (
             _slurm_requeued(job) or (prev is not None and not reason_in(job.reason, PEOPLE_HOLDS)
                                      and _left_behind(prev, job, snap, incidents, policy))):
@@ -209,6 +247,31 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Con
         f"{n}: {snap.nodes[n].reason}" for n in along)
     return Step("open", job.job_id, nodes=tuple(failed + along), partition=part, reason="; ".join(reasons),
                 restart_count=hit_run, path=path)
+
+
+def _revive(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettings,
+            claimed: Set[str], part: str) -> Optional[Step]:
+    """An `open` step (requeue) for an FT job Slurm ended when a node of its run stopped answering
+    (ended_by_node_failure): the nodes Slurm took out of the run (the journal saw it run there, or its batch
+    host) and those failed now. Such a node often answers again at once (ReturnToService): it is
+    quarantined all the same, as any node that stopped answering, and validated before it serves again."""
+    mine = of_job(incidents, job.job_id, job)
+    if mine and mine[-1].status == "gave_up":
+        return None
+    if job.exit_code.split(":")[0] in {str(x) for x in FINAL_EXITS}:
+        return None
+    run = snap.placements.get(job.job_id, {}).get(job.restart_count)
+    ran = set(run.nodes if run is not None else ()) | ({job.batch_host} if job.batch_host else set())
+    handled = {n for i in mine if i.restart_count == job.restart_count for n in i.nodes}
+    removed = sorted(n for n in ran - set(job.nodes) if n in snap.nodes)
+    failed = [n for n in sorted({*removed, *(n for n in job.nodes if failure(snap.nodes.get(n), policy))})
+              if n not in handled and n not in claimed and n not in job.excluded_nodes
+              and not admins(snap.nodes.get(n), policy)]
+    if not failed:
+        return None
+    reasons = "; ".join(f"{n}: {failure(snap.nodes.get(n), policy) or 'removed from the job by Slurm'} "
+                        f"(job ended {job.state}, {job.reason})" for n in failed)
+    return Step("open", job.job_id, nodes=tuple(failed), partition=part, reason=reasons, path=REQUEUE)
 
 
 def _detect_planned(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettings,
@@ -309,7 +372,12 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
     """The next step of one open incident: its policy's (fleet/recovery/policies), once the job is known to run on."""
     job = snap.jobs.get(inc.job_id)
     base = IncidentFields(job_id=inc.job_id, incident_id=inc.id, nodes=inc.nodes, partition=inc.partition)
-    if job is None or job.state in ENDED_JOB_STATES:
+    if job is not None and not belongs(inc, job):
+        # its job is gone and the id names another job now: nothing of this incident is done to that one
+        return [Step("abandon", **base, reason=f"job {inc.job_id} is another job now (submitted {job.submit_time}, "
+                                               f"restart {job.restart_count})")]
+    revived = job is not None and ended_by_node_failure(job) and not inc.done("requeue")
+    if job is None or (job.state in ENDED_JOB_STATES and not revived):
         if not quarantined(inc, snap, policy):
             return [Step("quarantine", **base, reason="job ended; the failed nodes still leave the partition")]
         state = job.state if job else "gone"

@@ -12,7 +12,8 @@ class Step:
 
     kinds: open, requeue, quarantine, swap, wait, hold, exclude, start, confirm, give_up, poll, released,
     note, abandon; alert (logged, no act; job 0: a wave of unresponsive nodes, -1: an outage); revalidate (a node, no incident step: fleet/recovery/outage.py); release
-    (a job Slurm holds after a launch failure whose run the controller never saw: no incident)
+    (a job Slurm holds after a launch failure whose run the controller never saw: no incident); restore (a
+    closed incident's partition changes that Slurm lost, done again: no incident step)
     """
     kind: str
     job_id: int
@@ -67,6 +68,7 @@ class Incident:
     note: str = ""                      # for people; never read back to decide anything
     steps: Tuple[StepRecord, ...] = ()
     path: str = "requeue"               # the recovery policy that owns it (fleet/recovery/policies, job/paths.py)
+    job_submit: str = ""                # the job's SubmitTime at the open, as Slurm printed it ("" unknown)
 
     @property
     def open(self) -> bool:

@@ -27,11 +27,20 @@ PEOPLE_HOLDS = ("JobHeldUser", "JobHeldAdmin", "job requeued in held state")
 # Pending, waiting to start again. From Slurm 25.11 a job requeued HELD stays REQUEUE_HOLD until released
 # (an expedited requeue after a non-zero exit with clean epilogs: the controller releases it like any hold).
 PENDING_STATES = ("PENDING", "REQUEUE_HOLD")
+# Slurm ended the job for a node of its run that stopped answering and did not requeue it: a `--no-kill`
+# job (a hot-spare or replica-group job) whose batch host went DOWN ends FAILED, JobLaunchFailure, the node
+# taken out of its NodeList. A root `scontrol requeue` of the ended job brings it back.
+NODE_FAILURE_ENDS = ("JobLaunchFailure", "NodeDown")
 
 
 def reason_in(reason: str, names: Iterable[str]) -> bool:
     norm = reason.replace("_", " ").lower()
     return any(norm.startswith(n.replace("_", " ").lower()) for n in names)
+
+
+def ended_by_node_failure(job: Job) -> bool:
+    """The job ended because Slurm lost a node of its run, not by its own doing (NODE_FAILURE_ENDS)."""
+    return job.state == "NODE_FAIL" or (job.state == "FAILED" and reason_in(job.reason, NODE_FAILURE_ENDS))
 
 
 @dataclass(frozen=True)
@@ -81,9 +90,20 @@ def admins(node: Optional[Node], policy: ControllerSettings) -> bool:
 
 
 def of_job(incidents: Sequence[Incident], job_id: int, job: Optional[Job]) -> List[Incident]:
-    """This job's incidents. Not those of an older job with the same id (ids start again with a fresh
-    slurmctld): a restart count never goes down. (SubmitTime cannot tell them apart: a requeue resets it.)"""
-    return [i for i in incidents if i.job_id == job_id and (job is None or i.restart_count <= job.restart_count)]
+    """This job's incidents, not those of an older job with the same id (ids start again after a slurmctld
+    state loss, or wrap at MaxJobId; the lab resets them): see `belongs`."""
+    return [i for i in incidents if i.job_id == job_id and (job is None or belongs(i, job))]
+
+
+def belongs(inc: Incident, job: Job) -> bool:
+    """May `inc` be an incident of `job` (of the same id)? A restart count never goes down, and within one
+    restart count SubmitTime stays (Slurm resets it at a requeue, which moves the count on): an incident
+    of the job's current restart count opened under another SubmitTime is an older job's. An earlier
+    count cannot be told apart (the requeue reset the time), nor a row journaled before the column."""
+    if inc.restart_count != job.restart_count:
+        return inc.restart_count < job.restart_count
+    then, now = vocab.slurm_time(inc.job_submit), vocab.slurm_time(job.submit_time)
+    return then is None or now is None or abs(then - now) < 1.0
 
 
 def failed_in_run(job: Job, nodes: Mapping[str, Node], incidents: Sequence[Incident],
