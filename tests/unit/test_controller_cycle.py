@@ -570,3 +570,29 @@ def test_a_new_job_with_an_old_jobs_id_gets_an_incident_of_its_own(tmp_path):
     second = jn.incidents(c.conn)[1:]
     assert [(i.nodes, i.job_submit) for i in second] == [((nodes[0],), "2026-12-07T11:00:00")]
     assert nodes[0] not in s.parts["train"]
+
+
+def test_a_second_node_failing_during_the_recovery_joins_the_incident_and_gets_its_own_spare(tmp_path):
+    """Issue 40: gpu003 fails just after the incident for gpu002 requeued the job: one incident for the
+    run, both nodes out of train, two spares in, the job running on neither."""
+    s = model_slurm()
+    s.fail("gpu002")
+    state = {"done": False}
+
+    def second(kind, when):
+        if (kind, when) == ("requeue", "result") and not state["done"]:
+            state["done"] = True
+            s.fail("gpu003")
+
+    cfg = Config(state_dir=str(tmp_path / "state"), controller=ControllerConfig(poll_s=0.0, read_progress=False,
+                                                                                cycle_budget_s=5.0),
+                 lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0))
+    c = Controller(s, jn.connect(db.path_in(cfg.state_dir)), cfg, sleep=lambda x: None, on_journal=second)
+    c.cycle()
+    c.cycle()
+    [inc] = jn.incidents(c.conn)
+    assert inc.status == "recovered" and inc.nodes == ("gpu002", "gpu003") and len(inc.spares) == 2
+    assert "join" in [x.name for x in inc.steps]
+    job = s.j[100]
+    assert job.state == "RUNNING" and not {"gpu002", "gpu003"} & set(job.nodes)
+    assert not {"gpu002", "gpu003"} & set(s.parts["train"]) and s.parts["spares"] == []

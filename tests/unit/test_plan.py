@@ -733,3 +733,21 @@ def test_partition_changes_a_slurmctld_restart_undid_are_done_again_after_the_in
     later = incident(id=2, nodes=("gpu005",), status="recovered", closed_at=NOW, restart_count=1)
     (step,) = plan(lemon, [done, later], P, NOW)
     assert step.nodes == ("gpu002",) and step.spares == ()
+
+
+def test_a_node_of_the_run_that_fails_after_the_incident_opened_joins_it():
+    """Issue 40: two Xid 79 on two nodes of one job 2 s apart opened one incident naming one of them; the
+    other stayed in train, drained, with no incident and no spare until the sweep. A node of the run the
+    open incident recovers that fails meanwhile joins it; a node of another job's, or of a later run, not."""
+    inc = incident([("quarantine", "ok"), ("swap", "ok"), ("requeue", "ok")], spares=("gpu005",))
+    pending = job("PENDING", nodes=(), restart=1, reason="BeginTime")
+    nodes = [node("gpu001", "IDLE"), failed("gpu002"), failed("gpu003"), node("gpu004", "IDLE")]
+    snap = cluster(nodes, jobs=[pending], placements=ran())
+    (step,) = [s for s in plan(snap, [inc], P, NOW) if s.kind != "poll"]
+    assert (step.kind, step.nodes, step.incident_id) == ("join", ("gpu003",), 1)
+    joined = replace(inc, nodes=("gpu002", "gpu003"))
+    assert kinds(plan(snap, [joined], P, NOW)) == ["quarantine"]
+    out = replace(snap, partitions={**snap.partitions, "train": Partition("train", ("gpu001", "gpu004", "gpu005"))})
+    (swap,) = plan(out, [joined], P, NOW)
+    assert swap.kind == "swap" and swap.spares == ("gpu005", "gpu006")       # a spare of its own
+    assert plan(cluster(nodes, jobs=[pending]), [inc], P, NOW)[0].kind != "join"   # its run unknown

@@ -391,7 +391,8 @@ class Controller:
                 "exclude": self._exclude, "start": self._start, "confirm": self._confirm, "hold": self._hold,
                 "wait": self._wait, "give_up": self._give_up, "abandon": self._abandon, "note": self._note,
                 "handover": self._handover, "end_steps": self._end_steps,
-                "released": self._released, "planned": self._planned, "superseded": self._superseded}
+                "released": self._released, "planned": self._planned, "superseded": self._superseded,
+                "join": self._join}
 
     def _open(self, step: Step, now: float) -> None:
         job = self.client.job(step.job_id)
@@ -506,6 +507,15 @@ class Controller:
         if self.on_step:
             self.on_step(step, "ok", step.reason, self.clock())
         return "ok"
+
+    def _join(self, step: Step, inc: Incident) -> Tuple[str, str]:
+        """Nodes of the incident's run that failed since it opened become its own (plan._late_failures):
+        quarantined and replaced with the first, journaled as faults of this incident."""
+        faults = tuple(f for f in step.reason.split("; ") if f)
+        jn.update_incident(self.conn, inc.id, nodes=(*inc.nodes, *step.nodes), faults=(*inc.faults, *faults))
+        log.warning("incident %s job %s: %s failed too since it opened: joins it", inc.id, inc.job_id,
+                    compress(list(step.nodes)))
+        return "ok", f"{compress(list(step.nodes))} join the incident"
 
     def _requeue(self, step: Step, inc: Incident) -> Tuple[str, str]:
         job = self.client.job(inc.job_id)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, cast
 
 from slurm_ft.errors import ConfigError
 from slurm_ft.fleet import db
-from slurm_ft.fleet.recovery.records import Incident, Placement, StepRecord
+from slurm_ft.fleet.recovery.records import Incident, Placement, StepRecord, same_submit
 from slurm_ft.job.paths import IN_ALLOCATION, REQUEUE
 from slurm_ft.slurm.types import Job
 
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
         shrink_to: Optional[int]
         note: str
         path: str
+        nodes: Sequence[str]
+        faults: Sequence[str]
 
 COMPONENT = "recovery"
 
@@ -87,9 +89,10 @@ MIGRATIONS: List[str] = [
     ALTER TABLE incidents ADD COLUMN path TEXT NOT NULL DEFAULT '';
     """,
     """
-    -- the job's SubmitTime as Slurm showed it at the open ('' in rows written before this column): tells
-    -- this job's incidents from those of an older job with the same id (policies/common.py, of_job)
+    -- the job's SubmitTime as Slurm showed it ('' in rows written before this column): tells this job's
+    -- incidents and runs from those of an older job with the same id (policies/common.py, of_job)
     ALTER TABLE incidents ADD COLUMN job_submit TEXT NOT NULL DEFAULT '';
+    ALTER TABLE placements ADD COLUMN job_submit TEXT NOT NULL DEFAULT '';
     """,
 ]
 # Before the path had its column, an incident's note started with its path's mark (journals written by
@@ -158,17 +161,17 @@ def record_result(conn: sqlite3.Connection, step_id: int, outcome: str, now: flo
                  " WHERE id = ?", (now, outcome, detail, detail, step_id))
 
 
-_FIELDS = {"status", "spares", "shrink_to", "note", "path"}
+_FIELDS = {"status", "spares", "shrink_to", "note", "path", "nodes", "faults"}
 
 
 def update_incident(conn: sqlite3.Connection, incident_id: int, **fields: Unpack[_Update]) -> None:
     bad = set(fields) - _FIELDS
     if bad:
         raise ValueError(f"cannot update {sorted(bad)}")
-    if "spares" in fields:
-        fields["spares"] = json.dumps(list(fields["spares"]))
-    sets = ", ".join(f"{k} = ?" for k in fields)
-    conn.execute(f"UPDATE incidents SET {sets} WHERE id = ?", (*fields.values(), incident_id))
+    values = {k: json.dumps(list(cast("Sequence[str]", v))) if k in ("spares", "nodes", "faults") else v
+              for k, v in fields.items()}
+    sets = ", ".join(f"{k} = ?" for k in values)
+    conn.execute(f"UPDATE incidents SET {sets} WHERE id = ?", (*values.values(), incident_id))
 
 
 def close_incident(conn: sqlite3.Connection, incident_id: int, status: str, now: float, note: str = "") -> None:
@@ -215,7 +218,7 @@ def placements(conn: sqlite3.Connection) -> Dict[int, Dict[int, Placement]]:
     out: Dict[int, Dict[int, Placement]] = {}
     for r in conn.execute("SELECT * FROM placements"):
         out.setdefault(r["job_id"], {})[r["restart_count"]] = Placement(
-            r["job_id"], r["restart_count"], tuple(json.loads(r["nodes"])), r["seen_at"])
+            r["job_id"], r["restart_count"], tuple(json.loads(r["nodes"])), r["seen_at"], r["job_submit"])
     return out
 
 
@@ -224,14 +227,22 @@ def record_placements(conn: sqlite3.Connection, queued: Iterable[Job], known: Di
     """Remember each run of a job seen running (Job.running) for the first time; forget runs older than the one before
     the current, and jobs no longer in the queue. `queued`: the FT jobs in the queue, `known`: the rows."""
     jobs = {j.job_id: j for j in queued}
-    new = [j for j in jobs.values()
-           if j.running and j.nodes and j.restart_count not in known.get(j.job_id, {})]
+    # an id that names another job now (its current run under another SubmitTime, or a restart count
+    # above the job's): every run recorded under it was the older job's
+    reused = {jid for jid, runs in known.items() if jid in jobs and any(
+        rc > jobs[jid].restart_count or (rc == jobs[jid].restart_count
+                                         and not same_submit(p.job_submit, jobs[jid].submit_time))
+        for rc, p in runs.items())}
+    new = [j for j in jobs.values() if j.running and j.nodes
+           and (j.job_id in reused or j.restart_count not in known.get(j.job_id, {}))]
     old = [(jid, rc) for jid, runs in known.items() for rc in runs
            if jid not in jobs or rc < jobs[jid].restart_count - 1]
-    if not new and not old:
+    if not new and not old and not reused:
         return
     with db.transaction(conn):
-        _insert_placements(conn, [Placement(j.job_id, j.restart_count, j.nodes, now) for j in new])
+        for jid in reused:
+            conn.execute("DELETE FROM placements WHERE job_id = ?", (jid,))
+        _insert_placements(conn, [Placement(j.job_id, j.restart_count, j.nodes, now, j.submit_time) for j in new])
         for jid, rc in old:
             conn.execute("DELETE FROM placements WHERE job_id = ? AND restart_count = ?", (jid, rc))
 
@@ -247,8 +258,9 @@ def add_placements(conn: sqlite3.Connection, runs: Iterable[Placement]) -> None:
 
 def _insert_placements(conn: sqlite3.Connection, runs: Iterable[Placement]) -> None:
     for p in runs:
-        conn.execute("INSERT OR IGNORE INTO placements(job_id, restart_count, nodes, seen_at) VALUES (?, ?, ?, ?)",
-                     (p.job_id, p.restart_count, json.dumps(list(p.nodes)), p.seen_at))
+        conn.execute("INSERT OR IGNORE INTO placements(job_id, restart_count, nodes, seen_at, job_submit)"
+                     " VALUES (?, ?, ?, ?, ?)", (p.job_id, p.restart_count, json.dumps(list(p.nodes)), p.seen_at,
+                                                 p.job_submit))
 
 
 def _incident(r: sqlite3.Row, steps: List[StepRecord]) -> Incident:

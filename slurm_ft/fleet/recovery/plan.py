@@ -77,6 +77,12 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettin
     taken: Set[str] = {s for i in open_ for s in i.spares}
     pool = spare_pool(snap, policy, taken, faults)
     for inc in sorted(open_, key=lambda i: i.id):
+        others = {n for i in open_ if i.id != inc.id for n in i.nodes}
+        late = _late_failures(inc, snap, policy, others)
+        if late:
+            steps.append(Step("join", inc.job_id, incident_id=inc.id, nodes=late, partition=inc.partition,
+                              reason="; ".join(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in late)))
+            continue
         steps.extend(_advance(inc, snap, incidents, policy, now, pool))
     active = out.waves(snap.seen, now, nodes=policy.wave_nodes, window_s=policy.wave_window_s,
                        settle_s=policy.wave_settle_s)
@@ -365,6 +371,23 @@ def fault_time(snap: Snapshot, nodes: Iterable[str]) -> Optional[float]:
     """The earliest drain time among the failed nodes, when Slurm gave one."""
     times = [t for t in (slurm_time(snap.nodes[n].reason_time) for n in nodes if n in snap.nodes) if t is not None]
     return min(times) if times else None
+
+
+def _late_failures(inc: Incident, snap: Snapshot, policy: ControllerSettings, others: Set[str]) -> Tuple[str, ...]:
+    """Nodes of the run a requeue-path incident recovers that failed after it opened (while it runs, no
+    other incident opens for its job): they join it, to be quarantined and replaced with it. Two Xid 79 on
+    two nodes of one job 2 s apart opened one incident naming one of them; the other stayed in the
+    partition, drained, unreplaced and unjournaled until the sweep."""
+    job = snap.jobs.get(inc.job_id)
+    if inc.path != REQUEUE or job is None or not belongs(inc, job):
+        return ()
+    if job.running and job.restart_count == inc.restart_count:
+        ran: Sequence[str] = job.nodes
+    else:
+        run = snap.placements.get(inc.job_id, {}).get(inc.restart_count)
+        ran = run.nodes if run is not None else ()
+    return tuple(n for n in ran if n not in inc.nodes and n not in others and failure(snap.nodes.get(n), policy)
+                 and not (job.running and job.restart_count > inc.restart_count and n in job.nodes))
 
 
 def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettings, now: float,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from slurm_ft.vocab import slurm_time
+
 
 @dataclass(frozen=True)
 class Step:
@@ -35,6 +37,7 @@ class Placement:
     restart_count: int
     nodes: Tuple[str, ...]
     seen_at: float
+    job_submit: str = ""                # the job's SubmitTime then, as Slurm printed it ("" unknown)
 
 
 @dataclass(frozen=True)
@@ -81,3 +84,10 @@ class Incident:
         found = [s for s in self.steps if s.name == name]
         return found[-1] if found else None
 
+
+
+def same_submit(then: str, now: str) -> bool:
+    """Two SubmitTimes as Slurm printed them (JSON or text reads) the same, or either unknown: within one
+    restart count of one job it never changes, so a difference means the job id names another job now."""
+    a, b = slurm_time(then), slurm_time(now)
+    return a is None or b is None or abs(a - b) < 1.0

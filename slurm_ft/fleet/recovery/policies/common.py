@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict
 
 from slurm_ft import vocab
-from slurm_ft.fleet.recovery.records import Incident
+from slurm_ft.fleet.recovery.records import Incident, same_submit
 from slurm_ft.fleet.recovery.snapshot import Snapshot
 from slurm_ft.job.nodefault import node_fault
 from slurm_ft.job.paths import is_planned
@@ -102,8 +102,7 @@ def belongs(inc: Incident, job: Job) -> bool:
     count cannot be told apart (the requeue reset the time), nor a row journaled before the column."""
     if inc.restart_count != job.restart_count:
         return inc.restart_count < job.restart_count
-    then, now = vocab.slurm_time(inc.job_submit), vocab.slurm_time(job.submit_time)
-    return then is None or now is None or abs(then - now) < 1.0
+    return same_submit(inc.job_submit, job.submit_time)
 
 
 def failed_in_run(job: Job, nodes: Mapping[str, Node], incidents: Sequence[Incident],

@@ -65,7 +65,9 @@ class RequeueSwap:
             return [Step("give_up", **base, reason=give_up_reason(inc, v.incidents, max_restarts, job))]
 
         pool = v.pool
-        if not swapped(inc, snap, policy):
+        # nodes that joined after the swap (plan._late_failures) want spares of their own
+        joined_short = inc.done("swap") and not inc.shrink_to and len(inc.spares) < len(inc.nodes)
+        if not swapped(inc, snap, policy) or joined_short:
             need = len(inc.nodes) - len(inc.spares)
             chosen = list(inc.spares)
             fresh = [s for s in pool if s not in chosen][:max(need, 0)]
