@@ -751,3 +751,22 @@ def test_a_node_of_the_run_that_fails_after_the_incident_opened_joins_it():
     (swap,) = plan(out, [joined], P, NOW)
     assert swap.kind == "swap" and swap.spares == ("gpu005", "gpu006")       # a spare of its own
     assert plan(cluster(nodes, jobs=[pending]), [inc], P, NOW)[0].kind != "join"   # its run unknown
+
+
+def test_a_requeue_after_a_hot_spare_recovery_does_not_blame_the_node_that_recovery_took():
+    """Issue 40: a hot-spare job's supervisor met gpu002's fault in its allocation (incident of run 0,
+    the node drained and out of train); then the job was requeued by hand. The next plan does not
+    open a second incident for gpu002 (a spare swapped for a node already replaced)."""
+    hot = incident([("quarantine", "ok"), ("released", "ok")], status="recovered", closed_at=NOW - 30,
+                   path="in_allocation")
+    pending = job("PENDING", nodes=(), restart=1, reason="BeginTime")
+    nodes = [node("gpu001", "IDLE"), node("gpu002", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu3 fell off the bus"),
+             node("gpu003", "IDLE"), node("gpu004", "IDLE")]
+
+    def snap():
+        s = cluster(nodes, jobs=[pending], placements=ran())
+        return replace(s, partitions={**s.partitions, "train": Partition("train", ("gpu001", "gpu003", "gpu004"))})
+    assert plan(snap(), [hot], P, NOW) == []
+    nodes[2] = node("gpu003", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu3 fell off the bus")   # one no incident took
+    steps = plan(snap(), [hot], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu003",)

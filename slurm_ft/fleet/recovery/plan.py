@@ -218,8 +218,11 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Con
         # of its last run, as Slurm still lists them or as the journal saw them run; never the other failed
         # nodes of the partition, which are no fault of this job's.
         cands = _last_run_nodes(job, prev)
-        failed = [n for n in cands if n not in job.excluded_nodes and failure(snap.nodes.get(n), policy)
-                  and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
+        # a node an incident of that run already took (a hot spare's, which leaves it drained) is no new fault
+        done = {n for i in mine if prev is not None and i.restart_count >= prev.restart_count
+                and not is_planned(i.path) for n in i.nodes}
+        failed = [n for n in cands if n not in job.excluded_nodes and n not in done
+                  and failure(snap.nodes.get(n), policy) and snap.nodes[n].state not in ("ALLOCATED", "MIXED")]
         if not cands:
             others = [n for n in snap.partitions[part].nodes if n not in claimed and failure(snap.nodes.get(n), policy)]
             spec = snap.specs.get(job.job_id)
