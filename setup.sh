@@ -25,6 +25,9 @@ fi
 command -v munged >/dev/null || missing+=(munge)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v make >/dev/null || missing+=(make)
+# setfacl: a checkout where others cannot enter (root's home, /root 0700) is opened to the lab's job users
+# alone, by `lab up` (lab/slurm_ft_lab/users.py)
+command -v setfacl >/dev/null || missing+=(acl)
 [ -e /usr/include/slurm/spank.h ] || missing+=(libslurm-dev)
 if ! command -v python3 >/dev/null; then
   missing+=(python3 python3-venv)        # Debian's python3 has no ensurepip without python3-venv
@@ -42,12 +45,18 @@ fi
 # .venv's Python. One under a directory others cannot enter (a pyenv in /root) will not do: then
 # Debian's /usr/bin/python3 builds the venv, and a venv built on such a Python is built again.
 # (the interpreter's own file: where others cannot reach it, it may still start, on another stdlib)
+# What is asked is the interpreter the venv runs on, not .venv's own path: a checkout in root's home
+# (/root 0700) is out of others' reach whatever builds .venv, and `lab up` lets the lab's users alone in
+# (an ACL: lab/slurm_ft_lab/users.py), so building .venv again would change nothing.
 runs_for_others() {
   setpriv --reuid=nobody --regid=nogroup --clear-groups "$1" -c \
     'import os, sys; os.stat(os.path.realpath(sys.executable)); os.stat(os.path.join(sys.base_prefix, "lib"))' 2>/dev/null
 }
-if [ -x .venv/bin/python ] && ! runs_for_others .venv/bin/python; then
-  echo "setup.sh: .venv's Python ($(readlink -f .venv/bin/python)) cannot be run by other users: building .venv again"
+venv_base() {
+  .venv/bin/python -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable))'
+}
+if [ -x .venv/bin/python ] && ! runs_for_others "$(venv_base)"; then
+  echo "setup.sh: .venv's Python ($(venv_base)) cannot be run by other users: building .venv again"
   rm -rf .venv
 fi
 if [ ! -x .venv/bin/python ]; then
@@ -56,8 +65,8 @@ if [ ! -x .venv/bin/python ]; then
     py=/usr/bin/python3
   fi
   "$py" -m venv .venv
-  runs_for_others .venv/bin/python ||
-    echo "setup.sh: warning: other users cannot run $(readlink -f .venv/bin/python): the lab's jobs (run as slurmft-u0...) will not start" >&2
+  runs_for_others "$(venv_base)" ||
+    echo "setup.sh: warning: other users cannot run $(venv_base): the lab's jobs (run as slurmft-u0...) will not start" >&2
 fi
 # the lab (lab/: Slurm on this machine, fake GPUs, the demo) is its own project, for development only
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' -e ./lab

@@ -16,6 +16,7 @@ Layout of <dir>:
   lib/                      the fake libnvidia-ml.so.1, when slurm_ft_lab.fake_nvml exists
   nodes/<node>/             nvml.state (fake GPUs), kmsg (kernel log, root only), state.json (health
                             findings): reset to healthy on every fresh `up`; `lab inject` writes faults here
+                            (a CPU node, LabSpec.cpu_nodes: kmsg and a `cpu-node` mark, no nvml.state)
   slurm-ft.yaml             slurm-ft's config for the lab (SLURM_FT_CONFIG in the hooks)
   home/<user>/              the job users' homes (HOME of a lab job user: users.py)
   work/<name>/              job directories a test or the bench gives a job user (work_dir)
@@ -108,16 +109,20 @@ class LabSpec:
                                     # are untouched (healthy state, empty kernel log): a 2,048-node job's
                                     # 2,048 prologs would take minutes of the lab's CPU otherwise
     plugin: bool = False            # load slurm-ft's SPANK plugin and job_submit policy (lab.plugin)
+    cpu_nodes: int = 0              # nodes without GPUs (a mixed cluster's CPU nodes): cpu001.., partition
+                                    # `cpu`, no gpu GRES and no fake NVML library in their hooks
 
     def validate(self) -> "LabSpec":
-        if self.nodes < 1 or self.spares < 0:
-            raise UsageError("the lab needs at least 1 node and 0 or more spares")
+        if self.nodes < 1 or self.spares < 0 or self.cpu_nodes < 0:
+            raise UsageError("the lab needs at least 1 node and 0 or more spares and CPU nodes")
+        if self.cpu_nodes > 999:
+            raise UsageError(f"the lab supports at most 999 CPU nodes (cpu001..cpu999), not {self.cpu_nodes}")
         if self.nodes + self.spares > MAX_NODES:
             raise UsageError(f"the lab supports at most {MAX_NODES} nodes (gpu0001..gpu{MAX_NODES})")
         if not 1 <= self.gpus_per_node <= 64:
             raise UsageError(f"--gpus-per-node must be 1..64, not {self.gpus_per_node}")
-        if not 1024 <= self.port_base <= 65535 - (self.nodes + self.spares):
-            raise UsageError(f"--port-base {self.port_base} leaves no room for {self.nodes + self.spares} slurmd ports")
+        if not 1024 <= self.port_base <= 65535 - len(self.node_names):
+            raise UsageError(f"--port-base {self.port_base} leaves no room for {len(self.node_names)} slurmd ports")
         return self
 
     @property
@@ -130,19 +135,28 @@ class LabSpec:
     def shape(self) -> tuple:
         """What a running lab must match for `up` to reuse it."""
         return (self.nodes, self.spares, self.gpus_per_node, self.port_base, self.job_hooks, self.fast_hooks,
-                self.plugin)
+                self.plugin, self.cpu_nodes)
 
     @property
     def wake_port(self) -> int:
         """The UDP port this lab's controller hears its nodes' wakes on (controller.wake_port): the first
         port past the slurmds'."""
-        return self.port_base + self.nodes + self.spares + 1
+        return self.port_base + len(self.node_names) + 1
 
     @property
     def node_names(self) -> List[str]:
+        """Every node: the GPU nodes, then the CPU nodes (slurmd i listens on port_base + i)."""
+        return self.gpu_names + self.cpu_names
+
+    @property
+    def gpu_names(self) -> List[str]:
         total = self.nodes + self.spares
         width = 3 if total <= 999 else 4     # names that sort; small labs keep gpu001
         return [f"gpu{i:0{width}d}" for i in range(1, total + 1)]
+
+    @property
+    def cpu_names(self) -> List[str]:
+        return [f"cpu{i:03d}" for i in range(1, self.cpu_nodes + 1)]
 
     @property
     def train_nodes(self) -> List[str]:
@@ -150,7 +164,7 @@ class LabSpec:
 
     @property
     def spare_nodes(self) -> List[str]:
-        return self.node_names[self.nodes:]
+        return self.node_names[self.nodes: self.nodes + self.spares]
 
 
 @dataclass(frozen=True)
@@ -257,10 +271,23 @@ class Lab:
         default = next(u for u in made if u.name == self.job_user)
         why = users.cannot_run(default, sys.executable, ("slurm_ft", "slurm_ft_lab"), self._daemon_env(),
                                str(self.user_home(default.name)))
+        # A checkout in root's home (/root: 0700): these users alone may enter, by an ACL (users.py says why)
+        closed = users.let_in(made, [sys.executable, sys.prefix, str(REPO_ROOT), *self._job_code()]) if why else []
+        if closed:
+            why = users.cannot_run(default, sys.executable, ("slurm_ft", "slurm_ft_lab"), self._daemon_env(),
+                                   str(self.user_home(default.name)))
+            why += f" (the lab's users were given search permission on {', '.join(map(str, closed))})" if why else ""
         if why:
             raise EnvironmentProblem(
                 f"the lab's job user {default.name} cannot run {sys.executable} with slurm-ft: {why}. Install "
                 f"slurm-ft where others may read it (./setup.sh builds .venv on a Python they can run)")
+
+    @staticmethod
+    def _job_code() -> List[str]:
+        """Where this Python imports slurm-ft and the lab from (the checkout, for an editable install)."""
+        import slurm_ft  # lazy: only when the job user cannot run this Python (a checkout in /root)
+        import slurm_ft_lab  # lazy: as above
+        return [str(Path(m.__file__).resolve().parent) for m in (slurm_ft, slurm_ft_lab) if m.__file__]
 
     def _pidfiles(self) -> Dict[str, Path]:
         files = {"munged": self.dir / "munge" / "munged.pid", "slurmctld": self.dir / "run" / "slurmctld.pid"}
@@ -395,7 +422,12 @@ class Lab:
         init_node = _fake_gpu_init()
         for n in spec.node_names:
             # a fresh start means healthy GPUs too: no fault injected into an earlier run survives
-            if init_node is not None:
+            if n in spec.cpu_names:     # no GPUs: only a kernel log, and the mark heal() knows it by
+                (self.dir / "nodes" / n).mkdir(exist_ok=True)
+                atomic_write(self.dir / "nodes" / n / "kmsg", "", mode=0o600)
+                # inject.CPU_NODE_MARK (cluster loads inject only where it exists: _fake_gpu_init)
+                write_unread(self.dir / "nodes" / n / "cpu-node", "no GPUs: a CPU node of the lab\n")
+            elif init_node is not None:
                 node_dir = init_node(self.dir, n, spec.gpus_per_node, durable=False)
                 if spec.fast_hooks:     # what "untouched" means for the fast hooks' cmp
                     write_unread(node_dir / "nvml.healthy", (node_dir / "nvml.state").read_bytes())
@@ -414,7 +446,7 @@ class Lab:
             atomic_write(self.dir / "etc" / "cgroup.conf", cgroup)
         conf = self._slurm_conf(version_lines)
         atomic_write(self.conf, conf)
-        gres = (f"# written by slurm-ft lab\nAutoDetect=off\nNodeName={compress(spec.node_names)} "
+        gres = (f"# written by slurm-ft lab\nAutoDetect=off\nNodeName={compress(spec.gpu_names)} "
                 f"Name=gpu File={self.dir}/dev/nvidia[0-{spec.gpus_per_node - 1}]\n")
         atomic_write(self.dir / "etc" / "gres.conf", gres)
         if spec.slim:
@@ -426,7 +458,8 @@ class Lab:
             head = "\n".join(line for line in conf.splitlines()   # the version lines included
                              if not line.startswith(("NodeName=", "PartitionName=")))
             for i, n in enumerate(spec.node_names, start=1):   # before any daemon reads them: no fsync each
-                write_unread(self.slurmd_conf(n), f"{head}\n{self._node_line(n, spec.port_base + i)}\n")
+                write_unread(self.slurmd_conf(n),
+                             f"{head}\n{self._node_line(n, spec.port_base + i, n not in spec.cpu_names)}\n")
         for hook, repo_dir in HOOK_DIRS.items():
             atomic_write(self.dir / "hooks" / hook, self._hook_wrapper(repo_dir), mode=0o755)
         atomic_write(self.dir / "hooks" / "reboot",
@@ -450,15 +483,22 @@ class Lab:
     def slurmd_conf(self, node: str) -> Path:
         return self.dir / "etc" / "nodes" / f"{node}.conf" if self.spec.slim else self.conf
 
-    def _node_line(self, names: str, ports: object) -> str:
+    def _node_line(self, names: str, ports: object, gpus: bool = True) -> str:
         spec = self.spec
+        gres = f"Gres=gpu:{spec.gpus_per_node} " if gpus else ""      # a CPU node: no GRES at all
         return (f"NodeName={names} NodeHostname=localhost Port={ports} CPUs={spec.cpus_per_node} RealMemory=64000 "
-                f"Gres=gpu:{spec.gpus_per_node} State=UNKNOWN")
+                f"{gres}State=UNKNOWN")
 
     def _slurm_conf(self, version_lines: str = "") -> str:
         spec, d = self.spec, self.dir
-        names = compress(spec.node_names)
-        first, last = spec.port_base + 1, spec.port_base + len(spec.node_names)
+        names = compress(spec.gpu_names)
+        first, last = spec.port_base + 1, spec.port_base + len(spec.gpu_names)
+        # no spares: no Nodes= at all (an empty one takes the next word for its node list: "Invalid node names")
+        spares = f"Nodes={compress(spec.spare_nodes)} " if spec.spares else ""
+        cpu = ""
+        if spec.cpu_nodes:      # a mixed cluster: CPU nodes (no gpu GRES) in a partition of their own
+            cpu = (f"{self._node_line(compress(spec.cpu_names), f'[{last + 1}-{last + spec.cpu_nodes}]', False)}\n"
+                   f"PartitionName=cpu Nodes={compress(spec.cpu_names)} Default=NO MaxTime=INFINITE State=UP\n")
         host = socket.gethostname().split(".")[0]
         # A slim lab's slurmds know only their own node: slurmctld talks to each one directly (no
         # forwarding through other slurmds), and the differing conf hashes are expected.
@@ -520,8 +560,8 @@ HealthCheckNodeState=ANY,CYCLE
 AccountingStorageType=accounting_storage/none
 {slim}{self._node_line(names, f"[{first}-{last}]")}
 PartitionName=train Nodes={compress(spec.train_nodes)} Default=YES MaxTime=INFINITE State=UP
-PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} Default=NO MaxTime=INFINITE State=UP
-"""
+PartitionName=spares {spares}Default=NO MaxTime=INFINITE State=UP
+{cpu}"""
 
     def _hook_wrapper(self, repo_dir: str) -> str:
         d = self.dir
@@ -540,7 +580,7 @@ PartitionName=spares Nodes={compress(spec.spare_nodes) if spec.spares else ''} D
 export {CHECK_SOCKET_ENV}='{self.check_socket}'
 export SLURM_FT_LAB_DIR={d}
 export SLURM_CONF={self.conf}
-export LD_LIBRARY_PATH={d}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}
+{self._nvml_line()}
 {_PATH_LINE}
 for f in {REPO_ROOT}/{repo_dir}/*; do
     [ -f "$f" ] && [ -x "$f" ] || continue
@@ -548,6 +588,13 @@ for f in {REPO_ROOT}/{repo_dir}/*; do
 done
 exit 0
 """
+
+    def _nvml_line(self) -> str:
+        """The hooks load the fake libnvidia-ml.so.1 from lib/: a CPU node has no driver, so not there."""
+        line = f"export LD_LIBRARY_PATH={self.dir}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
+        if not self.spec.cpu_nodes:
+            return line
+        return f'case "$SLURMD_NODENAME" in cpu[0-9]*) ;; *) {line} ;; esac'
 
     @property
     def _health_pause(self) -> Path:

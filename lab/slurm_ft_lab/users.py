@@ -14,6 +14,16 @@ home of their own below its directory (HOME in the job user's environment).
 
 Commands run as a user through setpriv (util-linux): the uid, the gid and the user's groups change,
 no PAM session, no shell; the environment is the caller's, with USER, LOGNAME and HOME set.
+
+A checkout below a directory others cannot enter (root's home: /root is mode 0700 on Debian) is out of
+their jobs' reach. `lab up` then gives these users alone search permission (x: enter, never list or
+read) on each such directory on the way to the Python, slurm-ft and the checkout, with a POSIX ACL entry
+per user (`setfacl -m u:slurmft-u0:x /root`, package acl): nobody else gains anything, /root's mode
+bits stay 0700 (ls shows drwx--x---+: the ACL's mask). Why an ACL and not a venv and a copy of the
+tree where others can reach it: the jobs run slurm-ft, the lab and the test jobs from the checkout
+itself (an editable install), so an edit is what the next job runs, and no copy can be stale. The
+grants are recorded in GRANTS and taken back with the users (`slurm-ft lab users --remove`), not by
+`lab down`: the users, and other labs' jobs running as them, outlive one lab.
 """
 from __future__ import annotations
 
@@ -22,7 +32,7 @@ import pwd
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from slurm_ft.errors import CommandError, EnvironmentProblem, UsageError
 from slurm_ft.runner import Result, run
@@ -32,6 +42,9 @@ PREFIX = "slurmft-u"
 NAMES = tuple(f"{PREFIX}{i}" for i in range(10))
 DEFAULT = NAMES[0]               # the lab's job user: every fault-tolerant job of the tests, the demo, the bench
 GECOS = "slurm-ft lab job user"
+# the directories `grant_search` gave the lab's users search permission on, each with its ACL mask before
+# ("-": none), one "DIR<TAB>MASK" a line, for `revoke_search`
+GRANTS = Path("/var/lib/slurm-ft-lab/search-grants")
 
 
 @dataclass(frozen=True)
@@ -107,8 +120,11 @@ def remove(names: Sequence[str] = NAMES) -> List[str]:
     if busy:
         raise UsageError(f"processes still run as the lab's users (pids {', '.join(map(str, busy[:8]))}"
                          f"{' ...' if len(busy) > 8 else ''}): take the labs down first")
+    revoke_search(users)                  # by name: before the names are gone
     for u in users:
         run(["userdel", u.name], timeout=30)
+    if not existing():
+        revoke_search([], restore=True)
     return [u.name for u in users]
 
 
@@ -161,6 +177,103 @@ def blocked_by(path: str) -> str:
         except OSError:
             return ""
     return ""
+
+
+# --- the way in: search permission for the lab's users alone ----------------------------------------------
+def closed_dirs(paths: Iterable[str]) -> List[Path]:
+    """The directories on the way to each of `paths` (as written and resolved; a path that is a directory
+    included) that others cannot enter (no x for others), outermost first, each once."""
+    out: List[Path] = []
+    for p in paths:
+        for form in (Path(os.path.abspath(p)), Path(os.path.realpath(p))):
+            try:
+                chain = [*reversed(form.parents)] + ([form] if form.is_dir() else [])
+            except OSError:
+                continue
+            for d in chain:
+                try:
+                    mode = d.stat().st_mode
+                except OSError:
+                    break                  # not ours to open: cannot_run says why
+                if not mode & 0o001 and d not in out:
+                    out.append(d)
+    return out
+
+
+def _acl(path: Path) -> List[str]:
+    """`path`'s ACL entries as getfacl writes them (user::rwx, user:NAME:--x, mask::--x, ...)."""
+    res = run(["getfacl", "--absolute-names", "--omit-header", "--no-effective", str(path)], timeout=30)
+    return [ln.strip() for ln in res.stdout.splitlines() if ln.strip() and not ln.startswith(("#", "default:"))]
+
+
+def _mask(entries: Sequence[str]) -> Optional[str]:
+    return next((e.split(":")[2] for e in entries if e.startswith("mask::")), None)
+
+
+def _grants() -> Dict[str, str]:
+    try:
+        lines = GRANTS.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    return dict(ln.split("\t", 1) for ln in lines if "\t" in ln)
+
+
+def grant_search(users: Sequence[User], dirs: Sequence[Path]) -> None:
+    """Give `users` search permission (x alone) on each of `dirs` by a named-user ACL entry, recorded in
+    GRANTS. A mask already there keeps what it allowed, plus x (setfacl -n: not recomputed, so an
+    admin's masked entries gain nothing more); none there: setfacl's own, the group bits and x."""
+    if not dirs or not users:
+        return
+    if shutil.which("setfacl") is None or shutil.which("getfacl") is None:
+        raise EnvironmentProblem(f"others cannot enter {dirs[0]}, and the lab gives its users their way in with "
+                                 f"setfacl, which is missing: run `apt-get install -y acl` (./setup.sh does)")
+    entries = ",".join(f"u:{u.name}:x" for u in users)
+    recorded = _grants()
+    for d in dirs:
+        try:
+            mask = _mask(_acl(d))
+            if str(d) not in recorded:
+                GRANTS.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+                with GRANTS.open("a") as fh:
+                    fh.write(f"{d}\t{mask or '-'}\n")
+                recorded[str(d)] = mask or "-"
+            if mask is None:
+                run(["setfacl", "-m", entries, str(d)], timeout=30)
+            else:
+                run(["setfacl", "-n", "-m", f"{entries},m::{mask[:2]}x", str(d)], timeout=30)
+        except CommandError as exc:
+            raise EnvironmentProblem(f"cannot give the lab's users search permission on {d} (a POSIX ACL): {exc}; "
+                                     f"clone slurm-ft where others may enter (/opt, /srv), or mount the file "
+                                     f"system with ACLs") from None
+
+
+def let_in(users: Sequence[User], paths: Iterable[str]) -> List[Path]:
+    """`users` may enter every directory on the way to `paths` that others cannot (grant_search); those
+    directories are returned ([] when there are none: nothing is changed)."""
+    closed = closed_dirs(paths)
+    grant_search(users, closed)
+    return closed
+
+
+def revoke_search(users: Sequence[User], restore: bool = False) -> None:
+    """Take back `users`' entries from every directory in GRANTS. `restore` (no lab user left): each mask
+    as it was before the first grant (none: removed when no named entry is left), and GRANTS forgotten."""
+    recorded = _grants()
+    if not recorded or shutil.which("setfacl") is None:
+        return
+    for d, before in recorded.items():
+        if not os.path.isdir(d):
+            continue
+        if users:
+            run(["setfacl", "-n", "-x", ",".join(f"u:{u.name}" for u in users), d], timeout=30, check=False)
+        if restore:
+            named = [e for e in _acl(Path(d)) if e.split(":")[0] in ("user", "group") and e.split(":")[1]]
+            if before != "-":
+                run(["setfacl", "-n", "-m", f"m::{before}", d], timeout=30, check=False)
+            elif not named:
+                run(["setfacl", "-x", "m::", d], timeout=30, check=False)
+    if restore:
+        GRANTS.unlink(missing_ok=True)
 
 
 class UserClient(SlurmClient):

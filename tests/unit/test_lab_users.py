@@ -71,3 +71,51 @@ def test_existing_users_are_looked_up_and_never_made_again():
     assert users.lookup("slurmft-no-such-user") is None
     with pytest.raises(Exception, match="no user 'slurmft-no-such-user'"):
         users.get("slurmft-no-such-user")
+
+
+def test_a_directory_others_cannot_enter_is_opened_to_the_lab_users_alone_and_closed_again(monkeypatch):
+    """A checkout in root's home (/root 0700): `lab up` lets its users in by an ACL entry each, search
+    permission alone (enter, never list), and `lab users --remove` takes it back, the mode as it was."""
+    _root()
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+    if shutil.which("setfacl") is None:
+        pytest.fail("needs setfacl: apt-get install -y acl (./setup.sh installs it)")
+    top = Path(tempfile.mkdtemp(prefix="slurm-ft-users-test-"))
+    monkeypatch.setattr(users, "GRANTS", top / "grants")
+    try:
+        os.chmod(top, 0o755)
+        home = top / "root"
+        (home / "slurm-ft").mkdir(parents=True)
+        os.chmod(home, 0o700)
+        job = home / "slurm-ft" / "job.py"
+        job.write_text("x")
+
+        def as_nobody(*argv: str) -> int:
+            return subprocess.run(users.as_user(NOBODY, argv), capture_output=True, timeout=30, cwd="/").returncode
+
+        assert users.closed_dirs([str(job), str(home / "slurm-ft")]) == [home]
+        assert as_nobody("cat", str(job)) != 0
+        assert users.let_in([NOBODY], [str(job)]) == [home]
+        assert as_nobody("cat", str(job)) == 0 and as_nobody("ls", str(home)) != 0      # enter, never list
+        assert os.stat(home).st_mode & 0o007 == 0                                     # nobody else: still none
+        acl = subprocess.run(["getfacl", "-cp", str(home)], capture_output=True, text=True).stdout.split()
+        assert "user:nobody:--x" in acl and "group::---" in acl and "other::---" in acl
+        users.let_in([NOBODY], [str(job)])                                           # again: the same grant
+        assert users.GRANTS.read_text() == f"{home}\t-\n"                            # as it was: no mask
+        users.revoke_search([NOBODY], restore=True)
+        assert as_nobody("cat", str(job)) != 0 and os.stat(home).st_mode & 0o777 == 0o700
+        assert "nobody" not in subprocess.run(["getfacl", "-cp", str(home)], capture_output=True, text=True).stdout
+        assert not users.GRANTS.exists()
+        # an admin's own entry under a mask: it gains nothing but x while the lab's users are in, and the
+        # mask is as it was after
+        subprocess.run(["setfacl", "-m", "u:daemon:rwx,m::r--", str(home)], check=True)
+        users.let_in([NOBODY], [str(job)])
+        assert "mask::r-x" in subprocess.run(["getfacl", "-cp", str(home)], capture_output=True, text=True).stdout
+        users.revoke_search([NOBODY], restore=True)
+        acl = subprocess.run(["getfacl", "-cp", str(home)], capture_output=True, text=True).stdout.split()
+        assert "mask::r--" in acl and "user:daemon:rwx" in acl and "user:nobody:--x" not in acl
+    finally:
+        shutil.rmtree(top)

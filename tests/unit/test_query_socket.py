@@ -28,6 +28,19 @@ from slurm_ft.cli.check import parser
 
 SLURM_FT = str(Path(sys.executable).parent / "slurm-ft")
 NOBODY = 65534
+
+
+def _asker() -> int:
+    """The user whose checks these are: nobody, or where nobody cannot enter the checkout (root's home, /root
+    0700) a lab job user, let in as `lab up` lets them (an ACL for the lab's users alone: slurm_ft_lab.users)."""
+    from slurm_ft_lab import users
+    import slurm_ft
+    paths = [SLURM_FT, sys.prefix, str(Path(slurm_ft.__file__).resolve().parent)]
+    if not users.closed_dirs(paths):
+        return NOBODY
+    user = users.ensure(users.NAMES[-1:])[0]
+    users.let_in([user], paths)
+    return user.uid
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=4242, name=secretproc, GPU has fallen off the bus."   # gpu0
 
 
@@ -42,6 +55,7 @@ def node():
     everything in a directory user nobody can reach (pytest's tmp_path is root's alone)."""
     _root()
     from slurm_ft_lab.fake_nvml import build
+    asker = _asker()
     d = Path(tempfile.mkdtemp(prefix="slurm-ft-query-test-"))
     os.chmod(d, 0o755)
     lib = build(d / "lib")
@@ -65,6 +79,7 @@ def node():
     class N:
         dir = d
         sock = d / "run" / "query-n1.sock"
+        uid = asker
 
         @staticmethod
         def start(*extra: str) -> subprocess.Popen:
@@ -83,8 +98,9 @@ def node():
             return (d / f"watch{i}.log").read_text()
 
         @staticmethod
-        def check(*argv: str, user: int = NOBODY):
-            """`slurm-ft check ARGV` as `user`: (exit status, stdout, stderr)."""
+        def check(*argv: str, user: int = -1):
+            """`slurm-ft check ARGV` as `user` (default: the asker, N.uid): (exit status, stdout, stderr)."""
+            user = asker if user < 0 else user
             p = subprocess.run([SLURM_FT, "check", *argv], env=env, capture_output=True, text=True, timeout=120,
                                user=user, group=user if user else 0, extra_groups=[], cwd=str(d))
             return p.returncode, p.stdout, p.stderr
@@ -114,8 +130,8 @@ def test_a_users_check_cannot_read_the_kernel_log_and_says_so(node):
     code, out, err = node.check("--level", "prolog", "--json", "--no-state")
     assert code == 0 and _fails(out) == []
     xid = _xid_line(out)
-    assert xid["severity"] == "error" and f"not readable as uid {NOBODY}" in xid["reason"], xid
-    assert f"kernel log not readable as uid {NOBODY}; the node's watcher did not answer (no watcher socket at " \
+    assert xid["severity"] == "error" and f"not readable as uid {node.uid}" in xid["reason"], xid
+    assert f"kernel log not readable as uid {node.uid}; the node's watcher did not answer (no watcher socket at " \
            f"{node.sock}" in err, err
     assert "Traceback" not in err
 
@@ -127,7 +143,7 @@ def test_through_the_watcher_a_users_check_sees_the_xid_root_sees(node):
     assert "not readable" not in out + err
     root = node.check("--level", "prolog", "--json", "--no-state", "--local", user=0)
     assert _fails(root[1]) == _fails(out)                        # what a check as root sees by itself
-    assert f"answered uid {NOBODY}: prolog --json" in node.log()
+    assert f"answered uid {node.uid}: prolog --json" in node.log()
     # --local: the user asked for a run of their own, and gets the blind one, with the reason
     code, out, err = node.check("--level", "prolog", "--json", "--local")
     assert code == 0 and _xid_line(out)["severity"] == "error" and "did not answer (not asked: --local)" in err
@@ -159,7 +175,7 @@ def test_what_the_watcher_does_not_answer_users_runs_in_their_process(node, argv
     node.start()
     code, out, err = node.check(*argv)
     assert "not a question the watcher answers users (levels quick, prolog" in err, err
-    assert f"answered uid {NOBODY}" not in node.log()
+    assert f"answered uid {node.uid}" not in node.log()
 
 
 def test_a_socket_a_user_placed_is_not_asked(node):
@@ -167,12 +183,12 @@ def test_a_socket_a_user_placed_is_not_asked(node):
     node.sock.unlink()
     fake = socket.socket(socket.AF_UNIX)
     fake.bind(str(node.sock))
-    os.chown(node.sock, NOBODY, NOBODY)
+    os.chown(node.sock, node.uid, node.uid)
     try:
         code, out, err = node.check("--level", "quick", "--json")
     finally:
         fake.close()
-    assert f"{node.sock} not used: owned by uid {NOBODY}, not root" in err, err
+    assert f"{node.sock} not used: owned by uid {node.uid}, not root" in err, err
     assert _xid_line(out)["severity"] == "error"
 
 

@@ -100,7 +100,8 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
 def down(directory) -> None:
     """Stop every daemon this lab started (by pid) and any job steps they left.
 
-    The lab's job users stay (every lab on this machine shares them): `slurm-ft lab users --remove`."""
+    The lab's job users stay (every lab on this machine shares them), and so does the search permission
+    `lab up` gave them on a directory others cannot enter (root's home): `slurm-ft lab users --remove`."""
     from slurm_ft_lab.cluster import Lab  # lazy: each lab command loads what it runs
     the_lab = Lab(directory)
     stopped = the_lab.down()
@@ -142,7 +143,8 @@ def _name_range(names) -> str:
 
 
 @lab.command("users")
-@click.option("--remove", is_flag=True, help="Delete the lab's users (refused while a process runs as one).")
+@click.option("--remove", is_flag=True, help="Delete the lab's users and take back the search permission (ACL) "
+                                            "`lab up` gave them (refused while a process runs as one).")
 @click.option("--json", "as_json", is_flag=True, help="Name and uid of each, as JSON.")
 def users_cmd(remove, as_json) -> None:
     """The lab's job users (slurmft-u0 .. slurmft-u9): machine-wide accounts that `lab up` creates and
