@@ -32,6 +32,7 @@ XID_HISTORY = 32        # Xids kept per GPU in the state (the library keeps up t
 # A node's kernel log is root's: a job's user cannot read it, as /dev/kmsg with kernel.dmesg_restrict=1
 # (Debian's and Ubuntu's default). The fake driver state is not: any user may query NVML.
 KMSG_MODE = 0o600
+CPU_NODE_MARK = "cpu-node"      # in nodes/<node>/ of a CPU node (LabSpec.cpu_nodes): no fake GPUs to heal
 
 CLOCK_EVENTS = {           # nvmlClocksEventReason* bits
     "sw_power_cap": 0x4,
@@ -304,6 +305,11 @@ def heal(labdir: Path, node: str) -> None:
             state_file.with_name(state_file.name + ".watch").unlink(missing_ok=True)
             # the watcher's soft-signal trends live beside it, in /run too: gone with the reboot
             state_file.with_name(state_file.name + ".soft").unlink(missing_ok=True)
+        d = Path(labdir) / "nodes" / node
+        if (d / CPU_NODE_MARK).exists():    # a CPU node: no GPUs to make healthy, only its kernel log
+            if (d / "kmsg").stat().st_size:
+                atomic_write(d / "kmsg", "", mode=KMSG_MODE)
+            return
         try:
             ngpus = len(load_state(labdir, node).gpus)
         except UsageError:          # an unreadable state file: heal is how it gets fixed

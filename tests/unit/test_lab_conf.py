@@ -281,3 +281,23 @@ def test_down_stops_a_hook_its_slurmd_left_behind(lab):
         for p in (orphan, other):
             p.kill()
             p.wait()
+
+
+def test_a_mixed_lab_has_cpu_nodes_without_gres_or_fake_nvml(tmp_path):
+    lab = Lab(tmp_path / "lab", LabSpec(nodes=2, spares=1, cpu_nodes=2, gpus_per_node=2, port_base=18000))
+    spec = lab.spec.validate()
+    assert spec.node_names == ["gpu001", "gpu002", "gpu003", "cpu001", "cpu002"]
+    assert (spec.train_nodes, spec.spare_nodes) == (["gpu001", "gpu002"], ["gpu003"])
+    assert spec.wake_port == 18006
+    lines = lab._slurm_conf().splitlines()
+    assert "NodeName=gpu[001-003] NodeHostname=localhost Port=[18001-18003] CPUs=16 RealMemory=64000 " \
+           "Gres=gpu:2 State=UNKNOWN" in lines
+    assert "NodeName=cpu[001-002] NodeHostname=localhost Port=[18004-18005] CPUs=16 RealMemory=64000 " \
+           "State=UNKNOWN" in lines
+    assert "PartitionName=cpu Nodes=cpu[001-002] Default=NO MaxTime=INFINITE State=UP" in lines
+    wrapper = lab._hook_wrapper("healthcheck")
+    assert f'case "$SLURMD_NODENAME" in cpu[0-9]*) ;; *) export LD_LIBRARY_PATH={lab.dir}/lib' in wrapper
+    plain = Lab(tmp_path / "plain", LabSpec(nodes=2, spares=1, port_base=18000))
+    assert "PartitionName=cpu" not in plain._slurm_conf() and "case" not in plain._hook_wrapper("healthcheck")
+    none = Lab(tmp_path / "none", LabSpec(nodes=1, spares=0, cpu_nodes=1, port_base=18000))
+    assert "PartitionName=spares Default=NO MaxTime=INFINITE State=UP" in none._slurm_conf().splitlines()
