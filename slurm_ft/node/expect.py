@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from slurm_ft.errors import UsageError
+from slurm_ft.slurm.hostlist import expand
+
 DEFAULT_CONF = "/etc/slurm/slurm.conf"
 MAX_CONF_BYTES = 16 << 20      # a slurm.conf (with its includes) bigger than this is not read
 MAX_INCLUDE_DEPTH = 8
@@ -71,7 +74,7 @@ def gpu_count(gres: str) -> int:
     """GPUs in a Slurm Gres value: 'gpu:8', 'gpu:h100:8(S:0-1)', 'gpu:a100:2,gpu:h100:2', 'gpu' (1),
     'gpu:h100' (1), 'nic:1' and '(null)' (0)."""
     total = 0
-    for item in _split_outside_parens(gres):
+    for item in _split_outside(gres, "()"):
         parts = [p.strip() for p in re.sub(r"\([^)]*\)", "", item).split(":")]
         if parts[0].lower() != "gpu":
             continue
@@ -80,12 +83,13 @@ def gpu_count(gres: str) -> int:
     return total
 
 
-def _split_outside_parens(text: str) -> List[str]:
+def _split_outside(text: str, pair: str) -> List[str]:
+    """`text` split at the commas outside `pair` ("()", "[]")."""
     out: List[str] = []
     cur: List[str] = []
     depth = 0
     for ch in text:
-        depth += (ch == "(") - (ch == ")")
+        depth += (ch == pair[0]) - (ch == pair[1])
         if ch == "," and depth <= 0:
             out.append("".join(cur))
             cur = []
@@ -115,8 +119,6 @@ def logical_lines(text: str) -> List[str]:
 def node_gres(node: str, lines: Iterable[str]) -> Optional[str]:
     """The Gres of `node` in slurm.conf's logical lines: "" for a node defined without one, None for a
     node no NodeName line names. `NodeName=DEFAULT Gres=...` applies to the lines after it."""
-    from slurm_ft.errors import UsageError         # lazy: as below
-    from slurm_ft.slurm.hostlist import expand   # lazy: only a node without NVML reads its record
     default = ""
     for line in lines:
         pairs = _pairs(line)
@@ -127,13 +129,27 @@ def node_gres(node: str, lines: Iterable[str]) -> Optional[str]:
         if names.lower() == "default":
             default = given.get("gres", default)
             continue
-        try:
-            named = node in expand(names)
-        except UsageError:               # Slurm would refuse this line too; it names no node we can tell
-            continue
-        if named:
+        if _names(node, names):
             return str(given.get("gres", default))
     return None
+
+
+def _names(node: str, names: str) -> bool:
+    """Does the hostlist `names` name `node`? Only an element whose prefix fits is expanded: a
+    4,096-node gpu[0001-4096] costs a CPU node nothing."""
+    for element in _split_outside(names, "[]"):
+        if "[" not in element:
+            if element == node:
+                return True
+            continue
+        if not node.startswith(element[:element.index("[")]):
+            continue
+        try:
+            if node in expand(element):
+                return True
+        except UsageError:             # Slurm would refuse this line too; it names no node we can tell
+            continue
+    return False
 
 
 def _pairs(line: str) -> List[Tuple[str, str]]:

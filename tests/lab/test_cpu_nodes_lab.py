@@ -27,7 +27,7 @@ SKIPPED = "no GPUs expected on cpu001 (Slurm gives it no gpu GRES): GPU checks s
 
 @pytest.fixture(scope="module")
 def mlab():
-    yield from lab_session(f"{TEST_LAB_DIR}-mixed", LabSpec(nodes=1, spares=0, cpu_nodes=1, gpus_per_node=2,
+    yield from lab_session(f"{TEST_LAB_DIR}-mixed", LabSpec(nodes=1, spares=0, cpu_nodes=1, gpus_per_node=8,
                                                             port_base=TEST_PORT_BASE + 800))
 
 
@@ -61,6 +61,11 @@ def test_a_cpu_nodes_health_check_and_job_hooks_pass_and_nothing_drains(mixed, r
                        env=dict(env, SLURMD_NODENAME="cpu001"))
     assert p.returncode == 0 and SKIPPED in p.stdout, (p.stdout, p.stderr)
     assert "NVML_INIT" not in p.stdout and "ERR" not in p.stdout, p.stdout
+
+    for n in ("cpu001", "gpu001"):             # the HealthCheckProgram of each, as slurmd runs it
+        subprocess.run([str(lab.dir / "hooks" / "healthcheck")], env=dict(lab.env, SLURMD_NODENAME=n), timeout=120,
+                       check=True)
+    assert _drained(lab) == {}
 
     # slurmd runs HealthCheckProgram as it starts: the node's state file records that quick check
     t0 = time.time()

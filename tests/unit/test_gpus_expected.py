@@ -22,6 +22,7 @@ NodeName=cpu[01-02],login1 CPUs=32 \\
     RealMemory=256000
 nodename=mig01 gres=gpu:1g.10gb:7,nic:1
 NodeName=nic01 Gres=nic:2
+NodeName=bad[3-1] Gres=gpu:1
 PartitionName=train Nodes=gpu[001-004] Default=YES
 """
 
@@ -40,6 +41,7 @@ def test_gpu_count_reads_slurms_gres_values(gres, n):
     ("cpu02", ""), ("login1", ""),                                      # DEFAULT reset; a continued line
     ("mig01", "gpu:1g.10gb:7,nic:1"), ("nic01", "nic:2"),
     ("gpu005", None), ("cpu", None),                                    # in no NodeName line
+    ("bad2", None),                                                     # a line Slurm would refuse names none
 ])
 def test_a_nodes_gres_from_slurm_conf(node, gres):
     assert expect.node_gres(node, expect.logical_lines(CONF)) == gres
@@ -113,6 +115,7 @@ def _run(level, node, cfg, env=None):
 
 @pytest.mark.parametrize("level", ["quick", "prolog", "epilog"])
 def test_a_node_slurm_gives_no_gpu_skips_its_gpu_checks_in_one_line(tmp_path, level):
+    (tmp_path / "cpu01.kmsg").write_text("")
     rep = _run(level, "cpu01", _config(tmp_path))
     assert rep.healthy and rep.exit_code == 0
     skipped = [f for f in rep.findings if f.code == "NO_GPUS_EXPECTED"]
