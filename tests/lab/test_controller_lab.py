@@ -213,7 +213,35 @@ def test_a_slurmctld_restart_after_the_recovery_does_not_put_the_bad_node_back(l
     assert lab.client.node(bad).drained and lab.client.job(jid).restart_count == 1   # no second requeue
 
 
-def _restart_slurmctld(lab) -> None:
+def test_a_job_id_slurm_gives_out_again_is_a_new_job_to_the_controller(lab, cfg, work):
+    """Issue 40: slurmctld loses its state (started fresh here) and its job ids start again while the
+    controller's journal keeps the incidents. The first job's fault was recovered; the new job with the
+    same id fails on the same node: an incident of its own, the node quarantined, the job back on a spare."""
+    _restart_slurmctld(lab.cluster, fresh=True)
+    lab.reset()
+    jid = submit_ft(lab, work, 3)
+    job = wait_job(lab, jid)
+    bad = job.nodes[0]
+    fail_node(lab, bad)
+    once(lab, cfg)
+    wait_job(lab, jid, restart_count=1)
+    _restart_slurmctld(lab.cluster, fresh=True)        # ids start again; the journal stays
+    lab.reset()
+    again = submit_ft(lab, work, 3)
+    assert again == jid
+    job = wait_job(lab, again)
+    assert bad in job.nodes                            # the same node as the first job's fault
+    fail_node(lab, bad)
+    once(lab, cfg)
+    job = wait_job(lab, again, restart_count=1)
+    first, second = incidents(lab, cfg)
+    assert second["job_id"] == jid and second["nodes"] == [bad] and second["status"] == "recovered"
+    assert bad not in job.nodes and bad not in parts(lab)["train"]
+
+
+def _restart_slurmctld(lab, fresh: bool = False) -> None:
+    """slurmctld stopped and started again without -R (partitions from slurm.conf); fresh: without its
+    state too (no jobs, ids from FirstJobId again), as after a state loss, and every slurmd with it."""
     pidfile = Path(lab.dir) / "run" / "slurmctld.pid"
     pid = int(pidfile.read_text().split()[0])
     os.kill(pid, signal.SIGTERM)
@@ -221,7 +249,16 @@ def _restart_slurmctld(lab) -> None:
     while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
         time.sleep(0.1)
     from slurm_ft.runner import run
-    run(["slurmctld", "-f", str(lab.conf)], timeout=30, env=lab._daemon_env())   # no -c: keep jobs
+    if fresh:
+        # slurmd remembers the ids of jobs it ran and refuses a launch under one again: they go too
+        for d in lab.daemons():
+            if d.get("node") and d["pid"]:
+                os.kill(d["pid"], signal.SIGTERM)
+        wait_for(lambda: not any(d["alive"] for d in lab.daemons() if d.get("node")), 60, "every slurmd stopped")
+        lab._start_slurmctld(fresh=True)
+        lab.start_slurmds()
+    else:
+        run(["slurmctld", "-f", str(lab.conf)], timeout=30, env=lab._daemon_env())   # no -c: keep jobs
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if run(["scontrol", "ping"], timeout=10, env=lab.env(), check=False).stdout.count("UP"):
