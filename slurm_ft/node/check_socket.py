@@ -27,9 +27,10 @@ PATH_ENV = "SLURM_FT_CHECK_SOCKET"           # may name the node ({node}): the l
 DEFAULT_PATH = "/run/slurm-ft/check.sock"
 SERVED_LEVELS = ("quick", "prolog", "epilog")
 # what a check reads of a hook's environment (the epilog's job GPUs: node/jobscope.py; the watcher
-# refuses a value that is no GPU list, and the hook then judges it in its own process)
+# refuses a value that is no GPU list, and the hook then judges it in its own process; SLURM_CONF: slurmd's
+# own slurm.conf, where a node without NVML learns whether Slurm gives it GPUs: node/expect.py)
 ENV_KEYS = ("SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_JOB_UID", "SLURM_JOB_RESERVATION", "SLURM_FT_CONFIG",
-            "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+            "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "SLURM_CONF")
 VERSION = 1
 MAX_REQUEST = 16 * 1024
 MAX_ANSWER = 1 << 20

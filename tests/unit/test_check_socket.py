@@ -44,6 +44,7 @@ def node(tmp_path):
                    f"health:\n  kmsg_path: {tmp_path}/k\n"
                    f"  state_file: {tmp_path}/st/{{node}}.json\n  deadline_s: {{quick: 1.0}}\n")
     cfg.chmod(0o644)
+    (tmp_path / "k").write_text("")                 # the kernel log: a missing one is an error finding
     env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), SLURM_FT_FAKE_NVML_STATE=str(nvml),
                SLURM_FT_FAKE_NODE="n1", SLURMD_NODENAME="n1", SLURM_FT_CONFIG=str(cfg),
                SLURM_FT_CHECK_SOCKET=str(tmp_path / "run" / "check-{node}.sock"),
@@ -114,6 +115,20 @@ def test_json_and_the_state_file_are_the_same_served(node, tmp_path):
     assert fails == [("REMAP_FAILURE", 2)]
     state = json.loads((tmp_path / "st" / "n1.json").read_text())
     assert "REMAP_FAILURE" in json.dumps(state)
+
+
+def test_a_served_check_of_a_node_without_its_driver_reads_the_hooks_slurm_conf(node, tmp_path):
+    """Whether NVML unusable is a fault is a question for slurmd's slurm.conf, the one the hook's SLURM_CONF
+    names (configless: slurmd's cache): the watcher answers it with that file, as the hook's own process would."""
+    node.start()
+    node.fault("init_error 9")                       # NVML_ERROR_DRIVER_NOT_LOADED
+    conf = tmp_path / "slurmd.conf"
+    for gres, code, said in (("Gres=gpu:8", 1, "NVML_INIT"), ("", 0, "no GPUs expected on n1")):
+        conf.write_text(f"NodeName=n1 CPUs=8 {gres}\n")
+        served = node.check("--level", "quick", SLURM_CONF=str(conf))
+        local = node.check("--level", "quick", "--local", SLURM_CONF=str(conf))
+        assert served[3] and served[0] == local[0] == code and said in served[1], (served, local)
+        assert _same(served[1]) == _same(local[1])
 
 
 @pytest.mark.parametrize("argv, more", [
