@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from conftest import TEST_LAB_DIR, TEST_PORT_BASE, lab_session, work_dir
-from ctl_helpers import incidents, once, parts, slurm_ft, submit_ft, wait_job, xid_drain
+from ctl_helpers import PY, incidents, once, parts, slurm_ft, submit_ft, wait_job, xid_drain
 from slurm_ft_lab.cluster import LabSpec
 from slurm_ft_lab.waits import wait_for
 
@@ -98,6 +98,35 @@ def test_the_fault_that_used_the_default_breakers_one_unit_is_recovered_onto_the
     assert "breaker" in chk.stdout + chk.stderr
     once(slab, cfg, budget=10)
     assert len(incidents(slab, cfg)) == 1 and slab.client.job(jid).restart_count == 1
+
+
+def test_with_the_breaker_open_a_prolog_that_finds_an_xid79_lets_the_job_start(slab, swork, sjob):
+    """Issue 40, decided: a prolog's fail is a drain (Slurm drains the node "Prolog error"), so it obeys the
+    drain-rate breaker as every drain does. With the breaker open slurm-ft may be what misfires, fleet-wide;
+    a job started on a bad GPU costs that job a restart, a misfiring check that drains at every job start
+    costs the fleet. The prolog reports the fault and exits 0: the job starts, the node stays in service,
+    the breaker still counts one."""
+    from slurm_ft_lab.inject import inject
+    cfg = default_config(slab, swork)
+    first, other = slab.train_nodes[0], slab.train_nodes[1]
+    chk = xid_drain(slab, first)
+    assert slab.client.node(first).drained, (chk.stdout, chk.stderr)
+    breaker = json.loads(slurm_ft(slab, cfg, "breaker", "status", "--json", check=False).stdout)
+    assert breaker["open"] and breaker["limit"] == 1, breaker
+    inject(slab.dir, other, "xid", gpu=2, value=79)               # a fresh fault no check has seen yet
+    jid = submit_ft(slab, sjob, 1, "-w", other)
+    job = wait_job(slab, jid, timeout=180)                        # its prolog ran, and let it start
+    node = slab.client.node(other)
+    assert job.nodes == (other,) and not node.drained and node.reason != "Prolog error", node
+    breaker = json.loads(slurm_ft(slab, cfg, "breaker", "status", "--json", check=False).stdout)
+    assert breaker["open"] and breaker["drains_in_window"] == 1, breaker
+    # what the prolog's check said (the shim sends it to syslog): the fault seen, no verdict, and why
+    env = dict(slab.env, SLURMD_NODENAME=other, SLURM_FT_CONFIG=str(slab.config_path),
+               LD_LIBRARY_PATH=str(slab.dir / "lib"), SLURM_JOB_ID=str(jid))
+    p = subprocess.run([PY, "-m", "slurm_ft", "check", "--level", "prolog", "--no-state"], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert p.returncode == 1 and "XID79" in p.stdout and "slurm-ft-verdict: FAIL" not in p.stdout, p
+    assert "node not failed: drain-rate breaker open" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("reason", ["admin: DIMM swap, ticket 4711",
