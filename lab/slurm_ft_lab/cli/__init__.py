@@ -62,6 +62,8 @@ def lab() -> None:
 @click.option("--nodes", type=int, help="Worker nodes, partition train  [default: 64]")
 @click.option("--spares", type=int, help="Spare nodes, partition spares  [default: 4]")
 @click.option("--gpus-per-node", type=int, help="[default: 8]")
+@click.option("--cpu-nodes", type=int, help="Nodes without GPUs (no gpu GRES, no NVML), cpu001.., partition cpu "
+                                            "(a mixed cluster)  [default: 0]")
 @click.option("--port-base", type=int, help="slurmctld port; slurmd i listens on port-base + i  [default: 17000]")
 @click.option("--health-interval", type=int,
               help="HealthCheckInterval in seconds, every node once per interval, cycled  [default: 300]")
@@ -73,8 +75,8 @@ def lab() -> None:
               help="Load slurm-ft's SPANK plugin (sbatch --ft-*) and job_submit policy (needs gcc, make, "
                    "libslurm-dev)  [default: no]")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for every node to be idle.")
-def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slurmd_timeout, fast_hooks, plugin,
-       timeout) -> None:
+def up(directory, nodes, spares, gpus_per_node, cpu_nodes, port_base, health_interval, slurmd_timeout, fast_hooks,
+       plugin, timeout) -> None:
     """Start the lab (a running one is left as it is) and wait until every node is idle.
 
     Options not given keep the values this lab directory was last brought up with.
@@ -82,7 +84,7 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
     from slurm_ft_lab.cluster import Lab  # lazy: each lab command loads what it runs, as slurm-ft's own cli/ does
     given = {"nodes": nodes, "spares": spares, "gpus_per_node": gpus_per_node, "port_base": port_base,
              "health_interval_s": health_interval, "slurmd_timeout_s": slurmd_timeout, "fast_hooks": fast_hooks,
-             "plugin": plugin}
+             "plugin": plugin, "cpu_nodes": cpu_nodes}
     base = Lab(directory).spec                 # saved spec of this directory, or the defaults
     spec = replace(base, **{k: v for k, v in given.items() if v is not None})
     the_lab = Lab(directory, spec)
@@ -90,7 +92,8 @@ def up(directory, nodes, spares, gpus_per_node, port_base, health_interval, slur
     spec = the_lab.spec
     what = "already up" if res.already_running else "up"
     click.echo(f"lab {what} in {the_lab.dir}: {spec.nodes} nodes in train, {spec.spares} in spares, "
-               f"gpu:{spec.gpus_per_node} each, slurmctld port {spec.port_base}"
+               f"gpu:{spec.gpus_per_node} each, {f'{spec.cpu_nodes} in cpu (no GPUs), ' if spec.cpu_nodes else ''}"
+               f"slurmctld port {spec.port_base}"
                f"{', slurm-ft plugins loaded' if spec.plugin else ''} ({res.elapsed_s:.1f} s)")
     click.echo(f"use it:  eval $(slurm-ft lab env --dir {the_lab.dir})")
 
