@@ -1,12 +1,15 @@
 """YAML -> typed, frozen config. Unknown keys and wrong types are errors that name the file and key.
 
 Each part of slurm-ft owns one section dataclass here; `load_config` builds them all, filling defaults
-for absent keys. The file must not be writable by others (these programs run as root).
+for absent keys. The file must not be writable by others (these programs run as root). Every rule runs
+through one Problems: a command's load raises at the first error, `slurm-ft config check`
+(config_check.py) collects them all.
 """
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import logging
 import os
 import re
 import typing
@@ -22,6 +25,8 @@ from slurm_ft.fsutil import refuse_unsafe
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PATH = "/etc/slurm-ft/slurm-ft.yaml"
 ENV_VAR = "SLURM_FT_CONFIG"
@@ -137,8 +142,8 @@ def _names(node: str, pattern: str) -> bool:
     from slurm_ft.slurm.hostlist import expand   # lazy: only a node_type_of hostlist ("gpu[01-64]") needs it
     try:
         return node in expand(pattern)
-    except Exception:  # noqa: BLE001 - a bad expression names its key
-        raise ConfigError(f"health.node_type_of: bad hostlist {pattern!r}") from None
+    except UsageError as exc:   # the load refuses it first (_check_node_types): a Config built in code
+        raise ConfigError(f"health.node_type_of.{pattern}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -261,14 +266,21 @@ def load_config(path: Optional[str] = None) -> Config:
     return Config() if p is None else _parse(p)
 
 
+def config_path(path: Optional[str] = None) -> Tuple[Path, bool]:
+    """The config file a command reads, and whether it was named (an argument or $SLURM_FT_CONFIG)."""
+    explicit = path or os.environ.get(ENV_VAR)
+    return Path(explicit or DEFAULT_PATH), bool(explicit)
+
+
 def _checked(path: Optional[str]) -> Optional[Path]:
     """The config file to read, its ownership checked; None: no file at the default path (defaults)."""
-    explicit = path or os.environ.get(ENV_VAR)
-    p = Path(explicit or DEFAULT_PATH)
+    p, explicit = config_path(path)
     if not p.exists():
         if explicit:
             raise ConfigError(f"{p}: config file not found")
         return None
+    if p.is_dir():      # before the permission advice: `chmod o-w /tmp` would break the host
+        raise ConfigError(f"{p}: is a directory, not a config file")
     refuse_unsafe(p, "config file")
     refuse_unsafe(p.resolve().parent, "config directory")   # a world-writable dir lets others swap the file
     return p
@@ -291,33 +303,97 @@ class ConfigCache:
         key = (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if key != self._key:
             self._config, self._key = _parse(p), key
+        else:               # as a fresh load would: a served hook's stderr is its own process's
+            for w in _warnings(self._config, str(p)):
+                log.warning("%s", w)
         return self._config
 
 
-def _parse(p: Path) -> Config:
+class Problems:
+    """What one config file breaks. A command's load raises at the first error (collect=False); `slurm-ft
+    config check` collects every error and warning. Each message names the file and the dotted key."""
+
+    def __init__(self, collect: bool = False) -> None:
+        self.collect = collect
+        self.errors: List[str] = []
+        self.warnings: List[str] = []
+
+    def error(self, message: str) -> None:
+        if not self.collect:
+            raise ConfigError(message)
+        self.errors.append(message)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def parse_collecting(p: Path, problems: Problems) -> Config:
+    """The file's Config, its errors and warnings gathered in `problems` (`slurm-ft config check`); a
+    file that is no YAML mapping at all still raises ConfigError."""
+    return _parse(p, problems)
+
+
+def _parse(p: Path, problems: Optional[Problems] = None) -> Config:
+    """The file's Config; its errors go to `problems` (by default: raised at the first one)."""
+    problems = problems or Problems()
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.load(p.read_text(), Loader=_Loader) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{p}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read the config file: {getattr(exc, 'strerror', None) or exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: top level must be a mapping, not {type(data).__name__}")
-    if "path" in data:
-        raise ConfigError(f"{p}: unknown key path")
-    cfg = build(Config, {**data, "path": str(p)}, str(p), "")
-    _check_levels(cfg, str(p))
+    file = str(p)
+    cfg = dataclasses.replace(build(Config, data, file, "", problems), path=file)
+    _check_levels(cfg, file, problems)
     if cfg.controller.trust not in TRUST_MODES:
-        raise ConfigError(f"{p}: controller.trust must be one of {', '.join(TRUST_MODES)}, "
-                          f"not {cfg.controller.trust!r}")
-    _check_remediation(cfg.lifecycle.remediation, str(p))
-    _check_ignore_processes(cfg.health, str(p))
-    _check_domains(cfg.planning, str(p))
-    _check_soft(cfg.health, str(p))
+        problems.error(f"{p}: controller.trust must be one of {', '.join(TRUST_MODES)}, "
+                       f"not {cfg.controller.trust!r}")
+    _check_remediation(cfg.lifecycle.remediation, file, problems)
+    _check_ignore_processes(cfg.health, file, problems)
+    _check_domains(cfg.planning, file, problems)
+    _check_soft(cfg.health, file, problems)
     if cfg.lifecycle.job_backstop_s < MIN_JOB_BACKSTOP_S:
-        raise ConfigError(f"{p}: lifecycle.job_backstop_s must be at least {MIN_JOB_BACKSTOP_S:g} seconds "
-                          f"(each read is one of every node), not {cfg.lifecycle.job_backstop_s:g}")
+        problems.error(f"{p}: lifecycle.job_backstop_s must be at least {MIN_JOB_BACKSTOP_S:g} seconds "
+                       f"(each read is one of every node), not {cfg.lifecycle.job_backstop_s:g}")
+    _check_node_types(cfg.health, file, problems)
+    _check_ranges(cfg, file, problems)
+    _check_paths(cfg, file, problems)
+    if cfg.slurm.backend not in SLURM_BACKENDS:
+        problems.error(f"{p}: slurm.backend: {cfg.slurm.backend!r} is not one of {', '.join(SLURM_BACKENDS)}")
+    for w in _warnings(cfg, file):
+        problems.warn(w)
+        if not problems.collect:
+            log.warning("%s", w)
     return cfg
+
+
+def _warnings(cfg: Config, file: str) -> List[str]:
+    """What loads but a site should hear of at every load (a ConfigCache's too)."""
+    lc = cfg.lifecycle
+    if lc.breaker_max_share == 0 and lc.breaker_max_nodes == 0:
+        return [f"{file}: lifecycle.breaker_max_share and breaker_max_nodes are both 0: NO drain-rate breaker, "
+                f"slurm-ft may drain every node of the cluster"]
+    return []
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2's booleans: only true and false. PyYAML's YAML 1.1 also reads a bare on, off, yes or no as
+    one, so `mode: on` (as the docs wrote it) reached a string key as True; a boolean key still takes
+    those words (_BOOL_WORDS)."""
+
+
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_Loader.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag != _BOOL_TAG]
+                                   for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+# the YAML 1.1 words PyYAML reads as booleans, in the spellings it accepts
+_BOOL_WORDS = {w: v for words, v in ((("yes", "on", "true"), True), (("no", "off", "false"), False))
+               for word in words for w in (word, word.capitalize(), word.upper())}
+SLURM_BACKENDS = ("auto", "commands", "pyslurm")     # slurm/backend.py: get_client
 
 
 MIN_JOB_BACKSTOP_S = 10.0
@@ -326,28 +402,28 @@ MIN_JOB_BACKSTOP_S = 10.0
 _CODE_RE = re.compile(r"[A-Z][A-Z0-9_]{0,63}\Z")
 
 
-def _check_soft(hc: "HealthConfig", file: str) -> None:
+def _check_soft(hc: "HealthConfig", file: str, problems: Problems) -> None:
     """planned_codes name finding codes (they end up in a drain reason); windows must hold time."""
     for name, nt in hc.node_types.items():
         where = f"health.node_types.{name}.soft"
         for i, code in enumerate(nt.soft.planned_codes):
             if not _CODE_RE.match(code):
-                raise ConfigError(f"{file}: {where}.planned_codes[{i}]: {code!r} is not a finding code "
-                                  f"(REMAP_PENDING, GPU_RECOVERY_DRAIN_RESET, ...)")
+                problems.error(f"{file}: {where}.planned_codes[{i}]: {code!r} is not a finding code "
+                               f"(REMAP_PENDING, GPU_RECOVERY_DRAIN_RESET, ...)")
         for key in ("window_s", "clock_window_s", "straggler_window_s"):
             if getattr(nt.soft, key) == 0:
-                raise ConfigError(f"{file}: {where}.{key} must be more than 0 seconds")
+                problems.error(f"{file}: {where}.{key} must be more than 0 seconds")
 
 
-def _check_domains(pc: "PlanningConfig", file: str) -> None:
+def _check_domains(pc: "PlanningConfig", file: str, problems: Problems) -> None:
     if pc.domain_outage_window_s == 0:
-        raise ConfigError(f"{file}: planning.domain_outage_window_s must be more than 0 seconds")
+        problems.error(f"{file}: planning.domain_outage_window_s must be more than 0 seconds")
     if not pc.domains:
         return
     try:
         expand_domains(pc.domains)
     except ValueError as exc:
-        raise ConfigError(f"{file}: planning.domains: {exc}") from None
+        problems.error(f"{file}: planning.domains: {exc}")
 
 
 DOMAIN_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")
@@ -376,61 +452,130 @@ def expand_domains(domains: Mapping[str, str]) -> Dict[str, List[str]]:
     return out
 
 
-def _check_ignore_processes(hc: "HealthConfig", file: str) -> None:
+def _check_ignore_processes(hc: "HealthConfig", file: str, problems: Problems) -> None:
     """Each entry names a program: an absolute path, or a bare name (older configs: a system program)."""
     for i, entry in enumerate(hc.ignore_processes):
         if not entry or ("/" in entry and not entry.startswith("/")) or entry.endswith("/") \
                 or not entry.isprintable():
-            raise ConfigError(f"{file}: health.ignore_processes[{i}]: {entry!r} is neither an executable's "
-                              f"absolute path (/usr/bin/nvidia-persistenced) nor a bare program name")
+            problems.error(f"{file}: health.ignore_processes[{i}]: {entry!r} is neither an executable's "
+                           f"absolute path (/usr/bin/nvidia-persistenced) nor a bare program name")
 
 
-def _check_levels(cfg: "Config", file: str) -> None:
+def _check_levels(cfg: "Config", file: str, problems: Problems) -> None:
     """Level names come from a closed set: they reach a validation job's script."""
     for key in ("validate_levels", "spare_recheck_levels"):
         for i, level in enumerate(getattr(cfg.lifecycle, key)):
             if level not in vocab.LEVELS:
-                raise ConfigError(f"{file}: lifecycle.{key}[{i}]: unknown level {level!r} "
-                                  f"(valid: {', '.join(vocab.LEVELS)})")
+                problems.error(f"{file}: lifecycle.{key}[{i}]: unknown level {level!r} "
+                               f"(valid: {', '.join(vocab.LEVELS)})")
 
 
-def _check_remediation(rc: "RemediationConfig", file: str) -> None:
+def _check_remediation(rc: "RemediationConfig", file: str, problems: Problems) -> None:
     """Closed sets: an action name decides what happens to a node."""
     where = "lifecycle.remediation"
     if rc.mode not in REMEDIATION_MODES:
-        raise ConfigError(f"{file}: {where}.mode: {rc.mode!r} is not one of {', '.join(REMEDIATION_MODES)}")
+        problems.error(f"{file}: {where}.mode: {rc.mode!r} is not one of {', '.join(REMEDIATION_MODES)}")
     for code, action in rc.actions.items():
         if action not in REMEDIATION_ACTIONS:
-            raise ConfigError(f"{file}: {where}.actions.{code}: {action!r} is not one of "
-                              f"{', '.join(REMEDIATION_ACTIONS)}")
+            problems.error(f"{file}: {where}.actions.{code}: {action!r} is not one of "
+                           f"{', '.join(REMEDIATION_ACTIONS)}")
         if not code or not all(c.isalnum() or c == "_" for c in code):
-            raise ConfigError(f"{file}: {where}.actions: {code!r} is not a finding code (XID79, NVLINK_DOWN, ...)")
+            problems.error(f"{file}: {where}.actions: {code!r} is not a finding code (XID79, NVLINK_DOWN, ...)")
     for action, n in rc.max_attempts.items():
         if action not in ("reset_gpu", "reboot", "retest"):
-            raise ConfigError(f"{file}: {where}.max_attempts.{action}: only reset_gpu, reboot and retest are attempted")
+            problems.error(f"{file}: {where}.max_attempts.{action}: only reset_gpu, reboot and retest are attempted")
         if n < 1:
-            raise ConfigError(f"{file}: {where}.max_attempts.{action} must be at least 1")
+            problems.error(f"{file}: {where}.max_attempts.{action} must be at least 1")
     if not rc.reset_command:
-        raise ConfigError(f"{file}: {where}.reset_command must name a program")
+        problems.error(f"{file}: {where}.reset_command must name a program")
     for key in ("reboot_timeout_s", "reset_timeout_s", "budget_window_s"):
         if getattr(rc, key) == 0:
-            raise ConfigError(f"{file}: {where}.{key} must be more than 0 seconds")
+            problems.error(f"{file}: {where}.{key} must be more than 0 seconds")
+
+
+_GLOB_RE = re.compile(r"[A-Za-z0-9_.\-*?\[\]!]+\Z")
+
+
+def _check_node_types(hc: "HealthConfig", file: str, problems: Problems) -> None:
+    """node_type_of names a defined type with a pattern that can match: else the matched nodes' checks
+    fail at their first run (the hooks then fail safe: health checks off on exactly those nodes)."""
+    defined = ", ".join(sorted(hc.node_types))
+    for pattern, name in hc.node_type_of.items():
+        where = f"health.node_type_of.{pattern}"
+        if name not in hc.node_types:
+            problems.error(f"{file}: {where}: unknown node type {name!r} (defined in health.node_types: {defined})")
+        if any(c in pattern for c in "*?") or "[" not in pattern:
+            if not _GLOB_RE.match(pattern):
+                problems.error(f"{file}: {where}: {pattern!r} is not a node name or glob (letters, digits, "
+                               f"'_', '.', '-' and * ? [...]; one entry per glob, no commas or spaces)")
+            continue
+        from slurm_ft.slurm.hostlist import expand   # lazy: only a node_type_of hostlist ("gpu[01-64]") needs it
+        try:
+            expand(pattern)
+        except UsageError as exc:
+            problems.error(f"{file}: {where}: {exc}")
+
+
+def _check_ranges(cfg: "Config", file: str, problems: Problems) -> None:
+    """Numbers the types cannot bound: ports, orderings, periods that must pass."""
+    port = cfg.controller.wake_port
+    if port > 65535:
+        problems.error(f"{file}: controller.wake_port must be a UDP port, 1 to 65535 (0 = no wakes), not {port}")
+    if cfg.controller.interval_s == 0:
+        problems.error(f"{file}: controller.interval_s must be more than 0 seconds")
+    t = cfg.health.thresholds
+    if t.temperature_warn_c and t.temperature_fail_c and t.temperature_warn_c >= t.temperature_fail_c:
+        problems.error(f"{file}: health.thresholds.temperature_warn_c ({t.temperature_warn_c}) must be below "
+                       f"temperature_fail_c ({t.temperature_fail_c}), or a GPU fails before it warns")
+    for key in ("disk_free_fail_pct", "disk_free_warn_pct"):
+        if getattr(t, key) > 100:
+            problems.error(f"{file}: health.thresholds.{key} is a percentage: at most 100, got {getattr(t, key):g}")
+    if t.disk_free_fail_pct and t.disk_free_warn_pct and t.disk_free_fail_pct > t.disk_free_warn_pct:
+        problems.error(f"{file}: health.thresholds.disk_free_fail_pct ({t.disk_free_fail_pct:g}) must not be above "
+                       f"disk_free_warn_pct ({t.disk_free_warn_pct:g})")
+
+
+def _check_paths(cfg: "Config", file: str, problems: Problems) -> None:
+    """Paths are absolute: slurmd, cron and systemd each start these programs in a directory of their own."""
+    hc = cfg.health
+    paths = [("state_dir", cfg.state_dir), ("fleet_lock", cfg.fleet_lock),
+             ("lifecycle.metrics_path", cfg.lifecycle.metrics_path), ("slurm.conf", cfg.slurm.conf),
+             ("health.state_file", hc.state_file), ("health.sysfs_root", hc.sysfs_root),
+             *((f"health.disk_paths[{i}]", d) for i, d in enumerate(hc.disk_paths))]
+    if hc.kmsg_path != JOURNAL_SOURCE:
+        paths.append(("health.kmsg_path", hc.kmsg_path))
+    for key, value in paths:
+        if value and not value.startswith("/"):     # "" = the documented default or off
+            problems.error(f"{file}: {key} must be an absolute path, not {value!r}")
+
+
+JOURNAL_SOURCE = "journal"      # health.kmsg_path naming journald (gpu/journal.py)
 
 
 _D = TypeVar("_D", bound="DataclassInstance")
 
 
-def build(cls: Type[_D], data: Any, file: str, where: str) -> _D:
-    """Convert a mapping into the dataclass `cls`, strictly: unknown keys and wrong types raise."""
+def build(cls: Type[_D], data: Any, file: str, where: str, problems: Optional[Problems] = None) -> _D:
+    """Convert a mapping into the dataclass `cls`, strictly: unknown keys and wrong types go to `problems`
+    (by default raised at the first one); a collected bad value leaves its key at the default."""
+    problems = problems or Problems()
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: {where or 'top level'} must be a mapping")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{file}: unknown key {_key(where, unknown[0])} (valid: {', '.join(sorted(names))})")
-    kwargs = {k: _convert(hints[k], v, file, _key(where, k)) for k, v in data.items()}
+    names = {f.name for f in dataclasses.fields(cls)} - (_INTERNAL if cls is Config else set())
+    for k in sorted(set(data) - names, key=str):
+        problems.error(f"{file}: unknown key {_key(where, k)} (valid: {', '.join(sorted(names))})")
+    kwargs = {}
+    for k, v in data.items():
+        if k in names:
+            try:
+                kwargs[k] = _convert(hints[k], v, file, _key(where, k), problems)
+            except ConfigError as exc:
+                problems.error(str(exc))
     return cls(**kwargs)
+
+
+_INTERNAL = {"path"}     # Config's fields no file sets: where it was read from
 
 
 # values that are a share of a whole (0..1)
@@ -442,28 +587,42 @@ def _key(where: str, name: str) -> str:
     return f"{where}.{name}" if where else str(name)
 
 
-def _convert(tp: Any, value: Any, file: str, key: str) -> Any:
+def _convert(tp: Any, value: Any, file: str, key: str, problems: Problems) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if dataclasses.is_dataclass(tp):     # a field's type hint: the class, never an instance
-        return build(typing.cast("Type[DataclassInstance]", tp), value, file, key)
+        return build(typing.cast("Type[DataclassInstance]", tp), value, file, key, problems)
     if origin is typing.Union:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value, file, key)
+        return _convert(inner[0], value, file, key, problems)
     if tp is Any:
         return value
     if origin in (dict, Dict):
         if not isinstance(value, dict):
             raise ConfigError(f"{file}: {key} must be a mapping")
         kt, vt = args or (Any, Any)
-        return {_convert(kt, k, file, key): _convert(vt, v, file, f"{key}.{k}") for k, v in value.items()}
+        out = {}
+        for k, v in value.items():      # each entry on its own: a collected bad one is left out
+            try:
+                out[_convert(kt, k, file, key, problems)] = _convert(vt, v, file, f"{key}.{k}", problems)
+            except ConfigError as exc:
+                problems.error(str(exc))
+        return out
     if origin in (tuple, Tuple):
         if not isinstance(value, list):
             raise ConfigError(f"{file}: {key} must be a list")
-        return tuple(_convert(args[0], v, file, f"{key}[{i}]") for i, v in enumerate(value))
+        items = []
+        for i, v in enumerate(value):
+            try:
+                items.append(_convert(args[0], v, file, f"{key}[{i}]", problems))
+            except ConfigError as exc:
+                problems.error(str(exc))
+        return tuple(items)
     if tp is bool:
+        if isinstance(value, str) and value in _BOOL_WORDS:     # YAML 1.1's yes/no/on/off (_Loader)
+            return _BOOL_WORDS[value]
         if not isinstance(value, bool):
             raise ConfigError(f"{file}: {key} must be true or false, not {value!r}")
         return value
@@ -478,7 +637,10 @@ def _convert(tp: Any, value: Any, file: str, key: str) -> Any:
             raise ConfigError(f"{file}: {key} must be more than 0 seconds")
         return tp(value)
     if tp is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        if isinstance(value, bool):
+            raise ConfigError(f"{file}: {key} must be a string, not {str(value).lower()}: "
+                              f'write "{str(value).lower()}" in quotes')
+        if not isinstance(value, (str, int, float)):
             raise ConfigError(f"{file}: {key} must be a string, not {value!r}")
         return str(value)
     return value

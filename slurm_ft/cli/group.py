@@ -38,6 +38,7 @@ COMMANDS = {
     "xid": "slurm_ft.cli.xid:xid_group",
     "ckpt": "slurm_ft.cli.ckpt:ckpt",
     "sbatch": "slurm_ft.cli.sbatch:sbatch",
+    "config": "slurm_ft.cli.config:config_group",
 }
 
 

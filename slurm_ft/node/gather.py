@@ -45,9 +45,11 @@ def gather(node: str, checks: Sequence[str], hc: HealthConfig, node_type: NodeTy
             if path == kmsg.JOURNAL:
                 from slurm_ft.gpu import journal   # lazy: only a node set to read the journal runs journalctl
                 xids += kmsg.map_to_gpus(journal.read(lookback_s=hc.xid_lookback_s, now=now), sample.gpus)
+            elif not os.path.exists(path):     # a typo in the path must not read as "xid ok" for good
+                errors["xid"] = f"kernel log {path} (health.kmsg_path) does not exist: Xids not seen"
             else:
                 xids += kmsg.read_xids(path, lookback_s=hc.xid_lookback_s, now=now, boot_time=host.boot_time(),
-                                       gpus=sample.gpus, missing_ok=path != kmsg.DEV_KMSG)
+                                       gpus=sample.gpus)
         except Exception as exc:  # noqa: BLE001 - any failure to read the log is reported, not fatal
             errors["xid"] = _kmsg_error(path, exc)
         if extra_xids:

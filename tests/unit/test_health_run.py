@@ -57,6 +57,7 @@ def test_level_check_lists_and_unknown_level():
 
 
 def test_healthy_node_reports_ok_line_per_check(tmp_path):
+    (tmp_path / "gpu001.kmsg").write_text("")      # a missing kernel log is an error finding
     rep = run.run_level("quick", "gpu001", config(tmp_path), reader=reader_for(gpus()), now=1000.0)
     assert rep.healthy and rep.exit_code == 0
     assert [f.check for f in rep.findings] == list(levels.checks_for("quick"))
@@ -303,6 +304,7 @@ def test_builtin_gate_refuses_when_slurm_cannot_be_read():
 
 def test_unchanged_result_does_not_rewrite_the_state_file(tmp_path):
     cfg = config(tmp_path)
+    (tmp_path / "gpu001.kmsg").write_text("")
     run.check_node("quick", "gpu001", cfg, reader=reader_for(gpus()), now=1.0)
     p = tmp_path / "state" / "gpu001.json"
     first = p.stat().st_mtime_ns, p.read_text()

@@ -171,7 +171,8 @@ def _cfg(tmp_path, text):
 
 
 @pytest.mark.parametrize("text,words", [
-    ("mode: yes", "mode must be a string, not True"),
+    ("mode: yes", "mode: 'yes' is not one of off, dry_run, on"),     # YAML 1.2: a word, not True
+    ("mode: true", 'mode must be a string, not true: write "true" in quotes'),
     ("mode: always", "'always' is not one of off, dry_run, on"),
     ("actions: {XID79: format_disk}", "actions.XID79: 'format_disk' is not one of"),
     ("actions: {'rm -rf': reboot}", "is not a finding code"),
