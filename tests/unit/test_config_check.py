@@ -342,3 +342,19 @@ def test_the_docs_quote_on_and_off_for_the_remediation_mode():
     for md in ("runbook.md", "remediation.md", "security.md"):
         text = (ROOT / "docs" / md).read_text()
         assert not re.search(r"mode: (on|off)\b", text), md
+
+
+def test_no_file_at_the_default_path_is_the_defaults_said_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_FT_CONFIG", raising=False)
+    monkeypatch.setattr("slurm_ft.config.DEFAULT_PATH", str(tmp_path / "none.yaml"))
+    code, out, err = check("--json")
+    if os.path.exists("/dev/kmsg"):
+        assert code == 0 and json.loads(out) == json.loads(json.dumps(
+            {k: v for k, v in dataclasses.asdict(Config()).items() if k != "path"}))
+        assert f"slurm-ft: no config file at {tmp_path}/none.yaml: the defaults apply" in err
+
+
+def test_json_output_on_errors_is_nothing_on_stdout(cfg):
+    p = cfg("controller:\n  wake_port: 99999\n")
+    code, out, err = check("--json", str(p))
+    assert code == 2 and out == "" and "controller.wake_port" in err
