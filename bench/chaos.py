@@ -4,6 +4,7 @@
     python bench/chaos.py [--minutes 30] [--seed 1] [--gap 45 90] [--nodes 16] [--spares 4] [--jobs 4]
                           [--dir /tmp/slurm-ft-chaos-lab] [--port-base 19000] [--save FILE] [--json]
     python bench/chaos.py --self-test        # each invariant caught on a planted violation (no lab)
+    python bench/chaos.py --render bench/results/chaos-22.05.8-seed1.json     # its docs/benchmarks.md section
 
 The controller (`slurm-ft controller run`), a `slurm-ft watch` on every node and the hooks run as deployed;
 half the jobs hold a hot spare, the others take the requeue path; they belong to three lab users. Faults
@@ -70,6 +71,24 @@ def report(outcomes, elapsed_s: float, meta: dict) -> dict:
             "healthy_drained": len(by_invariant["healthy_in_service"]) + len(by_invariant["user_xid_no_drain"])}
 
 
+def render(r: dict, source: str) -> str:
+    """The markdown of one saved run for docs/benchmarks.md (between its `<!-- chaos: FILE -->` markers;
+    tests/unit/test_benchmarks_doc.py checks the doc against the file)."""
+    f = lambda x: "-" if x is None else f"{x:.1f}"
+    lines = [f"{r['faults']} faults in {r['elapsed_s'] / 60:.1f} min, Slurm {r['slurm']}, a {r['nodes']} + "
+             f"{r['spares']}-node lab, {r['jobs']} jobs, seed {r['seed']}, a fault every "
+             f"{r['gap_s'][0]:g}-{r['gap_s'][1]:g} s after the one before settled; load average "
+             f"{r['load_start']:.1f} at the start, {r['load_end']:.1f} at the end (`{source}`).", "",
+             "| fault | faults | recovered | fault to stepping again, p50 / p95 / max (s) |",
+             "|---|---|---|---|"]
+    for kind, k in sorted(r["by_kind"].items()):
+        times = " / ".join(f(k[x]) for x in ("p50_s", "p95_s", "max_s")) if k["stepping_again_s"] else "no restart"
+        lines.append(f"| {kind} | {k['faults']} | {k['recovered']} | {times} |")
+    lines += ["", "| invariant | violations |", "|---|---|"]
+    lines += [f"| {name} | {len(vs)} |" for name, vs in r["violations"].items()]
+    return "\n".join(lines) + "\n"
+
+
 def _print(r: dict) -> None:
     print(f"\n{r['faults']} faults in {r['elapsed_s'] / 60:.1f} min on Slurm {r['slurm']} (seed {r['seed']}); "
           f"load average {r['load_start']:.1f} -> {r['load_end']:.1f}")
@@ -96,9 +115,13 @@ def main(argv=None) -> int:
     ap.add_argument("--port-base", type=int, default=19000)
     ap.add_argument("--save", metavar="FILE", help="also write the JSON to FILE (bench/results/)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--render", metavar="FILE", help="print a saved run's markdown for docs/benchmarks.md")
     args = ap.parse_args(argv)
     if args.self_test:
         return self_test()
+    if args.render:
+        print(render(json.loads(Path(args.render).read_text()), args.render), end="")
+        return 0
     if not (0 < args.minutes <= 24 * 60) or not (0 < args.gap[0] <= args.gap[1] <= 3600):
         ap.error("--minutes in (0, 1440], --gap MIN <= MAX within (0, 3600]")
     if args.jobs * 4 > args.nodes + args.spares or args.jobs < 1:

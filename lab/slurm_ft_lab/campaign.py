@@ -113,7 +113,8 @@ class Campaign:
                    "100000000", "--step-time", str(self.step_time), "--ckpt-every", str(self.ckpt_every)]
         shape = ["--hot-spares", "1", "-N", str(self.per_job)] if hot else ["-N", str(self.per_job), "srun"]
         argv = [PY, "-m", "slurm_ft", "sbatch", "--parsable", "--ckpt-dir", str(ck), "--max-restarts", "1000",
-                "--ntasks-per-node=1", "-o", str(d / "job.out"), "--open-mode=append", *shape, *trainer]
+                "--ntasks-per-node=1", "--gres=gpu:8", "--exclusive", "-o", str(d / "job.out"), "--open-mode=append",
+                *shape, *trainer]     # whole nodes, as a training job holds them: a fault is one job's
         env = dict(self.lab.user_env(user), LD_LIBRARY_PATH=str(self.lab.dir / "lib"))
         res = subprocess.run(self.lab.user_argv(argv, user), env=env, cwd=str(d), capture_output=True, text=True,
                              timeout=120)
