@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -73,6 +74,8 @@ class Campaign:
         bad = [n.name for n in self.client.nodes() if n.drained or n.down]
         if bad:
             self.client.resume(bad)
+        if (self.work / "state").exists():      # a journal of its own: an earlier run's is not this lab's now
+            shutil.rmtree(self.work / "state")
         self.work.mkdir(parents=True, exist_ok=True)
         os.chmod(self.work, 0o755)
         base = yaml.safe_load(Path(self.lab.config_path).read_text()) or {}

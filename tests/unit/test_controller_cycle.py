@@ -596,3 +596,16 @@ def test_a_second_node_failing_during_the_recovery_joins_the_incident_and_gets_i
     job = s.j[100]
     assert job.state == "RUNNING" and not {"gpu002", "gpu003"} & set(job.nodes)
     assert not {"gpu002", "gpu003"} & set(s.parts["train"]) and s.parts["spares"] == []
+
+
+def test_the_quarantine_never_drains_a_node_that_is_neither_drained_nor_down(tmp_path):
+    """Found by bench/chaos.py: an incident's quarantine drained its node with an "unresponsive" reason
+    though the node was healthy (the drain is for a node Slurm shows DOWN, to keep it out once it answers)."""
+    s = model_slurm()
+    c = make(tmp_path, s)
+    iid = jn.open_incident(c.conn, job_id=100, nodes=["gpu002"], faults=["gpu002: DOWN"], partition="train",
+                           restart_count=0, job_nodes=4, ckpt_step=None, fault_at=None, now=time.time())
+    from slurm_ft.fleet.recovery.records import Step
+    inc = jn.incidents(c.conn)[0]
+    c._quarantine(Step("quarantine", 100, incident_id=iid, nodes=("gpu002",), partition="train"), inc)
+    assert not s.n["gpu002"].drained and "gpu002" not in s.parts["train"]

@@ -770,3 +770,25 @@ def test_a_requeue_after_a_hot_spare_recovery_does_not_blame_the_node_that_recov
     nodes[2] = node("gpu003", "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu3 fell off the bus")   # one no incident took
     steps = plan(snap(), [hot], P, NOW)
     assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu003",)
+
+
+def test_an_open_incident_whose_job_is_gone_leaves_a_node_healthy_again_alone():
+    """Found by bench/chaos.py: an old journal's open incident, its job long gone, its node healed and
+    resumed since: the incident is abandoned; the node is neither taken out of train nor drained."""
+    inc = incident([("quarantine", "ok")], nodes=("gpu002",))
+    nodes = [node(n, "IDLE") for n in TRAIN]
+    steps = plan(cluster(nodes, jobs=[job(job_id=8)]), [inc], P, NOW)
+    assert [(s.kind, s.job_id) for s in steps] == [("abandon", 7)]
+    nodes[1] = failed("gpu002")                      # still failed: it leaves the partition first
+    assert kinds(plan(cluster(nodes, jobs=[job(job_id=8)]), [inc], P, NOW))[0] == "quarantine"
+
+
+def test_a_spare_idle_in_the_pool_after_a_reset_is_not_taken_back_by_an_old_incident():
+    """Found by bench/chaos.py: after the lab (a site) reset its partitions, old closed incidents moved
+    healthy idle spares out of the pool. Only a spare the incident's own job runs on goes back."""
+    done = incident([("quarantine", "ok"), ("swap", "ok"), ("requeue", "ok"), ("confirm", "ok")],
+                    status="recovered", closed_at=NOW - 60, spares=("gpu005",))
+    elsewhere = job(nodes=("gpu001", "gpu003", "gpu004"), restart=1)
+    healed = [node("gpu001"), node("gpu002", "IDLE"), node("gpu003"), node("gpu004")]
+    snap = cluster(healed, [node("gpu005", "IDLE"), node("gpu006", "IDLE")], jobs=[elsewhere])
+    assert plan(snap, [done], P, NOW) == []

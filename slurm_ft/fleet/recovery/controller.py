@@ -537,7 +537,7 @@ class Controller:
                     refused.append(f"{node.name} left to its admin ({node.reason})")
                     admins.add(node.name)
                     continue
-                if not node.drained:   # DOWN / NOT_RESPONDING: drain it too, so it stays out when it answers
+                if not node.drained and node.down:   # drained too, so it stays out when it answers again
                     seen = next((f.split(": ", 1)[1] for f in inc.faults if f.startswith(node.name + ": ")),
                                 node.state)
                     reason = vocab.unresponsive_reason(seen, inc.job_id)

@@ -128,8 +128,9 @@ def _restorations(snap: Snapshot, incidents: Sequence[Incident], policy: Control
     rebuilds the partitions from slurm.conf (an open incident's own steps are done again by its policy).
     A node the incident quarantined, still out for its fault (its latest incident, drained or down by
     slurm-ft or Slurm), is back in a job partition: out again. A spare it swapped in (the last swap of that
-    node), healthy and named by no incident since, is back in the pool alone: into the job's partition
-    again. Nothing else is moved."""
+    node, named by no incident since) that its job runs on now is back in the pool alone: into the job's
+    partition again. An idle one stays in the pool: the journal cannot tell a restart's undoing from a
+    person's (or a reinstall's) return of the spares, and a spare in the pool is never a node lost."""
     latest = out.latest_incident_of(incidents)
     swapped_by = {x: i.id for i in sorted(incidents, key=lambda i: i.id) if i.done("swap") for x in i.spares}
     jobs_parts = [p for p in snap.partitions.values() if policy.is_job_partition(p.name)]
@@ -140,10 +141,10 @@ def _restorations(snap: Snapshot, incidents: Sequence[Incident], policy: Control
             continue
         back = tuple(n for n in inc.nodes if latest[n].id == inc.id and failure(snap.nodes.get(n), policy)
                      and any(n in p.nodes for p in jobs_parts))
-        target = snap.partitions.get(inc.partition)
+        job, target = snap.jobs.get(inc.job_id), snap.partitions.get(inc.partition)
         spares = tuple(x for x in inc.spares if swapped_by.get(x) == inc.id and x not in latest
-                       and _healthy(snap.nodes.get(x)) and target is not None and x not in target.nodes
-                       and pool is not None and x in pool.nodes)
+                       and job is not None and job.running and belongs(inc, job) and x in job.nodes
+                       and target is not None and x not in target.nodes and pool is not None and x in pool.nodes)
         if back or spares:
             steps.append(Step("restore", inc.job_id, incident_id=inc.id, nodes=back, spares=spares,
                               partition=inc.partition, reason=(
@@ -152,10 +153,6 @@ def _restorations(snap: Snapshot, incidents: Sequence[Incident], policy: Control
                                               + [f"{compress(list(spares))} from {policy.spare_partition} into "
                                                  f"{inc.partition} again"] * bool(spares)))))
     return steps
-
-
-def _healthy(node: Optional[Node]) -> bool:
-    return node is not None and node.available
 
 
 def _revalidations(snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettings, now: float) -> List[Step]:
@@ -404,7 +401,8 @@ def _advance(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], polic
                                                f"restart {job.restart_count})")]
     revived = job is not None and ended_by_node_failure(job) and not inc.done("requeue")
     if job is None or (job.state in ENDED_JOB_STATES and not revived):
-        if not quarantined(inc, snap, policy):
+        # the failed nodes still leave the partition; one healthy again (resumed, repaired) is left alone
+        if any(failure(snap.nodes.get(n), policy) for n in inc.nodes) and not quarantined(inc, snap, policy):
             return [Step("quarantine", **base, reason="job ended; the failed nodes still leave the partition")]
         state = job.state if job else "gone"
         return [Step("abandon", **base, reason=f"job {inc.job_id} is {state}")]
