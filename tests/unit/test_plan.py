@@ -792,3 +792,19 @@ def test_a_spare_idle_in_the_pool_after_a_reset_is_not_taken_back_by_an_old_inci
     healed = [node("gpu001"), node("gpu002", "IDLE"), node("gpu003"), node("gpu004")]
     snap = cluster(healed, [node("gpu005", "IDLE"), node("gpu006", "IDLE")], jobs=[elsewhere])
     assert plan(snap, [done], P, NOW) == []
+
+
+def test_the_nodes_a_hot_spare_recovery_took_do_not_join_the_requeue_that_follows():
+    """CI, 26.05: a hot-spare job met two faults in its allocation (gpu002, gpu003: drained, given back);
+    the third took the requeue path. Requeued, its run's placement still lists gpu002 and gpu003: they do
+    not join the requeue's incident (which would swap a spare for each again)."""
+    hot = [incident([("quarantine", "ok"), ("released", "ok")], id=i, nodes=(n,), status="recovered",
+                    closed_at=NOW - 30, path="in_allocation") for i, n in ((1, "gpu002"), (2, "gpu003"))]
+    third = incident([("quarantine", "ok"), ("swap", "ok"), ("requeue", "ok")], id=3, nodes=("gpu004",),
+                     spares=("gpu005",))
+    pending = job("PENDING", nodes=(), restart=1, reason="BeginTime")
+    nodes = [node("gpu001", "IDLE")] + [node(n, "IDLE", {"DRAIN"}, "slurm-ft: XID79 gpu3 fell off the bus")
+                                        for n in ("gpu002", "gpu003", "gpu004")]
+    snap = cluster(nodes, jobs=[pending], placements=ran())
+    snap = replace(snap, partitions={**snap.partitions, "train": Partition("train", ("gpu001", "gpu005"))})
+    assert "join" not in kinds(plan(snap, hot + [third], P, NOW))

@@ -77,8 +77,7 @@ def plan(snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettin
     taken: Set[str] = {s for i in open_ for s in i.spares}
     pool = spare_pool(snap, policy, taken, faults)
     for inc in sorted(open_, key=lambda i: i.id):
-        others = {n for i in open_ if i.id != inc.id for n in i.nodes}
-        late = _late_failures(inc, snap, policy, others)
+        late = _late_failures(inc, snap, incidents, policy, {n for i in open_ if i.id != inc.id for n in i.nodes})
         if late:
             steps.append(Step("join", inc.job_id, incident_id=inc.id, nodes=late, partition=inc.partition,
                               reason="; ".join(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in late)))
@@ -373,14 +372,18 @@ def fault_time(snap: Snapshot, nodes: Iterable[str]) -> Optional[float]:
     return min(times) if times else None
 
 
-def _late_failures(inc: Incident, snap: Snapshot, policy: ControllerSettings, others: Set[str]) -> Tuple[str, ...]:
+def _late_failures(inc: Incident, snap: Snapshot, incidents: Sequence[Incident], policy: ControllerSettings,
+                   others: Set[str]) -> Tuple[str, ...]:
     """Nodes of the run a requeue-path incident recovers that failed after it opened (while it runs, no
     other incident opens for its job): they join it, to be quarantined and replaced with it. Two Xid 79 on
     two nodes of one job 2 s apart opened one incident naming one of them; the other stayed in the
-    partition, drained, unreplaced and unjournaled until the sweep."""
+    partition, drained, unreplaced and unjournaled until the sweep. Not a node another incident of the run
+    took (a hot spare's, which leaves it drained), nor one another open incident holds (`others`)."""
     job = snap.jobs.get(inc.job_id)
     if inc.path != REQUEUE or job is None or not belongs(inc, job):
         return ()
+    others = others | {n for i in of_job(incidents, job.job_id, job) if i.id != inc.id
+                       and i.restart_count >= inc.restart_count and not is_planned(i.path) for n in i.nodes}
     if job.running and job.restart_count == inc.restart_count:
         ran: Sequence[str] = job.nodes
     else:
