@@ -210,6 +210,17 @@ def _readline(pipe, timeout: float) -> str:
     return pipe.readline() if ready else ""
 
 
+def _banner(pipe, timeout: float) -> str:
+    """The watcher's stderr up to its banner: config warnings come first (this lab's breaker is off)."""
+    deadline, seen = time.monotonic() + timeout, ""
+    while "slurm-ft watch on" not in seen and time.monotonic() < deadline:
+        line = _readline(pipe, max(0.0, deadline - time.monotonic()))
+        if not line:
+            break
+        seen += line
+    return seen
+
+
 def _next_xid(stream) -> dict:
     """The next handled Xid batch the watcher prints (`--json`: its soft-signal lines have their own kind)."""
     while True:
@@ -225,7 +236,7 @@ def test_watch_drains_within_seconds_of_xid79_and_ignores_xid13(lab, hl):
     proc = subprocess.Popen([PY, "-m", "slurm_ft", "watch", "--json", "--timeout", "60"], env=hl.env(node),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        banner = _readline(proc.stderr, 20)
+        banner = _banner(proc.stderr, 20)
         assert "slurm-ft watch on" in banner, banner
         inj.inject(lab.dir, node, "xid", gpu=3, value=13)
         first = _next_xid(proc.stdout)
