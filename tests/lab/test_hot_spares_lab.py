@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from slurm_ft_lab.trainer import read_log
-from slurm_ft_lab.waits import wait_for
+from slurm_ft.slurm.client import JobNotFound
+from slurm_ft_lab.waits import WaitTimeout, wait_for
 from tests.lab.ctl_helpers import PY, controller_config, fail_node, incidents, slurm_ft, wait_job
 
 pytestmark = pytest.mark.lab
@@ -126,12 +127,14 @@ def test_a_fault_on_the_batch_host_is_requeued(lab, work, controller):
 
 def test_a_partitioned_batch_host_does_not_lose_the_run(lab, work, controller):
     """Issue 40: the batch host of a hot-spare job stops answering (slurmd stopped: a network partition as
-    slurmctld sees it) until Slurm marks it DOWN, then answers again. Slurm kills the batch step (the
+    slurmctld sees it) until Slurm marks it DOWN, then answers again. 22.05 kills the batch step (the
     supervisor) and ends the job FAILED, JobLaunchFailure: `--no-kill` skips its own requeue on node
-    failure (22.05; the run was lost there before the fix). The controller requeues it: it runs again from
-    its newest checkpoint, off that node. Where the batch step survives (26.05) its supervisor takes the
-    requeue path, and requeues the job itself when nothing did within FALLBACK_REQUEUE_S (the node answers
-    again at once: the controller sees no fault); where Slurm lets the step run on, it must simply run on."""
+    failure. 24.11 and later take the node out of the job and let the batch step run on (its supervisor
+    goes to the requeue path); when the node answers, 24.11 SIGKILLs it (FAILED, RaisedSignal:9) and
+    25.11 and 26.05 end it too but leave the job RUNNING without its batch host. The run was lost every way before
+    the fix. The controller requeues it: it runs again from its newest checkpoint, off that node. Where
+    the step runs on and nothing ends it, the supervisor requeues the job itself after FALLBACK_REQUEUE_S;
+    where Slurm keeps the job whole, it must simply run on."""
     from slurm_ft.job.supervisor import FALLBACK_REQUEUE_S
     import os
     import signal
@@ -146,9 +149,23 @@ def test_a_partitioned_batch_host_does_not_lose_the_run(lab, work, controller):
     finally:
         os.kill(pid, signal.SIGCONT)
     newest = max((e["step"] for e in read_log(str(ck)) if e["event"] == "ckpt" and e["t"] <= down_t), default=None)
-    wait_for(lambda: start_of(ck, 1, 0) or (lab.client.job(job_id).restart_count == 0 and lab.client.job(job_id).running
-                                            and stepped_since(ck, down_t + 30)), FALLBACK_REQUEUE_S + 240,
-             "the run going on")
+    seen = []                                  # the job's last record: Slurm forgets it MinJobAge after it ends
+
+    def going_on() -> bool:
+        if start_of(ck, 1, 0):
+            return True
+        try:
+            seen[:] = [lab.client.job(job_id)]
+        except JobNotFound:
+            return False
+        return seen[0].restart_count == 0 and seen[0].running and stepped_since(ck, down_t + 30)
+    try:
+        wait_for(going_on, FALLBACK_REQUEUE_S + 240, "the run going on")
+    except WaitTimeout:
+        j = seen[0] if seen else None
+        raise AssertionError("the run did not go on: " + (
+            f"job {j.state} ({j.reason}) restart {j.restart_count} on {j.nodes} batch host {j.batch_host} "
+            f"exit {j.exit_code}" if j else "no record") + f"; {host}: {lab.client.node(host)}") from None
     start = start_of(ck, 1, 0)
     if start is None:
         return                                                     # Slurm kept the job: it ran on

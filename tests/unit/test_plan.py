@@ -701,6 +701,19 @@ def test_a_job_slurm_ended_for_a_lost_batch_host_is_brought_back_on_the_requeue_
     assert plan(snap, [], P, NOW) == []
 
 
+def test_a_job_whose_batch_step_slurm_killed_after_taking_its_batch_host_out_is_brought_back():
+    """Issue 40, found on 24.11: Slurm keeps the --no-kill job running without its DOWN
+    batch host, then SIGKILLs the batch step (the supervisor) when the node answers again: FAILED,
+    RaisedSignal:9, the batch host no longer among the job's nodes. The run is revived as on 22.05; a
+    job killed so with its batch host still in the run (its owner's kill -9) is its own doing."""
+    snap, _ = _lost_batch_host(reason="RaisedSignal:9(Killed)")
+    steps = plan(snap, [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu001",) and steps[0].path == "requeue"
+    assert "RaisedSignal:9" in steps[0].reason
+    own = replace(snap, jobs={7: replace(snap.jobs[7], nodes=("gpu001", "gpu002", "gpu003", "gpu004"))})
+    assert plan(own, [], P, NOW) == []
+
+
 def test_the_revived_jobs_incident_quarantines_swaps_and_requeues_the_ended_job():
     snap, _ = _lost_batch_host()
     inc = incident(nodes=("gpu001",))
@@ -709,6 +722,22 @@ def test_the_revived_jobs_incident_quarantines_swaps_and_requeues_the_ended_job(
     assert kinds(plan(out, [incident([("quarantine", "ok")], nodes=("gpu001",))], P, NOW)) == ["swap"]
     done = incident([("quarantine", "ok"), ("swap", "ok"), ("requeue", "ok")], nodes=("gpu001",), spares=("gpu005",))
     assert kinds(plan(out, [done], P, NOW)) == ["abandon"]      # requeued and still ended: gone for good
+
+
+def test_a_running_job_slurm_took_the_batch_host_from_is_requeued_off_it():
+    """Issue 40, found on 25.11 and 26.05: after its batch host stopped answering, Slurm keeps the --no-kill job
+    RUNNING on the others, its batch step killed when the node answers again (nothing would ever requeue
+    it). The batch host is the fault, though IDLE and healthy now: the requeue path, as for any failed
+    batch host; once that run's incident names it, no second one."""
+    j = replace(job("RUNNING", nodes=("gpu002", "gpu003", "gpu004")), batch_host="gpu001")
+    nodes = [node("gpu001", "IDLE"), node("gpu002"), node("gpu003"), node("gpu004")]
+    snap = cluster(nodes, jobs=[j], placements=ran())
+    steps = plan(snap, [], P, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu001",) and steps[0].path == "requeue"
+    assert "batch host, which Slurm took out of the job" in steps[0].reason
+    assert kinds(plan(snap, [incident(nodes=("gpu001",))], P, NOW)) == ["quarantine"]
+    whole = replace(j, nodes=("gpu001", "gpu002", "gpu003", "gpu004"))
+    assert plan(cluster(nodes, jobs=[whole], placements=ran()), [], P, NOW) == []
 
 
 def test_partition_changes_a_slurmctld_restart_undid_are_done_again_after_the_incident_closed():

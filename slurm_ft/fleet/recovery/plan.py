@@ -35,12 +35,15 @@ from slurm_ft.fleet.recovery.policies.base import IncidentView
 # the settings and the shared facts live with the policies; imported from here by the controller and tests
 from slurm_ft.fleet.recovery.policies.common import (  # noqa: F401
     HELD_REASONS, PENDING_STATES, PEOPLE_HOLDS, SLURM_REQUEUED_REASONS, ControllerSettings, IncidentFields,
-    admins, belongs, ended_by_node_failure, failed_in_run, failure, of_job, quarantined, reason_in, refill_size)
+    admins, belongs, ended_by_node_failure, failed_in_run, failure, lost_batch_host, of_job, quarantined, reason_in,
+    refill_size)
 from slurm_ft.fleet.recovery.policies.in_allocation import HOT_RELEASE_WAIT_S  # noqa: F401
 from slurm_ft.fleet.recovery.policies.requeue_swap import restarts_without_progress  # noqa: F401
 from slurm_ft.fleet.recovery.snapshot import Snapshot
 from slurm_ft.slurm.hostlist import compress
 from slurm_ft.vocab import ENDED_JOB_STATES, planned, revalidate_reason, slurm_time
+
+_LOST_BATCH_HOST = "the job's batch host, which Slurm took out of the job (it stopped answering)"
 
 
 def degraded(node: Optional[Node]) -> bool:
@@ -191,6 +194,10 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Con
     hit_run = None              # the run the fault hit, when Slurm has already started the job again
     if job.running:
         failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
+        if lost_batch_host(job) and job.batch_host in snap.nodes and not admins(snap.nodes[job.batch_host], policy):
+            # 25.11 and 26.05 keep the job RUNNING without it, its batch step (the supervisor) ended when the node
+            # answers again: only a requeue brings the run back (the path a failed batch host takes)
+            failed.append(job.batch_host)
         # The same fault seen again through a stale read: an incident already requeued this run.
         handled = {n for i in of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
                    and not is_planned(i.path) for n in i.nodes}
@@ -248,7 +255,7 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Con
              and (job.running or snap.nodes[n].state not in ("ALLOCATED", "MIXED"))]
     if along and path != REQUEUE and policies.claim(job, spec, in_run + along).path != path:
         along = []
-    reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy)}" for n in failed) + tuple(
+    reasons = tuple(f"{n}: {failure(snap.nodes.get(n), policy) or _LOST_BATCH_HOST}" for n in failed) + tuple(
         f"{n}: {snap.nodes[n].reason}" for n in along)
     return Step("open", job.job_id, nodes=tuple(failed + along), partition=part, reason="; ".join(reasons),
                 restart_count=hit_run, path=path)

@@ -39,8 +39,20 @@ def reason_in(reason: str, names: Iterable[str]) -> bool:
 
 
 def ended_by_node_failure(job: Job) -> bool:
-    """The job ended because Slurm lost a node of its run, not by its own doing (NODE_FAILURE_ENDS)."""
-    return job.state == "NODE_FAIL" or (job.state == "FAILED" and reason_in(job.reason, NODE_FAILURE_ENDS))
+    """The job ended because Slurm lost a node of its run, not by its own doing: NODE_FAILURE_ENDS (22.05
+    ends a --no-kill job so when its batch host goes DOWN), or killed after Slurm took its batch host out
+    of the run (24.11 keeps the job running without it, then SIGKILLs the batch step when the node answers
+    again: FAILED, RaisedSignal:9; 25.11 and 26.05 leave such a job RUNNING: plan._detect)."""
+    if job.state == "NODE_FAIL":
+        return True
+    return job.state == "FAILED" and (reason_in(job.reason, NODE_FAILURE_ENDS)
+                                      or (lost_batch_host(job) and reason_in(job.reason, ("RaisedSignal:9",))))
+
+
+def lost_batch_host(job: Job) -> bool:
+    """Slurm took the job's batch host out of its node list: the node stopped answering (a --no-kill job
+    keeps the rest). Slurm never lets a job or its owner give the batch host up."""
+    return bool(job.batch_host and job.nodes) and job.batch_host not in job.nodes
 
 
 @dataclass(frozen=True)
