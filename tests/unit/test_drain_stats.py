@@ -1,6 +1,8 @@
 """Drain episodes and their accounting from lifecycle histories (pure), and their Prometheus lines."""
 from __future__ import annotations
 
+import re
+
 from slurm_ft.fleet.report import metrics
 from slurm_ft.fleet.report.drain_stats import episodes, metric_rows, summarize
 from slurm_ft.fleet.lifecycle.transitions import Event, HistoryEntry, State
@@ -69,6 +71,27 @@ def test_metrics_have_a_counter_per_check_and_per_xid():
     text = metrics.render(metrics.Readings(drains=metric_rows(s)))
     assert 'slurm_ft_drains_total{check="temperature"} 1' in text
     assert 'slurm_ft_drains_probable_false_positive_total{check="temperature"} 1' in text
-    assert 'slurm_ft_drains_confirmed_total{xid="79"} 1' in text
+    assert 'slurm_ft_xid_drains_confirmed_total{xid="79"} 1' in text
     assert 'slurm_ft_drain_out_of_service_node_hours_total{check="xid"} 2' in text
     assert "slurm_ft_drains_total" not in metrics.render(metrics.Readings())
+
+
+def test_each_metric_family_has_one_label_set_so_sum_counts_each_drain_once():
+    """Review 2026-12-07: check= and xid= samples in one family made sum(slurm_ft_drains_total) count every
+    Xid drain twice. Every family of the textfile carries one set of label names."""
+    s = summarize(episodes(lap("a", "TEMP_HIGH", ["retest"]) + lap("c", "XID79", ["reboot"])
+                           + lap("d", "XID79", [])), now=T0 + 10 * H)
+    text = metrics.render(metrics.Readings(drains=metric_rows(s), phase_seconds={"requeue": [1.0]},
+                                           jobs=[(7, {"goodput_ratio": 0.9, "elapsed_gpu_hours": 1.0,
+                                                      "lost_gpu_hours": {"startup": 0.1}, "redone_steps": 3})]))
+    label_sets: dict = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name, _, rest = line.partition("{")
+        family = re.sub(r"_(bucket|sum|count)$", "", name.split()[0])
+        names = frozenset(re.findall(r'(\w+)="', rest)) - {"le"}
+        label_sets.setdefault(family, set()).add(names)
+    assert {f: sets for f, sets in label_sets.items() if len(sets) > 1} == {}
+    total = sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("slurm_ft_drains_total{"))
+    assert total == 3.0                                        # three drains, each counted once

@@ -30,7 +30,7 @@ class Readings:
     breaker_limit: int = 0
     last_sweep_time: Optional[float] = None
     last_sweep_duration_s: Optional[float] = None
-    drains: Sequence[Tuple[str, str, Mapping[str, float]]] = ()   # (check|xid, its value, drain_stats row)
+    drains: Sequence[Tuple[str, str, Mapping[str, float]]] = ()   # ("check"|"xid", its value, drain_stats row)
     jobs: Sequence[Tuple[int, Mapping[str, Any]]] = ()   # (job id, fleet/report/goodput.py Goodput.to_dict())
 
 
@@ -76,17 +76,21 @@ def render(s: Readings) -> str:
     if s.last_sweep_duration_s is not None:
         metric("slurm_ft_last_sweep_duration_seconds", "gauge", "Wall time of the last sweep.",
                [("", s.last_sweep_duration_s)])
+    # One label set per family, so sum() counts each drain once: by check, and the xid check's drains
+    # again by Xid under a family of their own (slurm_ft_xid_*).
     for name, key, help_ in (
-            ("slurm_ft_drains_total", "drains", "Drains by slurm-ft, per check and per Xid."),
-            ("slurm_ft_drains_confirmed_total", "confirmed", "Drains whose node needed a repair (or went to RMA)."),
-            ("slurm_ft_drains_probable_false_positive_total", "probable_false_positives",
-             "Drains whose node passed validation after no repair or only a GPU reset."),
-            ("slurm_ft_drain_out_of_service_node_hours_total", "node_hours_out",
-             "Node-hours out of service after drains (open drains up to now)."),
-            ("slurm_ft_drain_spare_node_hours_total", "spare_node_hours",
-             "Node-hours of spares consumed by drains (a spare was swapped in meanwhile).")):
-        if s.drains:
-            metric(name, "counter", help_, [(_labels(**{label: value}), row[key]) for label, value, row in s.drains])
+            ("drains_total", "drains", "Drains by slurm-ft"),
+            ("drains_confirmed_total", "confirmed", "Drains whose node needed a repair (or went to RMA)"),
+            ("drains_probable_false_positive_total", "probable_false_positives",
+             "Drains whose node passed validation after no repair or only a GPU reset"),
+            ("drain_out_of_service_node_hours_total", "node_hours_out",
+             "Node-hours out of service after drains (open drains up to now)"),
+            ("drain_spare_node_hours_total", "spare_node_hours",
+             "Node-hours of spares consumed by drains (a spare was swapped in meanwhile)")):
+        for label, prefix, per in (("check", "slurm_ft_", "per check"), ("xid", "slurm_ft_xid_", "the xid check's, per Xid")):
+            rows = [(_labels(**{label: value}), row[key]) for kind, value, row in s.drains if kind == label]
+            if rows:
+                metric(prefix + name, "counter", f"{help_}, {per}.", rows)
     _goodput(s.jobs, metric)
     return "\n".join(out) + "\n"
 
