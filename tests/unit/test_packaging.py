@@ -40,6 +40,12 @@ def test_the_product_wheel_holds_no_lab_code(wheels):
     assert all(n.startswith(("slurm_ft/", "slurm_ft-")) for n in product), product
 
 
+def test_the_product_wheel_carries_its_license_and_notice(wheels):
+    """A site's review reads the license off what it installs (setup.cfg's license_files)."""
+    meta = [n for n in wheels["slurm_ft"] if n.startswith("slurm_ft-") and ".dist-info/" in n]
+    assert [n for n in meta if n.endswith("/LICENSE")] and [n for n in meta if n.endswith("/NOTICE")], meta
+
+
 def test_the_lab_wheel_brings_the_fake_driver_source_and_its_commands(wheels):
     lab = wheels["slurm_ft_lab"]
     assert "slurm_ft_lab/fake_nvml/fake_nvml.c" in lab and "slurm_ft_lab/cli/demo.py" in lab
