@@ -15,6 +15,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -37,12 +38,13 @@ KINDS: Dict[str, Tuple[int, float]] = {
     "xid79": (4, 180.0),               # a GPU falls off the bus under a job
     "xid79_pair": (2, 240.0),          # the same on two nodes of one job, 2 s apart
     "user_xid": (2, 60.0),             # an application's Xid 13 beside the job: nothing may drain
-    "partition_batch": (2, 300.0),     # the job's batch host unreachable for 45 s
+    "partition_batch": (2, 300.0),     # the job's batch host unreachable until Slurm marks it DOWN
     "controller_kill": (2, 240.0),     # an Xid 79, and the controller SIGKILLed 1.5 s later (back in 5 s)
     "slurmctld_restart": (1, 300.0),   # an Xid 79, and slurmctld restarted 3 s later (without -R)
     "watcher_dead": (1, 420.0),        # the node's watcher dead when its GPU fails
 }
-PARTITION_S = 45.0                     # past SlurmdTimeout + MessageTimeout (10 + 10 s in the lab)
+PARTITION_S = 90.0                     # the longest partition: DOWN comes after SlurmdTimeout + MessageTimeout
+                                       # (10 + 10 s in the lab) and a ping cycle
 
 
 @dataclass
@@ -143,6 +145,20 @@ class Campaign:
             subprocess.run(["scancel", *jobs], env=self.lab.env(), timeout=30, check=False)
 
     # --- one fault -----------------------------------------------------------------------------------
+    def _partition(self, node: str) -> bool:
+        """Stop the node's slurmd until Slurm marks it DOWN (at most PARTITION_S: past SlurmdTimeout +
+        MessageTimeout, though a loaded slurmctld has let that pass unseen), then continue it. True when
+        Slurm saw the node DOWN: a fault its job must be recovered from; else nothing may be drained."""
+        pid = self.lab.stop_slurmd(node, PARTITION_S + 30)      # the helper's SIGCONT: a bound, if we die
+        deadline, down = time.monotonic() + PARTITION_S, False
+        try:
+            while not down and time.monotonic() < deadline:
+                time.sleep(1.0)
+                down = self.client.node(node).state == "DOWN"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return down
+
     def draw(self) -> str:
         kinds = list(KINDS)
         return self.rng.choices(kinds, weights=[KINDS[k][0] for k in kinds])[0]
@@ -167,7 +183,7 @@ class Campaign:
             fatal = False
         elif kind == "partition_batch":
             nodes = (job.batch_host,)
-            self.lab.stop_slurmd(job.batch_host, PARTITION_S)
+            fatal = self._partition(job.batch_host)
         elif kind == "controller_kill":
             inject(self.lab.dir, node, "xid", gpu=gpu, value=79)
             time.sleep(1.5)
