@@ -727,8 +727,8 @@ def test_the_revived_jobs_incident_quarantines_swaps_and_requeues_the_ended_job(
 def test_a_running_job_slurm_took_the_batch_host_from_is_requeued_off_it():
     """Issue 40, found on 25.11 and 26.05: after its batch host stopped answering, Slurm keeps the --no-kill job
     RUNNING on the others, its batch step killed when the node answers again (nothing would ever requeue
-    it). The batch host is the fault, though IDLE and healthy now: the requeue path, as for any failed
-    batch host; once that run's incident names it, no second one."""
+    it). The batch host is the fault once it answers again, though IDLE and healthy: the requeue path, as
+    for any failed batch host; once that run's incident names it, no second one."""
     j = replace(job("RUNNING", nodes=("gpu002", "gpu003", "gpu004")), batch_host="gpu001")
     nodes = [node("gpu001", "IDLE"), node("gpu002"), node("gpu003"), node("gpu004")]
     snap = cluster(nodes, jobs=[j], placements=ran())
@@ -738,6 +738,9 @@ def test_a_running_job_slurm_took_the_batch_host_from_is_requeued_off_it():
     assert kinds(plan(snap, [incident(nodes=("gpu001",))], P, NOW)) == ["quarantine"]
     whole = replace(j, nodes=("gpu001", "gpu002", "gpu003", "gpu004"))
     assert plan(cluster(nodes, jobs=[whole], placements=ran()), [], P, NOW) == []
+    # still down: 22.05 and 24.11 end the job next (revived then); an incident opened now stalled on 22.05
+    down = cluster([failed("gpu001")] + nodes[1:], jobs=[j], placements=ran())
+    assert plan(down, [], P, NOW) == []
 
 
 def test_partition_changes_a_slurmctld_restart_undid_are_done_again_after_the_incident_closed():

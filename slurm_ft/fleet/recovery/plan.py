@@ -194,9 +194,11 @@ def _detect(job: Job, snap: Snapshot, incidents: Sequence[Incident], policy: Con
     hit_run = None              # the run the fault hit, when Slurm has already started the job again
     if job.running:
         failed = [n for n in job.nodes if failure(snap.nodes.get(n), policy)]
-        if lost_batch_host(job) and job.batch_host in snap.nodes and not admins(snap.nodes[job.batch_host], policy):
-            # 25.11 and 26.05 keep the job RUNNING without it, its batch step (the supervisor) ended when the node
-            # answers again: only a requeue brings the run back (the path a failed batch host takes)
+        lost = snap.nodes.get(job.batch_host) if lost_batch_host(job) else None
+        if lost is not None and not failure(lost, policy) and not admins(lost, policy):
+            # 25.11 and 26.05 keep the job RUNNING without it, its batch step (the supervisor) ended once the
+            # node answers again: only a requeue brings the run back (the path a failed batch host takes).
+            # Not while it is still down: 22.05 and 24.11 end the job then, and its revival takes it on.
             failed.append(job.batch_host)
         # The same fault seen again through a stale read: an incident already requeued this run.
         handled = {n for i in of_job(incidents, job.job_id, job) if i.restart_count == job.restart_count
