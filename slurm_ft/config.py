@@ -119,8 +119,11 @@ class HealthConfig:
     nvml_hung_drain_after: int = 3   # this many hung NVML checks in a row drain the node (NVML_HUNG); 0 = never
     fleet_view_max_age_s: float = 900.0  # unused since the hooks read the count when they fail a node; old configs load
     soft_period_s: float = 60.0      # `watch` reads the soft signals (node types' `soft`) this often; 0 = never
+    # `watch`'s textfile for node_exporter (node/liveness.py): its loop, each check's result; "" = none
+    metrics_path: str = "/var/lib/prometheus/node-exporter/slurm_ft_node.prom"
 
-    # kmsg_path, state_file, disk_paths and sysfs_root may name the node ({node}): the lab's nodes share a host
+    # kmsg_path, state_file, disk_paths, sysfs_root and metrics_path may name the node ({node}): the lab's
+    # nodes share a host
     def on(self, node: str, template: str) -> str:
         return template.replace("{node}", node)
 
@@ -169,6 +172,8 @@ class ControllerConfig:
     restore_after_s: float = 30.0       # a node quarantined for not answering goes to validation after answering this long
     trust: str = "auto"                 # the job field holding the FT tag: one of TRUST_MODES
                                         # (auto: admin_comment where slurmctld runs job_submit/lua)
+    # `controller run`'s liveness textfile (fleet/recovery/liveness.py), beside the sweep's; "" = none
+    metrics_path: str = "/var/lib/prometheus/node-exporter/slurm_ft_controller.prom"
 
 
 REMEDIATION_MODES = ("off", "dry_run", "on")
@@ -540,6 +545,7 @@ def _check_paths(cfg: "Config", file: str, problems: Problems) -> None:
     hc = cfg.health
     paths = [("state_dir", cfg.state_dir), ("fleet_lock", cfg.fleet_lock),
              ("lifecycle.metrics_path", cfg.lifecycle.metrics_path), ("slurm.conf", cfg.slurm.conf),
+             ("controller.metrics_path", cfg.controller.metrics_path), ("health.metrics_path", hc.metrics_path),
              ("health.state_file", hc.state_file), ("health.sysfs_root", hc.sysfs_root),
              *((f"health.disk_paths[{i}]", d) for i, d in enumerate(hc.disk_paths))]
     if hc.kmsg_path != JOURNAL_SOURCE:
@@ -547,6 +553,25 @@ def _check_paths(cfg: "Config", file: str, problems: Problems) -> None:
     for key, value in paths:
         if value and not value.startswith("/"):     # "" = the documented default or off
             problems.error(f"{file}: {key} must be an absolute path, not {value!r}")
+    _check_textfiles(cfg, file, problems)
+
+
+def _check_textfiles(cfg: "Config", file: str, problems: Problems) -> None:
+    """node_exporter's textfile collector reads *.prom files only, and each writer replaces its file whole:
+    two writers on one file would each erase the other's metrics."""
+    seen: Dict[str, str] = {}
+    for key, value in (("lifecycle.metrics_path", cfg.lifecycle.metrics_path),
+                       ("controller.metrics_path", cfg.controller.metrics_path),
+                       ("health.metrics_path", cfg.health.metrics_path)):
+        if not value:                               # "" = that textfile is not written
+            continue
+        if not value.endswith(".prom"):
+            problems.error(f"{file}: {key} must end in .prom (node_exporter's textfile collector reads no other "
+                           f"file), not {value!r}")
+        if value in seen:
+            problems.error(f"{file}: {key} is the file {seen[value]} names too ({value}): each writer replaces "
+                           f"its file whole, so give each its own")
+        seen.setdefault(value, key)
 
 
 JOURNAL_SOURCE = "journal"      # health.kmsg_path naming journald (gpu/journal.py)

@@ -83,10 +83,11 @@ def run(argv: Sequence[str], config_path: "str | None" = None, unanswered: str =
 
 def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str],
            config_path: "str | None" = None, load: "Callable[[str | None], Config] | None" = None,
-           unanswered: str = "") -> Tuple[int, bool]:
+           unanswered: str = "", on_report: "Callable[[Report], None] | None" = None) -> Tuple[int, bool]:
     """Run `check ARGV` with the hook's environment `env`, print to `out`/`err`: (exit status, whether
     an NVML call hung). Here for a hook's own process and for the watcher serving it (watch.py), which
-    passes `load` (a ConfigCache's: the config parsed again only when it changed)."""
+    passes `load` (a ConfigCache's: the config parsed again only when it changed) and `on_report` (its
+    textfile notes each check's end)."""
     args = parser(env).parse_args(argv)
     from slurm_ft.config import load_config  # lazy: hook start-up: yaml only once the arguments parsed
     from slurm_ft.node.levels import HOOK_LEVELS  # lazy: hook start-up: the probes only once the arguments parsed
@@ -111,6 +112,8 @@ def answer(argv: Sequence[str], out: TextIO, err: TextIO, env: Mapping[str, str]
         job = JobScope.from_env({**env, "SLURM_JOB_ID": job_id or ""})
     report = check_node(level, name, config, drain=drain, client=client, job_id=job_id,
                         record=not args.no_state and os.geteuid() == 0, progress=progress, job=job, env=env)
+    if on_report is not None:
+        on_report(report)
     if as_json:
         print(json.dumps(report.to_dict(), indent=None), file=out)
     else:

@@ -73,10 +73,11 @@ def run(ctx: click.Context, interval: Optional[float]) -> None:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    from slurm_ft.fleet.recovery.liveness import Writer  # lazy: only the daemon writes its liveness textfile
     with lock:
         ctl = build()
         listener = daemon.listen(ctl, config)
         log.warning("controller started (every %.2f s%s, journal in %s)", every,
                     f", woken by nodes on UDP port {listener.port}" if listener else "", config.state_dir)
-        daemon.serve(ctl, every, listener, lambda: stop["now"])
+        daemon.serve(ctl, every, listener, lambda: stop["now"], liveness=Writer(config.controller.metrics_path))
         log.warning("controller stopped")

@@ -6,7 +6,7 @@ import json
 import logging
 import signal
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 import click
 
@@ -57,6 +57,7 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
     """
     from slurm_ft.config import ConfigCache, load_config  # lazy: config loads yaml; not for --help
     from slurm_ft.node.check_server import CheckServer  # lazy: the socket server (and config/yaml); not for --help
+    from slurm_ft.node.liveness import NodeLiveness  # lazy: the node's textfile; not for --help
     from slurm_ft.node.query_server import QueryServer  # lazy: the users' socket server; not for --help
     from slurm_ft.node.watch import Watcher  # lazy: ctypes NVML and the probes; not for --help
 
@@ -96,7 +97,9 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
         if res.outcome is not None and res.outcome.action not in ("waiting", "none"):
             click.echo(f"{name}: planned swap: {res.outcome.action}: {res.outcome.message}")
 
-    w = Watcher(name, config, client=client, use_nvml=not no_nvml, check=check, soft=soft, on_soft=show_soft)
+    liveness = NodeLiveness(name, config)
+    w = Watcher(name, config, client=client, use_nvml=not no_nvml, check=check, soft=soft, on_soft=show_soft,
+                liveness=liveness)
 
     def on_term(signum: int, frame: Optional[FrameType]) -> None:
         w.stop_event.set()
@@ -118,8 +121,9 @@ def watch(ctx: click.Context, node: Optional[str], once: bool, timeout: Optional
         click.echo(f"{name}: {what}: quick check {'healthy' if h.report.healthy else 'UNHEALTHY'}; "
                    f"{d.get('action', 'no drain')}: {d.get('message', '')} ({h.done_at - h.detected_at:.3f} s)")
 
-    server = None if no_serve else CheckServer(name, functools.partial(serve_check, configs=ConfigCache()),
-                                               w.check_lock)
+    server = None if no_serve else CheckServer(
+        name, functools.partial(serve_check, configs=ConfigCache(), on_report=lambda r: liveness.checked(r.level)),
+        w.check_lock)
     users = None if no_serve_users else QueryServer(
         name, functools.partial(serve_user_check, configs=ConfigCache(), config_path=config.path, no_drain=no_drain),
         w.check_lock)
@@ -153,8 +157,8 @@ def serve_user_check(query: Query, out: TextIO, err: TextIO, configs: ConfigCach
     return guarded(body, err), hung
 
 
-def serve_check(argv: List[str], env: Dict[str, str], out: TextIO, err: TextIO, configs: ConfigCache
-                ) -> Tuple[int, bool]:
+def serve_check(argv: List[str], env: Dict[str, str], out: TextIO, err: TextIO, configs: ConfigCache,
+                on_report: Optional[Callable[[Report], None]] = None) -> Tuple[int, bool]:
     """One hook's `slurm-ft check ARGV`, answered in the watcher: what its own process would print and
     exit with (check.answer under the same error handling, its warnings on its stderr), and whether an
     NVML call hung. `configs`: the config file is parsed again only when it changed (13 ms a parse of
@@ -163,7 +167,7 @@ def serve_check(argv: List[str], env: Dict[str, str], out: TextIO, err: TextIO, 
 
     def body() -> int:
         nonlocal hung
-        code, hung = answer(argv, out, err, env, env.get("SLURM_FT_CONFIG"), configs.load)
+        code, hung = answer(argv, out, err, env, env.get("SLURM_FT_CONFIG"), configs.load, on_report=on_report)
         return code
 
     serving = threading.current_thread().name

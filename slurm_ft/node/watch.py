@@ -29,6 +29,7 @@ from slurm_ft.gpu.sample import XidEvent
 from slurm_ft.node import host, state as st
 from slurm_ft.node.check_lock import CheckLock
 from slurm_ft.node.check_server import BUSY_S
+from slurm_ft.node.liveness import WRITE_EVERY_S, NodeLiveness
 from slurm_ft.node.run import Report, check_node
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 
 CHECK_NOW = XidEvent(xid=0, detail="NVML event wait failed", source="nvml")   # run the check, no Xid
 SAVE_EVERY_S = 5.0       # a log position with no Xid before it is saved at most this often
+_SOURCES = {"watch-kmsg": "kernel_log", "watch-nvml": "nvml_events", "watch-soft": "soft_signals"}  # thread -> source
 
 
 @dataclass
@@ -73,7 +75,8 @@ class Handled:
 class Watcher:
     def __init__(self, node: str, config: Config, *, client: Optional[SlurmApi] = None, use_nvml: bool = True,
                  use_kmsg: bool = True, poll_s: float = 0.05, check: Optional[Callable[..., Report]] = None,
-                 soft: Optional[SoftPass] = None, on_soft: Optional[Callable[[PassResult], None]] = None) -> None:
+                 soft: Optional[SoftPass] = None, on_soft: Optional[Callable[[PassResult], None]] = None,
+                 liveness: Optional[NodeLiveness] = None) -> None:
         self.node = node
         self.config = config
         self.client = client
@@ -89,6 +92,7 @@ class Watcher:
         self.soft = soft
         self.on_soft = on_soft
         self.planned_drains = 0                # planned-swap drains the soft pass made (watch --once ends on one)
+        self.liveness = liveness               # the node's textfile for node_exporter (node/liveness.py)
 
     # --- sources ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -107,6 +111,9 @@ class Watcher:
         if self.soft is not None and self.soft.period_s > 0:
             self._spawn("soft", self._soft_passes)
             self.sources.append(f"soft signals every {self.soft.period_s:g} s")
+        if self.liveness is not None and self.liveness.path:
+            self._spawn("metrics", self._write_metrics)
+            self.sources.append(f"metrics to {self.liveness.path}")
         deadline = time.monotonic() + 5.0
         for w in waits:
             w.wait(max(0.0, deadline - time.monotonic()))
@@ -200,6 +207,17 @@ class Watcher:
                     self.on_soft(res)
             self.stop_event.wait(max(0.05, min(1.0, self.soft.next_at - time.time())))
 
+    def sources_up(self) -> Dict[str, bool]:
+        """Each source this watcher started: is its thread still reading?"""
+        return {_SOURCES[t.name]: t.is_alive() for t in self._threads if t.name in _SOURCES}
+
+    def _write_metrics(self) -> None:
+        assert self.liveness is not None
+        self.liveness.write(self.sources_up())
+        while not self.stop_event.wait(WRITE_EVERY_S):
+            self.liveness.write(self.sources_up())
+        self.liveness.write(self.sources_up())      # at stop: the loop's last round exactly
+
     def stop(self) -> None:
         self.stop_event.set()
         for t in self._threads:
@@ -245,6 +263,8 @@ class Watcher:
         finally:
             if locked:
                 self.check_lock.release()
+        if self.liveness is not None:
+            self.liveness.checked("quick")
         return Handled(batch, True, detected, time.time(), report)
 
     def run(self, *, once: bool = False, timeout: Optional[float] = None,
@@ -255,6 +275,8 @@ class Watcher:
         handled_fatal = 0
         saved_at = 0.0
         while not self.stop_event.is_set():
+            if self.liveness is not None:
+                self.liveness.looped()
             wait = 0.2 if end is None else max(0.0, min(0.2, end - time.monotonic()))
             queued = self.next_batch(wait)
             positions = [p for p in queued if isinstance(p, Position)]

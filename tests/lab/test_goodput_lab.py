@@ -102,7 +102,7 @@ def test_goodput_of_a_job_recovered_from_one_fault_matches_the_trainers_log(lab,
     slurm_ft(lab, cfg, "status", "--write-metrics")
     text = prom.read_text()
     assert f'slurm_ft_job_goodput_ratio{{job="{jid}"}}' in text
-    assert f'slurm_ft_job_lost_gpu_hours{{job="{jid}",cause="redone_steps"}}' in text
+    assert f'slurm_ft_job_lost_gpu_seconds{{job="{jid}",cause="redone_steps"}}' in text
     print(json.dumps({k: g[k] for k in ("goodput_ratio", "step_time_s", "lost_seconds", "redone_steps")}),
           f"elapsed {elapsed:.1f} s;",
           f"trainer: recovery {trainer_recovery:.2f} s, steps lost {r1['steps_lost']}, step {trainer_step_s:.3f} s")

@@ -233,6 +233,13 @@ def test_an_unknown_slurm_backend_lists_the_valid_ones_with_the_file(cfg):
      "health.thresholds.temperature_warn_c (100) must be below temperature_fail_c (90), or a GPU fails before it warns"),
     ("state_dir: var/lib/slurm-ft\n", "state_dir must be an absolute path, not 'var/lib/slurm-ft'"),
     ("lifecycle:\n  metrics_path: slurm_ft.prom\n", "lifecycle.metrics_path must be an absolute path, not 'slurm_ft.prom'"),
+    ("health:\n  metrics_path: node.prom\n", "health.metrics_path must be an absolute path, not 'node.prom'"),
+    ("controller:\n  metrics_path: /var/lib/prometheus/node-exporter/controller.txt\n",
+     "controller.metrics_path must end in .prom (node_exporter's textfile collector reads no other file), "
+     "not '/var/lib/prometheus/node-exporter/controller.txt'"),
+    ("controller:\n  metrics_path: /var/lib/prometheus/node-exporter/slurm_ft.prom\n",
+     "controller.metrics_path is the file lifecycle.metrics_path names too "
+     "(/var/lib/prometheus/node-exporter/slurm_ft.prom): each writer replaces its file whole, so give each its own"),
     ("controller:\n  interval_s: 0\n", "controller.interval_s must be more than 0 seconds"),
     ("lifecycle:\n  remediation: {budget_share: 2}\n", "lifecycle.remediation.budget_share is a share: at most 1, got 2"),
     ("health:\n  thresholds: {disk_free_fail_pct: 20, disk_free_warn_pct: 10}\n",

@@ -72,7 +72,7 @@ def test_metrics_have_a_counter_per_check_and_per_xid():
     assert 'slurm_ft_drains_total{check="temperature"} 1' in text
     assert 'slurm_ft_drains_probable_false_positive_total{check="temperature"} 1' in text
     assert 'slurm_ft_xid_drains_confirmed_total{xid="79"} 1' in text
-    assert 'slurm_ft_drain_out_of_service_node_hours_total{check="xid"} 2' in text
+    assert 'slurm_ft_drain_out_of_service_node_seconds_total{check="xid"} 7200' in text   # 2 node-hours
     assert "slurm_ft_drains_total" not in metrics.render(metrics.Readings())
 
 

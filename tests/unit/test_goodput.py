@@ -68,9 +68,9 @@ def test_no_restart_is_all_goodput_and_an_unrelated_incident_is_not_charged():
 def test_metrics_carry_goodput_per_job():
     text = metrics.render(metrics.Readings(jobs=[(9, _one_restart().to_dict())]))
     assert f'slurm_ft_job_goodput_ratio{{job="9"}} {1 - 265 / 1000!r}' in text
-    assert f'slurm_ft_job_lost_gpu_hours{{job="9",cause="startup"}} {16 * 50.0 / 3600!r}' in text
-    assert f'slurm_ft_job_lost_gpu_hours{{job="9",cause="recovery"}} {16 * 155.0 / 3600!r}' in text
-    assert 'slurm_ft_job_lost_gpu_hours{job="9",cause="redone_steps"}' in text
+    assert 'slurm_ft_job_lost_gpu_seconds{job="9",cause="startup"} 800' in text         # 16 GPUs x 50 s
+    assert 'slurm_ft_job_lost_gpu_seconds{job="9",cause="recovery"} 2480' in text       # 16 GPUs x 155 s
+    assert 'slurm_ft_job_lost_gpu_seconds{job="9",cause="redone_steps"}' in text
     assert 'slurm_ft_job_redone_steps{job="9"} 12' in text
     assert "slurm_ft_job_goodput_ratio" not in metrics.render(metrics.Readings())
 

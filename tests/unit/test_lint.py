@@ -90,7 +90,7 @@ def test_no_import_cycles_of_any_kind():
 # fleet/ both ask (breaker/) import no room.
 ROOMS = {"node": set(), "job": set(), "plan": set(), "fleet": {"node", "job", "plan"},
          "recovery": {"job"}}    # recovery/jobstart.py: the start code's old name, for already queued jobs
-LOWER = ("slurm", "gpu", "config", "vocab", "finding", "errors", "fsutil", "runner", "heartbeat", "plugins",
+LOWER = ("slurm", "gpu", "config", "vocab", "finding", "errors", "fsutil", "runner", "heartbeat", "plugins", "promtext",
          "breaker")
 
 

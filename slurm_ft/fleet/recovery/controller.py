@@ -451,9 +451,9 @@ class Controller:
         elif step.path == PLANNED_DEFERRED:
             why = ("its batch host" if job.batch_host in step.nodes else "no hot spare left" if spec is not None
                    and spec.hot_spares else "no hot spare")
-            jn.close_incident(self.conn, iid, "deferred", now, f"{mark}: {why}: {nodes} drained, no new job lands "
-                                                                f"there; the job runs on and a spare takes its place "
-                                                                f"at the job's next restart")
+            self._close(iid, step.job_id, "deferred", now, now, f"{mark}: {why}: {nodes} drained, no new job lands "
+                                                                    f"there; the job runs on and a spare takes its "
+                                                                    f"place at the job's next restart")
         else:
             jn.update_incident(self.conn, iid, note=f"{mark}: a spare takes the place of {nodes} before job "
                                                     f"{job.job_id} starts again")
@@ -638,8 +638,8 @@ class Controller:
             return "failed", f"job is {job.state} ({job.reason})"
         now = self.clock()
         closes_as = policies.of_path(inc.path).closes_as      # a planned swap done is no fault of ours to count
-        jn.close_incident(self.conn, inc.id, closes_as, now,
-                          inc.note if inc.note.startswith("shrunk") or closes_as != "recovered" else "")
+        self._close(inc.id, inc.job_id, closes_as, inc.opened_at, now,
+                    inc.note if inc.note.startswith("shrunk") or closes_as != "recovered" else "", inc.fault_at)
         return "ok", f"running on {compress(job.nodes)}"
 
     def _end_steps(self, step: Step, inc: Incident) -> Tuple[str, str]:
@@ -661,7 +661,7 @@ class Controller:
         job = self.client.job(inc.job_id)
         if not job.running:
             return "failed", f"job is {job.state} ({job.reason})"
-        jn.close_incident(self.conn, inc.id, "recovered", self.clock(), inc.note)
+        self._close(inc.id, inc.job_id, "recovered", inc.opened_at, self.clock(), inc.note, inc.fault_at)
         kept = [n for n in inc.nodes if n in job.nodes]
         return "ok", (f"running on {compress(job.nodes)}; "
                       + (f"{compress(kept)} still in the job, unused" if kept else f"released {compress(inc.nodes)}"))
@@ -671,14 +671,15 @@ class Controller:
         job = self.client.job(inc.job_id)
         if not job.running:
             return "failed", f"job is {job.state} ({job.reason})"
-        jn.close_incident(self.conn, inc.id, "planned", self.clock(), f"{inc.note}; {step.reason}")
+        self._close(inc.id, inc.job_id, "planned", inc.opened_at, self.clock(), f"{inc.note}; {step.reason}", inc.fault_at)
         kept = [n for n in inc.nodes if n in job.nodes]
         return "ok", (f"running on {compress(job.nodes)}; "
                       + (f"{compress(kept)} still in the job, unused" if kept else f"released {compress(inc.nodes)}"))
 
     def _superseded(self, step: Step, inc: Incident) -> Tuple[str, str]:
         """A fault (or a restart) overtook a planned swap: its incident takes the node along."""
-        jn.close_incident(self.conn, inc.id, "superseded", self.clock(), f"{inc.note}; {step.reason}")
+        self._close(inc.id, inc.job_id, "superseded", inc.opened_at, self.clock(), f"{inc.note}; {step.reason}",
+                    inc.fault_at)
         return "ok", step.reason
 
     def _hold(self, step: Step, inc: Incident) -> Tuple[str, str]:
@@ -700,12 +701,12 @@ class Controller:
 
     def _give_up(self, step: Step, inc: Incident) -> Tuple[str, str]:
         self._admin_comment(inc.job_id, vocab.job_comment(f"held, not restarted again: {step.reason}"))
-        jn.close_incident(self.conn, inc.id, "gave_up", self.clock(), step.reason)
+        self._close(inc.id, inc.job_id, "gave_up", inc.opened_at, self.clock(), step.reason, inc.fault_at)
         log.error("incident %s job %s: gave up: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason
 
     def _abandon(self, step: Step, inc: Incident) -> Tuple[str, str]:
-        jn.close_incident(self.conn, inc.id, "abandoned", self.clock(), step.reason)
+        self._close(inc.id, inc.job_id, "abandoned", inc.opened_at, self.clock(), step.reason, inc.fault_at)
         return "ok", step.reason
 
     def _note(self, step: Step, inc: Incident) -> Tuple[str, str]:
@@ -718,6 +719,15 @@ class Controller:
         jn.update_incident(self.conn, inc.id, path=REQUEUE, note=step.reason)
         log.warning("incident %s job %s: %s", inc.id, inc.job_id, step.reason)
         return "ok", step.reason
+
+    def _close(self, iid: int, job_id: int, status: str, opened_at: float, now: float, note: str = "",
+               fault_at: Optional[float] = None) -> None:
+        """Close an incident in the journal and say so with its total (as `incidents` shows it: from its open),
+        and from the fault where Slurm showed when: the journal's close is otherwise seen nowhere in the log."""
+        if not jn.close_incident(self.conn, iid, status, now, note):
+            return
+        since_fault = f" ({now - fault_at:.2f} s from the fault)" if fault_at is not None else ""
+        log.warning("incident %s job %s: %s in %.2f s%s", iid, job_id, status, now - opened_at, since_fault)
 
     def _admin_comment(self, job_id: int, text: str) -> None:
         """Tell the job's owner why it waits (scontrol show job: AdminComment); best effort. Where the

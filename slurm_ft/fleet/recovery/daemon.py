@@ -17,6 +17,7 @@ from slurm_ft.wake import Listener
 if TYPE_CHECKING:
     from slurm_ft.config import Config
     from slurm_ft.fleet.recovery.controller import Controller
+    from slurm_ft.fleet.recovery.liveness import Writer
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,11 @@ def listen(ctl: Controller, config: Config) -> Optional[Listener]:
 
 
 def serve(ctl: Controller, every: float, listener: Optional[Listener], stopped: Callable[[], bool],
-          budget_s: Optional[float] = None) -> None:
-    """Cycles until `stopped()`: each followed by the rest of `every`, cut short by a wake."""
+          budget_s: Optional[float] = None, liveness: Optional[Writer] = None) -> None:
+    """Cycles until `stopped()`: each followed by the rest of `every`, cut short by a wake. `liveness`:
+    told of each cycle's end (fleet/recovery/liveness.py, the daemon's textfile)."""
+    if liveness is not None:
+        liveness.write(force=True)          # started: the file says so before the first cycle ends
     try:
         while not stopped():
             started = time.monotonic()
@@ -49,12 +53,19 @@ def serve(ctl: Controller, every: float, listener: Optional[Listener], stopped: 
                 ctl.cycle(budget_s)
             except Exception as exc:   # one bad cycle (Slurm down, a timeout) must not end the daemon
                 log.error("cycle failed: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
+                if liveness is not None:
+                    liveness.cycle_failed()
+            else:
+                if liveness is not None:
+                    liveness.cycle_done(time.monotonic() - started)
             heard = idle(every - (time.monotonic() - started), listener, stopped)
             if heard is not None:
                 ctl.heard(heard)
     finally:
         if listener is not None:
             listener.close()
+        if liveness is not None:
+            liveness.write(force=True)      # the last cycle's end exactly; its age then tells a stopped controller
 
 
 def idle(rest: float, listener: Optional[Listener], stopped: Callable[[], bool]) -> Optional[str]:

@@ -174,9 +174,11 @@ def update_incident(conn: sqlite3.Connection, incident_id: int, **fields: Unpack
     conn.execute(f"UPDATE incidents SET {sets} WHERE id = ?", (*values.values(), incident_id))
 
 
-def close_incident(conn: sqlite3.Connection, incident_id: int, status: str, now: float, note: str = "") -> None:
-    conn.execute("UPDATE incidents SET status = ?, closed_at = ?, note = CASE WHEN ? = '' THEN note ELSE ? END"
-                 " WHERE id = ? AND closed_at IS NULL", (status, now, note, note, incident_id))
+def close_incident(conn: sqlite3.Connection, incident_id: int, status: str, now: float, note: str = "") -> bool:
+    """Close it (once: a closed incident keeps its first close); whether this call closed it."""
+    cur = conn.execute("UPDATE incidents SET status = ?, closed_at = ?, note = CASE WHEN ? = '' THEN note ELSE ? END"
+                       " WHERE id = ? AND closed_at IS NULL", (status, now, note, note, incident_id))
+    return cur.rowcount == 1
 
 
 def incidents(conn: sqlite3.Connection, *, open_only: bool = False, job_id: Optional[int] = None,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.fsutil import atomic_write
+from slurm_ft.promtext import labels as _labels, num as _num
 from slurm_ft.fleet.lifecycle.transitions import State
 
 # Recovery phases take from a fraction of a second (StartTime=now) to minutes (an empty pool).
@@ -77,18 +78,19 @@ def render(s: Readings) -> str:
         metric("slurm_ft_last_sweep_duration_seconds", "gauge", "Wall time of the last sweep.",
                [("", s.last_sweep_duration_s)])
     # One label set per family, so sum() counts each drain once: by check, and the xid check's drains
-    # again by Xid under a family of their own (slurm_ft_xid_*).
-    for name, key, help_ in (
-            ("drains_total", "drains", "Drains by slurm-ft"),
-            ("drains_confirmed_total", "confirmed", "Drains whose node needed a repair (or went to RMA)"),
-            ("drains_probable_false_positive_total", "probable_false_positives",
+    # again by Xid under a family of their own (slurm_ft_xid_*). Node-hours go out in node-seconds (base units).
+    for name, key, scale, help_ in (
+            ("drains_total", "drains", 1, "Drains by slurm-ft"),
+            ("drains_confirmed_total", "confirmed", 1, "Drains whose node needed a repair (or went to RMA)"),
+            ("drains_probable_false_positive_total", "probable_false_positives", 1,
              "Drains whose node passed validation after no repair or only a GPU reset"),
-            ("drain_out_of_service_node_hours_total", "node_hours_out",
-             "Node-hours out of service after drains (open drains up to now)"),
-            ("drain_spare_node_hours_total", "spare_node_hours",
-             "Node-hours of spares consumed by drains (a spare was swapped in meanwhile)")):
+            ("drain_out_of_service_node_seconds_total", "node_hours_out", 3600,
+             "Node-seconds out of service after drains (open drains up to now)"),
+            ("drain_spare_node_seconds_total", "spare_node_hours", 3600,
+             "Node-seconds of spares consumed by drains (a spare was swapped in meanwhile)")):
         for label, prefix, per in (("check", "slurm_ft_", "per check"), ("xid", "slurm_ft_xid_", "the xid check's, per Xid")):
-            rows = [(_labels(**{label: value}), row[key]) for kind, value, row in s.drains if kind == label]
+            rows = [(_labels(**{label: value}), round(row[key] * scale, 3)) for kind, value, row in s.drains
+                    if kind == label]
             if rows:
                 metric(prefix + name, "counter", f"{help_}, {per}.", rows)
     _goodput(s.jobs, metric)
@@ -97,40 +99,28 @@ def render(s: Readings) -> str:
 
 def _goodput(jobs: Sequence[Tuple[int, Mapping[str, Any]]],
              metric: Callable[[str, str, str, Iterable[Tuple[str, float]]], None]) -> None:
-    """Per fault-tolerant job: goodput and GPU-hours by where they went (a part not measured is left out)."""
+    """Per fault-tolerant job: goodput and GPU time by where it went, in GPU-seconds (a part not measured
+    is left out)."""
     if not jobs:
         return
     metric("slurm_ft_job_goodput_ratio", "gauge",
            "Share of the job's GPU-hours since its first start that made progress (not lost to startup, recovery or redone steps).",
            [(_labels(job=j), d["goodput_ratio"]) for j, d in jobs if d.get("goodput_ratio") is not None])
-    metric("slurm_ft_job_elapsed_gpu_hours", "gauge", "GPU-hours since the job's first start.",
-           [(_labels(job=j), d["elapsed_gpu_hours"]) for j, d in jobs])
-    metric("slurm_ft_job_lost_gpu_hours", "gauge",
-           "GPU-hours the job lost, by cause: startup (first start to the first step), recovery (fault to the "
+    metric("slurm_ft_job_elapsed_gpu_seconds", "gauge", "GPU-seconds since the job's first start.",
+           [(_labels(job=j), _seconds(d["elapsed_gpu_hours"])) for j, d in jobs])
+    metric("slurm_ft_job_lost_gpu_seconds", "gauge",
+           "GPU-seconds the job lost, by cause: startup (first start to the first step), recovery (fault to the "
            "first step after), redone_steps.",
-           [(_labels(job=j, cause=c), d["lost_gpu_hours"][c]) for j, d in jobs
+           [(_labels(job=j, cause=c), _seconds(d["lost_gpu_hours"][c])) for j, d in jobs
             for c in ("startup", "recovery", "redone_steps") if d["lost_gpu_hours"].get(c) is not None])
     metric("slurm_ft_job_redone_steps", "gauge", "Training steps the job did twice after restarts.",
            [(_labels(job=j), d["redone_steps"]) for j, d in jobs])
 
 
+def _seconds(hours: float) -> float:
+    return round(hours * 3600, 3)      # to the millisecond: no 800.0000000000001 from an hour's fraction
+
+
 def write(path: str, s: Readings) -> None:
     """Atomically replace the .prom file (mode 0644: node_exporter runs as its own user)."""
     atomic_write(path, render(s), 0o644)
-
-
-def _labels(**kv: object) -> str:
-    body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in kv.items())
-    return "{" + body + "}"
-
-
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _num(v: float) -> str:
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
-        return str(int(v))
-    return repr(float(v))
