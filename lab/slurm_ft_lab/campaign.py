@@ -201,7 +201,8 @@ class Campaign:
             w.kill()
             w.wait()
             inject(self.lab.dir, node, "xid", gpu=gpu, value=79)
-        f = inv.Fault(len(self.faults) + 1, kind, t, job.job_id, nodes, fatal, KINDS[kind][1])
+        f = inv.Fault(len(self.faults) + 1, kind, t, job.job_id, nodes, fatal, KINDS[kind][1],
+                      slurm_recovers=kind == "partition_batch" and not self.hot[job.job_id])
         self.faults.append(f)
         self.say(f"fault {f.id} {kind}: job {job.job_id} on {','.join(nodes)}"
                  + (f" gpu{gpu}" if "xid" in kind or kind in ("controller_kill", "slurmctld_restart",
@@ -230,11 +231,13 @@ class Campaign:
             return time.time() >= f.t + f.settle_s
         jid = f.job_id
         assert jid is not None
-        was = max((s for t, s in self._steps(jid) if t <= f.t), default=-1)
-        stepped = any(s > was for t, s in self._steps(jid) if t > f.t)
-        incidents = self._incidents()
-        open_ = [i for i in incidents if i.get("closed_at") is None]
-        return stepped and not open_
+        events = read_log(str(self.ckpt[jid]))
+        was = max((e["step"] for e in events if e.get("event") == "step" and e["t"] <= f.t), default=-1)
+        start = next((e["t"] for e in events if e.get("event") == "start" and e["t"] > f.t), None)
+        # the ranks of the run the fault hit may step on until Slurm kills them: only a new start counts
+        stepped = start is not None and any(e.get("event") == "step" and e["t"] > start and e["step"] > was
+                                            for e in events)
+        return stepped and not [i for i in self._incidents() if i.get("closed_at") is None]
 
     def _repair(self, f: inv.Fault) -> None:
         """What the lifecycle does to a faulted node (repair, validation, back to the pool), minus the

@@ -611,13 +611,17 @@ controller:
   # the nodes wake this lab's controller on its own port (every lab on the host has one)
   wake_host: 127.0.0.1
   wake_port: {self.spec.wake_port}
+  # the metrics textfiles stay in the lab, never in the host's node_exporter directory
+  metrics_path: {d}/run/slurm_ft_controller.prom
 health:
   kmsg_path: {d}/nodes/{{node}}/kmsg
   state_file: {d}/nodes/{{node}}/state.json
+  metrics_path: {d}/nodes/{{node}}/slurm_ft_node.prom
   # one host runs every node's checks: at CI's load (~50 on 2 cores) a quick gather of the fake NVML took
   # over its 5 s and reported NVML_HUNG, a check that could not look; a site's nodes each have their own cores
   deadline_s: {{quick: 30.0, prolog: 60.0, epilog: 60.0, full: 120.0, burnin: 900.0}}
 lifecycle:
+  metrics_path: {d}/run/slurm_ft.prom
   # validation jobs run `check --level full|burnin` on the node: against the lab's fake NVML
   validate_command: [env, LD_LIBRARY_PATH={d}/lib, SLURM_FT_LAB_DIR={d}, {sys.executable}, -m, slurm_ft]
   remediation:

@@ -4,14 +4,17 @@ evidence, in words a person can act on. `self_test()` plants one violation per i
 world and shows each is caught (a check that cannot fail is a defect).
 
 The invariants (issue 40):
-  runs_again          every job a fatal fault hit runs again and steps past where it was at the fault
-  newest_checkpoint   ... resumed from the newest complete checkpoint at the fault: never older, never scratch
+  runs_again          every job a fatal fault hit starts again and, in that run, steps past where it was at
+                      the fault (its old ranks stepping on until Slurm kills them are not a recovery)
+  newest_checkpoint   ... resumed from the newest complete checkpoint written before it started again (at
+                      the fault, or later by the ranks it did not hit): never older, never from scratch
   healthy_in_service  no node slurm-ft (or a hook's fail) took out that no fault of the campaign hit
   user_xid_no_drain   an application's Xid (13, 31, 43, ...) drains nothing
   pool_disjoint       no node both in a job partition and in the spare pool
   quarantine_out      a node quarantined by slurm-ft is in no partition (job or pool)
   one_incident        one incident per fatal fault on a job (a node of the run failing meanwhile joins
-                      it), and none open past its settle time
+                      it), and none open past its settle time; a partition Slurm recovers from by itself
+                      (it requeues the job, the node answers again) may have none: no node is faulty
   breaker_count       `slurm-ft breaker status` counts what Slurm shows
 """
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Fault:
     fatal: bool                     # the job must be recovered (an application Xid: must not be)
     settle_s: float                 # by then its job runs again and its incident is closed
     repaired: bool = False          # its nodes were repaired and put back since (the campaign's doing)
+    slurm_recovers: bool = False    # Slurm itself requeues the job (a partition of a job without --no-kill)
 
 
 @dataclass(frozen=True)
@@ -87,19 +91,21 @@ def _runs_again(w: World, f: Fault) -> List[Violation]:
     jid = f.job_id
     assert jid is not None
     was = _last_before(w.steps.get(jid, ()), f.t)
-    after = [(t, s) for t, s in w.steps.get(jid, ()) if t > f.t]
-    out = []
-    if was is not None and not any(s > was for _, s in after):
-        last = max((s for _, s in after), default=None)
-        out.append(Violation("runs_again", f.id, f"job {jid}: at step {was} at the fault, "
-                                               f"{'no step since' if last is None else f'last step {last}'}"))
-    newest = _last_before(w.ckpts.get(jid, ()), f.t)
     restarts = [(t, r) for t, r in w.starts.get(jid, ()) if t > f.t]
+    out = []
+    if was is not None:
+        after = [s for t, s in w.steps.get(jid, ()) if restarts and t > restarts[0][0]]
+        if not after or max(after) <= was:
+            since = "it never started again" if not restarts else (
+                "no step since it started again" if not after else f"last step {max(after)} since it started again")
+            out.append(Violation("runs_again", f.id, f"job {jid}: at step {was} at the fault, {since}"))
     if restarts:
         t, resumed = restarts[0]
+        # the newest before it started again: ranks the fault did not hit may checkpoint on until Slurm stops them
+        newest = _last_before(w.ckpts.get(jid, ()), t)
         if newest is not None and resumed != newest:
-            out.append(Violation("newest_checkpoint", f.id, f"job {jid}: newest complete checkpoint at the fault "
-                                                          f"was step {newest}; it started again from "
+            out.append(Violation("newest_checkpoint", f.id, f"job {jid}: newest complete checkpoint when it "
+                                                          f"started again was step {newest}; it started from "
                                                           f"{'scratch' if resumed is None else f'step {resumed}'}"))
     return out
 
@@ -154,6 +160,8 @@ def _one_incident(w: World, f: Fault, faults: Sequence[Fault]) -> List[Violation
     mine = _incidents_of(w, f)
     if len(mine) == 1 and set(f.nodes) <= set(_nodes_of(mine[0])):
         return []
+    if not mine and f.slurm_recovers and all(n in w.nodes and not _ours(w.nodes[n]) for n in f.nodes):
+        return []      # Slurm's own requeue, the node back in service: nothing for slurm-ft to do
     named = "; ".join(f"#{i.get('id')} {','.join(_nodes_of(i))} {i.get('status')}" for i in mine) or "none"
     return [Violation("one_incident", f.id, f"job {f.job_id}, fault on {','.join(f.nodes)}: incidents {named}")]
 
@@ -203,7 +211,7 @@ def self_test() -> List[Tuple[str, bool, str]]:
     world, faults = _healthy_world()
     results = [("(healthy world)", not check(world, faults), "; ".join(v.evidence for v in check(world, faults)))]
     planted: Dict[str, Tuple[World, List[Fault]]] = {
-        "runs_again": (replace(world, steps={7: [(990.0, 40), (999.0, 44), (1015.0, 41)]}), faults),
+        "runs_again": (replace(world, steps={7: [(990.0, 40), (999.0, 44), (1005.0, 46), (1015.0, 41)]}), faults),
         "newest_checkpoint": (replace(world, starts={7: [(900.0, None), (1012.0, 35)]}), faults),
         "healthy_in_service": (replace(world, nodes={**world.nodes, "n4": Node("n4", "IDLE", frozenset({"DRAIN"}),
                                                                              reason="slurm-ft: XID79 gpu1 x")}),

@@ -34,3 +34,33 @@ def test_a_node_the_campaign_repaired_counts_as_healthy_again():
     world, faults = inv._healthy_world()
     repaired = [replace(faults[0], repaired=True)]
     assert [v.invariant for v in inv.check(world, repaired)] == ["healthy_in_service"]   # n2 still out
+
+
+def test_the_old_ranks_stepping_on_until_slurm_kills_them_are_no_recovery():
+    world, faults = inv._healthy_world()
+    stale = replace(world, steps={7: [(990.0, 40), (999.0, 44), (1005.0, 47)]}, starts={7: [(900.0, None)]})
+    assert [(v.invariant, "never started again" in v.evidence) for v in inv.check(stale, faults)] == [
+        ("runs_again", True)]
+
+
+def _partition(world, faults, *, slurm_recovers: bool, reason: str = ""):
+    """Fault 2 a partition of job 7's batch host n1 at t=1050, no incident of its own; the job started again
+    at 1060 from its newest checkpoint and stepped on; n1 drained with `reason` if any."""
+    nodes = dict(world.nodes)
+    if reason:
+        nodes["n1"] = replace(nodes["n1"], flags=frozenset({"DRAIN"}), reason=reason)
+    fault = inv.Fault(2, "partition_batch", 1050.0, 7, ("n1",), fatal=True, settle_s=300.0,
+                      slurm_recovers=slurm_recovers)
+    starts = {7: [*world.starts[7], (1060.0, 40)]}
+    return replace(world, nodes=nodes, starts=starts), [*faults, fault]
+
+
+def test_a_partition_slurm_requeued_by_itself_needs_no_incident_while_the_node_is_in_service():
+    assert inv.check(*_partition(*inv._healthy_world(), slurm_recovers=True)) == []
+
+
+def test_a_partition_needs_its_incident_when_slurm_ft_took_the_node_out_or_slurm_does_not_requeue():
+    world, faults = inv._healthy_world()
+    out = inv.check(*_partition(world, faults, slurm_recovers=True, reason="slurm-ft: QUARANTINED unreachable"))
+    assert "one_incident" in [v.invariant for v in out]
+    assert [v.invariant for v in inv.check(*_partition(world, faults, slurm_recovers=False))] == ["one_incident"]
