@@ -42,7 +42,8 @@ def node(tmp_path):
     # so that a test may append keys to it
     cfg.write_text(f"state_dir: {tmp_path}/state\nlifecycle:\n  breaker_max_share: 0\n"
                    f"health:\n  kmsg_path: {tmp_path}/k\n"
-                   f"  state_file: {tmp_path}/st/{{node}}.json\n  deadline_s: {{quick: 1.0}}\n")
+                   f"  state_file: {tmp_path}/st/{{node}}.json\n  metrics_path: {tmp_path}/{{node}}.prom\n"
+                   f"  deadline_s: {{quick: 1.0}}\n")
     cfg.chmod(0o644)
     (tmp_path / "k").write_text("")                 # the kernel log: a missing one is an error finding
     env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), SLURM_FT_FAKE_NVML_STATE=str(nvml),
