@@ -471,13 +471,16 @@ class Lab:
         self._build_fake_nvml()
 
     def _write_plugin_files(self, expedite: bool) -> str:
-        """plugstack.conf and job_submit.lua (site rules: FT jobs in `train`, checkpoints under the temp
-        dir or the lab's own); the slurm.conf lines that load them."""
+        """plugstack.conf, slurm-ft's policy module and the site's job_submit.lua calling it (site rules: FT
+        jobs in `train`, checkpoints under the temp dir or the lab's own; a rule of the site's own beside
+        them); the slurm.conf lines that load them."""
         so = plugin.build(self.dir / "lib")
         etc = self.dir / "etc"
         atomic_write(etc / "plugstack.conf", plugin.plugstack_conf(so, sys.executable), mode=0o644)
         roots = sorted({tempfile.gettempdir(), str(self.dir)})
-        atomic_write(etc / "job_submit.lua", plugin.job_submit_lua(("train",), roots, expedite), mode=0o644)
+        atomic_write(etc / "slurm_ft_policy.lua", plugin.LUA_POLICY.read_text(), mode=0o644)
+        atomic_write(etc / "job_submit.lua", plugin.job_submit_lua(("train",), roots, expedite, plugin.SITE_RULE),
+                     mode=0o644)
         return plugin.slurm_conf_lines(etc / "plugstack.conf")
 
     def slurmd_conf(self, node: str) -> Path:

@@ -1,6 +1,7 @@
 """The lab with slurm-ft's Slurm plugins loaded (`lab up --plugin`): the SPANK plugin (spank/slurm_ft.c,
 built here with `make -C spank O=<lab>/lib`) in the lab's plugstack.conf, and the job_submit policy
-(slurm_ft/data/job_submit.lua, also etc/job_submit.lua) next to its slurm.conf with the lab's site rules.
+(slurm_ft/data/slurm_ft_policy.lua, the module) next to its slurm.conf, called by a site's job_submit.lua
+(slurm_ft/data/job_submit.lua, also etc/) with the lab's site rules and a rule of the "site's" own beside it.
 """
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SPANK_DIR = REPO_ROOT / "spank"
 SPANK_SO = "slurm_ft.so"
 SPANK_H = Path("/usr/include/slurm/spank.h")
-LUA_TEMPLATE = Path(slurm_ft.__file__).resolve().parent / "data" / "job_submit.lua"
+LUA_TEMPLATE = Path(slurm_ft.__file__).resolve().parent / "data" / "job_submit.lua"          # the site's script
+LUA_POLICY = Path(slurm_ft.__file__).resolve().parent / "data" / "slurm_ft_policy.lua"     # slurm-ft's module
+# the lab site's own rule, beside slurm-ft's: a site's job_submit.lua keeps working with slurm-ft in it
+SITE_REFUSED_NAME = "refused-by-site"
+SITE_RULE = (f'if job_desc.name == "{SITE_REFUSED_NAME}" then\n'
+             f'\t\tslurm.log_user("site rule: no job may be named {SITE_REFUSED_NAME} here")\n'
+             '\t\treturn slurm.ERROR\n\tend\n\treturn slurm.SUCCESS')
 INSTALL_HINT = "apt-get install -y gcc make libslurm-dev"
 
 
@@ -45,16 +52,23 @@ def _lua_list(values: Sequence[str]) -> str:
     return "{" + ", ".join(f'"{v}"' for v in values) + "}"
 
 
-def job_submit_lua(ft_partitions: Sequence[str] = (), ckpt_roots: Sequence[str] = (), expedite: bool = False) -> str:
-    """job_submit.lua with these site rules in its @site lines (the rest of the file as shipped)."""
+def job_submit_lua(ft_partitions: Sequence[str] = (), ckpt_roots: Sequence[str] = (), expedite: bool = False,
+                   site_rule: str = "") -> str:
+    """The site's job_submit.lua with slurm-ft's site rules in its configure{} (@site lines) and, if given,
+    `site_rule` (Lua, ending in a return) as the body of its own site_rules(); the rest as shipped."""
     text = LUA_TEMPLATE.read_text()
     values = {"ft_partitions": _lua_list(ft_partitions), "ckpt_roots": _lua_list(ckpt_roots),
               "expedite": "true" if expedite else "false"}
     for key, value in values.items():
-        text, n = re.subn(rf"^(local [A-Z_]+ = )\S+(\s+-- @site {key}:)", lambda m: m.group(1) + value + m.group(2),
+        text, n = re.subn(rf"^(\s*{key} = )\S+(,\s+-- @site {key}:)", lambda m: m.group(1) + value + m.group(2),
                           text, count=1, flags=re.M)
         if n != 1:
             raise ValueError(f"{LUA_TEMPLATE}: no '@site {key}' line")
+    if site_rule:
+        text, n = re.subn(r"^\treturn slurm\.SUCCESS\s+-- @site rules$", lambda m: "\t" + site_rule, text, count=1,
+                          flags=re.M)
+        if n != 1:
+            raise ValueError(f"{LUA_TEMPLATE}: no '@site rules' line")
     return text
 
 

@@ -89,6 +89,20 @@ def test_a_bad_value_is_refused_at_submit_time_with_its_reason(pwork, plab, args
     assert job_count(plab) == before                 # nothing reached the queue
 
 
+def test_the_sites_own_job_submit_rule_runs_beside_slurm_fts_policy(pwork, plab):
+    """The lab's job_submit.lua is a site's (etc/job_submit.lua) with a rule of its own beside the calls to
+    slurm-ft's module (slurm_ft_policy.lua): slurmctld runs both, for plain and fault-tolerant jobs."""
+    from slurm_ft_lab.plugin import SITE_REFUSED_NAME
+    before = job_count(plab)
+    for ft in ([], ["--ft-ckpt-dir=/tmp/run7"]):
+        p = sbatch(plab, "-J", SITE_REFUSED_NAME, *ft, "--wrap", "true")
+        assert p.returncode != 0 and f"site rule: no job may be named {SITE_REFUSED_NAME} here" in p.stderr, p.stderr
+    assert job_count(plab) == before
+    p = sbatch(plab, "--hold", "-J", "allowed", f"--ft-ckpt-dir={plab.give(pwork / 'ck')}", "--wrap", "true")
+    assert p.returncode == 0, p.stderr
+    assert plab.client.job(int(p.stdout.split(";")[0])).admin_comment.startswith("slurm-ft:v1 ckpt=")
+
+
 def test_the_tag_in_admin_comment_is_the_wrappers_grammar_and_users_cannot_edit_it(pwork, plab):
     ck = plab.give(pwork / "my run %41 \u00fc=x")
     spec = FtSpec(ckpt_dir=str(ck), min_nodes=2, hang_timeout=600, max_restarts=7)

@@ -1,4 +1,5 @@
-"""slurm_ft/data/job_submit.lua run as slurmctld's job_submit/lua runs it, without slurmctld: the
+"""slurm_ft/data/job_submit.lua (which loads slurm_ft_policy.lua beside it) run as slurmctld's job_submit/lua
+runs it (luaL_loadfile: the chunk is named after its path), without slurmctld: the
 system's Lua 5.1 library (the one Debian's Slurm links) through ctypes, with the `slurm` table stubbed.
 `submit(env)` calls slurm_job_submit with a job_desc whose job control environment is `env` and returns
 (rc, admin_comment, the line slurm.log_user gave the user)."""
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Tuple
 
 POLICY = Path(__file__).resolve().parents[2] / "slurm_ft" / "data" / "job_submit.lua"
+MODULE = POLICY.parent / "slurm_ft_policy.lua"      # slurm-ft's module, which POLICY loads
 LIBS = ("liblua5.1.so.0", "liblua5.1.so", ctypes.util.find_library("lua5.1") or "")
 PRELUDE = b"""
 slurm = {SUCCESS = 0, ERROR = -1, NO_VAL = 4294967294}
@@ -48,7 +50,8 @@ class Policy:
         self.lib = lib
         self.L = lib.luaL_newstate()
         lib.luaL_openlibs(self.L)
-        self._run(PRELUDE + (source or POLICY.read_bytes()), "policy")
+        self._run(PRELUDE, "prelude")
+        self._run(source or POLICY.read_bytes(), f"@{POLICY}")
 
     def _run(self, chunk: bytes, name: str) -> bytes:
         lib, L = self.lib, self.L
@@ -66,9 +69,10 @@ class Policy:
         return self._run(b"return tostring(" + expr + b")", "call")
 
     def submit(self, env: Mapping[str, bytes], script: str = "#!/bin/sh\ntrue\n",
-               min_nodes: int = 1) -> Tuple[int, str, str]:
+               min_nodes: int = 1, name: str = "job") -> Tuple[int, str, str]:
         entries = b", ".join(literal(k.encode() + b"=" + v) for k, v in env.items())
         chunk = (b"__user = ''\nlocal job = {spank_job_env = {" + entries + b"}, script = " + literal(script.encode())
+                 + b", name = " + literal(name.encode())
                  + b", min_nodes = %d, max_nodes = %d}\n" % (min_nodes, min_nodes)
                  + b"local rc = slurm_job_submit(job, {}, 1000)\n"
                  + b"return tostring(rc) .. '\\0' .. (job.admin_comment or '') .. '\\0' .. __user")

@@ -35,7 +35,7 @@ def wheels(tmp_path_factory) -> dict:
 def test_the_product_wheel_holds_no_lab_code(wheels):
     product = wheels["slurm_ft"]
     assert "slurm_ft/cli/check.py" in product and "slurm_ft/data/xid_catalog.csv" in product
-    assert "slurm_ft/data/job_submit.lua" in product
+    assert {"slurm_ft/data/job_submit.lua", "slurm_ft/data/slurm_ft_policy.lua"} <= set(product)
     assert not [n for n in product if "lab" in n.split("/")[0] or "fake_nvml" in n or n.startswith("tests/")]
     assert all(n.startswith(("slurm_ft/", "slurm_ft-")) for n in product), product
 

@@ -31,18 +31,20 @@ def test_the_c_plugin_has_the_tags_limits():
 
 
 def test_the_lua_policy_has_the_tags_head_keys_order_and_limits():
-    text = plugin.LUA_TEMPLATE.read_text()
+    text = plugin.LUA_POLICY.read_text()
     assert f'local TAG_HEAD = "{PREFIX}{VERSION}"' in text
     keys = re.findall(r'\{"SLURM_FT_[A-Z_]+", "([a-z_]+)"(?:, (\d+), (\d+))?\}', text)
     # train_nodes is no option: the policy writes it from -N for a job with hot spares (train_nodes())
     assert tuple(k for k, _, _ in keys) == tuple(k for k in _KEYS if k != "train_nodes")
     assert {k: (int(lo), int(hi)) for k, lo, hi in keys if lo} == LIMITS
-    assert Path(__file__).resolve().parents[2].joinpath("etc", "job_submit.lua").read_text() == text
+    etc = Path(__file__).resolve().parents[2] / "etc"
+    assert (etc / "slurm_ft_policy.lua").read_text() == text
+    assert (etc / "job_submit.lua").read_text() == plugin.LUA_TEMPLATE.read_text()
 
 
 def test_the_policy_knows_the_starter_that_supervises_hot_spares():
     from slurm_ft.job.submit import STARTER_MARK, starter_script
-    text = plugin.LUA_TEMPLATE.read_text()
+    text = plugin.LUA_POLICY.read_text()
     mark = re.search(r'local STARTER_MARK = "(.*)"', text).group(1)
     assert mark == "\\n" + STARTER_MARK and "\n" + STARTER_MARK in starter_script(["#SBATCH -N 3"])
 
@@ -66,13 +68,17 @@ def test_the_wrapper_refuses_what_the_plugin_refuses(opt, value, message):
         parse([opt, value, "/bin/true"])
 
 
-def test_site_rules_are_written_into_the_policy():
-    text = plugin.job_submit_lua(["train", "gpu"], ["/ckpt"], expedite=True)
-    assert 'local FT_PARTITIONS = {"train", "gpu"}' in text
-    assert 'local CKPT_ROOTS = {"/ckpt"}' in text
-    assert "local REQUEUE_EXPEDITE = true" in text
+def test_site_rules_are_written_into_the_sites_script():
+    text = plugin.job_submit_lua(["train", "gpu"], ["/ckpt"], expedite=True, site_rule=plugin.SITE_RULE)
+    assert 'ft_partitions = {"train", "gpu"},' in text
+    assert 'ckpt_roots = {"/ckpt"},' in text
+    assert "expedite = true," in text
+    assert f'if job_desc.name == "{plugin.SITE_REFUSED_NAME}" then' in text
+    shipped = plugin.LUA_TEMPLATE.read_text()
     assert text.replace('{"train", "gpu"}', "{}").replace('{"/ckpt"}', "{}").replace(
-        "EXPEDITE = true", "EXPEDITE = false") == plugin.LUA_TEMPLATE.read_text()
+        "expedite = true", "expedite = false").replace(plugin.SITE_RULE, "return slurm.SUCCESS       -- @site rules") \
+        == shipped
+    assert plugin.job_submit_lua() == shipped
     with pytest.raises(ValueError):
         plugin.job_submit_lua(["a\"; os.execute('x') --"])
 

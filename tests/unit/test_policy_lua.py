@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from luapolicy import POLICY, Policy, library, literal   # same directory: pytest puts it on sys.path
+from luapolicy import MODULE, Policy, library, literal   # same directory: pytest puts it on sys.path
 from slurm_ft.job.tag import FtSpec, decode, encode
 
 
@@ -50,8 +50,8 @@ def test_a_checkpoint_dir_that_is_not_utf8_is_refused(policy):
 
 @pytest.fixture(scope="module")
 def utf8_check(policy):
-    """The policy's own valid_utf8, loaded alone as a global (it is local to the policy's chunk)."""
-    text = POLICY.read_bytes()
+    """The policy's own valid_utf8, loaded alone as a global (it is local to the module's chunk)."""
+    text = MODULE.read_bytes()
     start = text.index(b"local function valid_utf8(")
     body = text[start + len(b"local "):text.index(b"\nend\n", start) + len(b"\nend\n")]
     p = Policy(policy.lib, body)
@@ -98,3 +98,36 @@ def test_replica_groups_are_tagged_as_the_wrapper_tags_them_and_need_the_starter
     assert rc == -1 and "not a whole number of groups" in user
     rc, _, user = policy.submit({"SLURM_FT_REPLICA_GROUPS": b"1"}, script=starter, min_nodes=4)
     assert rc == -1 and "from 2 to 1000" in user
+
+
+def test_a_sites_own_rule_runs_beside_slurm_fts_policy(policy):
+    """The site's job_submit.lua as the plugin lab writes it: its own rule refuses a job by name, and
+    slurm-ft's module still tags the fault-tolerant jobs it lets through."""
+    from slurm_ft_lab import plugin
+    site = Policy(policy.lib, plugin.job_submit_lua(["train"], ["/ckpt"], site_rule=plugin.SITE_RULE).encode())
+    try:
+        rc, comment, user = site.submit({"SLURM_FT_CKPT_DIR": b"/ckpt/a"}, name=plugin.SITE_REFUSED_NAME)
+        assert (rc, comment, user) == (-1, "", f"site rule: no job may be named {plugin.SITE_REFUSED_NAME} here")
+        rc, comment, _ = site.submit({"SLURM_FT_CKPT_DIR": b"/ckpt/a"})
+        assert (rc, comment) == (0, encode(FtSpec(ckpt_dir="/ckpt/a", max_restarts=5)))
+        rc, _, user = site.submit({"SLURM_FT_CKPT_DIR": b"/elsewhere"})
+        assert rc == -1 and "not under this site's checkpoint roots (/ckpt)" in user
+    finally:
+        site.close()
+
+
+def test_the_module_defines_no_global_and_refuses_a_misspelt_rule(policy):
+    """A site's slurm_job_submit stays the site's; a typo in configure{} stops the script loading, with why."""
+    probe = Policy(policy.lib, b"return 'ok'")
+    try:
+        before = probe.call(b"(function() local n = 0 for _ in pairs(_G) do n = n + 1 end return n end)()")
+        probe.call(b"(function() __m = dofile(" + literal(str(MODULE).encode()) + b") return 1 end)()")
+        after = probe.call(b"(function() local n = 0 for _ in pairs(_G) do n = n + 1 end return n end)()")
+        assert int(after) == int(before) + 1          # __m alone, the probe's own
+        assert probe.call(b"type(slurm_job_submit)") == b"nil"
+        err = probe.call(b"select(2, pcall(__m.configure, {ft_partition = {'train'}}))")
+        assert b"unknown rule 'ft_partition' (ft_partitions, ckpt_roots, expedite)" in err
+        err = probe.call(b"select(2, pcall(__m.configure, {ckpt_roots = '/ckpt'}))")
+        assert b"ckpt_roots must be a list of strings" in err
+    finally:
+        probe.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 from slurm_ft.job.submit import STARTER_MARK, starter_script
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "starter"
-LUA = Path(__file__).resolve().parents[2] / "slurm_ft" / "data" / "job_submit.lua"
+LUA = Path(__file__).resolve().parents[2] / "slurm_ft" / "data" / "slurm_ft_policy.lua"
 
 
 def test_the_starter_is_the_golden_one_with_sys_argv():

@@ -1,0 +1,1 @@
+../slurm_ft/data/slurm_ft_policy.lua
