@@ -3,7 +3,8 @@
 A command's load (config.py) stops at the first error; here the same rules collect (config.Problems).
 Added to them: what the file's safety checks refuse (reported, and the file still read for the rest),
 the rules a health check applies only when it runs (node/levels.validate: level and check names, the
-burn-in backend), and what only this host can tell: the kernel log the xid check reads exists here.
+burn-in backend), and what only this host can tell: the kernel log the xid check reads exists here, and
+the slurm-ft SPANK plugin that plugstack.conf loads was built for this host's Slurm release.
 """
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from slurm_ft.config import JOURNAL_SOURCE, Config, Problems, config_path, parse
 from slurm_ft.errors import ConfigError
 from slurm_ft.fsutil import refuse_unsafe
 from slurm_ft.node import levels
+from slurm_ft.slurm import spank_build
+from slurm_ft.slurm.client import SlurmClient, SlurmError
+from slurm_ft.slurm.pyslurm_backend import DEFAULT_CONF
 
 
 @dataclass
@@ -86,6 +90,21 @@ def _check_host(result: CheckResult, cfg: Config, node: str) -> None:
         if d.startswith("/") and not os.path.exists(where):   # a mount a GPU node may have and this host not
             result.warnings.append(f"{file}: health.disk_paths[{i}]: {where} does not exist on this host ({node}): "
                                    f"the disk check fails a node without it (DISK_UNREADABLE, a drain)")
+    _check_spank(result, cfg)
+
+
+def _check_spank(result: CheckResult, cfg: Config) -> None:
+    """A slurm_ft.so in plugstack.conf built for another Slurm release (Slurm refuses to load it)."""
+    conf = cfg.slurm.conf or os.environ.get("SLURM_CONF") or DEFAULT_CONF
+    if not spank_build.plugins_named(conf):
+        return                          # no plugin here (most hosts): not even `scontrol --version` is run
+    try:
+        version = SlurmClient(conf=conf, timeout=cfg.slurm.timeout_s).version()
+    except (SlurmError, OSError) as exc:
+        result.warnings.append(f"plugstack.conf loads {spank_build.PLUGIN}, but Slurm's version is unknown here "
+                               f"({exc}): its build is not checked")
+        return
+    result.errors += [f"plugstack.conf: {line}" for line in spank_build.mismatches(conf, version)]
 
 
 def effective(cfg: Config) -> Dict[str, Any]:
