@@ -45,7 +45,7 @@ def test_quarantine_repaired_history_and_list(env, capsys):
     assert n.drained and n.reason == "slurm-ft: QUARANTINED by " + n.reason.split("by ", 1)[1]
     assert "gpu003" not in slurm.parts["train"]
     rc, out, _ = cli(capsys, "node", "repaired", "gpu003", "--note", "fan replaced")
-    assert rc == 0 and "quarantined -> repaired" in out and "next `slurm-ft sweep` validates it" in out
+    assert rc == 0 and "quarantined -> repaired" in out and "next `slurm-ft sweep` validates gpu003" in out
     rc, out, _ = cli(capsys, "node", "history", "gpu003")
     lines = out.strip().splitlines()
     assert len(lines) == 2 and "in_service -> quarantined" in lines[0] and "[admin:" in lines[0]
@@ -64,6 +64,41 @@ def test_bad_input_is_one_line_and_exit_2(env, capsys):
     assert len(err.strip().splitlines()) == 1
     rc, _, err = cli(capsys, "node", "list", "--state", "broken")
     assert rc == 2
+
+
+def test_node_commands_take_a_hostlist_and_report_per_node(env, capsys):
+    tmp, slurm = env
+    rc, out, _ = cli(capsys, "node", "quarantine", "gpu[001-002,004]", "--reason", "rack 7 PSU")
+    assert rc == 0
+    assert out.splitlines()[:3] == [f"gpu00{i}: in_service -> quarantined (rack 7 PSU)" for i in (1, 2, 4)]
+    assert "`slurm-ft node repaired gpu[001-002,004]`" in out
+    assert all(slurm.node(n).drained for n in ("gpu001", "gpu002", "gpu004")) and not slurm.node("gpu003").drained
+    rc, out, _ = cli(capsys, "node", "history", "gpu[001-002]")
+    lines = out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["gpu001", "gpu002"] and "in_service -> quarantined" in lines[1]
+    rc, out, _ = cli(capsys, "node", "history", "gpu[001-002]", "--json")
+    assert [d["node"] for d in json.loads(out)] == ["gpu001", "gpu002"]
+    rc, out, _ = cli(capsys, "node", "history", "gpu001", "--json")
+    assert json.loads(out)["state"] == "quarantined"
+
+
+def test_a_refused_node_of_a_hostlist_does_not_stop_the_others(env, capsys):
+    cli(capsys, "node", "quarantine", "gpu001")
+    rc, out, err = cli(capsys, "node", "repaired", "gpu[001-002]")
+    assert rc == 2 and out.startswith("gpu001: quarantined -> repaired")
+    assert err.strip().splitlines() == [err.strip()] and err.startswith("slurm-ft: error: gpu002: cannot apply 'repaired'")
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("gpu[001-", "malformed hostlist 'gpu[001-': '[' without ']'"),
+    ("gpu[004-001]", "malformed hostlist 'gpu[004-001]': range '004-001' goes backwards"),
+    ("gpu[003-004],gpu[998-999]", "unknown nodes 'gpu[998-999]' (not in this cluster's slurm.conf)"),
+])
+def test_a_bad_hostlist_is_one_line_exit_2_and_touches_nothing(env, capsys, expr, message):
+    tmp, slurm = env
+    rc, _, err = cli(capsys, "node", "quarantine", expr)
+    assert rc == 2 and err.strip() == f"slurm-ft: error: {message}"
+    assert not any(n.drained for n in slurm.nodes())
 
 
 def test_breaker_status_reset_and_status_screen(env, capsys):
