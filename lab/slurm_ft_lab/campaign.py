@@ -21,14 +21,15 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import yaml
 
 from slurm_ft.slurm.client import SlurmClient
 from slurm_ft_lab import invariants as inv
 from slurm_ft_lab.inject import heal, heal_all, inject
-from slurm_ft_lab.trainer import read_log
+from slurm_ft.slurm.hostlist import expand
+from slurm_ft_lab.trainer import read_jsonl, read_log
 from slurm_ft_lab.users import NAMES
 
 PY = sys.executable
@@ -165,6 +166,7 @@ class Campaign:
 
     def fault(self, kind: str) -> Outcome:
         job = self._running_job()
+        ranks = self._rank_nodes(job)       # before the fault: a relaunch after it names the spare it took
         steps = [n for n in job.nodes if n != job.batch_host] or list(job.nodes)
         node = self.rng.choice(steps)
         gpu = self.rng.randrange(self.lab.spec.gpus_per_node)
@@ -202,7 +204,8 @@ class Campaign:
             w.wait()
             inject(self.lab.dir, node, "xid", gpu=gpu, value=79)
         f = inv.Fault(len(self.faults) + 1, kind, t, job.job_id, nodes, fatal, KINDS[kind][1],
-                      slurm_recovers=kind == "partition_batch" and not self.hot[job.job_id])
+                      slurm_recovers=kind == "partition_batch" and not self.hot[job.job_id],
+                      restarts=kind == "partition_batch" or bool(set(nodes) & ranks))
         self.faults.append(f)
         self.say(f"fault {f.id} {kind}: job {job.job_id} on {','.join(nodes)}"
                  + (f" gpu{gpu}" if "xid" in kind or kind in ("controller_kill", "slurmctld_restart",
@@ -215,6 +218,15 @@ class Campaign:
             self.start_watcher(node)
         self._repair(f)
         return Outcome(f, self._stepping_again(f), fresh)
+
+    def _rank_nodes(self, job) -> Set[str]:
+        """The nodes the job's ranks run on: all of a requeue job's; a hot-spare job's latest launch (its
+        supervisor's record, slurm-ft-starts.jsonl) leaves its spares idle."""
+        if not self.hot[job.job_id]:
+            return set(job.nodes)
+        launches = [e for e in read_jsonl(str(self.ckpt[job.job_id] / "slurm-ft-starts.jsonl"))
+                    if e.get("event") == "launch" and str(e.get("job")) == str(job.job_id)]
+        return set(expand(str(launches[-1]["nodes"]))) if launches else set(job.nodes)
 
     def _running_job(self):
         deadline = time.monotonic() + 300
@@ -234,6 +246,8 @@ class Campaign:
         events = read_log(str(self.ckpt[jid]))
         was = max((e["step"] for e in events if e.get("event") == "step" and e["t"] <= f.t), default=-1)
         start = next((e["t"] for e in events if e.get("event") == "start" and e["t"] > f.t), None)
+        if not f.restarts and start is None:    # its idle spare: the job steps on (and the spare is replaced)
+            start = f.t + inv.STEPPING_ON_S
         # the ranks of the run the fault hit may step on until Slurm kills them: only a new start counts
         stepped = start is not None and any(e.get("event") == "step" and e["t"] > start and e["step"] > was
                                             for e in events)

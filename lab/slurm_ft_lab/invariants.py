@@ -5,7 +5,8 @@ world and shows each is caught (a check that cannot fail is a defect).
 
 The invariants (issue 40):
   runs_again          every job a fatal fault hit starts again and, in that run, steps past where it was at
-                      the fault (its old ranks stepping on until Slurm kills them are not a recovery)
+                      the fault (its old ranks stepping on until Slurm kills them are not a recovery); a
+                      fault on a job's idle hot spare stops no rank: the job steps on, STEPPING_ON_S later
   newest_checkpoint   ... resumed from the newest complete checkpoint written before it started again (at
                       the fault, or later by the ranks it did not hit): never older, never from scratch
   healthy_in_service  no node slurm-ft (or a hook's fail) took out that no fault of the campaign hit
@@ -26,6 +27,8 @@ from slurm_ft.breaker import rules
 from slurm_ft.slurm.parse import format_epoch
 from slurm_ft.slurm.types import Job, Node
 
+STEPPING_ON_S = 10.0        # a job whose idle hot spare failed still steps this long after the fault
+
 INVARIANTS = ("runs_again", "newest_checkpoint", "healthy_in_service", "user_xid_no_drain", "pool_disjoint",
               "quarantine_out", "one_incident", "breaker_count")
 
@@ -41,6 +44,7 @@ class Fault:
     settle_s: float                 # by then its job runs again and its incident is closed
     repaired: bool = False          # its nodes were repaired and put back since (the campaign's doing)
     slurm_recovers: bool = False    # Slurm itself requeues the job (a partition of a job without --no-kill)
+    restarts: bool = True           # the fault stops a rank: the job starts again (not so on an idle hot spare)
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,12 @@ def _runs_again(w: World, f: Fault) -> List[Violation]:
     was = _last_before(w.steps.get(jid, ()), f.t)
     restarts = [(t, r) for t, r in w.starts.get(jid, ()) if t > f.t]
     out = []
-    if was is not None:
+    if was is not None and not f.restarts and not restarts:
+        later = [s for t, s in w.steps.get(jid, ()) if t > f.t + STEPPING_ON_S]
+        if not later or max(later) <= was:
+            out.append(Violation("runs_again", f.id, f"job {jid}: at step {was} at a fault on its idle spare, no "
+                                                     f"step past it {STEPPING_ON_S:.0f} s later"))
+    elif was is not None:
         after = [s for t, s in w.steps.get(jid, ()) if restarts and t > restarts[0][0]]
         if not after or max(after) <= was:
             since = "it never started again" if not restarts else (

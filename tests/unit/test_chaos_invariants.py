@@ -64,3 +64,13 @@ def test_a_partition_needs_its_incident_when_slurm_ft_took_the_node_out_or_slurm
     out = inv.check(*_partition(world, faults, slurm_recovers=True, reason="slurm-ft: QUARANTINED unreachable"))
     assert "one_incident" in [v.invariant for v in out]
     assert [v.invariant for v in inv.check(*_partition(world, faults, slurm_recovers=False))] == ["one_incident"]
+
+
+def test_a_fault_on_an_idle_hot_spare_needs_no_restart_but_the_job_must_step_on():
+    world, faults = inv._healthy_world()
+    spare = [replace(faults[0], restarts=False)]
+    on = replace(world, starts={7: [(900.0, None)]}, steps={7: [(990.0, 40), (999.0, 44), (1030.0, 60)]})
+    assert inv.check(on, spare) == []
+    stopped = replace(on, steps={7: [(990.0, 40), (999.0, 44), (1005.0, 45)]})
+    assert [(v.invariant, "idle spare" in v.evidence) for v in inv.check(stopped, spare)] == [("runs_again", True)]
+    assert [v.invariant for v in inv.check(on, faults)] == ["runs_again"]     # a rank's node: it must restart
