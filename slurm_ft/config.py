@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import logging
 import os
 import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional, Tuple, Type, TypeVar
 
 import yaml
 
@@ -258,11 +259,33 @@ class Config:
     path: Optional[str] = None
     state_dir: str = "/var/lib/slurm-ft"
     fleet_lock: str = ""            # the lock every partition/reservation change takes; "" = <state_dir>/fleet.lock
+    # nodes slurm-ft never touches (a Slurm hostlist): checks report and never drain, the controller, the
+    # sweep and remediation leave them be. Top level: it binds every part, so no section owns it.
+    keep_off: str = ""
     health: HealthConfig = field(default_factory=HealthConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
     planning: PlanningConfig = field(default_factory=PlanningConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+
+    @property
+    def keep_off_nodes(self) -> FrozenSet[str]:
+        """The names `keep_off` expands to (the load checked the hostlist)."""
+        return _expanded(self.keep_off)
+
+    def keeps_off(self, node: str) -> bool:
+        return node in self.keep_off_nodes
+
+
+@functools.lru_cache(maxsize=8)
+def _expanded(expr: str) -> FrozenSet[str]:
+    if not expr.strip():
+        return frozenset()
+    from slurm_ft.slurm.hostlist import expand   # lazy: only a config with keep_off pays for the parser
+    try:
+        return frozenset(expand(expr))
+    except UsageError as exc:   # the load refuses it first (_check_keep_off): a Config built in code
+        raise ConfigError(f"keep_off: {exc}") from None
 
 
 def load_config(path: Optional[str] = None) -> Config:
@@ -365,6 +388,7 @@ def _parse(p: Path, problems: Optional[Problems] = None) -> Config:
         problems.error(f"{p}: lifecycle.job_backstop_s must be at least {MIN_JOB_BACKSTOP_S:g} seconds "
                        f"(each read is one of every node), not {cfg.lifecycle.job_backstop_s:g}")
     _check_node_types(cfg.health, file, problems)
+    _check_keep_off(cfg, file, problems)
     _check_ranges(cfg, file, problems)
     _check_paths(cfg, file, problems)
     if cfg.slurm.backend not in SLURM_BACKENDS:
@@ -519,6 +543,14 @@ def _check_node_types(hc: "HealthConfig", file: str, problems: Problems) -> None
             expand(pattern)
         except UsageError as exc:
             problems.error(f"{file}: {where}: {exc}")
+
+
+def _check_keep_off(cfg: "Config", file: str, problems: Problems) -> None:
+    """A bad hostlist here would leave slurm-ft's hands on the very nodes a site meant to protect."""
+    try:
+        _expanded(cfg.keep_off)
+    except ConfigError as exc:
+        problems.error(f"{file}: {exc}")
 
 
 def _check_ranges(cfg: "Config", file: str, problems: Problems) -> None:

@@ -72,7 +72,7 @@ def node() -> None:
 @click.option("--json", "as_json", is_flag=True, help="As JSON: every node, those in service included.")
 @click.pass_context
 def list_(ctx: click.Context, state: Optional[str], show_all: bool, as_json: bool) -> None:
-    """Nodes with their lifecycle state (by default those not simply in service)."""
+    """Nodes with their lifecycle state (by default those not simply in service, and those in keep_off)."""
     from slurm_ft.fleet.report.fleet_view import view  # lazy: the fleet view is heavy (~35 ms), only `node list`
     config, client = setup(ctx)
     with Store(config.state_dir) as store:
@@ -80,7 +80,7 @@ def list_(ctx: click.Context, state: Optional[str], show_all: bool, as_json: boo
     if state:
         rows = [r for r in rows if r["state"] == state]
     elif not show_all and not as_json:
-        rows = [r for r in rows if r["state"] != State.IN_SERVICE.value]
+        rows = [r for r in rows if r["state"] != State.IN_SERVICE.value or r["keep_off"]]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -90,6 +90,8 @@ def list_(ctx: click.Context, state: Optional[str], show_all: bool, as_json: boo
     click.echo(f"{'NODE':<10} {'STATE':<12} {'SINCE':<19} {'SLURM':<24} CAUSE")
     for r in rows:
         cause = r["cause"] or r["slurm_reason"]
+        if r["keep_off"]:
+            cause = "[keep_off: slurm-ft leaves it alone]" + (f" {cause}" if cause else "")
         click.echo(f"{r['node']:<10} {r['state']:<12} {stamp(r['since']):<19} {r['slurm_state']:<24} {cause}")
 
 
@@ -137,6 +139,11 @@ def _event(ctx: click.Context, nodes: str, event: Event, cause: str) -> None:
     from slurm_ft.fleet.lifecycle import admin as fleet_admin  # lazy: the sweep is heavy, only the commands that change a node
     config, client = setup(ctx)
     targets = _known(client, nodes)
+    kept = [n.name for n in targets if config.keeps_off(n.name)]
+    if kept and event is not Event.RELEASE:     # the sweep would never validate it, the drain would be ours
+        raise UsageError(f"{compress(kept)} in keep_off ({config.path or 'the config'}): slurm-ft does not touch "
+                         f"{'them' if len(kept) > 1 else 'it'}; drain with scontrol, or remove "
+                         f"{'them' if len(kept) > 1 else 'it'} from keep_off first")
     lc = config.lifecycle
     reached: Dict[State, List[str]] = {}
     refused = 0

@@ -37,8 +37,10 @@ def report(ctx: click.Context, as_json: bool) -> None:
         budget = store.kv_get_json(remedy_act.BUDGET_KEY)
     if as_json:
         click.echo(json.dumps({"time": now, **summary, "episodes": [e.to_dict(now) for e in eps],
-                               "remediation_budget": budget}, indent=2))
+                               "remediation_budget": budget, "keep_off": sorted(config.keep_off_nodes)}, indent=2))
         return
+    if config.keep_off:     # first: their faults are in no figure below
+        click.echo(f"keep_off (slurm-ft leaves alone, never drains): {config.keep_off}\n")
     head = (f"{'':<14} {'DRAINS':>6} {'CONFIRMED':>9} {'PROB_FP':>8} {'FP%':>6} {'OPEN':>5} "
             f"{'NODE_H_OUT':>10} {'SPARE_NODE_H':>11}")
     click.echo("per check")

@@ -75,6 +75,9 @@ def status(ctx: click.Context, job_id: Optional[int], as_json: bool, write_metri
         click.echo(f"{title}: {len(rows)}")
         for r in rows:
             click.echo(f"  {r['node']:<10} {r['state']:<11} since {stamp(r['since'])}  {r['cause'] or r['slurm_reason']}")
+    if d["keep_off"]:
+        from slurm_ft.slurm.hostlist import compress  # lazy: only a config with keep_off
+        click.echo(f"keep_off (slurm-ft leaves alone): {compress(d['keep_off'])}")
     click.echo(describe(d["breaker"]))
     last = d["last_sweep"]
     click.echo(f"last sweep: {stamp(last['time'])} ({last['elapsed_s']:.1f} s, {last['changes']} change(s))"

@@ -6,6 +6,8 @@
   Slurm drained for a failed prolog/epilog ("Prolog error") gets our exact reason: that drain was ours.
 * A healthy run resumes a node only if its reason starts with `slurm-ft:`, the run's level covers the
   check that found the drained fault, and no active finding from another level remains (state file).
+* A node in the config's `keep_off` is never drained, resumed or re-reasoned: `decide` says what it would
+  have done, as "left", and the check's output line says why.
 * `may_drain` is the one gate every new drain passes: the fleet drain-rate breaker lives behind it.
 * `decide` is the whole judgement, pure over the node as Slurm shows it; `apply` only writes what it says.
 """
@@ -94,8 +96,21 @@ class Outcome:
         return {"action": self.action, "message": self.message, "reason": self.reason}
 
 
+KEEP_OFF_WRITES = ("drain", "reason_updated", "resumed")
+
+
 def decide(node: Node, findings: Sequence[Finding], *, checks: Iterable[str], active: Sequence[Finding] = (),
-           auto_resume: bool = True, hold: str = "") -> Outcome:
+           auto_resume: bool = True, hold: str = "", keep_off: bool = False) -> Outcome:
+    """`_decide`, with a node in `keep_off` left as it is: the outcome says what slurm-ft would have done."""
+    plan = _decide(node, findings, checks=checks, active=active, auto_resume=auto_resume, hold=hold)
+    if not keep_off or plan.action not in KEEP_OFF_WRITES:
+        return plan
+    return Outcome("left", f"{node.name} is in keep_off: slurm-ft leaves it alone (would be: {plan.message})",
+                   plan.reason)
+
+
+def _decide(node: Node, findings: Sequence[Finding], *, checks: Iterable[str], active: Sequence[Finding] = (),
+            auto_resume: bool = True, hold: str = "") -> Outcome:
     """What this run's findings (plus still-active ones) ask of the node as Slurm shows it: pure.
 
     `drain` (a new drain: `apply` passes it through the breaker first), `reason_updated`, `resumed`: a

@@ -90,6 +90,9 @@ def act(client: SlurmApi, config: Config, node: str, findings: Sequence[Finding]
     if not findings:
         return Outcome("none", "no soft finding")
     reason = reason_for(findings, planned_codes)
+    if config.keeps_off(node):
+        log.warning("keep_off: %s: no planned drain (would be: %s)", node, reason)
+        return Outcome("left", f"{node} is in keep_off: slurm-ft leaves it alone (would be: {reason})", reason)
     path = st.path_for(config.health, node)
     try:
         with st.locked(path, node) as state:

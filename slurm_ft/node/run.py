@@ -309,6 +309,8 @@ def _drain_step(report: Report, node: str, config: Config, client: Optional[Slur
         report.drain = {"action": "none", "message": f"{node} healthy (no slurm-ft drain outstanding)",
                         "reason": ""}
         return report
+    if plan.decision.action == "left" and config.keeps_off(node):
+        log.warning("keep_off: %s", plan.decision.message)     # once per check: the grep an operator runs
     try:
         outcome = dr.apply(client, node, plan.decision, config=config, now=now)
         report.drain = outcome.to_dict()
@@ -366,7 +368,8 @@ def drain_plan(report: Report, state: Mapping[str, Any], slurm_node: Optional[No
             if believed and seen > now else "")
     return DrainPlan(findings, acknowledged,
                      dr.decide(slurm_node, findings, checks=report.checks, active=active,
-                               auto_resume=config.health.auto_resume, hold=hold))
+                               auto_resume=config.health.auto_resume, hold=hold,
+                               keep_off=config.keeps_off(slurm_node.name)))
 
 
 def _quiet(healthy: bool, active: List[Finding], believed: object) -> bool:
@@ -410,7 +413,9 @@ def takes_the_node_out(report: Report, config: Config, node: str, drain: bool,
                        client: Optional[SlurmApi] = None) -> Tuple[bool, str]:
     """Does this report's fail verdict take the node out (the hooks' VERDICT line)? Only within the breaker:
     with --drain when this run drained it or keeps our drain; a manual check's verdict is for a person; a
-    hook's asks the breaker. The answer, and why not when the breaker said no."""
+    hook's asks the breaker; a node in keep_off is never taken out. The answer, and why not when it is not."""
+    if config.keeps_off(node):      # a hook must not fail it either: Slurm would drain it for us
+        return False, f"{node} is in keep_off: slurm-ft does not take it out"
     if drain:
         return (report.drain or {}).get("action") in ("drained", "reason_updated", "kept"), ""
     if report.level not in levels.HOOK_LEVELS:

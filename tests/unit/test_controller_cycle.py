@@ -36,11 +36,11 @@ def _expand(expr):
     return tuple(expand(expr))
 
 
-def make(tmp_path, slurm, crash=None, lifecycle=None):
+def make(tmp_path, slurm, crash=None, lifecycle=None, keep_off=""):
     # breaker off: FakeSlurm.fail drains nodes past any limit (the breaker's own tests are test_fleet_breaker)
     cfg = Config(state_dir=str(tmp_path / "state"), controller=ControllerConfig(poll_s=0.0, read_progress=False,
                                                                                 cycle_budget_s=5.0),
-                 lifecycle=lifecycle or LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0))
+                 lifecycle=lifecycle or LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=0), keep_off=keep_off)
     def boom(kind, when):
         if (kind, when) == crash:
             raise Crash(f"{kind}:{when}")
@@ -68,6 +68,18 @@ def test_one_fault_recovers_on_a_spare(tmp_path):
     assert [c for c in s.calls if c[0] == "requeue"] == [("requeue", 100, False)]
     c.cycle()                                   # nothing more to do: no second requeue for the same fault
     assert len([c for c in s.calls if c[0] == "requeue"]) == 1
+
+
+def test_a_fault_on_a_keep_off_node_is_logged_once_and_left_alone(tmp_path, caplog):
+    s = model_slurm()
+    s.fail("gpu002")
+    c = make(tmp_path, s, keep_off="gpu[002,005]")
+    c.cycle()
+    c.cycle()
+    assert jn.incidents(c.conn) == [] and s.j[100].state == "RUNNING"
+    assert "gpu002" in s.parts["train"] and "gpu005" in s.parts["spares"]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("keep_off:")]
+    assert len(lines) == 1 and lines[0].startswith("keep_off: gpu002: ") and "left alone (no incident" in lines[0]
 
 
 STEPS = ["open", "quarantine", "swap", "requeue", "exclude", "start", "confirm"]

@@ -334,6 +334,24 @@ def test_healthy_drain_run_asks_slurm_only_while_a_drain_of_ours_may_be_on(tmp_p
     assert len(asked) == n
 
 
+def test_a_keep_off_node_is_checked_and_reported_but_never_drained_or_failed(tmp_path, caplog):
+    cfg = replace(config(tmp_path), keep_off="gpu[001-002]")
+    c = one_node(Node("gpu001", "IDLE"))
+    bad = reader_for(gpus({2: {"ecc": EccCounts(0, 1, 0, 1)}}))
+    rep = run.check_node("quick", "gpu001", cfg, drain=True, client=c, reader=bad)
+    assert not rep.healthy and rep.drain["action"] == "left"
+    assert rep.drain["message"].startswith("gpu001 is in keep_off: slurm-ft leaves it alone (would be: drain gpu001")
+    assert not c.node("gpu001").drained and not [x for x in c.calls if x[0] == "drain"]
+    assert "keep_off: gpu001 is in keep_off" in caplog.text
+    # the hooks' verdict: no VERDICT line, so Slurm does not drain it for us either
+    assert run.takes_the_node_out(rep, cfg, "gpu001", drain=False) == (
+        False, "gpu001 is in keep_off: slurm-ft does not take it out")
+    # an earlier drain of ours stays as it is: no resume either
+    c.drain(["gpu001"], "slurm-ft: ECC_DBE gpu2 old")
+    plan = dr.decide(c.node("gpu001"), [], checks=levels.checks_for("full"), keep_off=True)
+    assert plan.action == "left" and "(would be: resumed gpu001" in plan.message
+
+
 def test_example_config_loads_equals_defaults_and_documents_every_key():
     import dataclasses
     from pathlib import Path as P

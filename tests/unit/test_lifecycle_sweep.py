@@ -150,6 +150,17 @@ def test_failed_node_still_in_train_is_quarantined_by_the_sweep(tmp_path):
     assert s.node("gpu004").reason == "slurm-ft: QUARANTINED ECC_DBE gpu0 double-bit"
 
 
+def test_the_sweep_leaves_keep_off_nodes_alone_and_logs_it(tmp_path, caplog):
+    cfg, s = config(tmp_path), ModelSlurm()
+    cfg = replace(cfg, keep_off="gpu[004-005]")
+    s.drain(["gpu004"], "slurm-ft: ECC_DBE gpu0 double-bit")       # drained before it was kept off
+    r = sweep(cfg, s)
+    assert not any(c.startswith(("gpu004", "gpu005")) for c in r.changes)
+    assert "gpu004" in s.parts["train"] and s.node("gpu004").drained and s.resv == {}
+    assert "keep_off: gpu004: the sweep leaves it alone (would record fault, record quarantine" in caplog.text
+    assert r.pool_size == 1           # gpu005 is no spare the controller may take
+
+
 def test_admin_drain_is_left_alone(tmp_path):
     cfg, s = config(tmp_path), ModelSlurm()
     s.drain(["gpu004"], "bios update")

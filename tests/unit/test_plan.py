@@ -243,6 +243,25 @@ def test_swap_takes_best_spare_fewest_past_faults_first():
     assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu006",)
 
 
+def test_a_fault_on_a_keep_off_node_opens_no_incident_another_nodes_does():
+    keep = replace(P, keep_off=frozenset({"gpu002"}))
+    snap = cluster([node("gpu001"), failed("gpu002"), node("gpu003"), node("gpu004")])
+    assert plan(snap, [], keep, NOW) == [] and failure(snap.nodes["gpu002"], keep) is None
+    snap = cluster([node("gpu001"), failed("gpu002"), failed("gpu003"), node("gpu004")])
+    steps = plan(snap, [], keep, NOW)
+    assert kinds(steps) == ["open"] and steps[0].nodes == ("gpu003",)
+
+
+def test_a_keep_off_spare_is_never_taken_even_the_best_one():
+    j = job("PENDING", restart=1, reason="BeginTime", nodes=())
+    snap = cluster([node("gpu001"), node("gpu003"), node("gpu004")], jobs=[j])
+    old = incident(id=0, nodes=("gpu005",), status="recovered", closed_at=NOW - 100, job_id=3)
+    steps = plan(snap, [old, incident([("requeue", "ok")])], replace(P, keep_off=frozenset({"gpu006"})), NOW)
+    assert kinds(steps) == ["swap"] and steps[0].spares == ("gpu005",)
+    steps = plan(snap, [old, incident([("requeue", "ok")])], replace(P, keep_off=frozenset(SPARES)), NOW)
+    assert "swap" not in kinds(steps)
+
+
 def test_after_swap_exclude_then_start_with_starttime_now():
     j = job("PENDING", restart=1, reason="BeginTime", nodes=())
     snap = cluster([node("gpu001"), node("gpu003"), node("gpu004"), node("gpu005", "IDLE")],

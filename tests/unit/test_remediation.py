@@ -81,6 +81,12 @@ def test_first_xid79_is_rebooted_and_the_second_within_the_window_goes_to_rma():
     assert second.act == "rma" and "again after 1 reboot within 30 days (at most 1)" in second.why
 
 
+def test_a_keep_off_node_is_left_for_a_person_whatever_its_fault():
+    for state in (State.QUARANTINED, State.REMEDIATING):
+        step = one([FAULT79], state=state, keep_off={"n1"})
+        assert (step.act, step.acts, step.why) == ("manual", False, "in keep_off: slurm-ft leaves it alone")
+
+
 def test_attempts_outside_the_window_or_before_a_release_do_not_count():
     old = [h(Event.REMEDIATE, "reboot: XID79 gpu2", NOW - 40 * DAY), FAULT79]
     assert one(old).act == "reboot"

@@ -8,7 +8,7 @@ spare found in a job partition was swapped in) and the work to do (validate, re-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.slurm.types import Node
 from slurm_ft.fleet.lifecycle.transitions import Event, State, default_state
@@ -103,6 +103,25 @@ def classify(nodes: Sequence[Node], recorded: Mapping[str, State], last_pass: Ma
         elif st is State.VALIDATING:
             poll.append(node.name)
     return Work(tuple(changes), tuple(validate), tuple(recheck), tuple(poll), tuple(enrol), tuple(revalidate))
+
+
+def leave_alone(work: Work, keep_off: Collection[str]) -> Tuple[Work, Dict[str, str]]:
+    """`work` without the config's keep_off nodes, and for each one left out what the sweep would have done
+    (enrolling a spare is only a record: left out silently)."""
+    skipped: Dict[str, List[str]] = {}
+    for c in work.changes:
+        if c.node in keep_off:
+            skipped.setdefault(c.node, []).append(f"record {c.event.value}"
+                                                  + (" and take it out of the partitions" if c.act else ""))
+    for what, names in (("validate it", work.validate), ("re-check it", work.recheck),
+                        ("poll its validation", work.poll), ("revalidate it", work.revalidate)):
+        for n in names:
+            if n in keep_off:
+                skipped.setdefault(n, []).append(what)
+    def kept(names: Tuple[str, ...]) -> Tuple[str, ...]:
+        return tuple(n for n in names if n not in keep_off)
+    return Work(tuple(c for c in work.changes if c.node not in keep_off), kept(work.validate), kept(work.recheck),
+                kept(work.poll), kept(work.enrol), kept(work.revalidate)), {n: ", ".join(w) for n, w in skipped.items()}
 
 
 def _idle(node: Node) -> bool:

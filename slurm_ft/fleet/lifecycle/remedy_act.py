@@ -68,7 +68,7 @@ def snapshot_plan(sweeper: SweepApi, nodes: Optional[Sequence[Node]] = None
         {n: store.history(n) for n in concerned}, nodes, fleet, now, lc.remediation,
         breaker_share=lc.breaker_max_share, breaker_nodes=lc.breaker_max_nodes, breaker_window_s=lc.breaker_window_s,
         pools=remedy_plan.pool_of(expand_domains(cfg.planning.domains)),
-        recent=store.history_since(now - lc.remediation.budget_window_s))
+        recent=store.history_since(now - lc.remediation.budget_window_s), keep_off=cfg.keep_off_nodes)
 
 
 def run(sweeper: SweepApi, report: SweepReport, *, dry_run: bool = False, only_planned: bool = False,
@@ -80,6 +80,9 @@ def run(sweeper: SweepApi, report: SweepReport, *, dry_run: bool = False, only_p
     if not only_planned:        # the budget is the repairs' (a retest spends none): the remediation pass's own
         sweeper.store.kv_set_json(BUDGET_KEY, budget.to_dict())
         _alert_budget(sweeper, report, budget)
+    for s in steps:
+        if s.why == remedy_plan.KEEP_OFF_WHY and not only_planned:     # once per sweep, for grep
+            log.warning("keep_off: %s: remediation leaves it alone", s.node)
     soft = [s for s in steps if s.act == "retest" and s.finding is not None and planned(s.finding.text)]
     steps = soft if only_planned else [s for s in steps if s not in soft or not dry_run]
     if dry_run:

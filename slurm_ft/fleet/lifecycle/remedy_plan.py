@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from slurm_ft.config import RemediationConfig
 from slurm_ft.breaker import rules as brk
@@ -58,6 +58,9 @@ class DrainCause:
 
     def label(self) -> str:
         return self.code + (f" gpu{self.gpu}" if self.gpu is not None else "")
+
+
+KEEP_OFF_WHY = "in keep_off: slurm-ft leaves it alone"
 
 
 @dataclass(frozen=True)
@@ -278,23 +281,25 @@ def budget_of(records: Mapping[str, State], histories: Mapping[str, Sequence[His
 def plan(records: Mapping[str, State], since: Mapping[str, float], histories: Mapping[str, Sequence[HistoryEntry]],
          nodes: Sequence[Node], fleet: Optional[brk.FleetView], now: float, policy: RemediationConfig, *,
          breaker_share: float = 0.0, breaker_nodes: int = 0, breaker_window_s: float = 3600.0,
-         pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = ()) -> List[Remedy]:
+         pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = (),
+         keep_off: Collection[str] = ()) -> List[Remedy]:
     """One step per quarantined or remediating node, in name order (see plan_and_budget)."""
     return plan_and_budget(records, since, histories, nodes, fleet, now, policy, breaker_share=breaker_share,
                            breaker_nodes=breaker_nodes, breaker_window_s=breaker_window_s, pools=pools,
-                           recent=recent)[0]
+                           recent=recent, keep_off=keep_off)[0]
 
 
 def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
                     histories: Mapping[str, Sequence[HistoryEntry]], nodes: Sequence[Node],
                     fleet: Optional[brk.FleetView], now: float, policy: RemediationConfig, *,
                     breaker_share: float = 0.0, breaker_nodes: int = 0, breaker_window_s: float = 3600.0,
-                    pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = ()
-                    ) -> Tuple[List[Remedy], Budget]:
+                    pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = (),
+                    keep_off: Collection[str] = ()) -> Tuple[List[Remedy], Budget]:
     """One step per quarantined or remediating node, in name order, and the budget as this plan spent it.
     `fleet`: the breaker's view of the same snapshot (None with the breaker off); `histories`: the history
     of each node concerned (quarantined, remediating, or repaired/validating after a repair); `recent`:
-    every node's history within the budget's window; `pools`: node -> its pool (pool_of)."""
+    every node's history within the budget's window; `pools`: node -> its pool (pool_of); `keep_off`: the
+    config's nodes slurm-ft never touches (a `manual` step saying so: nothing acts on them)."""
     by_name = {n.name: n for n in nodes}
     pools = pools or {}
     budget = budget_of(records, histories, recent, nodes, pools, now, policy)
@@ -308,6 +313,9 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
             continue
         history = histories.get(name, ())
         pool = pools.get(name, NO_POOL)
+        if name in keep_off:
+            steps[name] = Remedy(name, "manual", KEEP_OFF_WHY, pool=pool)
+            continue
         if state is State.REMEDIATING:
             steps[name] = _progress(name, node, now - since.get(name, now), policy)
             continue

@@ -32,7 +32,7 @@ from slurm_ft.filelock import FileLock
 from slurm_ft.slurm.membership import Delta, Membership
 from slurm_ft.fleet.lifecycle.pool import pool_target
 from slurm_ft.fleet.lifecycle.remedy_act import take_reset_gpus
-from slurm_ft.fleet.lifecycle.reconcile import Change, classify
+from slurm_ft.fleet.lifecycle.reconcile import Change, classify, leave_alone
 from slurm_ft.fleet.lifecycle.transitions import Event, HistoryEntry, State, default_state
 from slurm_ft.fleet.lifecycle.node_history import Store
 from slurm_ft.fleet.lifecycle.sweep_report import SweepReport
@@ -83,6 +83,9 @@ class Sweeper:
                         {n: r.last_pass for n, r in records.items()}, self.clock(),
                         spare_partition=self.spare, job_partitions=job_parts, grace_s=self.lc.quarantine_grace_s,
                         recheck_s=self.lc.spare_recheck_s, swapped=self._swapped_spares())
+        work, skipped = leave_alone(work, self.cfg.keep_off_nodes)
+        for name, what in sorted(skipped.items()):
+            log.warning("keep_off: %s: the sweep leaves it alone (would %s)", name, what)
         by_name = {n.name: n for n in nodes}
         for name in work.enrol:   # silent: a spare we had not recorded yet
             self.store.enrol(name, State.SPARE, self.clock(), cause=f"in {self.spare}", actor=self.actor)
@@ -355,7 +358,7 @@ class Sweeper:
         nodes = self.client.nodes() if nodes is None else nodes
         self.last_nodes = nodes
         records = self.store.records()
-        good = [n for n in nodes if self.spare in n.partitions and n.available
+        good = [n for n in nodes if self.spare in n.partitions and n.available and not self.cfg.keeps_off(n.name)
                 and (records[n.name].state if n.name in records else State.SPARE) is State.SPARE]
         report.pool_size = len(good)
         report.pool_target, report.pool_target_source = pool_target(self.cfg, nodes, self.job_partitions())

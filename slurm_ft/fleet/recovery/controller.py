@@ -25,6 +25,7 @@ from slurm_ft.fleet.recovery.records import Incident, Placement, Step
 from slurm_ft.fleet.recovery import journal as jn
 from slurm_ft.fleet.recovery import outage as out
 from slurm_ft.job.ckptscan import Scanner, hold_reason
+from slurm_ft.job.nodefault import node_fault
 from slurm_ft.fleet.recovery import policies
 from slurm_ft.fleet.recovery.plan import fault_time, plan, prolog_runs
 from slurm_ft.fleet.recovery.policies.common import PENDING_STATES, ControllerSettings, ended_by_node_failure
@@ -78,7 +79,7 @@ class Controller:
         self.conn = conn
         self.config = config
         self.cc = config.controller
-        self.policy = ControllerSettings.from_config(self.cc)
+        self.policy = ControllerSettings.from_config(self.cc, keep_off=config.keep_off_nodes)
         self.clock = clock
         self.sleep = sleep
         self.on_step = on_step          # called (step, outcome, detail, now) after each act: the demo's timeline
@@ -94,6 +95,7 @@ class Controller:
         self._failed_prologs: Dict[int, Tuple[FrozenSet[str], float]] = {}   # job -> nodes, when (wakes)
         self._woken: Set[str] = set()            # nodes whose wake came since the last cycle began
         self._full: Optional[Snapshot] = None    # the last read of every node
+        self._kept_off: Dict[str, str] = {}      # keep_off node -> the fault last logged as left alone
 
     def heard(self, payload: str) -> None:
         """A node's verified wake (slurm_ft/wake.py): the cycle that follows reads that node first
@@ -110,6 +112,7 @@ class Controller:
         nodes = self.client.nodes()
         if self._settle_hook_drains(nodes):
             nodes = self.client.nodes()
+        self._note_keep_off(nodes)
         jobs, specs, placements, now = self._observe_jobs()
         parts = self.client.partitions()
         p = self.policy
@@ -119,6 +122,17 @@ class Controller:
                                  watching_since=self._watching_since, out_counted=counted, out_limit=limit,
                                  out_past_limit=past, placements=placements)
         return self._full
+
+    def _note_keep_off(self, nodes: Iterable[Node]) -> None:
+        """A fault on a keep_off node, which the plan leaves alone (policy.keep_off): logged once per fault,
+        not every cycle, with "keep_off:" to grep for."""
+        for n in nodes:
+            if n.name not in self.policy.keep_off:
+                continue
+            why = node_fault(n, self.policy.slurm_fault_reasons) or ""
+            if why and self._kept_off.get(n.name) != why:
+                log.warning("keep_off: %s: %s; left alone (no incident, no spare, no partition change)", n.name, why)
+            self._kept_off[n.name] = why
 
     def observe_woken(self, names: Set[str]) -> Optional[Snapshot]:
         """The nodes that woke the controller read alone (`sinfo -n`: one node each, not the fleet), laid over

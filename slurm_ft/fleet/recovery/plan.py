@@ -59,7 +59,7 @@ def spare_pool(snap: Snapshot, policy: ControllerSettings, taken: Set[str], faul
     good = []
     for name in part.nodes:
         node = snap.nodes.get(name)
-        if name in taken or node is None or not node.available or node.state != "IDLE":
+        if name in taken or name in policy.keep_off or node is None or not node.available or node.state != "IDLE":
             continue
         if "RESERVED" in node.flags or "COMPLETING" in node.flags:
             continue
@@ -145,6 +145,7 @@ def _restorations(snap: Snapshot, incidents: Sequence[Incident], policy: Control
                      and any(n in p.nodes for p in jobs_parts))
         job, target = snap.jobs.get(inc.job_id), snap.partitions.get(inc.partition)
         spares = tuple(x for x in inc.spares if swapped_by.get(x) == inc.id and x not in latest
+                       and x not in policy.keep_off
                        and job is not None and job.running and belongs(inc, job) and x in job.nodes
                        and target is not None and x not in target.nodes and pool is not None and x in pool.nodes)
         if back or spares:
@@ -165,7 +166,7 @@ def _revalidations(snap: Snapshot, incidents: Sequence[Incident], policy: Contro
     in_use = {n for p in snap.partitions.values() for n in p.nodes
               if p.name == policy.spare_partition or policy.is_job_partition(p.name)}
     for name, inc in sorted(out.latest_incident_of(incidents).items()):
-        if inc.open or name in in_use:
+        if inc.open or name in in_use or name in policy.keep_off:
             continue
         node = snap.nodes.get(name)
         if node is not None and out.restorable(node, snap.seen.get(name), snap.watching_since, now,

@@ -9,7 +9,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
@@ -53,6 +53,7 @@ class FleetView:
     breaker_in_window: Tuple[str, ...] = ()
     breaker_limit: int = 0
     last_sweep: Optional[Dict[str, Any]] = None
+    keep_off: FrozenSet[str] = frozenset()      # the config's nodes slurm-ft leaves alone
 
     def by_state(self, state: State) -> List[str]:
         return sorted(n for n, s in self.states.items() if s is state)
@@ -78,6 +79,7 @@ class FleetView:
                         "reason": self.breaker.open_reason, "drains_in_window": len(self.breaker_in_window),
                         "nodes_in_window": list(self.breaker_in_window), "limit": self.breaker_limit},
             "last_sweep": self.last_sweep,
+            "keep_off": sorted(self.keep_off),
         }
 
     def rows(self) -> List[Dict[str, Any]]:
@@ -89,7 +91,8 @@ class FleetView:
             n = node_by.get(name)
             out.append({"node": name, "state": self.states[name].value, "since": rec.since if rec else None,
                         "cause": rec.cause if rec else "", "slurm_state": _slurm_state(n) if n else "unknown",
-                        "slurm_reason": n.reason if n else "", "partitions": list(n.partitions) if n else []})
+                        "slurm_reason": n.reason if n else "", "partitions": list(n.partitions) if n else [],
+                        "keep_off": name in self.keep_off})
         return out
 
 
@@ -104,8 +107,10 @@ def view(config: Config, client: SlurmApi, store: Store, *, now: Optional[float]
     states = {n.name: state_of(n, recorded, spare) for n in nodes}
     for name, rec in records.items():     # nodes Slurm no longer knows keep their record
         states.setdefault(name, rec.state)
-    v = FleetView(now=now, nodes=nodes, records=records, states=states, spare_partition=spare)
-    v.pool = sorted(n.name for n in nodes if spare in n.partitions and n.available and states[n.name] is State.SPARE)
+    v = FleetView(now=now, nodes=nodes, records=records, states=states, spare_partition=spare,
+                  keep_off=config.keep_off_nodes)
+    v.pool = sorted(n.name for n in nodes if spare in n.partitions and n.available and states[n.name] is State.SPARE
+                    and n.name not in v.keep_off)    # the controller never takes a keep_off spare
     if with_target:
         job_parts = tuple(config.controller.job_partitions) or tuple(
             sorted({p for n in nodes for p in n.partitions} - {spare}))

@@ -4,7 +4,7 @@ failed nodes left the job partitions). No subprocess, no clock."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict
+from typing import TYPE_CHECKING, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict
 
 from slurm_ft import vocab
 from slurm_ft.fleet.recovery.records import Incident, same_submit
@@ -72,14 +72,16 @@ class ControllerSettings:
     wave_window_s: float = 120.0
     wave_settle_s: float = 60.0
     restore_after_s: float = 30.0
+    # the config's keep_off: nodes slurm-ft never touches (no incident, never a spare, never moved)
+    keep_off: FrozenSet[str] = frozenset()
 
     @classmethod
-    def from_config(cls, cc: ControllerConfig) -> "ControllerSettings":
+    def from_config(cls, cc: ControllerConfig, keep_off: FrozenSet[str] = frozenset()) -> "ControllerSettings":
         return cls(spare_partition=cc.spare_partition, job_partitions=tuple(cc.job_partitions),
                    slurm_fault_reasons=tuple(cc.slurm_fault_reasons), running_timeout_s=cc.running_timeout_s,
                    unresponsive_grace_s=cc.unresponsive_grace_s, wave_nodes=cc.wave_nodes,
                    wave_window_s=cc.wave_window_s, wave_settle_s=cc.wave_settle_s,
-                   restore_after_s=cc.restore_after_s)
+                   restore_after_s=cc.restore_after_s, keep_off=frozenset(keep_off))
 
     def is_job_partition(self, name: str) -> bool:
         if name == self.spare_partition:
@@ -90,9 +92,10 @@ class ControllerSettings:
 def failure(node: Optional[Node], policy: ControllerSettings) -> Optional[str]:
     """Why the node counts as a fault the controller takes on, or None (nodefault.node_fault under this
     policy's reasons). A node an admin set DOWN (or drained) with their own reason is theirs: never
-    claimed by a job, drained over, counted or replaced by slurm-ft."""
+    claimed by a job, drained over, counted or replaced by slurm-ft; so is a node in keep_off."""
     why = node_fault(node, policy.slurm_fault_reasons)
-    if why is None or node is None or vocab.admins(node.reason, policy.slurm_fault_reasons):
+    if why is None or node is None or vocab.admins(node.reason, policy.slurm_fault_reasons) \
+            or node.name in policy.keep_off:
         return None
     return why
 
