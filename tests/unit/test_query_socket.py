@@ -67,7 +67,8 @@ def node():
     kmsg.write_text(f"3,1,{usec},-;{XID79}\n")          # facility 0 (kernel), priority 3
     kmsg.chmod(0o600)                                    # root's, as /dev/kmsg with dmesg_restrict=1
     cfg = d / "slurm-ft.yaml"
-    cfg.write_text(f"state_dir: {d}/state\nhealth:\n  kmsg_path: {kmsg}\n  state_file: {d}/st/{{node}}.json\n")
+    cfg.write_text(f"state_dir: {d}/state\nhealth:\n  kmsg_path: {kmsg}\n  state_file: {d}/st/{{node}}.json\n"
+                   f"  metrics_path: {d}/{{node}}.prom\n")
     cfg.chmod(0o644)
     (d / "run").mkdir(mode=0o755)
     env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), SLURM_FT_FAKE_NVML_STATE=str(nvml),
