@@ -165,9 +165,12 @@ class Campaign:
         return self.rng.choices(kinds, weights=[KINDS[k][0] for k in kinds])[0]
 
     def fault(self, kind: str) -> Outcome:
+        self._repair_left()
         job = self._running_job()
         ranks = self._rank_nodes(job)       # before the fault: a relaunch after it names the spare it took
-        steps = [n for n in job.nodes if n != job.batch_host] or list(job.nodes)
+        out = {n.name for n in self.client.nodes(list(job.nodes)) if n.drained or n.down}
+        # not a node out already: a failed idle hot spare stays in its job, drained, until the job ends
+        steps = [n for n in job.nodes if n != job.batch_host and n not in out] or list(job.nodes)
         node = self.rng.choice(steps)
         gpu = self.rng.randrange(self.lab.spec.gpus_per_node)
         t = time.time()
@@ -255,18 +258,34 @@ class Campaign:
 
     def _repair(self, f: inv.Fault) -> None:
         """What the lifecycle does to a faulted node (repair, validation, back to the pool), minus the
-        waiting: healed, resumed, in the pool. Only once no incident is open (one may still hold it)."""
+        waiting: healed, resumed, in the pool. Only once no incident is open (one may still hold it), and
+        only once the node left every job: a failed idle hot spare stays in its job, unused, and is
+        repaired when the job lets it go (_repair_left), as a site's validation job could only run then."""
         self._wait(lambda: not [i for i in self._incidents() if i.get("closed_at") is None], 120, "", quiet=True)
-        if not f.fatal:
-            return
+        if f.fatal:
+            self._repair_nodes(f)
+
+    def _repair_left(self) -> None:
+        for f in self.faults:
+            if f.fatal and not f.repaired:
+                self._repair_nodes(f)
+
+    def _repair_nodes(self, f: inv.Fault) -> None:
+        held = {n for j in self.client.jobs(list(self.ckpt)) if j.running for n in j.nodes}
+        out = {n.name for n in self.client.nodes() if n.drained or n.down}
+        if not any(n in held for n in f.nodes):
+            self.faults[f.id - 1] = replace(f, repaired=True)
         for node in f.nodes:
-            heal(self.lab.dir, node)
-        self.client.resume(list(f.nodes))
+            if node not in held:
+                heal(self.lab.dir, node)
+        free = [n for n in f.nodes if n not in held and n in out]      # (one of a pair may be back already)
+        if not free:
+            return
+        self.client.resume(free)
         parts = {p.name: p.nodes for p in self.client.partitions()}
-        out = [n for n in f.nodes if not any(n in ns for ns in parts.values())]
-        if out:
-            self.client.set_partition_nodes("spares", sorted(set(parts.get("spares", ())) | set(out)))
-        self.faults[f.id - 1] = replace(f, repaired=True)
+        homeless = [n for n in free if not any(n in ns for ns in parts.values())]
+        if homeless:
+            self.client.set_partition_nodes("spares", sorted(set(parts.get("spares", ())) | set(homeless)))
 
     # --- reading the lab -----------------------------------------------------------------------------
     def world(self, now: float) -> inv.World:
