@@ -136,7 +136,7 @@ def test_a_file_with_several_errors_gets_every_one_in_one_run(cfg):
     code, out, err = check(str(p))
     got = errors(err)
     assert code == 2 and out == ""
-    for words in ("unknown key path (valid: controller, fleet_lock, health, lifecycle, planning, slurm, state_dir)",
+    for words in ("unknown key path (valid: controller, fleet_lock, health, keep_off, lifecycle, planning, slurm, state_dir)",
                   "unknown key lifecycle.breaker_max_shar (valid: breaker_max_nodes, breaker_max_share,",
                   "lifecycle.breaker_max_share is a share: at most 1, got 1.5",
                   "lifecycle.remediation.mode: 'always' is not one of off, dry_run, on",
@@ -158,7 +158,7 @@ def test_the_internal_path_field_is_not_among_the_valid_keys(cfg):
     code, _, err = check(str(p))
     valid = re.search(r"\(valid: ([^)]*)\)", err)
     assert code == 2 and valid and valid.group(1).split(", ") == [
-        "controller", "fleet_lock", "health", "lifecycle", "planning", "slurm", "state_dir"]
+        "controller", "fleet_lock", "health", "keep_off", "lifecycle", "planning", "slurm", "state_dir"]
 
 
 @pytest.mark.parametrize("text,words", [
