@@ -3,7 +3,8 @@
 Health checks (`check --drain`, the HealthCheckProgram, `watch`), the sweep's spare re-checks and the
 controller's quarantines call `may_take_out` (or `may_drain` for one node) before they touch Slurm. The
 answer is the pure `rules.may_take_out` over a fresh Slurm snapshot, so every host and the controller
-see one fleet-wide breaker, with no node-local state to reset.
+see one fleet-wide breaker, with no node-local state to reset. An admin's hold (breaker/hold.py: open or
+closed for a bounded time, in the state directory) decides over it while in force.
 
 When the count cannot be known (Slurm unreachable, a malformed answer) the answer is NO, logged as an
 error: slurm-ft's own trouble must never take nodes out.
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Sequence
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
-from slurm_ft.breaker import rules as brk
+from slurm_ft.breaker import hold, rules as brk
 
 if TYPE_CHECKING:
     from slurm_ft.slurm.api import SlurmApi
@@ -63,9 +64,14 @@ def may_take_out(config: Config, nodes: Iterable[str], *, client: Optional[Slurm
 
     `snapshot`: the caller's fresh `client.nodes()`, to save a Slurm call. An unknown count says no."""
     nodes = list(nodes)
+    now = time.time() if now is None else now
+    held = hold.override(hold.current(config, now), nodes, now)    # an admin's hold wins, limits or none
+    if held is not None:
+        if not held.allowed:
+            log.warning("%s%s", f"{actor}: " if actor else "", held.reason)
+        return held
     if not enabled(config):
         return brk.Decision(True, "breaker disabled", 0, 1 << 30)
-    now = time.time() if now is None else now
     try:
         fleet = fleet_view(config, client=client, snapshot=snapshot, now=now)
     except (SlurmFTError, OSError) as exc:
@@ -106,9 +112,9 @@ def settle(config: Config, node: str, reason: str, *, client: SlurmApi, actor: s
     """Right after draining `node` with `reason`: re-read Slurm; undo the drain when racing drains on
     other hosts put the fleet past the limit (`breaker.keeps`) or the count cannot be read. Returns why
     it was undone, or "" when the drain stands."""
-    if not enabled(config):
-        return ""
     now = time.time()
+    if not enabled(config) or hold.override(hold.current(config, now), [node], now) is not None:
+        return ""       # no limit, or an admin's hold decided: held closed, racing drains stand
     lc = config.lifecycle
     try:
         fleet = fleet_view(config, client=client, now=now)
@@ -140,7 +146,7 @@ def hook_decision(config: Config, node: str, now: Optional[float] = None,
     fail it (rare: a healthy node's hooks never call Slurm), from a fresh read of the fleet; an unknown
     count says no. Hooks on many nodes failing at once may each see room for one more: the controller
     settles such a burst afterwards (fleet/recovery/controller.py, `settle_hook_drains`)."""
-    if not enabled(config):
+    if not enabled(config) and hold.current(config, now) is None:
         return brk.Decision(True, "breaker disabled", 0, 1 << 30)
     return may_take_out(config, [node], client=client or hook_client(config), actor="hook", now=now)
 

@@ -82,6 +82,19 @@ def test_a_fault_on_a_keep_off_node_is_logged_once_and_left_alone(tmp_path, capl
     assert len(lines) == 1 and lines[0].startswith("keep_off: gpu002: ") and "left alone (no incident" in lines[0]
 
 
+def test_an_admins_hold_closed_lets_the_controller_recover_past_the_breaker(tmp_path):
+    from slurm_ft.breaker import hold
+    for held in (False, True):
+        s = model_slurm()
+        s.drain(["gpu006"], "slurm-ft: XID79 gpu1 fell off the bus")   # the breaker's one drain (limit 1)
+        s.fail("gpu002")                                                # drained past the limit: waits
+        c = make(tmp_path / str(held), s, lifecycle=LifecycleConfig(breaker_max_share=0.0, breaker_max_nodes=1))
+        if held:
+            hold.set_hold(c.config, "closed", 600, "bad driver rolled back", "alice")
+        c.cycle()
+        assert [i.status for i in jn.incidents(c.conn)] == (["recovered"] if held else [])
+
+
 STEPS = ["open", "quarantine", "swap", "requeue", "exclude", "start", "confirm"]
 
 

@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Callable, List, Optional, Protocol, Sequence, Tuple
 
 from slurm_ft.config import expand_domains
-from slurm_ft.breaker import guard
+from slurm_ft.breaker import guard, hold as breaker_hold
 
 from slurm_ft.fleet.lifecycle import remedy_plan
 from slurm_ft.fleet.lifecycle.transitions import Event, State
@@ -63,12 +63,14 @@ def snapshot_plan(sweeper: SweepApi, nodes: Optional[Sequence[Node]] = None
     lc = cfg.lifecycle
     now = sweeper.clock()
     fleet = guard.fleet_view(cfg, snapshot=nodes, now=now) if guard.enabled(cfg) else None
+    held = breaker_hold.current(cfg, now)
     return remedy_plan.plan_and_budget(
         {n: r.state for n, r in records.items()}, {n: r.since for n, r in records.items()},
         {n: store.history(n) for n in concerned}, nodes, fleet, now, lc.remediation,
         breaker_share=lc.breaker_max_share, breaker_nodes=lc.breaker_max_nodes, breaker_window_s=lc.breaker_window_s,
         pools=remedy_plan.pool_of(expand_domains(cfg.planning.domains)),
-        recent=store.history_since(now - lc.remediation.budget_window_s), keep_off=cfg.keep_off_nodes)
+        recent=store.history_since(now - lc.remediation.budget_window_s), keep_off=cfg.keep_off_nodes,
+        breaker_hold=held.state if held is not None else "")
 
 
 def run(sweeper: SweepApi, report: SweepReport, *, dry_run: bool = False, only_planned: bool = False,

@@ -282,11 +282,11 @@ def plan(records: Mapping[str, State], since: Mapping[str, float], histories: Ma
          nodes: Sequence[Node], fleet: Optional[brk.FleetView], now: float, policy: RemediationConfig, *,
          breaker_share: float = 0.0, breaker_nodes: int = 0, breaker_window_s: float = 3600.0,
          pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = (),
-         keep_off: Collection[str] = ()) -> List[Remedy]:
+         keep_off: Collection[str] = (), breaker_hold: str = "") -> List[Remedy]:
     """One step per quarantined or remediating node, in name order (see plan_and_budget)."""
     return plan_and_budget(records, since, histories, nodes, fleet, now, policy, breaker_share=breaker_share,
                            breaker_nodes=breaker_nodes, breaker_window_s=breaker_window_s, pools=pools,
-                           recent=recent, keep_off=keep_off)[0]
+                           recent=recent, keep_off=keep_off, breaker_hold=breaker_hold)[0]
 
 
 def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
@@ -294,12 +294,13 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
                     fleet: Optional[brk.FleetView], now: float, policy: RemediationConfig, *,
                     breaker_share: float = 0.0, breaker_nodes: int = 0, breaker_window_s: float = 3600.0,
                     pools: Optional[Mapping[str, str]] = None, recent: Iterable[HistoryEntry] = (),
-                    keep_off: Collection[str] = ()) -> Tuple[List[Remedy], Budget]:
+                    keep_off: Collection[str] = (), breaker_hold: str = "") -> Tuple[List[Remedy], Budget]:
     """One step per quarantined or remediating node, in name order, and the budget as this plan spent it.
     `fleet`: the breaker's view of the same snapshot (None with the breaker off); `histories`: the history
     of each node concerned (quarantined, remediating, or repaired/validating after a repair); `recent`:
     every node's history within the budget's window; `pools`: node -> its pool (pool_of); `keep_off`: the
-    config's nodes slurm-ft never touches (a `manual` step saying so: nothing acts on them)."""
+    config's nodes slurm-ft never touches (a `manual` step saying so: nothing acts on them); `breaker_hold`:
+    an admin's hold in force (breaker/hold.py: "open" holds every reboot, "closed" lifts the breaker)."""
     by_name = {n.name: n for n in nodes}
     pools = pools or {}
     budget = budget_of(records, histories, recent, nodes, pools, now, policy)
@@ -359,7 +360,11 @@ def plan_and_budget(records: Mapping[str, State], since: Mapping[str, float],
             if held is not None:
                 steps[name] = _held(budget, step, held)
                 continue
-        if action == "reboot" and fleet is not None:
+        if action == "reboot" and breaker_hold == "open":
+            steps[name] = Remedy(name, "hold", f"{finding.label()}: reboot held: the drain-rate breaker is held open",
+                                 finding, done + 1, cap, pool=pool, held_by="breaker")
+            continue
+        if action == "reboot" and fleet is not None and breaker_hold != "closed":
             d = brk.may_take_out(fleet, taking + [name], now, max_share=breaker_share, max_nodes=breaker_nodes,
                                  window_s=breaker_window_s)
             if not d.allowed:

@@ -33,7 +33,7 @@ from slurm_ft.fleet.recovery.snapshot import Snapshot
 from slurm_ft.job import trust
 from slurm_ft.job.paths import PLANNED, PLANNED_DEFERRED, REQUEUE, is_planned
 from slurm_ft.job.tag import FtSpec, with_note
-from slurm_ft.breaker import guard, rules as brk
+from slurm_ft.breaker import guard, hold as breaker_hold, rules as brk
 from slurm_ft.slurm.client import JobNotFound
 from slurm_ft.slurm.hostlist import compress
 from slurm_ft.slurm.types import Job, Node
@@ -86,6 +86,7 @@ class Controller:
         self.on_journal = on_journal    # called (step kind, "intent" | "result") right after each journal write
         self._snap: Optional[Snapshot] = None   # the snapshot the current steps come from
         self._breaker_said = False
+        self._hold_said = ""                    # the breaker hold last logged (breaker/hold.py)
         self.membership = Membership.from_config(client, config, "controller's partition change")
         self._scans = Scanner(self.cc.ckpt_scan_s)
         self._seen: Dict[str, out.Seen] = {}     # outage.track: who stopped/started answering, when
@@ -197,8 +198,10 @@ class Controller:
         """The drain-rate breaker's count, limit and the nodes taken out past the limit, from the same
         snapshot of Slurm's nodes the breaker reads everywhere (breaker.view: slurm-ft drains,
         QUARANTINED/RMA included, by reason time within the window): the plan charges each quarantine
-        against it (outage.breaker_room). Limit 0: none."""
-        if not guard.enabled(self.config):
+        against it (outage.breaker_room). Limit 0: none. Held closed by an admin: none; held open: the
+        quarantine's own drain asks the guard, which refuses (the step waits)."""
+        held = self._admin_hold(now)
+        if not guard.enabled(self.config) or (held is not None and held.state == "closed"):
             return frozenset(), 0, frozenset()
         lc = self.config.lifecycle
         fleet = brk.view(nodes, now)
@@ -215,9 +218,9 @@ class Controller:
         controller's read is the one place that sees them all: a hook drain stays only if fewer than `limit`
         other nodes were taken out at the same second or earlier (breaker.keeps, ties against it), the others
         are resumed, loudly. Slurm-ft's own drains settle on their node (guard.settle)."""
-        if not guard.enabled(self.config):
-            return []
         now = self.clock()
+        if not guard.enabled(self.config) or self._admin_hold(now) is not None:   # an admin's hold: its drains stand
+            return []
         lc = self.config.lifecycle
         fleet = brk.view(nodes, now)
         undo = [n.name for n in nodes
@@ -246,6 +249,15 @@ class Controller:
                 self.client.notify(job_id, vocab.event_line(kind, node, why))
             except SlurmFTError as exc:
                 log.warning("job %s not told that %s is %s: %s", job_id, node, kind, exc)
+
+    def _admin_hold(self, now: float) -> Optional[breaker_hold.Hold]:
+        """An admin's hold on the breaker in force now; said once per change (set, changed, expired)."""
+        held = breaker_hold.current(self.config, now)
+        text = held.describe() if held is not None else ""
+        if text != self._hold_said:
+            log.warning("drain-rate breaker %s", text or "hold ended: the breaker decides by its limits again")
+            self._hold_said = text
+        return held
 
     def _say_breaker(self, count: int, cap: int) -> None:
         """Loud once when the drain-rate breaker reaches its limit (issue 6): drains stop; the recovery of

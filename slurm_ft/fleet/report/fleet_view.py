@@ -5,6 +5,7 @@ always agree.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Mapping,
 
 from slurm_ft.config import Config
 from slurm_ft.errors import SlurmFTError
-from slurm_ft.breaker import rules as brk
+from slurm_ft.breaker import hold as breaker_hold, rules as brk
 from slurm_ft.fleet.report import drain_stats, job_progress, metrics
 from slurm_ft.fleet.recovery import journal
 from slurm_ft.fleet.lifecycle.pool import pool_target
@@ -54,6 +55,7 @@ class FleetView:
     breaker_limit: int = 0
     last_sweep: Optional[Dict[str, Any]] = None
     keep_off: FrozenSet[str] = frozenset()      # the config's nodes slurm-ft leaves alone
+    breaker_hold: Optional[Dict[str, Any]] = None   # an admin's hold in force (breaker/hold.py)
 
     def by_state(self, state: State) -> List[str]:
         return sorted(n for n, s in self.states.items() if s is state)
@@ -77,7 +79,8 @@ class FleetView:
             "rma": [row(n) for n in self.by_state(State.RMA)],
             "breaker": {"open": self.breaker.open, "open_since": self.breaker.open_since,
                         "reason": self.breaker.open_reason, "drains_in_window": len(self.breaker_in_window),
-                        "nodes_in_window": list(self.breaker_in_window), "limit": self.breaker_limit},
+                        "nodes_in_window": list(self.breaker_in_window), "limit": self.breaker_limit,
+                        "hold": self.breaker_hold},
             "last_sweep": self.last_sweep,
             "keep_off": sorted(self.keep_off),
         }
@@ -125,6 +128,11 @@ def view(config: Config, client: SlurmApi, store: Store, *, now: Optional[float]
         v.breaker = brk.BreakerState(open_since=recent[v.breaker_limit - 1][0], open_reason=(
             f"{len(recent)} nodes taken out by slurm-ft within {brk._span(lc.breaker_window_s)} "
             f"(limit {v.breaker_limit})"))
+    held = breaker_hold.current(config, now)    # an admin's hold decides over the count while in force
+    if held is not None:
+        v.breaker_hold = dataclasses.asdict(held)
+        v.breaker = (brk.BreakerState(open_since=held.since, open_reason=held.describe())
+                     if held.state == "open" else brk.BreakerState())
     v.last_sweep = store.kv_get_json("last_sweep")
     return v
 
