@@ -44,6 +44,8 @@ KINDS: Dict[str, Tuple[int, float]] = {
     "slurmctld_restart": (1, 300.0),   # an Xid 79, and slurmctld restarted 3 s later (without -R)
     "watcher_dead": (1, 420.0),        # the node's watcher dead when its GPU fails
 }
+GPU_KINDS = ("xid79", "xid79_pair", "controller_kill", "slurmctld_restart", "watcher_dead")   # a fatal Xid
+DRAIN_WAIT_S = 120.0                   # a GPU fault's nodes are drained by then (a watcher started again included)
 PARTITION_S = 90.0                     # the longest partition: DOWN comes after SlurmdTimeout + MessageTimeout
                                        # (10 + 10 s in the lab) and a ping cycle
 
@@ -262,6 +264,12 @@ class Campaign:
         only once the node left every job: a failed idle hot spare stays in its job, unused, and is
         repaired when the job lets it go (_repair_left), as a site's validation job could only run then."""
         self._wait(lambda: not [i for i in self._incidents() if i.get("closed_at") is None], 120, "", quiet=True)
+        if f.fatal and f.kind in GPU_KINDS:
+            # slurm-ft must have taken the node out first: a watcher back from the dead drains its node for
+            # the Xid it missed after the job already recovered (22.05's 30-min run: repaired before that,
+            # the late drain counted as a healthy node drained)
+            self._wait(lambda: all(n.drained or n.down for n in self.client.nodes(list(f.nodes))), DRAIN_WAIT_S,
+                       "", quiet=True)
         if f.fatal:
             self._repair_nodes(f)
 
